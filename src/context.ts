@@ -1,0 +1,70 @@
+/** The dependencies a request handler works with, and what each request knows of itself. */
+
+import type { Clock } from "./clock.ts";
+import type { Config } from "./config.ts";
+import type { TokenSigner } from "./jwt.ts";
+import type { Logger } from "./logger.ts";
+import type { Store } from "./store.ts";
+import type { Templates } from "./templates.ts";
+import type { Upstream } from "./upstream/types.ts";
+
+/** What exists only when the OAuth settings are configured (spec §1.7). */
+export interface OAuthDeps {
+  upstream: Upstream;
+  signer: TokenSigner;
+}
+
+/** Everything createApp needs, passed explicitly. */
+export interface AppDeps {
+  config: Config;
+  store: Store;
+  clock: Clock;
+  templates: Templates;
+  logger: Logger;
+  /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */
+  oauth?: OAuthDeps;
+}
+
+/** One request as a route sees it. */
+export interface RequestContext {
+  request: Request;
+  url: URL;
+  /** The service's base URL and token issuer, without a trailing slash. */
+  baseUrl: string;
+  deps: AppDeps;
+  /** Correlates this request's log lines. */
+  requestId: string;
+}
+
+/**
+ * The base URL (issuer): BASE_URL when configured, else the request's origin, or the
+ * forwarded origin when TRUST_PROXY is on.
+ *
+ * @see spec §2.6 (`iss` derived from the incoming request)
+ */
+export function deriveBaseUrl(request: Request, url: URL, config: Config): string {
+  if (config.baseUrl) return config.baseUrl;
+  if (config.trustProxy) {
+    const proto = firstForwarded(request.headers.get("x-forwarded-proto"));
+    const host = firstForwarded(request.headers.get("x-forwarded-host"));
+    const origin = forwardedOrigin(proto ?? url.protocol.slice(0, -1), host ?? url.host);
+    if (origin) return origin;
+  }
+  return url.origin;
+}
+
+function firstForwarded(header: string | null): string | undefined {
+  const first = header?.split(",")[0].trim();
+  return first ? first : undefined;
+}
+
+function forwardedOrigin(proto: string, host: string): string | undefined {
+  if (proto !== "http" && proto !== "https") return undefined;
+  try {
+    const parsed = new URL(`${proto}://${host}`);
+    // Anything beyond a host and port (userinfo, a path) is not a host header.
+    return parsed.host === host.toLowerCase() ? parsed.origin : undefined;
+  } catch {
+    return undefined;
+  }
+}

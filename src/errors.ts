@@ -1,0 +1,36 @@
+/**
+ * OAuth error codes this service answers with, and the one error type routes throw.
+ *
+ * @see RFC 6749 §5.2, spec §2.7 and §7
+ */
+
+/** The OAuth error codes we use. */
+export type OAuthErrorCode =
+  | "invalid_request"
+  | "invalid_grant"
+  | "invalid_client"
+  | "unsupported_grant_type"
+  | "unsupported_response_type"
+  | "server_error"
+  | "temporarily_unavailable";
+
+/** An error a route throws; `src/app.ts` renders it as `{error, error_description}`. */
+export class OAuthError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: OAuthErrorCode,
+    readonly description: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(`${code}: ${description}`);
+    this.name = "OAuthError";
+  }
+}
+
+/** The description spec §7 fixes for a service without OAuth configuration. */
+export const NOT_CONFIGURED = "OAuth not configured";
+
+/** The 500 every operation answers when GitLab client id or JWT secret is missing (spec §1.7). */
+export function notConfiguredError(): OAuthError {
+  return new OAuthError(500, "server_error", NOT_CONFIGURED);
+}

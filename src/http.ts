@@ -1,0 +1,109 @@
+/** Response helpers and request-body parsing with limits. */
+
+import { OAuthError } from "./errors.ts";
+
+/** Bodies larger than this are refused with 413. */
+export const MAX_BODY_BYTES = 64 * 1024;
+
+/** Token and poll responses must never be cached (RFC 6749 §5.1). */
+export const NO_STORE = { "Cache-Control": "no-store", "Pragma": "no-cache" } as const;
+
+/** A JSON response. */
+export function json(body: unknown, status = 200, headers: HeadersInit = {}): Response {
+  const response = Response.json(body, { status, headers });
+  return response;
+}
+
+/** The `{error, error_description}` body of spec §2.7 for an OAuthError. */
+export function errorResponse(error: OAuthError): Response {
+  return json(
+    { error: error.code, error_description: error.description },
+    error.status,
+    { ...NO_STORE, ...error.headers },
+  );
+}
+
+/**
+ * Query or form parameters as a map, refusing a parameter sent more than once
+ * (RFC 6749 §3.1: "Request and response parameters MUST NOT be included more than once").
+ */
+export function singleValued(params: URLSearchParams): Map<string, string> {
+  const map = new Map<string, string>();
+  for (const [name, value] of params) {
+    if (map.has(name)) throw new OAuthError(400, "invalid_request", `Repeated parameter: ${name}`);
+    map.set(name, value);
+  }
+  return map;
+}
+
+/**
+ * Reads a form-encoded or JSON object body into single-valued string parameters. JSON values
+ * must be strings (numbers and booleans are not OAuth parameters).
+ */
+export async function readParams(request: Request): Promise<Map<string, string>> {
+  const type = (request.headers.get("content-type") ?? "").split(";")[0].trim().toLowerCase();
+  if (type !== "application/x-www-form-urlencoded" && type !== "application/json") {
+    throw new OAuthError(
+      400,
+      "invalid_request",
+      "Content-Type must be application/x-www-form-urlencoded or application/json",
+    );
+  }
+  const text = await readLimitedText(request);
+  if (type === "application/x-www-form-urlencoded") return singleValued(new URLSearchParams(text));
+  return paramsFromJson(text);
+}
+
+function paramsFromJson(text: string): Map<string, string> {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new OAuthError(400, "invalid_request", "Malformed JSON body");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw new OAuthError(400, "invalid_request", "JSON body must be an object");
+  }
+  const map = new Map<string, string>();
+  for (const [name, value] of Object.entries(body)) {
+    if (value === null || value === undefined) continue;
+    if (typeof value !== "string") {
+      throw new OAuthError(400, "invalid_request", `Parameter ${name} must be a string`);
+    }
+    map.set(name, value);
+  }
+  return map;
+}
+
+async function readLimitedText(request: Request): Promise<string> {
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > MAX_BODY_BYTES) throw tooLarge();
+  if (!request.body) return "";
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for await (const chunk of request.body) {
+      size += chunk.byteLength;
+      if (size > MAX_BODY_BYTES) throw tooLarge();
+      chunks.push(chunk);
+    }
+  } catch (error) {
+    if (error instanceof OAuthError) throw error;
+    throw new OAuthError(400, "invalid_request", "Could not read the request body");
+  }
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new OAuthError(400, "invalid_request", "Body is not valid UTF-8");
+  }
+}
+
+function tooLarge(): OAuthError {
+  return new OAuthError(413, "invalid_request", `Request body exceeds ${MAX_BODY_BYTES} bytes`);
+}

@@ -1,0 +1,105 @@
+/**
+ * `GET /authorize`: validates the authorization request, starts a GitLab device flow and
+ * answers the page that shows the user code.
+ *
+ * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
+ */
+
+import type { RequestContext } from "../context.ts";
+import { randomToken } from "../crypto.ts";
+import { notConfiguredError, OAuthError } from "../errors.ts";
+import { singleValued } from "../http.ts";
+import { PKCE_METHOD } from "../pkce.ts";
+import type { FlowRecord } from "../records.ts";
+import type { DeviceAuthorization } from "../upstream/types.ts";
+
+/** Flow state size parameter (spec §8): 32 random bytes. */
+const FLOW_STATE_BYTES = 32;
+
+interface AuthorizationRequest {
+  clientId: string;
+  codeChallenge: string;
+  state: string;
+  redirectUri?: string;
+}
+
+/** Handles `GET /authorize`. */
+export async function handleAuthorize(ctx: RequestContext): Promise<Response> {
+  const { oauth, store, clock, templates, logger } = ctx.deps;
+  if (!oauth) throw notConfiguredError();
+  const request = parseAuthorizationRequest(ctx.url.searchParams);
+
+  const flowState = randomToken(FLOW_STATE_BYTES);
+  let device: DeviceAuthorization;
+  try {
+    device = await oauth.upstream.startDeviceAuthorization();
+    await store.createFlow(flowState, flowRecord(request, device, clock.now()));
+  } catch (error) {
+    logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
+    throw new OAuthError(500, "server_error", "Failed to initiate authentication");
+  }
+
+  const page = templates.renderDevicePage({
+    userCode: device.userCode,
+    verificationUrl: device.verificationUriComplete ?? device.verificationUri,
+    expiresInSeconds: device.expiresInSeconds,
+    flowState,
+    pollUrl: `${ctx.baseUrl}/oauth/poll`,
+    redirectUri: request.redirectUri,
+    clientId: request.clientId,
+    issuer: ctx.baseUrl,
+  });
+  return new Response(page.html, {
+    headers: {
+      "Content-Type": "text/html; charset=utf-8",
+      "Content-Security-Policy": page.contentSecurityPolicy,
+      "Cache-Control": "no-store",
+      "Referrer-Policy": "no-referrer",
+    },
+  });
+}
+
+/** The checks of spec §4.1, in its order; the first failure answers. */
+function parseAuthorizationRequest(query: URLSearchParams): AuthorizationRequest {
+  const params = singleValued(query);
+  if (params.get("response_type") !== "code") {
+    throw new OAuthError(
+      400,
+      "unsupported_response_type",
+      "Only response_type=code is supported",
+    );
+  }
+  const clientId = params.get("client_id");
+  if (!clientId) throw new OAuthError(400, "invalid_request", "client_id is required");
+  const codeChallenge = params.get("code_challenge");
+  if (!codeChallenge) throw new OAuthError(400, "invalid_request", "code_challenge is required");
+  if (params.get("code_challenge_method") !== PKCE_METHOD) {
+    throw new OAuthError(400, "invalid_request", "code_challenge_method must be S256");
+  }
+  return {
+    clientId,
+    codeChallenge,
+    state: params.get("state") ?? "",
+    redirectUri: params.get("redirect_uri") || undefined,
+  };
+}
+
+function flowRecord(
+  request: AuthorizationRequest,
+  device: DeviceAuthorization,
+  nowMs: number,
+): FlowRecord {
+  return {
+    deviceCode: device.deviceCode,
+    userCode: device.userCode,
+    verificationUri: device.verificationUri,
+    verificationUriComplete: device.verificationUriComplete,
+    expiresAt: nowMs + device.expiresInSeconds * 1000,
+    intervalSeconds: device.intervalSeconds,
+    clientId: request.clientId,
+    codeChallenge: request.codeChallenge,
+    codeChallengeMethod: PKCE_METHOD,
+    state: request.state,
+    redirectUri: request.redirectUri,
+  };
+}

@@ -1,0 +1,139 @@
+/**
+ * `GET /oauth/poll`: the page asks whether the user has approved at GitLab; on approval the
+ * session and the single-use authorization code are created in one commit.
+ *
+ * @see spec §3.1, §4.2, RFC 8628 §3.4–3.5
+ */
+
+import type { RequestContext } from "../context.ts";
+import { randomToken } from "../crypto.ts";
+import { json, NO_STORE } from "../http.ts";
+import { redact } from "../logger.ts";
+import type { FlowRecord, UpstreamTokenSet } from "../records.ts";
+import { newSession, tokenSet } from "../sessions.ts";
+import type { Versioned } from "../store.ts";
+import { UpstreamError, type UpstreamUser } from "../upstream/types.ts";
+
+/** Authorization code lifetime (spec §8). */
+export const CODE_TTL_MS = 10 * 60 * 1000;
+
+/** The poll body of spec §2.4. */
+export type PollBody =
+  | { status: "pending" }
+  | { status: "complete"; redirect_uri?: string; code: string; state?: string }
+  | { status: "failed" | "expired"; error: string };
+
+const pending = () => answer(200, { status: "pending" });
+
+/** Handles `GET /oauth/poll`. */
+export async function handlePoll(ctx: RequestContext): Promise<Response> {
+  const { oauth, store, clock, config } = ctx.deps;
+  if (!oauth) return json({ error: "server_error" }, 500, NO_STORE);
+
+  const flowStates = ctx.url.searchParams.getAll("flow_state");
+  if (flowStates.length > 1) {
+    return answer(400, { status: "failed", error: "Repeated parameter: flow_state" });
+  }
+  const flowState = flowStates[0];
+  if (!flowState) return answer(400, { status: "failed", error: "Missing flow_state" });
+
+  const flow = await store.getFlow(flowState);
+  if (!flow) return answer(400, { status: "expired", error: "Flow not found" });
+  if (clock.now() > flow.value.expiresAt) {
+    await store.deleteFlow(flow);
+    return answer(400, { status: "expired", error: "Device code expired" });
+  }
+
+  // One upstream call per flow at a time, across instances: the others just see "pending".
+  const lease = await store.tryLeaseFlow(flow, 2 * config.upstreamTimeoutMs + 5_000);
+  if (!lease) return pending();
+  try {
+    return await advanceFlow(ctx, flow);
+  } catch (error) {
+    if (!(error instanceof UpstreamError)) throw error;
+    return await upstreamFailed(ctx, flow, error);
+  } finally {
+    await lease.release();
+  }
+}
+
+/** Polls GitLab (unless it already gave us a token), looks up the user and completes. */
+async function advanceFlow(ctx: RequestContext, flow: Versioned<FlowRecord>): Promise<Response> {
+  const { oauth, store, clock } = ctx.deps;
+  let tokens = flow.value.upstreamTokens;
+  if (!tokens) {
+    const result = await oauth!.upstream.pollDeviceToken(flow.value.deviceCode);
+    if (result.kind !== "token") return pending();
+    tokens = tokenSet(result.tokens, clock.now());
+    // The device code is spent now; keep the token before anything else can fail.
+    const saved = await store.saveFlowUpstreamTokens(flow, tokens);
+    if (!saved) return pending();
+    flow = saved;
+  }
+  const user = await oauth!.upstream.fetchUser(tokens.accessToken);
+  return await complete(ctx, flow, tokens, user);
+}
+
+async function complete(
+  ctx: RequestContext,
+  flow: Versioned<FlowRecord>,
+  tokens: UpstreamTokenSet,
+  user: UpstreamUser,
+): Promise<Response> {
+  const { store, clock, config, logger } = ctx.deps;
+  const now = clock.now();
+  const code = randomToken();
+  const session = newSession(flow.value, tokens, user, now, config.sessionIdleTtlSeconds);
+  const { clientId, codeChallenge, codeChallengeMethod, redirectUri, state } = flow.value;
+  const done = await store.completeFlow(flow, {
+    code,
+    codeRecord: {
+      sessionId: session.id,
+      clientId,
+      codeChallenge,
+      codeChallengeMethod,
+      redirectUri,
+      expiresAt: now + CODE_TTL_MS,
+    },
+    session,
+  });
+  // Only a flow changed under us fails here; the next poll tells the truth about it.
+  if (!done) return pending();
+  logger.info("flow completed", {
+    requestId: ctx.requestId,
+    sessionId: session.id,
+    clientId,
+    gitlabUser: user.username,
+    code: redact(code),
+  });
+  return answer(200, {
+    status: "complete",
+    ...(redirectUri === undefined ? {} : { redirect_uri: redirectUri }),
+    code,
+    ...(state ? { state } : {}),
+  });
+}
+
+/**
+ * Spec §3.1: a terminal upstream error (GitLab's `access_denied`, `expired_token`, `invalid_*`)
+ * fails the flow; anything else leaves it pending. Decided by the error's code, not its text.
+ */
+async function upstreamFailed(
+  ctx: RequestContext,
+  flow: Versioned<FlowRecord>,
+  error: UpstreamError,
+): Promise<Response> {
+  if (error.failure === "transient") {
+    ctx.deps.logger.warn("upstream poll failed, staying pending", {
+      requestId: ctx.requestId,
+      code: error.code,
+    });
+    return pending();
+  }
+  await ctx.deps.store.deleteFlow(flow);
+  return answer(200, { status: "failed", error: error.message });
+}
+
+function answer(status: number, body: PollBody): Response {
+  return json(body, status, NO_STORE);
+}

@@ -1,0 +1,160 @@
+/**
+ * `POST /token`: the `authorization_code` grant (with PKCE) and the rotating `refresh_token`
+ * grant.
+ *
+ * @see spec §4.3, RFC 6749 §4.1.3 and §6, RFC 7636 §4.6
+ */
+
+import type { RequestContext } from "../context.ts";
+import { randomToken, sha256Base64Url } from "../crypto.ts";
+import { notConfiguredError, OAuthError } from "../errors.ts";
+import { json, NO_STORE, readParams } from "../http.ts";
+import { redact } from "../logger.ts";
+import { verifyPkce } from "../pkce.ts";
+import type { SessionRecord } from "../records.ts";
+import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../sessions.ts";
+import type { Versioned } from "../store.ts";
+
+/** The token response of spec §2.5. */
+export interface TokenResponseBody {
+  access_token: string;
+  token_type: "Bearer";
+  expires_in: number;
+  refresh_token: string;
+  scope: string;
+}
+
+/** Handles `POST /token`. */
+export async function handleToken(ctx: RequestContext): Promise<Response> {
+  if (!ctx.deps.oauth) throw notConfiguredError();
+  const params = await readParams(ctx.request);
+  const grantType = params.get("grant_type");
+  if (grantType === "authorization_code") return await exchangeCode(ctx, params);
+  if (grantType === "refresh_token") return await refresh(ctx, params);
+  throw new OAuthError(
+    400,
+    "unsupported_grant_type",
+    grantType ? `Grant type ${grantType} is not supported` : "grant_type is required",
+  );
+}
+
+/** Spec §4.3.1, checks in its order. */
+async function exchangeCode(ctx: RequestContext, params: Map<string, string>): Promise<Response> {
+  const { store, clock } = ctx.deps;
+  const codeValue = params.get("code");
+  if (!codeValue) throw new OAuthError(400, "invalid_request", "code is required");
+  const verifier = params.get("code_verifier");
+  if (!verifier) throw new OAuthError(400, "invalid_request", "code_verifier is required");
+
+  const code = await store.getCode(codeValue);
+  if (!code) throw invalidGrant("Invalid authorization code");
+  if (clock.now() > code.value.expiresAt) {
+    await store.deleteCode(code);
+    throw invalidGrant("Authorization code expired");
+  }
+  const { codeChallenge, codeChallengeMethod, redirectUri, sessionId } = code.value;
+  if (!await verifyPkce(verifier, codeChallenge, codeChallengeMethod)) {
+    throw invalidGrant("Invalid code_verifier");
+  }
+  if (redirectUri !== undefined && params.get("redirect_uri") !== redirectUri) {
+    throw invalidGrant("redirect_uri does not match the authorization request");
+  }
+  const session = await store.getSession(sessionId);
+  if (!session) throw invalidGrant("Session not found");
+
+  const issued = await issueTokens(ctx, session.value);
+  if (!await store.redeemCode(code, session, issued.session, issued.body.refresh_token)) {
+    // A concurrent exchange of the same code won the commit.
+    throw invalidGrant("Invalid authorization code");
+  }
+  logIssued(ctx, "authorization_code", issued.session, issued.body.refresh_token);
+  return json(issued.body, 200, NO_STORE);
+}
+
+/** Spec §4.3.2. */
+async function refresh(ctx: RequestContext, params: Map<string, string>): Promise<Response> {
+  const { store } = ctx.deps;
+  const refreshToken = params.get("refresh_token");
+  if (!refreshToken) throw new OAuthError(400, "invalid_request", "refresh_token is required");
+  const found = await store.findSessionByRefreshToken(refreshToken);
+  if (!found) throw invalidGrant("Invalid refresh token");
+
+  let session: Versioned<SessionRecord> | null;
+  try {
+    session = await ensureFreshUpstreamToken(ctx.deps, found);
+  } catch (error) {
+    if (!(error instanceof UpstreamRefreshFailed)) throw error;
+    ctx.deps.logger.warn("upstream refresh failed", {
+      requestId: ctx.requestId,
+      sessionId: found.value.id,
+      error: String(error.cause),
+    });
+    throw invalidGrant("Failed to refresh underlying upstream token");
+  }
+  // Re-read after an upstream refresh: the token must still be the session's current one.
+  if (!session || session.value.mcpRefreshTokenHash !== await sha256Base64Url(refreshToken)) {
+    throw invalidGrant("Invalid refresh token");
+  }
+
+  const issued = await issueTokens(ctx, session.value);
+  if (!await store.rotateRefreshToken(session, issued.session, issued.body.refresh_token)) {
+    // A concurrent refresh with the same token rotated it first.
+    throw invalidGrant("Invalid refresh token");
+  }
+  logIssued(ctx, "refresh_token", issued.session, issued.body.refresh_token);
+  return json(issued.body, 200, NO_STORE);
+}
+
+/** Mints an access token (spec §2.6) and a refresh token, and the session that records them. */
+async function issueTokens(
+  ctx: RequestContext,
+  session: SessionRecord,
+): Promise<{ body: TokenResponseBody; session: SessionRecord }> {
+  const { clock, config, oauth } = ctx.deps;
+  const now = clock.now();
+  const ttl = config.accessTokenTtlSeconds;
+  const scope = session.scopes.join(" ");
+  const refreshToken = randomToken();
+  const accessToken = await oauth!.signer.sign(
+    {
+      iss: ctx.baseUrl,
+      sub: String(session.gitlabUserId),
+      aud: session.clientId,
+      sid: session.id,
+      scope,
+      gitlab_user: session.gitlabUsername,
+    },
+    now,
+    ttl,
+  );
+  return {
+    body: {
+      access_token: accessToken,
+      token_type: "Bearer",
+      expires_in: ttl,
+      refresh_token: refreshToken,
+      scope,
+    },
+    session: {
+      ...session,
+      mcpRefreshTokenHash: await sha256Base64Url(refreshToken),
+      mcpTokenExpiry: now + ttl * 1000,
+      updatedAt: now,
+      expiresAt: now + config.sessionIdleTtlSeconds * 1000,
+    },
+  };
+}
+
+function invalidGrant(description: string): OAuthError {
+  return new OAuthError(400, "invalid_grant", description);
+}
+
+function logIssued(ctx: RequestContext, grant: string, session: SessionRecord, refresh: string) {
+  ctx.deps.logger.info("tokens issued", {
+    requestId: ctx.requestId,
+    grant,
+    sessionId: session.id,
+    clientId: session.clientId,
+    refreshToken: redact(refresh),
+  });
+}

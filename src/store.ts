@@ -1,0 +1,274 @@
+/**
+ * All persistent state, in Deno KV. This is the only module that knows the keys:
+ *
+ * | key                                | value                 | lifetime (expireIn = GC only) |
+ * |------------------------------------|-----------------------|-------------------------------|
+ * | ["flow", sha256(flow_state)]       | FlowRecord            | upstream `expires_in`         |
+ * | ["code", sha256(code)]             | CodeRecord            | 10 minutes                    |
+ * | ["session", session id]            | SessionRecord         | inactivity lifetime           |
+ * | ["refresh", sha256(refresh token)] | { sessionId }         | as its session                |
+ * | ["lease", kind, id]                | { expiresAt }         | a few seconds                 |
+ *
+ * Deno deletes expired entries only at some point after `expireIn`, so every read also checks
+ * the record's `expiresAt` against the injected clock. Every single-use or rotating transition
+ * is one atomic commit guarded by the versionstamps it read.
+ */
+
+import type { Clock } from "./clock.ts";
+import { sha256Base64Url } from "./crypto.ts";
+import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
+
+/** A record as read, with what is needed to change it atomically later. */
+export interface Versioned<T> {
+  readonly key: Deno.KvKey;
+  readonly value: T;
+  readonly versionstamp: string;
+}
+
+/** A short exclusive claim on some work, across every instance sharing the KV. */
+export interface Lease {
+  release(): Promise<void>;
+}
+
+/** What a completed device flow writes in one commit. */
+export interface FlowCompletion {
+  code: string;
+  codeRecord: CodeRecord;
+  session: SessionRecord;
+}
+
+/** The service's storage operations. */
+export interface Store {
+  createFlow(flowState: string, flow: FlowRecord): Promise<void>;
+  /** The flow, even past its `expiresAt` (the caller answers "expired" then), or null. */
+  getFlow(flowState: string): Promise<Versioned<FlowRecord> | null>;
+  /** Deletes the flow if unchanged since read; false when someone else changed it first. */
+  deleteFlow(flow: Versioned<FlowRecord>): Promise<boolean>;
+  /** Keeps upstream tokens in the flow; null when the flow changed since read. */
+  saveFlowUpstreamTokens(
+    flow: Versioned<FlowRecord>,
+    tokens: UpstreamTokenSet,
+  ): Promise<Versioned<FlowRecord> | null>;
+  /** Stores code and session and deletes the flow, all or nothing; false if the flow changed. */
+  completeFlow(flow: Versioned<FlowRecord>, completion: FlowCompletion): Promise<boolean>;
+
+  /** The code, even past its `expiresAt`, or null. */
+  getCode(code: string): Promise<Versioned<CodeRecord> | null>;
+  deleteCode(code: Versioned<CodeRecord>): Promise<boolean>;
+  /**
+   * Consumes the code and stores the session with its first refresh token, all or nothing;
+   * false when the code or session changed since read (someone else redeemed it).
+   */
+  redeemCode(
+    code: Versioned<CodeRecord>,
+    session: Versioned<SessionRecord>,
+    updated: SessionRecord,
+    refreshToken: string,
+  ): Promise<boolean>;
+
+  /** A live session (not past its inactivity expiry), or null. */
+  getSession(id: string): Promise<Versioned<SessionRecord> | null>;
+  /** The live session a refresh token belongs to, or null. */
+  findSessionByRefreshToken(refreshToken: string): Promise<Versioned<SessionRecord> | null>;
+  /**
+   * Replaces the session's refresh token with a new one and stores the session, all or
+   * nothing; false when the session changed since read (a concurrent rotation won).
+   */
+  rotateRefreshToken(
+    session: Versioned<SessionRecord>,
+    updated: SessionRecord,
+    newRefreshToken: string,
+  ): Promise<boolean>;
+  /** Stores new upstream tokens in the session; null when the session changed since read. */
+  saveSession(
+    session: Versioned<SessionRecord>,
+    updated: SessionRecord,
+  ): Promise<Versioned<SessionRecord> | null>;
+  /** Deletes a session and its refresh index. */
+  deleteSession(id: string): Promise<void>;
+
+  /** Claims `kind`/`id` for `ttlMs` unless someone holds it; null when held. */
+  tryLease(kind: string, id: string, ttlMs: number): Promise<Lease | null>;
+  /** tryLease for the upstream work on one device flow. */
+  tryLeaseFlow(flow: Versioned<FlowRecord>, ttlMs: number): Promise<Lease | null>;
+}
+
+const CODE_KEY = "code";
+const FLOW_KEY = "flow";
+const SESSION_KEY = "session";
+const REFRESH_KEY = "refresh";
+const LEASE_KEY = "lease";
+
+/** Builds the store over an open KV and a clock. */
+export function createStore(kv: Deno.Kv, clock: Clock): Store {
+  const ttlUntil = (expiresAt: number) => Math.max(1, expiresAt - clock.now());
+  const isLive = (record: { expiresAt: number }) => clock.now() <= record.expiresAt;
+
+  async function read<T>(key: Deno.KvKey): Promise<Versioned<T> | null> {
+    const entry = await retryLocked(() => kv.get<T>(key));
+    return entry.versionstamp === null
+      ? null
+      : { key, value: entry.value, versionstamp: entry.versionstamp };
+  }
+
+  async function commit(op: Deno.AtomicOperation): Promise<boolean> {
+    const result = await retryLocked(() => op.commit());
+    return result.ok;
+  }
+
+  async function readLiveSession(id: string): Promise<Versioned<SessionRecord> | null> {
+    const session = await read<SessionRecord>([SESSION_KEY, id]);
+    return session && isLive(session.value) ? session : null;
+  }
+
+  async function refreshKey(refreshToken: string): Promise<Deno.KvKey> {
+    return [REFRESH_KEY, await sha256Base64Url(refreshToken)];
+  }
+
+  async function replaceRefreshIndex(
+    op: Deno.AtomicOperation,
+    previousHash: string,
+    updated: SessionRecord,
+    refreshToken: string,
+  ): Promise<void> {
+    const key = await refreshKey(refreshToken);
+    if (previousHash) op.delete([REFRESH_KEY, previousHash]);
+    op.check({ key, versionstamp: null })
+      .set(key, { sessionId: updated.id }, { expireIn: ttlUntil(updated.expiresAt) })
+      .set([SESSION_KEY, updated.id], updated, { expireIn: ttlUntil(updated.expiresAt) });
+  }
+
+  return {
+    async createFlow(flowState, flow) {
+      const key = [FLOW_KEY, await sha256Base64Url(flowState)];
+      const op = kv.atomic()
+        .check({ key, versionstamp: null })
+        .set(key, flow, { expireIn: ttlUntil(flow.expiresAt) });
+      if (!await commit(op)) throw new Error("flow state collision");
+    },
+
+    async getFlow(flowState) {
+      return read<FlowRecord>([FLOW_KEY, await sha256Base64Url(flowState)]);
+    },
+
+    deleteFlow(flow) {
+      return commit(kv.atomic().check(flow).delete(flow.key));
+    },
+
+    async saveFlowUpstreamTokens(flow, tokens) {
+      const value = { ...flow.value, upstreamTokens: tokens };
+      const result = await retryLocked(() =>
+        kv.atomic().check(flow).set(flow.key, value, { expireIn: ttlUntil(value.expiresAt) })
+          .commit()
+      );
+      return result.ok ? { key: flow.key, value, versionstamp: result.versionstamp } : null;
+    },
+
+    async completeFlow(flow, { code, codeRecord, session }) {
+      const codeKey = [CODE_KEY, await sha256Base64Url(code)];
+      const sessionKey = [SESSION_KEY, session.id];
+      return commit(
+        kv.atomic()
+          .check(flow)
+          .check({ key: codeKey, versionstamp: null })
+          .check({ key: sessionKey, versionstamp: null })
+          .set(codeKey, codeRecord, { expireIn: ttlUntil(codeRecord.expiresAt) })
+          .set(sessionKey, session, { expireIn: ttlUntil(session.expiresAt) })
+          .delete(flow.key),
+      );
+    },
+
+    async getCode(code) {
+      return read<CodeRecord>([CODE_KEY, await sha256Base64Url(code)]);
+    },
+
+    deleteCode(code) {
+      return commit(kv.atomic().check(code).delete(code.key));
+    },
+
+    async redeemCode(code, session, updated, refreshToken) {
+      const op = kv.atomic().check(code).check(session).delete(code.key);
+      await replaceRefreshIndex(op, session.value.mcpRefreshTokenHash, updated, refreshToken);
+      return commit(op);
+    },
+
+    getSession: readLiveSession,
+
+    async findSessionByRefreshToken(refreshToken) {
+      const index = await read<{ sessionId: string }>(await refreshKey(refreshToken));
+      if (!index) return null;
+      const session = await readLiveSession(index.value.sessionId);
+      // A stale index (left by nothing we know of, but cheap to guard) must not match.
+      const hash = index.key[1] as string;
+      return session?.value.mcpRefreshTokenHash === hash ? session : null;
+    },
+
+    async rotateRefreshToken(session, updated, newRefreshToken) {
+      const op = kv.atomic().check(session);
+      await replaceRefreshIndex(op, session.value.mcpRefreshTokenHash, updated, newRefreshToken);
+      return commit(op);
+    },
+
+    async saveSession(session, updated) {
+      const result = await retryLocked(() =>
+        kv.atomic().check(session)
+          .set(session.key, updated, { expireIn: ttlUntil(updated.expiresAt) })
+          .commit()
+      );
+      return result.ok
+        ? { key: session.key, value: updated, versionstamp: result.versionstamp }
+        : null;
+    },
+
+    async deleteSession(id) {
+      const session = await read<SessionRecord>([SESSION_KEY, id]);
+      if (!session) return;
+      const op = kv.atomic().delete(session.key);
+      if (session.value.mcpRefreshTokenHash) {
+        op.delete([REFRESH_KEY, session.value.mcpRefreshTokenHash]);
+      }
+      await commit(op);
+    },
+
+    tryLeaseFlow(flow, ttlMs) {
+      return this.tryLease(FLOW_KEY, String(flow.key[1]), ttlMs);
+    },
+
+    async tryLease(kind, id, ttlMs) {
+      const key = [LEASE_KEY, kind, id];
+      const current = await read<{ expiresAt: number }>(key);
+      if (current && isLive(current.value)) return null;
+      const expiresAt = clock.now() + ttlMs;
+      const result = await retryLocked(() =>
+        kv.atomic()
+          .check({ key, versionstamp: current?.versionstamp ?? null })
+          .set(key, { expiresAt }, { expireIn: ttlMs })
+          .commit()
+      );
+      if (!result.ok) return null;
+      const held = { key, versionstamp: result.versionstamp };
+      return {
+        async release() {
+          await commit(kv.atomic().check(held).delete(key));
+        },
+      };
+    },
+  };
+}
+
+const LOCKED_RETRIES = 8;
+
+/**
+ * Several processes on one SQLite-backed KV file see transient "database is locked" errors;
+ * they are retried with backoff instead of surfacing as 500s.
+ */
+async function retryLocked<T>(operation: () => Promise<T>): Promise<T> {
+  for (let attempt = 0;; attempt++) {
+    try {
+      return await operation();
+    } catch (error) {
+      if (attempt >= LOCKED_RETRIES || !/database is locked|busy/i.test(String(error))) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 5 * 2 ** attempt * Math.random() + 1));
+    }
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * The upstream identity provider, as the routes see it. The GitLab client implements it over
+ * HTTP; tests and the demo swap in fakes.
+ *
+ * @see RFC 8628 (device authorization grant)
+ */
+
+/** A device authorization started at the upstream provider (RFC 8628 §3.2). */
+export interface DeviceAuthorization {
+  deviceCode: string;
+  userCode: string;
+  verificationUri: string;
+  verificationUriComplete?: string;
+  /** Lifetime of the device code, in seconds. */
+  expiresInSeconds: number;
+  /** Minimum polling interval the provider asked for, in seconds. */
+  intervalSeconds: number;
+}
+
+/** Tokens the upstream provider issued. */
+export interface UpstreamTokens {
+  accessToken: string;
+  /** Empty string when the provider issued none. */
+  refreshToken: string;
+  /** Lifetime of the access token in seconds, when the provider said. */
+  expiresInSeconds?: number;
+}
+
+/** The upstream user, as far as we need them. */
+export interface UpstreamUser {
+  id: number;
+  username: string;
+}
+
+/**
+ * Outcome of one device-token poll (RFC 8628 §3.5), decided from the provider's `error` code,
+ * never from message text.
+ */
+export type DevicePollResult =
+  | { kind: "token"; tokens: UpstreamTokens }
+  /** `authorization_pending`: the user has not approved yet. */
+  | { kind: "pending" }
+  /** `slow_down`: still pending, and the provider wants a longer interval. */
+  | { kind: "slow_down" };
+
+/**
+ * Why an upstream call failed. `terminal` means the flow or grant can never succeed
+ * (`access_denied`, `expired_token`, `invalid_*`); `transient` means trying again later may work
+ * (timeouts, network errors, 5xx, 429, malformed answers).
+ */
+export type UpstreamFailure = "terminal" | "transient";
+
+/** An upstream call failed; raised only at the upstream boundary. */
+export class UpstreamError extends Error {
+  constructor(
+    readonly failure: UpstreamFailure,
+    /** The provider's OAuth `error` code, or a short code of ours (`timeout`, `network`, `http_502`, `malformed`). */
+    readonly code: string,
+    message: string = code,
+  ) {
+    super(message);
+    this.name = "UpstreamError";
+  }
+}
+
+/** What the service needs of the upstream identity provider. */
+export interface Upstream {
+  /** Starts a device flow. Throws UpstreamError. */
+  startDeviceAuthorization(): Promise<DeviceAuthorization>;
+  /** Polls the token endpoint once with the device code. Throws UpstreamError. */
+  pollDeviceToken(deviceCode: string): Promise<DevicePollResult>;
+  /** Exchanges an upstream refresh token for new tokens. Throws UpstreamError. */
+  refreshTokens(refreshToken: string): Promise<UpstreamTokens>;
+  /** Reads the user the access token belongs to. Throws UpstreamError. */
+  fetchUser(accessToken: string): Promise<UpstreamUser>;
+}
