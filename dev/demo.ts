@@ -1,0 +1,125 @@
+/**
+ * `deno task demo`: the service, a simulated GitLab and a tiny example client, all on
+ * loopback, so a newcomer can watch a whole sign-in without a GitLab account.
+ *
+ * Development only. Production starts with `deno task start` and a real GitLab.
+ */
+
+import { startService } from "../main.ts";
+import { randomToken, sha256Base64Url } from "../src/crypto.ts";
+import { createLogger } from "../src/logger.ts";
+import { startSimulatedGitLab } from "./simulated_gitlab.ts";
+
+const env = Deno.env.toObject();
+const port = env.PORT ?? "8000";
+const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
+const service = await startService({
+  KV_PATH: ":memory:",
+  ACCESS_TOKEN_TTL: "3600",
+  ...env,
+  PORT: port,
+  HOSTNAME: env.HOSTNAME ?? "127.0.0.1",
+  GITLAB_URL: gitlab.url.href,
+  GITLAB_CLIENT_ID: "demo-gitlab-app",
+  JWT_SECRET: randomToken(32),
+}, createLogger());
+
+/** PKCE verifiers of sign-ins the example client started, by `state`. */
+const pending = new Map<string, string>();
+
+const client = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
+  const url = new URL(request.url);
+  const callback = `${url.origin}/callback`;
+  if (url.pathname === "/") {
+    const state = randomToken(16);
+    const verifier = randomToken(32);
+    pending.set(state, verifier);
+    const authorize = new URL(`${service.url}/authorize`);
+    authorize.search = new URLSearchParams({
+      response_type: "code",
+      client_id: "demo-client",
+      redirect_uri: callback,
+      code_challenge: await sha256Base64Url(verifier),
+      code_challenge_method: "S256",
+      state,
+      scope: "mcp:tools mcp:resources",
+    }).toString();
+    return Response.redirect(authorize.href, 302);
+  }
+  if (url.pathname === "/callback") {
+    const state = url.searchParams.get("state") ?? "";
+    const verifier = pending.get(state);
+    pending.delete(state);
+    if (!verifier) return page("Unknown or reused state", "<p>Start again.</p>");
+    const response = await fetch(`${service.url}/token`, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({
+        grant_type: "authorization_code",
+        code: url.searchParams.get("code") ?? "",
+        code_verifier: verifier,
+        redirect_uri: callback,
+      }),
+    });
+    const body = await response.json();
+    const claims = body.access_token
+      ? JSON.parse(new TextDecoder().decode(Uint8Array.fromBase64(
+        body.access_token.split(".")[1],
+        { alphabet: "base64url" },
+      )))
+      : undefined;
+    return page(
+      response.ok ? "Signed in" : `Token exchange failed (${response.status})`,
+      `<p>The example client exchanged the code at <code>POST /token</code>.</p>
+       <h2>Token response</h2><pre>${escape(JSON.stringify(body, null, 2))}</pre>
+       ${
+        claims
+          ? `<h2>Access-token claims</h2><pre>${escape(JSON.stringify(claims, null, 2))}</pre>`
+          : ""
+      }
+       <p><a href="/">Sign in again</a></p>`,
+    );
+  }
+  return new Response("Not found", { status: 404 });
+});
+
+function page(title: string, body: string): Response {
+  return new Response(
+    `<!doctype html><html lang="en"><meta charset="utf-8">
+     <meta name="viewport" content="width=device-width, initial-scale=1">
+     <title>${escape(title)}</title>
+     <style>body{font:16px/1.5 system-ui,sans-serif;max-width:46rem;margin:2rem auto;padding:0 1rem}
+     pre{background:#f4f4f5;padding:1rem;overflow:auto;border-radius:8px}</style>
+     <h1>${escape(title)}</h1>${body}</html>`,
+    { headers: { "Content-Type": "text/html; charset=utf-8" } },
+  );
+}
+
+function escape(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+}
+
+const clientUrl = `http://127.0.0.1:${client.addr.port}/`;
+const banner = [
+  "",
+  "  Demo running — everything is on this machine, nothing reaches gitlab.com.",
+  "",
+  `  1. Open the example client:   ${clientUrl}`,
+  "     It sends you to the service's /authorize page with a fresh PKCE challenge.",
+  `  2. Click "Open GitLab" on that page: a simulated GitLab (${gitlab.url.origin}) asks for`,
+  "     the code; click Approve (or Deny to see a failure).",
+  "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
+  "",
+  `  Service: ${service.url}   Simulated GitLab: ${gitlab.url.origin}   Ctrl-C stops all.`,
+  "",
+].join("\n");
+await Deno.stdout.write(new TextEncoder().encode(banner + "\n"));
+
+const stop = async () => {
+  await service.shutdown();
+  await client.shutdown();
+  await gitlab.close();
+  Deno.exit(0);
+};
+Deno.addSignalListener("SIGINT", stop);
+Deno.addSignalListener("SIGTERM", stop);

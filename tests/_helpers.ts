@@ -1,0 +1,239 @@
+/**
+ * Test wiring: the real app over an in-memory KV, a clock the test moves, and an in-process
+ * fake GitLab whose answers each test scripts.
+ */
+
+import { createApp, type FetchHandler } from "../src/app.ts";
+import type { Clock } from "../src/clock.ts";
+import { type Config, loadConfig } from "../src/config.ts";
+import type { AppDeps } from "../src/context.ts";
+import { createTokenSigner } from "../src/jwt.ts";
+import { type Logger, silentLogger } from "../src/logger.ts";
+import { createStore, type Store } from "../src/store.ts";
+import { loadTemplates, type Templates } from "../src/templates.ts";
+import {
+  type DeviceAuthorization,
+  type DevicePollResult,
+  type Upstream,
+  UpstreamError,
+  type UpstreamTokens,
+  type UpstreamUser,
+} from "../src/upstream/types.ts";
+
+export const TEST_SECRET = "test-secret-that-is-at-least-32-bytes-long!";
+export const TEST_BASE = "http://auth.test";
+
+/** A clock that only moves when the test says so. */
+export class FakeClock implements Clock {
+  constructor(public current = Date.parse("2026-01-01T00:00:00Z")) {}
+  now(): number {
+    return this.current;
+  }
+  advance(ms: number): void {
+    this.current += ms;
+  }
+}
+
+type Scripted<T> = T | UpstreamError | (() => Promise<T>);
+
+/** An in-process GitLab whose next answers the test queues. */
+export class FakeUpstream implements Upstream {
+  calls = { start: 0, poll: 0, refresh: 0, user: 0 };
+  device: DeviceAuthorization = {
+    deviceCode: "device-code-1",
+    userCode: "WDJB-MJHT",
+    verificationUri: "https://gitlab.test/oauth/device",
+    verificationUriComplete: "https://gitlab.test/oauth/device?user_code=WDJB-MJHT",
+    expiresInSeconds: 300,
+    intervalSeconds: 5,
+  };
+  startResult?: UpstreamError;
+  /** Answers of successive device polls; when empty, `pending`. */
+  polls: Scripted<DevicePollResult>[] = [];
+  user: Scripted<UpstreamUser> = { id: 4242, username: "ada" };
+  /** Answers of successive refreshes; when empty, a fresh pair. */
+  refreshes: Scripted<UpstreamTokens>[] = [];
+  refreshTokensSeen: string[] = [];
+
+  startDeviceAuthorization(): Promise<DeviceAuthorization> {
+    this.calls.start++;
+    return this.startResult ? Promise.reject(this.startResult) : Promise.resolve(this.device);
+  }
+  pollDeviceToken(): Promise<DevicePollResult> {
+    this.calls.poll++;
+    return resolve(this.polls.shift() ?? { kind: "pending" });
+  }
+  refreshTokens(refreshToken: string): Promise<UpstreamTokens> {
+    this.calls.refresh++;
+    this.refreshTokensSeen.push(refreshToken);
+    const n = this.calls.refresh;
+    return resolve(
+      this.refreshes.shift() ??
+        { accessToken: `gl-access-${n}`, refreshToken: `gl-refresh-${n}`, expiresInSeconds: 7200 },
+    );
+  }
+  fetchUser(): Promise<UpstreamUser> {
+    this.calls.user++;
+    return resolve(this.user);
+  }
+  /** Makes the next device poll return a token. */
+  approve(tokens: Partial<UpstreamTokens> = {}): void {
+    this.polls.push({
+      kind: "token",
+      tokens: {
+        accessToken: "gl-access-0",
+        refreshToken: "gl-refresh-0",
+        expiresInSeconds: 7200,
+        ...tokens,
+      },
+    });
+  }
+}
+
+function resolve<T>(scripted: Scripted<T>): Promise<T> {
+  if (scripted instanceof UpstreamError) return Promise.reject(scripted);
+  if (typeof scripted === "function") return (scripted as () => Promise<T>)();
+  return Promise.resolve(scripted);
+}
+
+/** Everything a test needs to drive the app. */
+export interface TestApp {
+  app: FetchHandler;
+  kv: Deno.Kv;
+  store: Store;
+  clock: FakeClock;
+  upstream: FakeUpstream;
+  config: Config;
+  deps: AppDeps;
+  close(): void;
+}
+
+let templates: Templates | undefined;
+
+/** The real app over `:memory:` KV; `env` as the environment would give it. */
+export async function makeTestApp(
+  options: { env?: Record<string, string>; logger?: Logger; configured?: boolean } = {},
+): Promise<TestApp> {
+  const env = {
+    GITLAB_CLIENT_ID: "gitlab-app-id",
+    JWT_SECRET: TEST_SECRET,
+    BASE_URL: TEST_BASE,
+    ...options.env,
+  };
+  if (options.configured === false) {
+    delete (env as Record<string, string>).GITLAB_CLIENT_ID;
+    delete (env as Record<string, string>).JWT_SECRET;
+  }
+  const config = loadConfig(env);
+  const kv = await Deno.openKv(":memory:");
+  const clock = new FakeClock();
+  const store = createStore(kv, clock);
+  const upstream = new FakeUpstream();
+  templates ??= await loadTemplates();
+  const deps: AppDeps = {
+    config,
+    store,
+    clock,
+    templates,
+    logger: options.logger ?? silentLogger,
+    oauth: config.gitlabClientId && config.jwtSecret
+      ? { upstream, signer: await createTokenSigner(config.jwtSecret) }
+      : undefined,
+  };
+  return {
+    app: createApp(deps),
+    kv,
+    store,
+    clock,
+    upstream,
+    config,
+    deps,
+    close: () => kv.close(),
+  };
+}
+
+/** A PKCE pair (RFC 7636 Appendix B). */
+export const PKCE = {
+  verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk",
+  challenge: "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM",
+};
+
+/** Query of a valid authorization request, with overrides (`null` drops a parameter). */
+export function authorizeQuery(overrides: Record<string, string | null> = {}): string {
+  const params: Record<string, string | null> = {
+    response_type: "code",
+    client_id: "client-1",
+    code_challenge: PKCE.challenge,
+    code_challenge_method: "S256",
+    redirect_uri: "http://127.0.0.1:9999/callback",
+    state: "xyz",
+    ...overrides,
+  };
+  const query = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== null) query.set(k, v);
+  return query.toString();
+}
+
+/** The values the page hands its script (the #flow-data JSON block). */
+export function flowDataFromPage(html: string): { flowState: string; [k: string]: unknown } {
+  const match = html.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s);
+  if (!match) throw new Error("page has no flow-data block");
+  return JSON.parse(match[1]);
+}
+
+/** GET /authorize with a valid request; returns the flow state from the page. */
+export async function startFlow(
+  t: TestApp,
+  overrides: Record<string, string | null> = {},
+): Promise<string> {
+  const response = await t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
+  if (response.status !== 200) throw new Error(`authorize answered ${response.status}`);
+  return flowDataFromPage(await response.text()).flowState;
+}
+
+/** GET /oauth/poll. */
+export async function poll(t: TestApp, flowState: string): Promise<Response> {
+  return await t.app(
+    new Request(`${TEST_BASE}/oauth/poll?flow_state=${encodeURIComponent(flowState)}`),
+  );
+}
+
+/** Runs a flow to completion and returns the authorization code. */
+export async function issueCode(
+  t: TestApp,
+  overrides: Record<string, string | null> = {},
+): Promise<string> {
+  const flowState = await startFlow(t, overrides);
+  t.upstream.approve();
+  const body = await (await poll(t, flowState)).json();
+  if (body.status !== "complete") throw new Error(`poll answered ${JSON.stringify(body)}`);
+  return body.code;
+}
+
+/** POST /token form-encoded. */
+export async function token(t: TestApp, form: Record<string, string>): Promise<Response> {
+  return await t.app(
+    new Request(`${TEST_BASE}/token`, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams(form),
+    }),
+  );
+}
+
+/** Exchanges a fresh code and returns the token response body. */
+export async function issueTokens(
+  t: TestApp,
+): Promise<{ access_token: string; refresh_token: string; [k: string]: unknown }> {
+  const code = await issueCode(t);
+  const response = await token(t, {
+    grant_type: "authorization_code",
+    code,
+    code_verifier: PKCE.verifier,
+    redirect_uri: "http://127.0.0.1:9999/callback",
+  });
+  if (response.status !== 200) {
+    throw new Error(`token answered ${response.status} ${await response.text()}`);
+  }
+  return await response.json();
+}

@@ -1,0 +1,243 @@
+/**
+ * End to end over real HTTP: the service as a child process (`main.ts`), the real GitLab
+ * client, and the simulated GitLab on loopback.
+ */
+
+import assert from "node:assert/strict";
+import { jwtVerify } from "jose";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { PKCE, TEST_SECRET } from "./_helpers.ts";
+import { type ServiceProcess, spawnService } from "./_service.ts";
+
+const REDIRECT_URI = "http://127.0.0.1:9/callback";
+
+function serviceEnv(gitlabUrl: URL, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    GITLAB_URL: gitlabUrl.href,
+    GITLAB_CLIENT_ID: "e2e-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: ":memory:",
+    ...extra,
+  };
+}
+
+async function authorize(service: ServiceProcess): Promise<string> {
+  const query = new URLSearchParams({
+    response_type: "code",
+    client_id: "e2e-client",
+    code_challenge: PKCE.challenge,
+    code_challenge_method: "S256",
+    redirect_uri: REDIRECT_URI,
+    state: "s-1",
+  });
+  const response = await fetch(`${service.url}/authorize?${query}`);
+  assert.equal(response.status, 200);
+  const html = await response.text();
+  const data = html.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s);
+  assert.ok(data, "page carries its flow data");
+  return JSON.parse(data[1]).flowState;
+}
+
+async function pollOnce(service: ServiceProcess, flowState: string) {
+  const response = await fetch(`${service.url}/oauth/poll?flow_state=${flowState}`);
+  return { status: response.status, body: await response.json() };
+}
+
+async function postToken(service: ServiceProcess, form: Record<string, string>) {
+  const response = await fetch(`${service.url}/token`, {
+    method: "POST",
+    headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams(form),
+  });
+  return { status: response.status, body: await response.json() };
+}
+
+async function completeSignIn(
+  service: ServiceProcess,
+  gitlab: ReturnType<typeof startSimulatedGitLab>,
+) {
+  const flowState = await authorize(service);
+  assert.deepEqual((await pollOnce(service, flowState)).body, { status: "pending" });
+  gitlab.approve(gitlab.lastUserCode()!);
+  const done = await pollOnce(service, flowState);
+  assert.equal(done.status, 200);
+  assert.equal(done.body.status, "complete");
+  const exchanged = await postToken(service, {
+    grant_type: "authorization_code",
+    code: done.body.code,
+    code_verifier: PKCE.verifier,
+    redirect_uri: REDIRECT_URI,
+  });
+  assert.equal(exchanged.status, 200, JSON.stringify(exchanged.body));
+  return exchanged.body;
+}
+
+Deno.test("e2e: authorize → approve at GitLab → poll → code exchange → refresh, over HTTP", async () => {
+  const gitlab = startSimulatedGitLab();
+  const service = await spawnService(serviceEnv(gitlab.url));
+  try {
+    const flowState = await authorize(service);
+    assert.equal(gitlab.calls.authorizeDevice, 1);
+    assert.deepEqual(await pollOnce(service, flowState), {
+      status: 200,
+      body: { status: "pending" },
+    });
+    gitlab.approve(gitlab.lastUserCode()!);
+    const done = await pollOnce(service, flowState);
+    assert.equal(done.body.status, "complete");
+    assert.equal(done.body.redirect_uri, REDIRECT_URI);
+    assert.equal(done.body.state, "s-1");
+    assert.equal(gitlab.calls.user, 1);
+
+    const tokens = await postToken(service, {
+      grant_type: "authorization_code",
+      code: done.body.code,
+      code_verifier: PKCE.verifier,
+      redirect_uri: REDIRECT_URI,
+    });
+    assert.equal(tokens.status, 200);
+    const { payload } = await jwtVerify(
+      tokens.body.access_token,
+      new TextEncoder().encode(TEST_SECRET),
+      { algorithms: ["HS256"], issuer: service.url, audience: "e2e-client" },
+    );
+    assert.equal(payload.sub, "4242");
+    assert.equal(payload.gitlab_user, "ada");
+
+    const refreshed = await postToken(service, {
+      grant_type: "refresh_token",
+      refresh_token: tokens.body.refresh_token,
+    });
+    assert.equal(refreshed.status, 200);
+    assert.notEqual(refreshed.body.refresh_token, tokens.body.refresh_token);
+    const replay = await postToken(service, {
+      grant_type: "refresh_token",
+      refresh_token: tokens.body.refresh_token,
+    });
+    assert.equal(replay.status, 400);
+    assert.equal(replay.body.error, "invalid_grant");
+  } finally {
+    assert.equal(await service.stop(), 0);
+    await gitlab.close();
+  }
+});
+
+Deno.test("e2e: denied at GitLab → poll answers failed with access_denied", async () => {
+  const gitlab = startSimulatedGitLab();
+  const service = await spawnService(serviceEnv(gitlab.url));
+  try {
+    const flowState = await authorize(service);
+    gitlab.deny(gitlab.lastUserCode()!);
+    assert.deepEqual(await pollOnce(service, flowState), {
+      status: 200,
+      body: { status: "failed", error: "access_denied" },
+    });
+    assert.deepEqual(await pollOnce(service, flowState), {
+      status: 400,
+      body: { status: "expired", error: "Flow not found" },
+    });
+  } finally {
+    await service.stop();
+    await gitlab.close();
+  }
+});
+
+Deno.test("e2e: a refresh token survives a restart on a file-backed KV", async () => {
+  const gitlab = startSimulatedGitLab();
+  const dir = await Deno.makeTempDir();
+  const env = serviceEnv(gitlab.url, { KV_PATH: `${dir}/kv.sqlite` });
+  try {
+    const first = await spawnService(env);
+    let tokens;
+    try {
+      tokens = await completeSignIn(first, gitlab);
+    } finally {
+      assert.equal(await first.stop(), 0);
+    }
+    const second = await spawnService(env);
+    try {
+      const refreshed = await postToken(second, {
+        grant_type: "refresh_token",
+        refresh_token: tokens.refresh_token,
+      });
+      assert.equal(refreshed.status, 200, JSON.stringify(refreshed.body));
+      assert.equal(refreshed.body.scope, "mcp:tools mcp:resources");
+    } finally {
+      await second.stop();
+    }
+  } finally {
+    await gitlab.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("e2e: a flow started before a restart completes after it", async () => {
+  const gitlab = startSimulatedGitLab();
+  const dir = await Deno.makeTempDir();
+  const env = serviceEnv(gitlab.url, { KV_PATH: `${dir}/kv.sqlite` });
+  try {
+    const first = await spawnService(env);
+    let flowState;
+    try {
+      flowState = await authorize(first);
+    } finally {
+      await first.stop();
+    }
+    gitlab.approve(gitlab.lastUserCode()!);
+    const second = await spawnService(env);
+    try {
+      const done = await pollOnce(second, flowState);
+      assert.equal(done.body.status, "complete");
+    } finally {
+      await second.stop();
+    }
+  } finally {
+    await gitlab.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("e2e: without GITLAB_CLIENT_ID and JWT_SECRET it starts, warns once, answers 500", async () => {
+  const service = await spawnService({ KV_PATH: ":memory:" });
+  try {
+    const authorizeResponse = await fetch(`${service.url}/authorize?response_type=code`);
+    assert.equal(authorizeResponse.status, 500);
+    assert.deepEqual(await authorizeResponse.json(), {
+      error: "server_error",
+      error_description: "OAuth not configured",
+    });
+    const pollResponse = await fetch(`${service.url}/oauth/poll?flow_state=x`);
+    assert.equal(pollResponse.status, 500);
+    assert.deepEqual(await pollResponse.json(), { error: "server_error" });
+    const tokenResponse = await postToken(service, { grant_type: "refresh_token" });
+    assert.equal(tokenResponse.status, 500);
+    assert.equal(tokenResponse.body.error_description, "OAuth not configured");
+    const warnings = service.logs.filter((line) => line.includes("not configured"));
+    assert.equal(warnings.length, 1);
+    assert.match(warnings[0], /GITLAB_CLIENT_ID and JWT_SECRET/);
+  } finally {
+    await service.stop();
+  }
+});
+
+Deno.test("e2e: a wrong configuration value stops start-up with one line naming it", async () => {
+  for (
+    const [name, value] of [
+      ["JWT_SECRET", "too-short"],
+      ["ACCESS_TOKEN_TTL", "soon"],
+      ["GITLAB_URL", "not a url"],
+    ]
+  ) {
+    const output = await new Deno.Command(Deno.execPath(), {
+      args: ["run", "--allow-all", new URL("../main.ts", import.meta.url).pathname],
+      env: { [name]: value, KV_PATH: ":memory:", PORT: "0" },
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    assert.equal(output.code, 1);
+    const lines = new TextDecoder().decode(output.stdout).trim().split("\n");
+    assert.equal(lines.length, 1, lines.join("\n"));
+    assert.match(lines[0], new RegExp(name));
+    if (name === "JWT_SECRET") assert.doesNotMatch(lines[0], /too-short/);
+  }
+});
