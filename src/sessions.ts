@@ -20,7 +20,7 @@ export const UPSTREAM_REFRESH_BUFFER_MS = 5 * 60 * 1000;
 const REFRESH_LEASE_MS = 30_000;
 /** How long a caller waits for another instance's refresh of the same session. */
 const REFRESH_WAIT_MS = 35_000;
-const REFRESH_WAIT_STEP_MS = 50;
+const REFRESH_WAIT_STEP_MS = 25;
 const SAVE_ATTEMPTS = 5;
 
 /** The GitLab token could not be refreshed (spec: `Failed to refresh underlying upstream token`). */
@@ -89,7 +89,10 @@ export async function ensureFreshUpstreamToken(
   while (Date.now() < deadline) {
     const lease = await store.tryLease("upstream-refresh", id, REFRESH_LEASE_MS);
     if (!lease) {
+      // Another caller is refreshing: wait, then take what it stored if it is done.
       await new Promise((resolve) => setTimeout(resolve, REFRESH_WAIT_STEP_MS));
+      const current = await store.getSession(id);
+      if (!current || !upstreamExpiring(current.value, clock.now())) return current;
       continue;
     }
     try {

@@ -1,0 +1,191 @@
+import assert from "node:assert/strict";
+import { ConfigError, loadConfig, missingOAuthSettings, oauthSettings } from "../src/config.ts";
+
+const SECRET = "config-test-secret-value-of-at-least-32-bytes";
+const CONFIGURED = { GITLAB_CLIENT_ID: "gitlab-app-id", JWT_SECRET: SECRET };
+
+/** Asserts that `env` is refused with a one-line ConfigError naming `variable`. */
+function assertRejected(env: Record<string, string>, variable: string): ConfigError {
+  let caught: unknown;
+  try {
+    loadConfig(env);
+  } catch (error) {
+    caught = error;
+  }
+  assert.ok(caught instanceof ConfigError, `expected a ConfigError for ${JSON.stringify(env)}`);
+  assert.equal(caught.variable, variable);
+  assert.ok(caught.message.includes(variable), `message names ${variable}: ${caught.message}`);
+  assert.doesNotMatch(caught.message, /[\r\n]/, "message is one line");
+  return caught;
+}
+
+Deno.test("loadConfig defaults", async (t) => {
+  const config = loadConfig({});
+
+  await t.step("server address", () => {
+    assert.equal(config.port, 8000);
+    assert.equal(config.hostname, "0.0.0.0");
+  });
+  await t.step("GitLab", () => {
+    assert.equal(config.gitlabUrl.href, "https://gitlab.com/");
+    assert.equal(config.gitlabScopes, "api");
+    assert.equal(config.gitlabClientId, undefined);
+  });
+  await t.step("lifetimes", () => {
+    assert.equal(config.accessTokenTtlSeconds, 3600);
+    assert.equal(config.sessionIdleTtlSeconds, 30 * 24 * 60 * 60);
+  });
+  await t.step("proxy, storage and base URL", () => {
+    assert.equal(config.trustProxy, false);
+    assert.equal(config.kvPath, undefined);
+    assert.equal(config.baseUrl, undefined);
+  });
+  await t.step("empty and blank values count as unset", () => {
+    const blank = loadConfig({ PORT: "", HOSTNAME: "  ", ACCESS_TOKEN_TTL: "", KV_PATH: "" });
+    assert.equal(blank.port, 8000);
+    assert.equal(blank.hostname, "0.0.0.0");
+    assert.equal(blank.accessTokenTtlSeconds, 3600);
+    assert.equal(blank.kvPath, undefined);
+  });
+});
+
+Deno.test("loadConfig reads valid values", async (t) => {
+  await t.step("every variable", () => {
+    const config = loadConfig({
+      ...CONFIGURED,
+      PORT: "9090",
+      HOSTNAME: "127.0.0.1",
+      GITLAB_URL: "https://gitlab.example.org",
+      GITLAB_SCOPES: "read_user api",
+      ACCESS_TOKEN_TTL: "600",
+      SESSION_IDLE_TTL: "86400",
+      KV_PATH: "/tmp/kv.sqlite",
+      BASE_URL: "https://auth.example.org",
+      TRUST_PROXY: "true",
+    });
+    assert.equal(config.port, 9090);
+    assert.equal(config.hostname, "127.0.0.1");
+    assert.equal(config.gitlabUrl.origin, "https://gitlab.example.org");
+    assert.equal(config.gitlabClientId, "gitlab-app-id");
+    assert.equal(config.gitlabScopes, "read_user api");
+    assert.equal(config.jwtSecret, SECRET);
+    assert.equal(config.accessTokenTtlSeconds, 600);
+    assert.equal(config.sessionIdleTtlSeconds, 86400);
+    assert.equal(config.kvPath, "/tmp/kv.sqlite");
+    assert.equal(config.baseUrl, "https://auth.example.org");
+    assert.equal(config.trustProxy, true);
+  });
+  await t.step("BASE_URL loses its trailing slash", () => {
+    assert.equal(
+      loadConfig({ BASE_URL: "https://auth.example.org/" }).baseUrl,
+      "https://auth.example.org",
+    );
+    assert.equal(
+      loadConfig({ BASE_URL: "https://auth.example.org/prefix/" }).baseUrl,
+      "https://auth.example.org/prefix",
+    );
+  });
+  await t.step("TRUST_PROXY accepts the usual spellings", () => {
+    for (const yes of ["1", "true", "TRUE", "yes", "on"]) {
+      assert.equal(loadConfig({ TRUST_PROXY: yes }).trustProxy, true, yes);
+    }
+    for (const no of ["0", "false", "False", "no", "off"]) {
+      assert.equal(loadConfig({ TRUST_PROXY: no }).trustProxy, false, no);
+    }
+  });
+  await t.step("a JWT_SECRET of exactly 32 bytes is accepted", () => {
+    assert.equal(loadConfig({ JWT_SECRET: "x".repeat(32) }).jwtSecret, "x".repeat(32));
+  });
+});
+
+Deno.test("loadConfig rejects bad values with a one-line ConfigError", async (t) => {
+  await t.step("JWT_SECRET under 32 bytes", () => {
+    assertRejected({ JWT_SECRET: "x".repeat(31) }, "JWT_SECRET");
+    assertRejected({ GITLAB_CLIENT_ID: "id", JWT_SECRET: "short" }, "JWT_SECRET");
+  });
+  await t.step("JWT_SECRET counts bytes, not characters", () => {
+    // 16 characters, 32 bytes: accepted; 15 of them (30 bytes) are not.
+    assert.equal(loadConfig({ JWT_SECRET: "é".repeat(16) }).jwtSecret, "é".repeat(16));
+    assertRejected({ JWT_SECRET: "é".repeat(15) }, "JWT_SECRET");
+  });
+  await t.step("ACCESS_TOKEN_TTL not a positive whole number", () => {
+    for (const bad of ["abc", "-5", "1.5", "0", "1e3", "0x10"]) {
+      assertRejected({ ACCESS_TOKEN_TTL: bad }, "ACCESS_TOKEN_TTL");
+    }
+  });
+  await t.step("SESSION_IDLE_TTL not a whole number", () => {
+    assertRejected({ SESSION_IDLE_TTL: "forever" }, "SESSION_IDLE_TTL");
+  });
+  await t.step("PORT out of range or not a number", () => {
+    assertRejected({ PORT: "70000" }, "PORT");
+    assertRejected({ PORT: "http" }, "PORT");
+  });
+  await t.step("GITLAB_URL not an http(s) URL", () => {
+    assertRejected({ GITLAB_URL: "not a url" }, "GITLAB_URL");
+    assertRejected({ GITLAB_URL: "ftp://x" }, "GITLAB_URL");
+  });
+  await t.step("BASE_URL malformed", () => {
+    assertRejected({ BASE_URL: "auth.example.org" }, "BASE_URL");
+    assertRejected({ BASE_URL: "http://" }, "BASE_URL");
+    assertRejected({ BASE_URL: "javascript:alert(1)" }, "BASE_URL");
+    assertRejected({ BASE_URL: "https://auth.example.org/?x=1" }, "BASE_URL");
+  });
+  await t.step("TRUST_PROXY not a boolean", () => {
+    assertRejected({ TRUST_PROXY: "maybe" }, "TRUST_PROXY");
+  });
+  await t.step("a value with a line break still gives a one-line message", () => {
+    assertRejected({ PORT: "80\n80" }, "PORT");
+    assertRejected({ GITLAB_URL: "not\na url" }, "GITLAB_URL");
+    assertRejected({ TRUST_PROXY: "may\r\nbe" }, "TRUST_PROXY");
+  });
+  await t.step("the secret never appears in any ConfigError message", () => {
+    const short = "short-secret-42";
+    const shortError = assertRejected({ JWT_SECRET: short }, "JWT_SECRET");
+    assert.ok(!shortError.message.includes(short), shortError.message);
+    assert.ok(!String(shortError.stack).includes(short));
+
+    const others = [
+      { ACCESS_TOKEN_TTL: "abc" },
+      { PORT: "70000" },
+      { GITLAB_URL: "ftp://x" },
+      { BASE_URL: "not a url" },
+      { TRUST_PROXY: "maybe" },
+    ];
+    for (const bad of others) {
+      let message = "";
+      try {
+        loadConfig({ ...CONFIGURED, ...bad });
+      } catch (error) {
+        assert.ok(error instanceof ConfigError);
+        message = error.message;
+      }
+      assert.ok(message, `expected ${JSON.stringify(bad)} to be rejected`);
+      assert.ok(!message.includes(SECRET), message);
+    }
+  });
+});
+
+Deno.test("OAuth settings", async (t) => {
+  await t.step("missing GITLAB_CLIENT_ID and JWT_SECRET do not throw", () => {
+    const config = loadConfig({});
+    assert.equal(oauthSettings(config), undefined);
+    assert.deepEqual(missingOAuthSettings(config), ["GITLAB_CLIENT_ID", "JWT_SECRET"]);
+  });
+  await t.step("only GITLAB_CLIENT_ID missing", () => {
+    const config = loadConfig({ JWT_SECRET: SECRET });
+    assert.equal(oauthSettings(config), undefined);
+    assert.deepEqual(missingOAuthSettings(config), ["GITLAB_CLIENT_ID"]);
+  });
+  await t.step("only JWT_SECRET missing (or blank)", () => {
+    for (const JWT_SECRET of [undefined, "", "   "]) {
+      const config = loadConfig({ GITLAB_CLIENT_ID: "gitlab-app-id", JWT_SECRET });
+      assert.equal(oauthSettings(config), undefined);
+      assert.deepEqual(missingOAuthSettings(config), ["JWT_SECRET"]);
+    }
+  });
+  await t.step("both present", () => {
+    const config = loadConfig(CONFIGURED);
+    assert.deepEqual(oauthSettings(config), { gitlabClientId: "gitlab-app-id", jwtSecret: SECRET });
+    assert.deepEqual(missingOAuthSettings(config), []);
+  });
+});

@@ -1,0 +1,189 @@
+import assert from "node:assert/strict";
+import { createLogger, redact } from "../src/logger.ts";
+import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
+import { UpstreamError } from "../src/upstream/types.ts";
+import {
+  makeTestApp,
+  PKCE,
+  poll,
+  startFlow,
+  TEST_SECRET,
+  type TestApp,
+  token,
+} from "./_helpers.ts";
+
+const REDIRECT = "http://127.0.0.1:9999/callback";
+
+Deno.test("redact", async (t) => {
+  await t.step("keeps at most 6 characters of any token", () => {
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    for (let length = 0; length <= alphabet.length; length++) {
+      const secret = alphabet.slice(0, length);
+      const shown = redact(secret).replace("…", "");
+      assert.ok(shown.length <= 6, `${length}: ${redact(secret)}`);
+      assert.ok(secret.startsWith(shown), "what is kept is a prefix");
+      if (length > 0) assert.notEqual(redact(secret), secret);
+    }
+  });
+  await t.step("a long token keeps a 6-character prefix", () => {
+    assert.equal(redact("abcdefghijklmnop"), "abcdef…");
+  });
+  await t.step("a short token shows nothing of itself", () => {
+    assert.equal(redact("abcdefgh"), "…");
+    assert.equal(redact("abc"), "…");
+  });
+  await t.step("nothing for nothing", () => {
+    assert.equal(redact(""), "");
+    assert.equal(redact(undefined), "");
+  });
+});
+
+Deno.test("createLogger", async (t) => {
+  const lines: string[] = [];
+  const now = Date.parse("2026-01-02T03:04:05.678Z");
+  const logger = createLogger((line) => lines.push(line), () => now);
+
+  await t.step("one JSON line per call, with time, level, message and fields", () => {
+    logger.info("hello", { a: 1, b: "two", c: true });
+    logger.warn("careful");
+    logger.error("broken", { error: "line one\nline two" });
+    assert.equal(lines.length, 3);
+    for (const line of lines) assert.doesNotMatch(line, /\n/);
+    assert.deepEqual(JSON.parse(lines[0]), {
+      time: "2026-01-02T03:04:05.678Z",
+      level: "info",
+      message: "hello",
+      a: 1,
+      b: "two",
+      c: true,
+    });
+    assert.deepEqual(JSON.parse(lines[1]), {
+      time: "2026-01-02T03:04:05.678Z",
+      level: "warn",
+      message: "careful",
+    });
+    const error = JSON.parse(lines[2]);
+    assert.equal(error.level, "error");
+    assert.equal(error.message, "broken");
+    assert.equal(error.error, "line one\nline two");
+  });
+});
+
+/** Asserts that no line contains any of the secrets (nor, for long ones, their first 7 characters). */
+function assertNoSecrets(lines: string[], secrets: Record<string, string>): void {
+  for (const [name, secret] of Object.entries(secrets)) {
+    assert.ok(secret, `${name} was captured`);
+    for (const line of lines) {
+      assert.ok(!line.includes(secret), `${name} in log line: ${line}`);
+      if (secret.length > 12) {
+        assert.ok(!line.includes(secret.slice(0, 7)), `more than 6 characters of ${name}: ${line}`);
+      }
+    }
+  }
+}
+
+Deno.test("no log line carries a secret", async (t) => {
+  const lines: string[] = [];
+  let app: TestApp | undefined;
+  try {
+    app = await makeTestApp({ logger: createLogger((line) => lines.push(line)) });
+    const a = app;
+    const secrets: Record<string, string> = { jwtSecret: TEST_SECRET };
+
+    await t.step("through a full flow: code exchange, refresh, GitLab refresh", async () => {
+      secrets.flowState = await startFlow(a);
+      a.upstream.approve();
+      const completed = await (await poll(a, secrets.flowState)).json();
+      assert.equal(completed.status, "complete");
+      secrets.code = completed.code;
+
+      const exchanged = await token(a, {
+        grant_type: "authorization_code",
+        code: completed.code,
+        code_verifier: PKCE.verifier,
+        redirect_uri: REDIRECT,
+      });
+      assert.equal(exchanged.status, 200);
+      const first = await exchanged.json();
+      secrets.accessToken1 = first.access_token;
+      secrets.refreshToken1 = first.refresh_token;
+
+      const refreshed = await token(a, {
+        grant_type: "refresh_token",
+        refresh_token: first.refresh_token,
+      });
+      assert.equal(refreshed.status, 200);
+      const second = await refreshed.json();
+      secrets.accessToken2 = second.access_token;
+      secrets.refreshToken2 = second.refresh_token;
+
+      // The GitLab token is now expiring: this refresh spends gl-refresh-0 upstream.
+      a.clock.advance(7200_000 - UPSTREAM_REFRESH_BUFFER_MS + 1000);
+      const upstreamRefreshed = await token(a, {
+        grant_type: "refresh_token",
+        refresh_token: second.refresh_token,
+      });
+      assert.equal(upstreamRefreshed.status, 200);
+      const third = await upstreamRefreshed.json();
+      secrets.accessToken3 = third.access_token;
+      secrets.refreshToken3 = third.refresh_token;
+      assert.equal(a.upstream.calls.refresh, 1);
+
+      assert.ok(lines.length >= 5, "the requests were logged");
+      for (const line of lines) JSON.parse(line);
+      assertNoSecrets(lines, {
+        ...secrets,
+        gitlabAccess0: "gl-access-0",
+        gitlabRefresh0: "gl-refresh-0",
+        gitlabAccess1: "gl-access-1",
+        gitlabRefresh1: "gl-refresh-1",
+      });
+    });
+
+    await t.step(
+      "through failures: replayed code and refresh token, failed GitLab refresh",
+      async () => {
+        const replayedCode = await token(a, {
+          grant_type: "authorization_code",
+          code: secrets.code,
+          code_verifier: PKCE.verifier,
+          redirect_uri: REDIRECT,
+        });
+        assert.equal(replayedCode.status, 400);
+        await replayedCode.body?.cancel();
+        const replayedRefresh = await token(a, {
+          grant_type: "refresh_token",
+          refresh_token: secrets.refreshToken1,
+        });
+        assert.equal(replayedRefresh.status, 400);
+        await replayedRefresh.body?.cancel();
+
+        a.clock.advance(7200_000);
+        a.upstream.refreshes.push(
+          new UpstreamError("terminal", "invalid_grant", "refresh refused"),
+        );
+        const failed = await token(a, {
+          grant_type: "refresh_token",
+          refresh_token: secrets.refreshToken3,
+        });
+        assert.equal(failed.status, 400);
+        await failed.body?.cancel();
+        assert.ok(
+          lines.some((line) => JSON.parse(line).level === "warn"),
+          "the failure was logged",
+        );
+        assert.deepEqual(a.upstream.refreshTokensSeen, ["gl-refresh-0", "gl-refresh-1"]);
+
+        assertNoSecrets(lines, {
+          ...secrets,
+          gitlabAccess0: "gl-access-0",
+          gitlabRefresh0: "gl-refresh-0",
+          gitlabAccess1: "gl-access-1",
+          gitlabRefresh1: "gl-refresh-1",
+        });
+      },
+    );
+  } finally {
+    app?.close();
+  }
+});

@@ -1,0 +1,507 @@
+import assert from "node:assert/strict";
+import { sha256Base64Url } from "../src/crypto.ts";
+import type { CodeRecord, FlowRecord, SessionRecord } from "../src/records.ts";
+import { createStore, type Store } from "../src/store.ts";
+import {
+  FakeClock,
+  issueTokens,
+  makeTestApp,
+  PKCE,
+  poll,
+  startFlow,
+  type TestApp,
+  token,
+} from "./_helpers.ts";
+
+const MINUTE = 60_000;
+const REDIRECT = "http://127.0.0.1:9999/callback";
+
+function flowRecord(clock: FakeClock, overrides: Partial<FlowRecord> = {}): FlowRecord {
+  return {
+    deviceCode: "device-code-1",
+    userCode: "WDJB-MJHT",
+    verificationUri: "https://gitlab.test/oauth/device",
+    expiresAt: clock.now() + 5 * MINUTE,
+    intervalSeconds: 5,
+    clientId: "client-1",
+    codeChallenge: PKCE.challenge,
+    codeChallengeMethod: "S256",
+    state: "xyz",
+    redirectUri: REDIRECT,
+    ...overrides,
+  };
+}
+
+function sessionRecord(clock: FakeClock, overrides: Partial<SessionRecord> = {}): SessionRecord {
+  const now = clock.now();
+  return {
+    id: crypto.randomUUID(),
+    mcpRefreshTokenHash: "",
+    mcpTokenExpiry: 0,
+    gitlabAccessToken: "gl-access-0",
+    gitlabRefreshToken: "gl-refresh-0",
+    gitlabTokenExpiry: now + 7200_000,
+    gitlabUserId: 4242,
+    gitlabUsername: "ada",
+    clientId: "client-1",
+    scopes: ["mcp:tools", "mcp:resources"],
+    createdAt: now,
+    updatedAt: now,
+    expiresAt: now + 30 * 24 * 60 * MINUTE,
+    ...overrides,
+  };
+}
+
+function codeRecord(clock: FakeClock, sessionId: string): CodeRecord {
+  return {
+    sessionId,
+    clientId: "client-1",
+    codeChallenge: PKCE.challenge,
+    codeChallengeMethod: "S256",
+    redirectUri: REDIRECT,
+    expiresAt: clock.now() + 10 * MINUTE,
+  };
+}
+
+async function entries(kv: Deno.Kv, prefix: Deno.KvKey = []): Promise<Deno.KvEntry<unknown>[]> {
+  return await Array.fromAsync(kv.list({ prefix }));
+}
+
+async function keysUnder(kv: Deno.Kv, prefix: string): Promise<Deno.KvKey[]> {
+  return (await entries(kv, [prefix])).map((entry) => entry.key);
+}
+
+/** Runs `fn` with a store over a fresh in-memory KV, closed afterwards. */
+async function withStore(
+  fn: (store: Store, kv: Deno.Kv, clock: FakeClock) => Promise<void>,
+): Promise<void> {
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const clock = new FakeClock();
+    await fn(createStore(kv, clock), kv, clock);
+  } finally {
+    kv.close();
+  }
+}
+
+/** A flow completed into a code and a session, as the poll does it. */
+async function completedFlow(store: Store, clock: FakeClock, code = "the-code") {
+  await store.createFlow("flow-state", flowRecord(clock));
+  const flow = (await store.getFlow("flow-state"))!;
+  const session = sessionRecord(clock);
+  assert.equal(
+    await store.completeFlow(flow, { code, codeRecord: codeRecord(clock, session.id), session }),
+    true,
+  );
+  return { code, session };
+}
+
+/** A session holding `refreshToken`, as a code exchange leaves it. */
+async function redeemedSession(store: Store, clock: FakeClock, refreshToken: string) {
+  const { code, session } = await completedFlow(store, clock);
+  const codeEntry = (await store.getCode(code))!;
+  const sessionEntry = (await store.getSession(session.id))!;
+  const updated = { ...session, mcpRefreshTokenHash: await sha256Base64Url(refreshToken) };
+  assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated, refreshToken), true);
+  return (await store.getSession(session.id))!;
+}
+
+Deno.test("store: device flows", async (t) => {
+  await withStore(async (store, kv, clock) => {
+    await t.step("createFlow stores the record under the flow state's hash", async () => {
+      const flow = flowRecord(clock);
+      await store.createFlow("state-a", flow);
+      assert.deepEqual(await keysUnder(kv, "flow"), [["flow", await sha256Base64Url("state-a")]]);
+      const read = await store.getFlow("state-a");
+      assert.ok(read);
+      assert.deepEqual(read.value, flow);
+      assert.equal(typeof read.versionstamp, "string");
+    });
+    await t.step("createFlow refuses a flow state already in use", async () => {
+      await assert.rejects(store.createFlow("state-a", flowRecord(clock)));
+    });
+    await t.step("getFlow of an unknown flow state is null", async () => {
+      assert.equal(await store.getFlow("state-unknown"), null);
+    });
+    await t.step(
+      "getFlow returns a flow past its expiresAt (the poll answers expired)",
+      async () => {
+        clock.advance(6 * MINUTE);
+        const read = await store.getFlow("state-a");
+        assert.ok(read);
+        assert.ok(clock.now() > read.value.expiresAt);
+      },
+    );
+    await t.step("saveFlowUpstreamTokens keeps the tokens; a stale read fails", async () => {
+      await store.createFlow("state-b", flowRecord(clock));
+      const before = (await store.getFlow("state-b"))!;
+      const tokens = { accessToken: "a", refreshToken: "r", expiresAt: clock.now() + 1000 };
+      const saved = await store.saveFlowUpstreamTokens(before, tokens);
+      assert.ok(saved);
+      assert.deepEqual(saved.value.upstreamTokens, tokens);
+      assert.notEqual(saved.versionstamp, before.versionstamp);
+      assert.deepEqual((await store.getFlow("state-b"))!.value.upstreamTokens, tokens);
+      assert.equal(await store.saveFlowUpstreamTokens(before, tokens), null);
+    });
+    await t.step("deleteFlow deletes an unchanged flow; a stale read fails", async () => {
+      const stale = (await store.getFlow("state-a"))!;
+      await store.saveFlowUpstreamTokens(stale, {
+        accessToken: "a",
+        refreshToken: "",
+        expiresAt: 0,
+      });
+      assert.equal(await store.deleteFlow(stale), false);
+      assert.ok(await store.getFlow("state-a"));
+      assert.equal(await store.deleteFlow((await store.getFlow("state-a"))!), true);
+      assert.equal(await store.getFlow("state-a"), null);
+    });
+  });
+});
+
+Deno.test("store: completeFlow", async (t) => {
+  await withStore(async (store, kv, clock) => {
+    await t.step("stores code and session and deletes the flow in one commit", async () => {
+      const { code, session } = await completedFlow(store, clock, "code-1");
+      assert.equal(await store.getFlow("flow-state"), null);
+      const read = await store.getCode(code);
+      assert.ok(read);
+      assert.deepEqual(read.value, codeRecord(clock, session.id));
+      assert.deepEqual((await store.getSession(session.id))!.value, session);
+      assert.deepEqual(await keysUnder(kv, "code"), [["code", await sha256Base64Url(code)]]);
+      assert.deepEqual(await keysUnder(kv, "session"), [["session", session.id]]);
+    });
+    await t.step("fails and writes nothing when the flow changed since read", async () => {
+      await store.createFlow("flow-2", flowRecord(clock));
+      const stale = (await store.getFlow("flow-2"))!;
+      await store.saveFlowUpstreamTokens(stale, {
+        accessToken: "a",
+        refreshToken: "",
+        expiresAt: 0,
+      });
+      const before = await entries(kv);
+      const session = sessionRecord(clock);
+      const done = await store.completeFlow(stale, {
+        code: "code-2",
+        codeRecord: codeRecord(clock, session.id),
+        session,
+      });
+      assert.equal(done, false);
+      assert.deepEqual(await entries(kv), before);
+      assert.equal(await store.getCode("code-2"), null);
+      assert.equal(await store.getSession(session.id), null);
+      assert.ok(await store.getFlow("flow-2"));
+    });
+    await t.step("fails and writes nothing when the flow is already gone", async () => {
+      const flow = (await store.getFlow("flow-2"))!;
+      assert.equal(await store.deleteFlow(flow), true);
+      const before = await entries(kv);
+      const session = sessionRecord(clock);
+      const done = await store.completeFlow(flow, {
+        code: "code-3",
+        codeRecord: codeRecord(clock, session.id),
+        session,
+      });
+      assert.equal(done, false);
+      assert.deepEqual(await entries(kv), before);
+    });
+  });
+});
+
+Deno.test("store: authorization codes", async (t) => {
+  await withStore(async (store, kv, clock) => {
+    const { code, session } = await completedFlow(store, clock);
+
+    await t.step("getCode of an unknown code is null", async () => {
+      assert.equal(await store.getCode("no-such-code"), null);
+    });
+    await t.step(
+      "getCode returns a code past its expiresAt (the route answers expired)",
+      async () => {
+        clock.advance(11 * MINUTE);
+        const read = await store.getCode(code);
+        assert.ok(read);
+        assert.ok(clock.now() > read.value.expiresAt);
+        clock.advance(-11 * MINUTE);
+      },
+    );
+    await t.step("redeemCode consumes the code and indexes the refresh token", async () => {
+      const codeEntry = (await store.getCode(code))!;
+      const sessionEntry = (await store.getSession(session.id))!;
+      const updated = {
+        ...session,
+        mcpRefreshTokenHash: await sha256Base64Url("refresh-1"),
+        mcpTokenExpiry: clock.now() + 3600_000,
+      };
+      assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated, "refresh-1"), true);
+      assert.equal(await store.getCode(code), null);
+      assert.deepEqual((await store.getSession(session.id))!.value, updated);
+      assert.deepEqual(await keysUnder(kv, "refresh"), [
+        ["refresh", await sha256Base64Url("refresh-1")],
+      ]);
+      assert.equal((await store.findSessionByRefreshToken("refresh-1"))!.value.id, session.id);
+      // The same read cannot redeem twice.
+      assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated, "refresh-x"), false);
+      assert.equal(await store.findSessionByRefreshToken("refresh-x"), null);
+    });
+    await t.step("deleteCode deletes an unchanged code; a stale read fails", async () => {
+      const other = await completedFlow(store, clock, "code-to-delete");
+      const read = (await store.getCode(other.code))!;
+      assert.equal(await store.deleteCode(read), true);
+      assert.equal(await store.getCode(other.code), null);
+      assert.equal(await store.deleteCode(read), false);
+    });
+  });
+});
+
+Deno.test("store: sessions and refresh tokens", async (t) => {
+  await withStore(async (store, kv, clock) => {
+    await t.step("getSession returns a live session and null for an unknown id", async () => {
+      const session = sessionRecord(clock);
+      const { code } = await completedFlow(store, clock, "code-s");
+      assert.equal(await store.getSession(session.id), null);
+      const id = (await store.getCode(code))!.value.sessionId;
+      assert.equal((await store.getSession(id))!.value.id, id);
+    });
+    await t.step("getSession returns null past the session's expiresAt", async () => {
+      const live = await redeemedSession(store, clock, "refresh-expiring");
+      clock.current = live.value.expiresAt;
+      assert.ok(await store.getSession(live.value.id), "still live at expiresAt");
+      assert.ok(await store.findSessionByRefreshToken("refresh-expiring"));
+      clock.advance(1);
+      assert.equal(await store.getSession(live.value.id), null);
+      assert.equal(await store.findSessionByRefreshToken("refresh-expiring"), null);
+      clock.current = new FakeClock().current;
+    });
+    await t.step("the refresh index points at the live session holding the token", async () => {
+      const session = await redeemedSession(store, clock, "refresh-a");
+      const hash = await sha256Base64Url("refresh-a");
+      const index = await kv.get<{ sessionId: string }>(["refresh", hash]);
+      assert.deepEqual(index.value, { sessionId: session.value.id });
+      assert.equal(session.value.mcpRefreshTokenHash, hash);
+      assert.equal(
+        (await store.findSessionByRefreshToken("refresh-a"))!.value.id,
+        session.value.id,
+      );
+      assert.equal(await store.findSessionByRefreshToken("refresh-unknown"), null);
+    });
+    await t.step("rotateRefreshToken replaces the index entry", async () => {
+      const session = (await store.findSessionByRefreshToken("refresh-a"))!;
+      const oldHash = await sha256Base64Url("refresh-a");
+      const newHash = await sha256Base64Url("refresh-b");
+      const updated = { ...session.value, mcpRefreshTokenHash: newHash };
+      assert.equal(await store.rotateRefreshToken(session, updated, "refresh-b"), true);
+      assert.equal((await kv.get(["refresh", oldHash])).versionstamp, null);
+      assert.deepEqual((await kv.get(["refresh", newHash])).value, { sessionId: session.value.id });
+      assert.equal(await store.findSessionByRefreshToken("refresh-a"), null);
+      assert.equal(
+        (await store.findSessionByRefreshToken("refresh-b"))!.value.id,
+        session.value.id,
+      );
+    });
+    await t.step("rotateRefreshToken fails and writes nothing on a stale session", async () => {
+      const current = (await store.findSessionByRefreshToken("refresh-b"))!;
+      const updated = { ...current.value, mcpRefreshTokenHash: await sha256Base64Url("refresh-c") };
+      assert.equal(await store.rotateRefreshToken(current, updated, "refresh-c"), true);
+      const before = await entries(kv);
+      const lost = { ...current.value, mcpRefreshTokenHash: await sha256Base64Url("refresh-d") };
+      assert.equal(await store.rotateRefreshToken(current, lost, "refresh-d"), false);
+      assert.deepEqual(await entries(kv), before);
+      assert.equal(await store.findSessionByRefreshToken("refresh-b"), null);
+      assert.equal(await store.findSessionByRefreshToken("refresh-d"), null);
+      assert.ok(await store.findSessionByRefreshToken("refresh-c"));
+    });
+    await t.step("saveSession stores the update; a stale read fails", async () => {
+      const read = (await store.findSessionByRefreshToken("refresh-c"))!;
+      const updated = { ...read.value, gitlabAccessToken: "gl-access-9" };
+      const saved = await store.saveSession(read, updated);
+      assert.ok(saved);
+      assert.deepEqual(saved.value, updated);
+      assert.deepEqual((await store.getSession(read.value.id))!.value, updated);
+      assert.equal(await store.saveSession(read, { ...updated, gitlabAccessToken: "x" }), null);
+      // The refresh index is untouched by saveSession.
+      assert.equal((await store.findSessionByRefreshToken("refresh-c"))!.value.id, read.value.id);
+    });
+    await t.step("deleteSession removes the session and its refresh index", async () => {
+      const read = (await store.findSessionByRefreshToken("refresh-c"))!;
+      await store.deleteSession(read.value.id);
+      assert.equal(await store.getSession(read.value.id), null);
+      assert.equal((await kv.get(["session", read.value.id])).versionstamp, null);
+      const hash = await sha256Base64Url("refresh-c");
+      assert.equal((await kv.get(["refresh", hash])).versionstamp, null);
+      assert.equal(await store.findSessionByRefreshToken("refresh-c"), null);
+    });
+    await t.step("deleteSession of an unknown id does nothing", async () => {
+      const before = await entries(kv);
+      await store.deleteSession("no-such-session");
+      assert.deepEqual(await entries(kv), before);
+    });
+  });
+});
+
+Deno.test("store: leases", async (t) => {
+  await withStore(async (store, kv, clock) => {
+    await t.step("tryLease excludes a second holder until released", async () => {
+      const lease = await store.tryLease("work", "a", 10_000);
+      assert.ok(lease);
+      assert.equal(await store.tryLease("work", "a", 10_000), null);
+      const other = await store.tryLease("work", "b", 10_000);
+      assert.ok(other, "another id is independent");
+      await other.release();
+      await lease.release();
+      const again = await store.tryLease("work", "a", 10_000);
+      assert.ok(again);
+      await again.release();
+    });
+    await t.step("tryLease excludes until the clock passes its expiry", async () => {
+      const lease = await store.tryLease("work", "c", 10_000);
+      assert.ok(lease);
+      clock.advance(10_000);
+      assert.equal(await store.tryLease("work", "c", 10_000), null, "held at its expiry");
+      clock.advance(1);
+      const taken = await store.tryLease("work", "c", 10_000);
+      assert.ok(taken, "free once the clock is past its expiry");
+      // The first holder's late release leaves the new holder's lease alone.
+      await lease.release();
+      assert.equal(await store.tryLease("work", "c", 10_000), null);
+      await taken.release();
+      assert.deepEqual(await keysUnder(kv, "lease"), []);
+    });
+    await t.step("parallel tryLease: exactly one holder", async () => {
+      for (let round = 0; round < 5; round++) {
+        const leases = await Promise.all(
+          Array.from({ length: 10 }, () => store.tryLease("work", `race-${round}`, 10_000)),
+        );
+        const held = leases.filter((lease) => lease !== null);
+        assert.equal(held.length, 1);
+        await held[0]!.release();
+      }
+    });
+    await t.step("tryLeaseFlow excludes per flow", async () => {
+      await store.createFlow("flow-x", flowRecord(clock));
+      await store.createFlow("flow-y", flowRecord(clock));
+      const x = (await store.getFlow("flow-x"))!;
+      const lease = await store.tryLeaseFlow(x, 10_000);
+      assert.ok(lease);
+      assert.equal(await store.tryLeaseFlow(x, 10_000), null);
+      const y = await store.tryLeaseFlow((await store.getFlow("flow-y"))!, 10_000);
+      assert.ok(y);
+      await y.release();
+      await lease.release();
+      const again = await store.tryLeaseFlow(x, 10_000);
+      assert.ok(again);
+      await again.release();
+    });
+  });
+});
+
+/** Every key part and the JSON of every value in the KV. */
+async function dump(kv: Deno.Kv): Promise<string[]> {
+  return (await entries(kv)).flatMap((entry) => [
+    ...entry.key.map(String),
+    JSON.stringify(entry.value),
+  ]);
+}
+
+function assertNoneContain(texts: string[], secrets: Record<string, string>): void {
+  for (const [name, secret] of Object.entries(secrets)) {
+    for (const text of texts) {
+      assert.ok(!text.includes(secret), `${name} found in KV: ${text}`);
+    }
+  }
+}
+
+Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
+  let app: TestApp | undefined;
+  try {
+    app = await makeTestApp();
+    const a = app;
+    const secrets: Record<string, string> = {};
+
+    await t.step("a stored flow is keyed by the flow state's hash", async () => {
+      secrets.flowState = await startFlow(a);
+      assert.deepEqual(await keysUnder(a.kv, "flow"), [
+        ["flow", await sha256Base64Url(secrets.flowState)],
+      ]);
+      assertNoneContain(await dump(a.kv), secrets);
+    });
+    await t.step("a stored code is keyed by the code's hash", async () => {
+      a.upstream.approve();
+      const body = await (await poll(a, secrets.flowState)).json();
+      assert.equal(body.status, "complete");
+      secrets.code = body.code;
+      assert.deepEqual(await keysUnder(a.kv, "code"), [["code", await sha256Base64Url(body.code)]]);
+      assert.deepEqual(await keysUnder(a.kv, "flow"), []);
+      assertNoneContain(await dump(a.kv), secrets);
+    });
+    await t.step("a refresh token is indexed by its hash", async () => {
+      const response = await token(a, {
+        grant_type: "authorization_code",
+        code: secrets.code,
+        code_verifier: PKCE.verifier,
+        redirect_uri: REDIRECT,
+      });
+      assert.equal(response.status, 200);
+      const body = await response.json();
+      secrets.refresh1 = body.refresh_token;
+      secrets.access1 = body.access_token;
+      assert.deepEqual(await keysUnder(a.kv, "refresh"), [
+        ["refresh", await sha256Base64Url(body.refresh_token)],
+      ]);
+      assert.deepEqual(await keysUnder(a.kv, "code"), []);
+      assertNoneContain(await dump(a.kv), secrets);
+    });
+    await t.step("after a refresh only the new token's hash is indexed", async () => {
+      const response = await token(a, {
+        grant_type: "refresh_token",
+        refresh_token: secrets.refresh1,
+      });
+      assert.equal(response.status, 200);
+      const body = await response.json();
+      secrets.refresh2 = body.refresh_token;
+      secrets.access2 = body.access_token;
+      const [key, ...rest] = await keysUnder(a.kv, "refresh");
+      assert.deepEqual(rest, []);
+      assert.deepEqual(key, ["refresh", await sha256Base64Url(body.refresh_token)]);
+      assertNoneContain(await dump(a.kv), secrets);
+    });
+    await t.step(
+      "with issueTokens and a refresh, every index points at a live session",
+      async () => {
+        const issued = await issueTokens(a);
+        const refreshed = await token(a, {
+          grant_type: "refresh_token",
+          refresh_token: issued.refresh_token,
+        });
+        assert.equal(refreshed.status, 200);
+        const body = await refreshed.json();
+        Object.assign(secrets, {
+          refresh3: issued.refresh_token,
+          access3: issued.access_token,
+          refresh4: body.refresh_token,
+          access4: body.access_token,
+        });
+        assertNoneContain(await dump(a.kv), secrets);
+
+        const index = await entries(a.kv, ["refresh"]);
+        assert.equal(index.length, 2, "one entry per session");
+        const hashes = [
+          await sha256Base64Url(secrets.refresh2),
+          await sha256Base64Url(secrets.refresh4),
+        ];
+        assert.deepEqual(index.map((entry) => entry.key[1]).sort(), hashes.sort());
+        for (const entry of index) {
+          const { sessionId } = entry.value as { sessionId: string };
+          const session = await a.store.getSession(sessionId);
+          assert.ok(session, "index points at a live session");
+          assert.equal(session.value.mcpRefreshTokenHash, entry.key[1]);
+        }
+        assert.equal((await keysUnder(a.kv, "session")).length, 2);
+        for (const old of [secrets.refresh1, secrets.refresh3]) {
+          assert.equal(await a.store.findSessionByRefreshToken(old), null);
+        }
+      },
+    );
+  } finally {
+    app?.close();
+  }
+});
