@@ -1,0 +1,254 @@
+import assert from "node:assert/strict";
+import {
+  type DevicePageValues,
+  escapeHtml,
+  jsonForScript,
+  loadTemplates,
+  PAGE_TIMINGS,
+} from "../src/templates.ts";
+
+const BASE: DevicePageValues = {
+  userCode: "ABCD-1234",
+  verificationUrl: "https://gitlab.example/oauth/device?user_code=ABCD-1234",
+  expiresInSeconds: 900,
+  flowState: "flow-state-value",
+  pollUrl: "https://auth.example:8443/oauth/poll",
+  redirectUri: "https://app.example/callback?x=1",
+  clientId: "client-123",
+  issuer: "https://auth.example:8443",
+};
+
+/** The parsed content of the page's single JSON data block. */
+function flowData(html: string): Record<string, unknown> {
+  const blocks = [
+    ...html.matchAll(/<script type="application\/json" id="flow-data"[^>]*>([\s\S]*?)<\/script>/g),
+  ];
+  assert.equal(blocks.length, 1);
+  return JSON.parse(blocks[0][1]);
+}
+
+/** The markup between the opening tag with `id` and the next closing `</tag>`. */
+function elementText(html: string, tag: string, id: string): string {
+  const match = html.match(new RegExp(`<${tag}\\b[^>]*\\bid="${id}"[^>]*>([\\s\\S]*?)</${tag}>`));
+  assert.ok(match, `#${id} not found`);
+  return match[1];
+}
+
+Deno.test("escapeHtml", async (t) => {
+  await t.step("escapes the five significant characters", () => {
+    assert.equal(
+      escapeHtml(`<a href="x" title='y'>&</a>`),
+      "&lt;a href=&quot;x&quot; title=&#39;y&#39;&gt;&amp;&lt;/a&gt;",
+    );
+  });
+  await t.step("leaves other text alone", () => {
+    assert.equal(escapeHtml("ABCD-1234 ü ✓"), "ABCD-1234 ü ✓");
+  });
+});
+
+Deno.test("jsonForScript", async (t) => {
+  const hostile = { s: "</script><script>alert(1)</script>&\u2028\u2029'\"" };
+  const json = jsonForScript(hostile);
+
+  await t.step("contains none of < > & U+2028 U+2029", () => {
+    assert.doesNotMatch(json, /[<>&\u2028\u2029]/);
+    assert.ok(json.includes("\\u003c/script\\u003e"));
+    assert.ok(json.includes("\\u0026"));
+    assert.ok(json.includes("\\u2028\\u2029"));
+  });
+  await t.step("parses back to the original value", () => {
+    assert.deepEqual(JSON.parse(json), hostile);
+  });
+  await t.step("rejects values without a JSON form", () => {
+    assert.throws(() => jsonForScript(undefined), TypeError);
+  });
+});
+
+Deno.test("renderDevicePage", async (t) => {
+  const templates = await loadTemplates();
+
+  await t.step("escapes hostile values in markup and in the data block", () => {
+    const xssRedirect = `https://app.example/cb?a="><script>alert(1)</script>`;
+    const clientName = `<img src=x onerror="alert(2)">Evil & Co 'quoted'`;
+    const flowState = `</script><script>alert(3)</script>"'&\u2028`;
+    const userCode = `<b>CODE</b>`;
+    const { html } = templates.renderDevicePage({
+      ...BASE,
+      userCode,
+      redirectUri: xssRedirect,
+      clientName,
+      flowState,
+    });
+    for (const payload of ["<script>alert", "<img", 'onerror="alert', "<b>CODE"]) {
+      assert.ok(!html.includes(payload), `raw payload ${payload} in page`);
+    }
+    assert.equal(html.match(/<script\b/g)?.length, 2, "exactly the data block and the page script");
+    assert.ok(html.includes(escapeHtml(clientName)));
+    assert.ok(html.includes(escapeHtml(userCode)));
+
+    const data = flowData(html);
+    assert.equal(data.flowState, flowState);
+    assert.equal(data.pollUrl, BASE.pollUrl);
+    assert.equal(data.issuer, BASE.issuer);
+    assert.equal(data.expiresInSeconds, 900);
+  });
+
+  await t.step("an unparseable redirect_uri is shown escaped, whole", () => {
+    const redirectUri = `"><script>alert(4)</script>`;
+    const { html } = templates.renderDevicePage({ ...BASE, redirectUri });
+    assert.ok(!html.includes("<script>alert(4)"));
+    assert.ok(elementText(html, "div", "client").includes(escapeHtml(redirectUri)));
+  });
+
+  await t.step("the data block carries the timings of spec §8", () => {
+    const data = flowData(templates.renderDevicePage(BASE).html);
+    assert.equal(data.pollIntervalMs, 5000);
+    assert.equal(data.countdownTickMs, 1000);
+    assert.equal(data.redirectDelayMs, 1000);
+    assert.equal(data.pollTimeoutMs, PAGE_TIMINGS.pollTimeoutMs);
+  });
+
+  await t.step("issuer is left out of the data block when not given", () => {
+    const data = flowData(templates.renderDevicePage({ ...BASE, issuer: undefined }).html);
+    assert.ok(!("issuer" in data));
+  });
+
+  await t.step("the link goes to verificationUrl in a new tab", () => {
+    const { html } = templates.renderDevicePage(BASE);
+    const link = html.match(/<a\b[^>]*\bid="verify-link"[^>]*>/)?.[0];
+    assert.ok(link);
+    assert.ok(link.includes(`href="${escapeHtml(BASE.verificationUrl)}"`));
+    assert.ok(link.includes(`target="_blank"`));
+    assert.ok(link.includes(`rel="noopener noreferrer"`));
+  });
+
+  await t.step("the user code is shown", () => {
+    const { html } = templates.renderDevicePage(BASE);
+    assert.equal(elementText(html, "p", "user-code"), "ABCD-1234");
+  });
+
+  await t.step("shows the client name, else the client id, and the return host", () => {
+    const named = elementText(
+      templates.renderDevicePage({ ...BASE, clientName: "Acme Tool" }).html,
+      "div",
+      "client",
+    );
+    assert.ok(named.includes("Acme Tool"));
+    assert.ok(!named.includes("client-123"));
+    assert.match(named, /wants to sign you in/);
+    assert.match(named, /After sign-in you will return to: <strong><bdi>app\.example<\/bdi>/);
+
+    const unnamed = elementText(templates.renderDevicePage(BASE).html, "div", "client");
+    assert.ok(unnamed.includes("client-123"));
+  });
+
+  await t.step("omits the return line without a redirect_uri", () => {
+    const client = elementText(
+      templates.renderDevicePage({ ...BASE, redirectUri: undefined }).html,
+      "div",
+      "client",
+    );
+    assert.ok(!client.includes("return to"));
+  });
+
+  await t.step("the CSP nonce matches every script and style, and changes per render", () => {
+    const first = templates.renderDevicePage(BASE);
+    const second = templates.renderDevicePage(BASE);
+    const nonceOf = (csp: string) => csp.match(/script-src 'nonce-([^']+)'/)?.[1];
+    const nonce = nonceOf(first.contentSecurityPolicy);
+    assert.ok(nonce && nonce.length >= 16);
+    assert.ok(first.contentSecurityPolicy.includes(`style-src 'nonce-${nonce}'`));
+    const tags = [...first.html.matchAll(/<(?:script|style)\b[^>]*>/g)].map((m) => m[0]);
+    assert.equal(tags.length, 3);
+    for (const tag of tags) assert.ok(tag.includes(`nonce="${nonce}"`), tag);
+    assert.notEqual(nonceOf(second.contentSecurityPolicy), nonce);
+  });
+
+  await t.step("the CSP is strict and lets the page reach the poll origin only", () => {
+    const csp = templates.renderDevicePage(BASE).contentSecurityPolicy;
+    const directives = new Map(
+      csp.split(";").map((d) => d.trim().split(/\s+/)).map(([k, ...v]) => [k, v.join(" ")]),
+    );
+    assert.equal(directives.get("default-src"), "'none'");
+    assert.equal(directives.get("connect-src"), "https://auth.example:8443");
+    assert.equal(directives.get("img-src"), "data:");
+    assert.equal(directives.get("base-uri"), "'none'");
+    assert.equal(directives.get("form-action"), "'none'");
+    assert.equal(directives.get("frame-ancestors"), "'none'");
+  });
+
+  await t.step("five numbered steps", () => {
+    const { html } = templates.renderDevicePage(BASE);
+    const steps = html.match(/<ol\b[^>]*\bid="steps"[^>]*>([\s\S]*?)<\/ol>/)?.[1];
+    assert.ok(steps);
+    assert.equal(steps.match(/<li\b/g)?.length, 5);
+  });
+
+  await t.step("the countdown starts at expires_in as m:ss", () => {
+    const { html } = templates.renderDevicePage({ ...BASE, expiresInSeconds: 599 });
+    assert.equal(elementText(html, "time", "countdown"), "9:59");
+  });
+
+  await t.step("the status region is a polite live region", () => {
+    const { html } = templates.renderDevicePage(BASE);
+    const tag = html.match(/<[a-z]+\b[^>]*\bid="status"[^>]*>/)?.[0];
+    assert.ok(tag?.includes(`role="status"`));
+    assert.ok(tag?.includes(`aria-live="polite"`));
+  });
+
+  await t.step("is self-contained", () => {
+    const { html } = templates.renderDevicePage(BASE);
+    assert.doesNotMatch(html, /<link\b[^>]*rel="stylesheet"/);
+    assert.doesNotMatch(html, /<script\b[^>]*\bsrc=/);
+    assert.doesNotMatch(html, /@import|@font-face|url\(/);
+    assert.doesNotMatch(html, /\{\{|\}\}/, "no placeholder left");
+  });
+
+  await t.step("rejects a verification URL that is not http(s)", () => {
+    assert.throws(
+      () => templates.renderDevicePage({ ...BASE, verificationUrl: "javascript:alert(1)" }),
+      TypeError,
+    );
+  });
+});
+
+Deno.test({
+  name: "loadTemplates checks the template it reads",
+  // Writes broken templates to a temporary directory: runs under `deno task test`.
+  ignore: Deno.permissions.querySync({ name: "write" }).state !== "granted",
+}, async (t) => {
+  const dir = await Deno.makeTempDir();
+  const good = await Deno.readTextFile(new URL("../templates/device.html", import.meta.url));
+  const dirUrl = new URL(`file://${dir}/`);
+  const write = (text: string) => Deno.writeTextFile(`${dir}/device.html`, text);
+
+  try {
+    await t.step("loads a template from another directory", async () => {
+      await write(good);
+      const templates = await loadTemplates(dirUrl);
+      assert.ok(templates.renderDevicePage(BASE).html.includes("ABCD-1234"));
+    });
+
+    await t.step("throws when a placeholder is missing", async () => {
+      await write(good.replaceAll(/\{\{\s*userCode\s*\}\}/g, "CODE"));
+      await assert.rejects(() => loadTemplates(dirUrl), /userCode/);
+    });
+
+    await t.step("throws on an unknown placeholder", async () => {
+      await write(good.replace("</main>", "{{secret}}</main>"));
+      await assert.rejects(() => loadTemplates(dirUrl), /secret/);
+    });
+
+    await t.step("throws when a value would be inserted raw", async () => {
+      await write(good.replace(/\{\{\s*userCode\s*\}\}/, "{{{userCode}}}"));
+      await assert.rejects(() => loadTemplates(dirUrl), /userCode/);
+    });
+
+    await t.step("throws when a script lacks the nonce", async () => {
+      await write(good.replace(`<script nonce="{{nonce}}">`, "<script>"));
+      await assert.rejects(() => loadTemplates(dirUrl), /nonce/);
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
