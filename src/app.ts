@@ -1,23 +1,48 @@
 /**
- * Builds the fetch handler from explicit dependencies: the route table, the one place errors
- * are rendered, security headers and one log line per request.
+ * Builds the fetch handler from explicit dependencies: the route table, CORS for the
+ * endpoints browsers call cross-origin, the one place errors are rendered, security headers
+ * and one log line per request.
  */
 
 import { type AppDeps, deriveBaseUrl, type RequestContext } from "./context.ts";
 import { OAuthError } from "./errors.ts";
 import { errorResponse } from "./http.ts";
-import { route, type Routes } from "./router.ts";
+import { findRoute, methodHandler, notFound, type Route, type Routes } from "./router.ts";
 import { handleAuthorize } from "./routes/authorize.ts";
+import {
+  handleAuthorizationServerMetadata,
+  handleProtectedResourceMetadata,
+} from "./routes/metadata.ts";
 import { handlePoll } from "./routes/poll.ts";
+import { handleRegister } from "./routes/register.ts";
+import { handleRevoke } from "./routes/revoke.ts";
 import { handleToken } from "./routes/token.ts";
 
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
 
 const routes: Routes<RequestContext> = {
-  "/authorize": { GET: handleAuthorize },
-  "/oauth/poll": { GET: handlePoll },
-  "/token": { POST: handleToken },
+  "/authorize": { methods: { GET: handleAuthorize } },
+  "/oauth/poll": { methods: { GET: handlePoll } },
+  "/token": { methods: { POST: handleToken }, cors: true },
+  "/register": { methods: { POST: handleRegister }, cors: true },
+  "/revoke": { methods: { POST: handleRevoke }, cors: true },
+  "/.well-known/oauth-authorization-server": {
+    methods: { GET: handleAuthorizationServerMetadata },
+    cors: true,
+  },
+  "/.well-known/oauth-authorization-server/*": {
+    methods: { GET: handleAuthorizationServerMetadata },
+    cors: true,
+  },
+  "/.well-known/oauth-protected-resource": {
+    methods: { GET: handleProtectedResourceMetadata },
+    cors: true,
+  },
+  "/.well-known/oauth-protected-resource/*": {
+    methods: { GET: handleProtectedResourceMetadata },
+    cors: true,
+  },
 };
 
 const SECURITY_HEADERS = {
@@ -26,29 +51,24 @@ const SECURITY_HEADERS = {
   "Referrer-Policy": "no-referrer",
 } as const;
 
+/** What MCP clients send cross-origin (MCP authorization spec, RFC 6750). */
+const CORS_ALLOW_HEADERS = "Content-Type, Authorization, MCP-Protocol-Version";
+const CORS_MAX_AGE_SECONDS = "86400";
+
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
   return async (request) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
     const url = new URL(request.url);
+    const route = findRoute(routes, url.pathname);
     let response: Response;
     try {
-      const ctx: RequestContext = {
-        request,
-        url,
-        baseUrl: deriveBaseUrl(request, url, deps.config),
-        deps,
-        requestId,
-      };
-      response = await route(routes, request.method, url.pathname)(ctx);
+      response = await dispatch(route, request, url, deps, requestId);
     } catch (error) {
       response = renderError(error, deps, requestId);
     }
-    for (const [name, value] of Object.entries(SECURITY_HEADERS)) {
-      if (!response.headers.has(name)) response.headers.set(name, value);
-    }
-    response.headers.set("X-Request-Id", requestId);
+    response = withHeaders(response, route, requestId);
     deps.logger.info("request", {
       requestId,
       method: request.method,
@@ -58,6 +78,48 @@ export function createApp(deps: AppDeps): FetchHandler {
     });
     return response;
   };
+}
+
+function dispatch(
+  route: Route<RequestContext> | undefined,
+  request: Request,
+  url: URL,
+  deps: AppDeps,
+  requestId: string,
+): Promise<Response> {
+  if (!route) throw notFound(url.pathname);
+  if (route.cors && request.method === "OPTIONS") return Promise.resolve(preflight(route));
+  const handler = methodHandler(route, request.method);
+  const baseUrl = deriveBaseUrl(request, url, deps.config);
+  return handler({ request, url, baseUrl, deps, requestId });
+}
+
+function preflight(route: Route<RequestContext>): Response {
+  return new Response(null, {
+    status: 204,
+    headers: {
+      "Access-Control-Allow-Methods": [...Object.keys(route.methods), "OPTIONS"].join(", "),
+      "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
+      "Access-Control-Max-Age": CORS_MAX_AGE_SECONDS,
+    },
+  });
+}
+
+function withHeaders(
+  response: Response,
+  route: Route<RequestContext> | undefined,
+  requestId: string,
+): Response {
+  const headers = response.headers;
+  for (const [name, value] of Object.entries(SECURITY_HEADERS)) {
+    if (!headers.has(name)) headers.set(name, value);
+  }
+  headers.set("X-Request-Id", requestId);
+  if (route?.cors) {
+    headers.set("Access-Control-Allow-Origin", "*");
+    headers.set("Access-Control-Expose-Headers", "WWW-Authenticate");
+  }
+  return response;
 }
 
 function renderError(error: unknown, deps: AppDeps, requestId: string): Response {

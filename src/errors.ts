@@ -12,7 +12,11 @@ export type OAuthErrorCode =
   | "unsupported_grant_type"
   | "unsupported_response_type"
   | "server_error"
-  | "temporarily_unavailable";
+  | "temporarily_unavailable"
+  | "invalid_redirect_uri"
+  | "invalid_client_metadata"
+  | "invalid_token"
+  | "insufficient_scope";
 
 /** An error a route throws; `src/app.ts` renders it as `{error, error_description}`. */
 export class OAuthError extends Error {

@@ -54,13 +54,25 @@ export async function readParams(request: Request): Promise<Map<string, string>>
   return paramsFromJson(text);
 }
 
-function paramsFromJson(text: string): Map<string, string> {
-  let body: unknown;
+/** Reads an `application/json` body of any shape (validated by the caller). */
+export async function readJson(request: Request): Promise<unknown> {
+  const type = (request.headers.get("content-type") ?? "").split(";")[0].trim().toLowerCase();
+  if (type !== "application/json") {
+    throw new OAuthError(400, "invalid_request", "Content-Type must be application/json");
+  }
+  return parseJson(await readLimitedText(request));
+}
+
+function parseJson(text: string): unknown {
   try {
-    body = JSON.parse(text);
+    return JSON.parse(text);
   } catch {
     throw new OAuthError(400, "invalid_request", "Malformed JSON body");
   }
+}
+
+function paramsFromJson(text: string): Map<string, string> {
+  const body = parseJson(text);
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw new OAuthError(400, "invalid_request", "JSON body must be an object");
   }

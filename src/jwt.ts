@@ -4,7 +4,7 @@
  * @see spec §2.6, RFC 7519
  */
 
-import { jwtVerify, SignJWT } from "jose";
+import { compactVerify, jwtVerify, SignJWT } from "jose";
 
 /** The claims of an access token beyond `iat` and `exp`. */
 export interface AccessTokenClaims {
@@ -21,6 +21,11 @@ export interface TokenSigner {
   sign(claims: AccessTokenClaims, nowMs: number, ttlSeconds: number): Promise<string>;
   /** Verifies signature, algorithm and issuer; throws on any failure. */
   verify(token: string, issuer: string, nowMs: number): Promise<AccessTokenClaims>;
+  /**
+   * The claims of a token we signed, checking only the signature and algorithm (revocation
+   * accepts expired tokens and any issuer spelling); null when it is not ours.
+   */
+  readSigned(token: string): Promise<Partial<AccessTokenClaims> | null>;
 }
 
 const ALGORITHM = "HS256";
@@ -54,6 +59,15 @@ export async function createTokenSigner(secret: string): Promise<TokenSigner> {
         currentDate: new Date(nowMs),
       });
       return payload as unknown as AccessTokenClaims;
+    },
+    async readSigned(token) {
+      try {
+        const { payload } = await compactVerify(token, key, { algorithms: [ALGORITHM] });
+        const claims: unknown = JSON.parse(new TextDecoder().decode(payload));
+        return typeof claims === "object" && claims !== null ? claims : null;
+      } catch {
+        return null;
+      }
     },
   };
 }

@@ -8,6 +8,7 @@
  * | ["session", session id]            | SessionRecord         | inactivity lifetime           |
  * | ["refresh", sha256(refresh token)] | { sessionId }         | as its session                |
  * | ["lease", kind, id]                | { expiresAt }         | a few seconds                 |
+ * | ["client", client id]              | ClientRecord          | kept                          |
  *
  * Deno deletes expired entries only at some point after `expireIn`, so every read also checks
  * the record's `expiresAt` against the injected clock. Every single-use or rotating transition
@@ -16,6 +17,7 @@
 
 import type { Clock } from "./clock.ts";
 import { sha256Base64Url } from "./crypto.ts";
+import type { ClientRecord } from "./clients.ts";
 import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
 
 /** A record as read, with what is needed to change it atomically later. */
@@ -87,6 +89,11 @@ export interface Store {
   /** Deletes a session and its refresh index. */
   deleteSession(id: string): Promise<void>;
 
+  /** Stores a new client registration. */
+  registerClient(client: ClientRecord): Promise<void>;
+  /** A registered client, or null. */
+  getClient(clientId: string): Promise<ClientRecord | null>;
+
   /** Claims `kind`/`id` for `ttlMs` unless someone holds it; null when held. */
   tryLease(kind: string, id: string, ttlMs: number): Promise<Lease | null>;
   /** tryLease for the upstream work on one device flow. */
@@ -98,6 +105,7 @@ const FLOW_KEY = "flow";
 const SESSION_KEY = "session";
 const REFRESH_KEY = "refresh";
 const LEASE_KEY = "lease";
+const CLIENT_KEY = "client";
 
 /** Builds the store over an open KV and a clock. */
 export function createStore(kv: Deno.Kv, clock: Clock): Store {
@@ -228,6 +236,17 @@ export function createStore(kv: Deno.Kv, clock: Clock): Store {
         op.delete([REFRESH_KEY, session.value.mcpRefreshTokenHash]);
       }
       await commit(op);
+    },
+
+    async registerClient(client) {
+      const key = [CLIENT_KEY, client.clientId];
+      if (!await commit(kv.atomic().check({ key, versionstamp: null }).set(key, client))) {
+        throw new Error("client id collision");
+      }
+    },
+
+    async getClient(clientId) {
+      return (await read<ClientRecord>([CLIENT_KEY, clientId]))?.value ?? null;
     },
 
     tryLeaseFlow(flow, ttlMs) {

@@ -38,7 +38,8 @@ type Scripted<T> = T | UpstreamError | (() => Promise<T>);
 
 /** An in-process GitLab whose next answers the test queues. */
 export class FakeUpstream implements Upstream {
-  calls = { start: 0, poll: 0, refresh: 0, user: 0 };
+  calls = { start: 0, poll: 0, refresh: 0, user: 0, revoke: 0 };
+  revokedTokens: string[] = [];
   device: DeviceAuthorization = {
     deviceCode: "device-code-1",
     userCode: "WDJB-MJHT",
@@ -75,6 +76,11 @@ export class FakeUpstream implements Upstream {
   fetchUser(): Promise<UpstreamUser> {
     this.calls.user++;
     return resolve(this.user);
+  }
+  revokeToken(token: string): Promise<void> {
+    this.calls.revoke++;
+    this.revokedTokens.push(token);
+    return Promise.resolve();
   }
   /** Makes the next device poll return a token. */
   approve(tokens: Partial<UpstreamTokens> = {}): void {

@@ -5,6 +5,7 @@
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
 
+import { type ClientRecord, matchesRegisteredRedirect } from "../clients.ts";
 import type { RequestContext } from "../context.ts";
 import { randomToken } from "../crypto.ts";
 import { notConfiguredError, OAuthError } from "../errors.ts";
@@ -28,6 +29,10 @@ export async function handleAuthorize(ctx: RequestContext): Promise<Response> {
   const { oauth, store, clock, templates, logger } = ctx.deps;
   if (!oauth) throw notConfiguredError();
   const request = parseAuthorizationRequest(ctx.url.searchParams);
+  const client = await store.getClient(request.clientId);
+  if (ctx.deps.config.redirectUriPolicy === "registered") {
+    request.redirectUri = registeredRedirectUri(request, client);
+  }
 
   const flowState = randomToken(FLOW_STATE_BYTES);
   let device: DeviceAuthorization;
@@ -47,6 +52,7 @@ export async function handleAuthorize(ctx: RequestContext): Promise<Response> {
     pollUrl: `${ctx.baseUrl}/oauth/poll`,
     redirectUri: request.redirectUri,
     clientId: request.clientId,
+    clientName: client?.clientName,
     issuer: ctx.baseUrl,
   });
   return new Response(page.html, {
@@ -82,6 +88,25 @@ function parseAuthorizationRequest(query: URLSearchParams): AuthorizationRequest
     state: params.get("state") ?? "",
     redirectUri: params.get("redirect_uri") || undefined,
   };
+}
+
+/**
+ * Under REDIRECT_URI_POLICY=registered: the client must be registered and the redirect URI one
+ * of its own (loopback ports may vary); a sole registered URI may be omitted (RFC 6749 §3.1.2.3).
+ */
+function registeredRedirectUri(
+  request: AuthorizationRequest,
+  client: ClientRecord | null,
+): string {
+  if (!client) throw new OAuthError(400, "invalid_request", "Unknown client_id");
+  if (request.redirectUri === undefined) {
+    if (client.redirectUris.length === 1) return client.redirectUris[0];
+    throw new OAuthError(400, "invalid_request", "redirect_uri is required");
+  }
+  if (!matchesRegisteredRedirect(request.redirectUri, client.redirectUris)) {
+    throw new OAuthError(400, "invalid_request", "redirect_uri is not registered for this client");
+  }
+  return request.redirectUri;
 }
 
 function flowRecord(

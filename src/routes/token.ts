@@ -61,6 +61,9 @@ async function exchangeCode(ctx: RequestContext, params: Map<string, string>): P
   }
   const session = await store.getSession(sessionId);
   if (!session) throw invalidGrant("Session not found");
+  if (ctx.deps.config.redirectUriPolicy === "registered") {
+    await requireSameClient(ctx, params.get("client_id"), code.value.clientId);
+  }
 
   const issued = await issueTokens(ctx, session.value);
   if (!await store.redeemCode(code, session, issued.session, issued.body.refresh_token)) {
@@ -143,6 +146,24 @@ async function issueTokens(
       expiresAt: now + config.sessionIdleTtlSeconds * 1000,
     },
   };
+}
+
+/**
+ * Under REDIRECT_URI_POLICY=registered a public client identifies itself, and the code must
+ * have been issued to it (RFC 6749 §4.1.3). The spec's default policy checks no client id.
+ */
+async function requireSameClient(
+  ctx: RequestContext,
+  clientId: string | undefined,
+  codeClientId: string,
+): Promise<void> {
+  if (!clientId) throw new OAuthError(400, "invalid_request", "client_id is required");
+  if (!await ctx.deps.store.getClient(clientId)) {
+    throw new OAuthError(400, "invalid_client", "Unknown client_id");
+  }
+  if (clientId !== codeClientId) {
+    throw invalidGrant("The code was issued to another client");
+  }
 }
 
 function invalidGrant(description: string): OAuthError {

@@ -65,6 +65,7 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
     authorizeDevice: gitlabEndpoint(options.gitlabUrl, "oauth/authorize_device"),
     token: gitlabEndpoint(options.gitlabUrl, "oauth/token"),
     user: gitlabEndpoint(options.gitlabUrl, "api/v4/user"),
+    revoke: gitlabEndpoint(options.gitlabUrl, "oauth/revoke"),
   };
 
   async function send(url: URL, init: RequestInit): Promise<Response> {
@@ -148,6 +149,12 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
         });
         return await processUserResponse(response);
       }),
+
+    revokeToken: (token: string) =>
+      call("revoke_token", async () => {
+        const response = await postForm(endpoints.revoke, { token, client_id: clientId });
+        return await processRevocationResponse(response);
+      }),
   };
 }
 
@@ -213,6 +220,12 @@ export async function processUserResponse(response: Response): Promise<UpstreamU
   const json = parseJsonObject(body, "user");
   if (typeof json.id !== "number" || !Number.isSafeInteger(json.id)) throw malformed("user");
   return { id: json.id, username: requireNonEmptyString(json.username, "user") };
+}
+
+/** Checks a revocation response (RFC 7009 §2.2: 200 whether or not the token was known). */
+export async function processRevocationResponse(response: Response): Promise<void> {
+  const body = await readBody(response);
+  if (response.status !== 200) throw oauthFailure(response.status, body);
 }
 
 // ---------------------------------------------------------------------------------------------

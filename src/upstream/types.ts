@@ -73,4 +73,6 @@ export interface Upstream {
   refreshTokens(refreshToken: string): Promise<UpstreamTokens>;
   /** Reads the user the access token belongs to. Throws UpstreamError. */
   fetchUser(accessToken: string): Promise<UpstreamUser>;
+  /** Revokes an upstream token (and its pair), RFC 7009. Throws UpstreamError. */
+  revokeToken(token: string): Promise<void>;
 }

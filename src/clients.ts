@@ -1,0 +1,186 @@
+/**
+ * Dynamic client registration metadata: validation of what a client sends, and redirect URI
+ * matching for the opt-in `registered` policy.
+ *
+ * @see RFC 7591 §2 and §3.2.2, RFC 8252 §7.3 (loopback redirects), OAuth 2.1 §2.3.1
+ */
+
+import { OAuthError } from "./errors.ts";
+
+/** A registered client. */
+export interface ClientRecord {
+  clientId: string;
+  /** Epoch seconds. */
+  clientIdIssuedAt: number;
+  redirectUris: string[];
+  clientName?: string;
+  /** The validated metadata exactly as echoed in the registration response (wire names). */
+  metadata: ClientMetadata;
+}
+
+/** The registration metadata we accept and echo (RFC 7591 §2); unknown fields are dropped. */
+export interface ClientMetadata {
+  redirect_uris: string[];
+  token_endpoint_auth_method: "none";
+  grant_types: string[];
+  response_types: string[];
+  client_name?: string;
+  client_uri?: string;
+  logo_uri?: string;
+  tos_uri?: string;
+  policy_uri?: string;
+  scope?: string;
+  contacts?: string[];
+  software_id?: string;
+  software_version?: string;
+}
+
+const MAX_REDIRECT_URIS = 20;
+const MAX_URI_LENGTH = 2000;
+const MAX_TEXT_LENGTH = 500;
+const SUPPORTED_GRANTS = ["authorization_code", "refresh_token"];
+const FORBIDDEN_SCHEMES = ["javascript:", "data:", "vbscript:", "file:", "blob:"];
+const LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "localhost"];
+const TEXT_FIELDS = ["client_name", "scope", "software_id", "software_version"] as const;
+const URL_FIELDS = ["client_uri", "logo_uri", "tos_uri", "policy_uri"] as const;
+
+/** Validates registration metadata; throws invalid_redirect_uri / invalid_client_metadata. */
+export function parseClientMetadata(body: unknown): ClientMetadata {
+  if (typeof body !== "object" || body === null || Array.isArray(body)) {
+    throw invalidMetadata("The registration request must be a JSON object");
+  }
+  const input = body as Record<string, unknown>;
+  const metadata: ClientMetadata = {
+    redirect_uris: parseRedirectUris(input.redirect_uris),
+    token_endpoint_auth_method: parseAuthMethod(input.token_endpoint_auth_method),
+    grant_types: parseList(input, "grant_types", SUPPORTED_GRANTS) ??
+      [...SUPPORTED_GRANTS],
+    response_types: parseList(input, "response_types", ["code"]) ?? ["code"],
+  };
+  if (!metadata.grant_types.includes("authorization_code")) {
+    throw invalidMetadata("grant_types must include authorization_code");
+  }
+  for (const field of TEXT_FIELDS) {
+    const value = optionalText(input, field);
+    if (value !== undefined) metadata[field] = value;
+  }
+  for (const field of URL_FIELDS) {
+    const value = optionalText(input, field);
+    if (value !== undefined) metadata[field] = parseWebUrl(field, value);
+  }
+  if (input.contacts !== undefined) {
+    if (!isStringArray(input.contacts)) {
+      throw invalidMetadata("contacts must be an array of strings");
+    }
+    metadata.contacts = input.contacts;
+  }
+  return metadata;
+}
+
+/**
+ * Whether `requested` is one of the registered redirect URIs: exact string match, except that
+ * for loopback URIs the port may differ (RFC 8252 §7.3: native apps pick a free port).
+ */
+export function matchesRegisteredRedirect(requested: string, registered: string[]): boolean {
+  if (registered.includes(requested)) return true;
+  const url = parseUrl(requested);
+  if (!url || url.protocol !== "http:" || !LOOPBACK_HOSTS.includes(url.hostname)) return false;
+  return registered.some((candidate) => {
+    const other = parseUrl(candidate);
+    if (!other) return false;
+    url.port = "";
+    other.port = "";
+    return other.protocol === "http:" && other.href === url.href;
+  });
+}
+
+/** True for schemes a browser must never be sent to from our page. */
+export function isForbiddenRedirectScheme(uri: string): boolean {
+  const url = parseUrl(uri);
+  return !url || FORBIDDEN_SCHEMES.includes(url.protocol);
+}
+
+function parseRedirectUris(value: unknown): string[] {
+  if (!isStringArray(value) || value.length === 0) {
+    throw invalidRedirect("redirect_uris must be a non-empty array of URIs");
+  }
+  if (value.length > MAX_REDIRECT_URIS) {
+    throw invalidRedirect(`At most ${MAX_REDIRECT_URIS} redirect_uris are accepted`);
+  }
+  for (const uri of value) validateRedirectUri(uri);
+  return value;
+}
+
+function validateRedirectUri(uri: string): void {
+  if (uri.length > MAX_URI_LENGTH) throw invalidRedirect("A redirect URI is too long");
+  const url = parseUrl(uri);
+  if (!url) throw invalidRedirect(`Not an absolute URI: ${uri.slice(0, 100)}`);
+  if (FORBIDDEN_SCHEMES.includes(url.protocol)) {
+    throw invalidRedirect(`The ${url.protocol} scheme is not allowed for redirect URIs`);
+  }
+  if (url.hash || uri.includes("#")) {
+    throw invalidRedirect("Redirect URIs must not contain a fragment");
+  }
+  if (url.protocol === "http:" && !LOOPBACK_HOSTS.includes(url.hostname)) {
+    throw invalidRedirect("http redirect URIs are allowed only for loopback hosts; use https");
+  }
+}
+
+function parseAuthMethod(value: unknown): "none" {
+  if (value === undefined || value === "none") return "none";
+  throw invalidMetadata(
+    "Only public clients are supported: token_endpoint_auth_method must be none",
+  );
+}
+
+function parseList(
+  input: Record<string, unknown>,
+  field: string,
+  supported: string[],
+): string[] | undefined {
+  const value = input[field];
+  if (value === undefined) return undefined;
+  if (!isStringArray(value)) throw invalidMetadata(`${field} must be an array of strings`);
+  const unsupported = value.filter((item) => !supported.includes(item));
+  if (unsupported.length > 0) {
+    throw invalidMetadata(`Unsupported ${field}: ${unsupported.join(", ").slice(0, 200)}`);
+  }
+  return value;
+}
+
+function optionalText(input: Record<string, unknown>, field: string): string | undefined {
+  const value = input[field];
+  if (value === undefined || value === null) return undefined;
+  if (typeof value !== "string" || value.length > MAX_TEXT_LENGTH) {
+    throw invalidMetadata(`${field} must be a string of at most ${MAX_TEXT_LENGTH} characters`);
+  }
+  return value;
+}
+
+function parseWebUrl(field: string, value: string): string {
+  const url = parseUrl(value);
+  if (!url || (url.protocol !== "https:" && url.protocol !== "http:")) {
+    throw invalidMetadata(`${field} must be an http(s) URL`);
+  }
+  return value;
+}
+
+function parseUrl(value: string): URL | undefined {
+  try {
+    return new URL(value);
+  } catch {
+    return undefined;
+  }
+}
+
+function isStringArray(value: unknown): value is string[] {
+  return Array.isArray(value) && value.every((item) => typeof item === "string");
+}
+
+function invalidRedirect(description: string): OAuthError {
+  return new OAuthError(400, "invalid_redirect_uri", description);
+}
+
+function invalidMetadata(description: string): OAuthError {
+  return new OAuthError(400, "invalid_client_metadata", description);
+}

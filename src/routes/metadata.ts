@@ -1,0 +1,77 @@
+/**
+ * Discovery documents: authorization server metadata (RFC 8414) and the protected resource
+ * metadata of the MCP server this service protects (RFC 9728).
+ */
+
+import type { RequestContext } from "../context.ts";
+import { json } from "../http.ts";
+import { notFound } from "../router.ts";
+import { GRANTED_SCOPES } from "../sessions.ts";
+
+const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
+const PRM_PATH = "/.well-known/oauth-protected-resource";
+const CACHEABLE = { "Cache-Control": "public, max-age=300" };
+
+/** Authorization server metadata. @see RFC 8414 §2, §3 (path-inserted well-known URI) */
+export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<Response> {
+  const issuer = ctx.baseUrl;
+  requireSuffix(ctx.url.pathname, AS_METADATA_PATH, pathOf(issuer));
+  return Promise.resolve(json(
+    {
+      issuer,
+      authorization_endpoint: `${issuer}/authorize`,
+      token_endpoint: `${issuer}/token`,
+      registration_endpoint: `${issuer}/register`,
+      revocation_endpoint: `${issuer}/revoke`,
+      response_types_supported: ["code"],
+      response_modes_supported: ["query"],
+      grant_types_supported: ["authorization_code", "refresh_token"],
+      code_challenge_methods_supported: ["S256"],
+      token_endpoint_auth_methods_supported: ["none"],
+      revocation_endpoint_auth_methods_supported: ["none"],
+      scopes_supported: [...GRANTED_SCOPES],
+      authorization_response_iss_parameter_supported: true,
+      service_documentation: `${issuer}/`,
+    },
+    200,
+    CACHEABLE,
+  ));
+}
+
+/** Protected resource metadata for the MCP server. @see RFC 9728 §2, §3.1 */
+export function handleProtectedResourceMetadata(ctx: RequestContext): Promise<Response> {
+  const resource = mcpResourceUrl(ctx);
+  requireSuffix(ctx.url.pathname, PRM_PATH, pathOf(resource));
+  return Promise.resolve(json(
+    {
+      resource,
+      authorization_servers: [ctx.baseUrl],
+      scopes_supported: [...GRANTED_SCOPES],
+      bearer_methods_supported: ["header"],
+      resource_name: "MCP server (sign in with GitLab)",
+    },
+    200,
+    CACHEABLE,
+  ));
+}
+
+/** The protected MCP resource: MCP_RESOURCE_URL, or `{base}/mcp`. */
+export function mcpResourceUrl(ctx: Pick<RequestContext, "baseUrl" | "deps">): string {
+  return ctx.deps.config.mcpResourceUrl ?? `${ctx.baseUrl}/mcp`;
+}
+
+/** Where the protected resource metadata of `resource` lives (RFC 9728 §3.1). */
+export function protectedResourceMetadataUrl(resource: string): string {
+  const url = new URL(resource);
+  return `${url.origin}${PRM_PATH}${pathOf(resource)}`;
+}
+
+function pathOf(url: string): string {
+  return new URL(url).pathname.replace(/\/+$/, "");
+}
+
+/** The well-known path alone, or with exactly the path of the thing it describes. */
+function requireSuffix(pathname: string, wellKnown: string, expected: string): void {
+  const suffix = pathname.slice(wellKnown.length).replace(/\/+$/, "");
+  if (suffix !== "" && suffix !== expected) throw notFound(pathname);
+}

@@ -1,0 +1,41 @@
+/**
+ * `POST /register`: dynamic client registration for public clients.
+ *
+ * @see RFC 7591 §3
+ */
+
+import { type ClientRecord, parseClientMetadata } from "../clients.ts";
+import type { RequestContext } from "../context.ts";
+import { randomToken } from "../crypto.ts";
+import { notConfiguredError, OAuthError } from "../errors.ts";
+import { json, NO_STORE, readJson } from "../http.ts";
+
+/** Handles `POST /register`; answers 201 with the client id and the metadata echoed. */
+export async function handleRegister(ctx: RequestContext): Promise<Response> {
+  const { oauth, store, clock, logger } = ctx.deps;
+  if (!oauth) throw notConfiguredError();
+  const metadata = parseClientMetadata(await readJson(ctx.request));
+  const client: ClientRecord = {
+    clientId: randomToken(16),
+    clientIdIssuedAt: Math.floor(clock.now() / 1000),
+    redirectUris: metadata.redirect_uris,
+    clientName: metadata.client_name,
+    metadata,
+  };
+  try {
+    await store.registerClient(client);
+  } catch (error) {
+    logger.error("client registration failed", { requestId: ctx.requestId, error: String(error) });
+    throw new OAuthError(500, "server_error", "Could not store the registration");
+  }
+  logger.info("client registered", {
+    requestId: ctx.requestId,
+    clientId: client.clientId,
+    clientName: client.clientName,
+  });
+  return json(
+    { client_id: client.clientId, client_id_issued_at: client.clientIdIssuedAt, ...metadata },
+    201,
+    NO_STORE,
+  );
+}
