@@ -16,6 +16,7 @@ import {
 import type { OAuthDeps } from "./src/context.ts";
 import { createTokenSigner } from "./src/jwt.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
+import { createSecretBoxFromConfig } from "./src/secret_box.ts";
 import { createStore } from "./src/store.ts";
 import { loadTemplates } from "./src/templates.ts";
 import { createGitLabUpstream } from "./src/upstream/gitlab.ts";
@@ -42,7 +43,7 @@ export async function startService(
   const kv = await Deno.openKv(config.kvPath);
   const app = createApp({
     config,
-    store: createStore(kv, systemClock),
+    store: createStore(kv, systemClock, await createSecretBoxFromConfig(config)),
     clock: systemClock,
     templates: await loadTemplates(),
     logger,

@@ -4,9 +4,11 @@
  * and one log line per request.
  */
 
+import { clientIp } from "./client_ip.ts";
 import { type AppDeps, deriveBaseUrl, type RequestContext } from "./context.ts";
 import { OAuthError } from "./errors.ts";
 import { errorResponse } from "./http.ts";
+import { enforceRateLimit, RATE_LIMITED_PATHS } from "./rate_limit.ts";
 import { findRoute, methodHandler, notFound, type Route, type Routes } from "./router.ts";
 import { handleAuthorize } from "./routes/authorize.ts";
 import {
@@ -57,14 +59,14 @@ const CORS_MAX_AGE_SECONDS = "86400";
 
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
-  return async (request) => {
+  return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
     const url = new URL(request.url);
     const route = findRoute(routes, url.pathname);
     let response: Response;
     try {
-      response = await dispatch(route, request, url, deps, requestId);
+      response = await dispatch(route, request, url, deps, requestId, peerAddress(info));
     } catch (error) {
       response = renderError(error, deps, requestId);
     }
@@ -80,18 +82,30 @@ export function createApp(deps: AppDeps): FetchHandler {
   };
 }
 
-function dispatch(
+async function dispatch(
   route: Route<RequestContext> | undefined,
   request: Request,
   url: URL,
   deps: AppDeps,
   requestId: string,
+  peer: string | undefined,
 ): Promise<Response> {
   if (!route) throw notFound(url.pathname);
-  if (route.cors && request.method === "OPTIONS") return Promise.resolve(preflight(route));
+  if (route.cors && request.method === "OPTIONS") return preflight(route);
   const handler = methodHandler(route, request.method);
+  const bucket = Object.hasOwn(RATE_LIMITED_PATHS, url.pathname)
+    ? RATE_LIMITED_PATHS[url.pathname]
+    : undefined;
+  if (bucket) {
+    await enforceRateLimit(deps, bucket, clientIp(request, peer, deps.config.trustProxy));
+  }
   const baseUrl = deriveBaseUrl(request, url, deps.config);
-  return handler({ request, url, baseUrl, deps, requestId });
+  return await handler({ request, url, baseUrl, deps, requestId });
+}
+
+function peerAddress(info: Deno.ServeHandlerInfo | undefined): string | undefined {
+  const address = info?.remoteAddr;
+  return address && "hostname" in address ? address.hostname : undefined;
 }
 
 function preflight(route: Route<RequestContext>): Response {

@@ -20,6 +20,8 @@ export interface FlowRecord {
   /** Epoch ms: creation plus upstream `expires_in`. */
   expiresAt: number;
   intervalSeconds: number;
+  /** Epoch ms before which GitLab is not polled again (set after `slow_down`, RFC 8628 §3.5). */
+  nextPollAt?: number;
   clientId: string;
   codeChallenge: string;
   codeChallengeMethod: string;

@@ -9,6 +9,7 @@
  * | ["refresh", sha256(refresh token)] | { sessionId }         | as its session                |
  * | ["lease", kind, id]                | { expiresAt }         | a few seconds                 |
  * | ["client", client id]              | ClientRecord          | kept                          |
+ * | ["rate", bucket, ip, window]       | request count         | the window                    |
  *
  * Deno deletes expired entries only at some point after `expireIn`, so every read also checks
  * the record's `expiresAt` against the injected clock. Every single-use or rotating transition
@@ -17,6 +18,7 @@
 
 import type { Clock } from "./clock.ts";
 import { sha256Base64Url } from "./crypto.ts";
+import type { SecretBox } from "./secret_box.ts";
 import type { ClientRecord } from "./clients.ts";
 import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
 
@@ -50,6 +52,15 @@ export interface Store {
   saveFlowUpstreamTokens(
     flow: Versioned<FlowRecord>,
     tokens: UpstreamTokenSet,
+  ): Promise<Versioned<FlowRecord> | null>;
+  /**
+   * Records GitLab's `slow_down`: the new interval, and no upstream poll before `nextPollAt`;
+   * null when the flow changed since read.
+   */
+  deferFlowPolling(
+    flow: Versioned<FlowRecord>,
+    intervalSeconds: number,
+    nextPollAt: number,
   ): Promise<Versioned<FlowRecord> | null>;
   /** Stores code and session and deletes the flow, all or nothing; false if the flow changed. */
   completeFlow(flow: Versioned<FlowRecord>, completion: FlowCompletion): Promise<boolean>;
@@ -94,6 +105,12 @@ export interface Store {
   /** A registered client, or null. */
   getClient(clientId: string): Promise<ClientRecord | null>;
 
+  /**
+   * Counts one request of `ip` in the current fixed window of `bucket`; returns the count
+   * including this one (requests over the limit are not counted further).
+   */
+  countRequest(bucket: string, ip: string, limit: number, windowMs: number): Promise<number>;
+
   /** Claims `kind`/`id` for `ttlMs` unless someone holds it; null when held. */
   tryLease(kind: string, id: string, ttlMs: number): Promise<Lease | null>;
   /** tryLease for the upstream work on one device flow. */
@@ -106,9 +123,18 @@ const SESSION_KEY = "session";
 const REFRESH_KEY = "refresh";
 const LEASE_KEY = "lease";
 const CLIENT_KEY = "client";
+const RATE_KEY = "rate";
+const RATE_COUNT_ATTEMPTS = 5;
 
-/** Builds the store over an open KV and a clock. */
-export function createStore(kv: Deno.Kv, clock: Clock): Store {
+/** A flow as stored: the device code and GitLab tokens sealed (secrets at rest). */
+type StoredFlow = Omit<FlowRecord, "deviceCode" | "upstreamTokens"> & { sealed: string };
+/** A session as stored: the GitLab tokens sealed. */
+type StoredSession = Omit<SessionRecord, "gitlabAccessToken" | "gitlabRefreshToken"> & {
+  sealed: string;
+};
+
+/** Builds the store over an open KV, a clock, and the box that seals secrets at rest. */
+export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Store {
   const ttlUntil = (expiresAt: number) => Math.max(1, expiresAt - clock.now());
   const isLive = (record: { expiresAt: number }) => clock.now() <= record.expiresAt;
 
@@ -124,9 +150,62 @@ export function createStore(kv: Deno.Kv, clock: Clock): Store {
     return result.ok;
   }
 
+  async function sealFlow(flow: FlowRecord): Promise<StoredFlow> {
+    const { deviceCode, upstreamTokens, ...rest } = flow;
+    return { ...rest, sealed: await secrets.seal(JSON.stringify({ deviceCode, upstreamTokens })) };
+  }
+
+  async function openFlow(stored: Versioned<StoredFlow>): Promise<Versioned<FlowRecord> | null> {
+    const { sealed, ...rest } = stored.value;
+    const opened = await openSealed<Pick<FlowRecord, "deviceCode" | "upstreamTokens">>(sealed);
+    if (!opened) return null;
+    const value: FlowRecord = { ...rest, deviceCode: opened.deviceCode };
+    if (opened.upstreamTokens) value.upstreamTokens = opened.upstreamTokens;
+    return { ...stored, value };
+  }
+
+  async function sealSession(session: SessionRecord): Promise<StoredSession> {
+    const { gitlabAccessToken, gitlabRefreshToken, ...rest } = session;
+    const sealed = await secrets.seal(JSON.stringify({ gitlabAccessToken, gitlabRefreshToken }));
+    return { ...rest, sealed };
+  }
+
+  async function openSession(
+    stored: Versioned<StoredSession>,
+  ): Promise<Versioned<SessionRecord> | null> {
+    const { sealed, ...rest } = stored.value;
+    const opened = await openSealed<
+      Pick<SessionRecord, "gitlabAccessToken" | "gitlabRefreshToken">
+    >(
+      sealed,
+    );
+    return opened ? { ...stored, value: { ...rest, ...opened } } : null;
+  }
+
+  /** A record sealed under a key we no longer hold reads as absent, not as a server error. */
+  async function openSealed<T>(sealed: string): Promise<T | null> {
+    try {
+      return JSON.parse(await secrets.open(sealed));
+    } catch {
+      return null;
+    }
+  }
+
   async function readLiveSession(id: string): Promise<Versioned<SessionRecord> | null> {
-    const session = await read<SessionRecord>([SESSION_KEY, id]);
-    return session && isLive(session.value) ? session : null;
+    const stored = await read<StoredSession>([SESSION_KEY, id]);
+    return stored && isLive(stored.value) ? await openSession(stored) : null;
+  }
+
+  async function rewriteFlow(
+    flow: Versioned<FlowRecord>,
+    value: FlowRecord,
+  ): Promise<Versioned<FlowRecord> | null> {
+    const stored = await sealFlow(value);
+    const result = await retryLocked(() =>
+      kv.atomic().check(flow).set(flow.key, stored, { expireIn: ttlUntil(value.expiresAt) })
+        .commit()
+    );
+    return result.ok ? { key: flow.key, value, versionstamp: result.versionstamp } : null;
   }
 
   async function refreshKey(refreshToken: string): Promise<Deno.KvKey> {
@@ -143,7 +222,9 @@ export function createStore(kv: Deno.Kv, clock: Clock): Store {
     if (previousHash) op.delete([REFRESH_KEY, previousHash]);
     op.check({ key, versionstamp: null })
       .set(key, { sessionId: updated.id }, { expireIn: ttlUntil(updated.expiresAt) })
-      .set([SESSION_KEY, updated.id], updated, { expireIn: ttlUntil(updated.expiresAt) });
+      .set([SESSION_KEY, updated.id], await sealSession(updated), {
+        expireIn: ttlUntil(updated.expiresAt),
+      });
   }
 
   return {
@@ -151,37 +232,38 @@ export function createStore(kv: Deno.Kv, clock: Clock): Store {
       const key = [FLOW_KEY, await sha256Base64Url(flowState)];
       const op = kv.atomic()
         .check({ key, versionstamp: null })
-        .set(key, flow, { expireIn: ttlUntil(flow.expiresAt) });
+        .set(key, await sealFlow(flow), { expireIn: ttlUntil(flow.expiresAt) });
       if (!await commit(op)) throw new Error("flow state collision");
     },
 
     async getFlow(flowState) {
-      return read<FlowRecord>([FLOW_KEY, await sha256Base64Url(flowState)]);
+      const stored = await read<StoredFlow>([FLOW_KEY, await sha256Base64Url(flowState)]);
+      return stored && await openFlow(stored);
     },
 
     deleteFlow(flow) {
       return commit(kv.atomic().check(flow).delete(flow.key));
     },
 
-    async saveFlowUpstreamTokens(flow, tokens) {
-      const value = { ...flow.value, upstreamTokens: tokens };
-      const result = await retryLocked(() =>
-        kv.atomic().check(flow).set(flow.key, value, { expireIn: ttlUntil(value.expiresAt) })
-          .commit()
-      );
-      return result.ok ? { key: flow.key, value, versionstamp: result.versionstamp } : null;
+    saveFlowUpstreamTokens(flow, tokens) {
+      return rewriteFlow(flow, { ...flow.value, upstreamTokens: tokens });
+    },
+
+    deferFlowPolling(flow, intervalSeconds, nextPollAt) {
+      return rewriteFlow(flow, { ...flow.value, intervalSeconds, nextPollAt });
     },
 
     async completeFlow(flow, { code, codeRecord, session }) {
       const codeKey = [CODE_KEY, await sha256Base64Url(code)];
       const sessionKey = [SESSION_KEY, session.id];
+      const storedSession = await sealSession(session);
       return commit(
         kv.atomic()
           .check(flow)
           .check({ key: codeKey, versionstamp: null })
           .check({ key: sessionKey, versionstamp: null })
           .set(codeKey, codeRecord, { expireIn: ttlUntil(codeRecord.expiresAt) })
-          .set(sessionKey, session, { expireIn: ttlUntil(session.expiresAt) })
+          .set(sessionKey, storedSession, { expireIn: ttlUntil(session.expiresAt) })
           .delete(flow.key),
       );
     },
@@ -218,9 +300,10 @@ export function createStore(kv: Deno.Kv, clock: Clock): Store {
     },
 
     async saveSession(session, updated) {
+      const stored = await sealSession(updated);
       const result = await retryLocked(() =>
         kv.atomic().check(session)
-          .set(session.key, updated, { expireIn: ttlUntil(updated.expiresAt) })
+          .set(session.key, stored, { expireIn: ttlUntil(updated.expiresAt) })
           .commit()
       );
       return result.ok
@@ -229,7 +312,7 @@ export function createStore(kv: Deno.Kv, clock: Clock): Store {
     },
 
     async deleteSession(id) {
-      const session = await read<SessionRecord>([SESSION_KEY, id]);
+      const session = await read<StoredSession>([SESSION_KEY, id]);
       if (!session) return;
       const op = kv.atomic().delete(session.key);
       if (session.value.mcpRefreshTokenHash) {
@@ -247,6 +330,23 @@ export function createStore(kv: Deno.Kv, clock: Clock): Store {
 
     async getClient(clientId) {
       return (await read<ClientRecord>([CLIENT_KEY, clientId]))?.value ?? null;
+    },
+
+    async countRequest(bucket, ip, limit, windowMs) {
+      const window = Math.floor(clock.now() / windowMs);
+      const key = [RATE_KEY, bucket, ip, window];
+      const expireIn = (window + 1) * windowMs - clock.now() + 1000;
+      for (let attempt = 0; attempt < RATE_COUNT_ATTEMPTS; attempt++) {
+        const current = await read<number>(key);
+        const count = (current?.value ?? 0) + 1;
+        if (count > limit) return count;
+        const op = kv.atomic()
+          .check({ key, versionstamp: current?.versionstamp ?? null })
+          .set(key, count, { expireIn });
+        if (await commit(op)) return count;
+      }
+      // Heavy contention on one counter: the client is busy enough to be over any limit.
+      return limit + 1;
     },
 
     tryLeaseFlow(flow, ttlMs) {

@@ -9,6 +9,7 @@ import { type Config, loadConfig } from "../src/config.ts";
 import type { AppDeps } from "../src/context.ts";
 import { createTokenSigner } from "../src/jwt.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
+import { createSecretBoxFromConfig } from "../src/secret_box.ts";
 import { createStore, type Store } from "../src/store.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
 import {
@@ -133,7 +134,7 @@ export async function makeTestApp(
   const config = loadConfig(env);
   const kv = await Deno.openKv(":memory:");
   const clock = new FakeClock();
-  const store = createStore(kv, clock);
+  const store = createStore(kv, clock, await createSecretBoxFromConfig(config));
   const upstream = new FakeUpstream();
   templates ??= await loadTemplates();
   const deps: AppDeps = {

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { sha256Base64Url } from "../src/crypto.ts";
 import type { CodeRecord, FlowRecord, SessionRecord } from "../src/records.ts";
+import { createSecretBox } from "../src/secret_box.ts";
 import { createStore, type Store } from "../src/store.ts";
 import {
   FakeClock,
@@ -9,6 +10,7 @@ import {
   PKCE,
   poll,
   startFlow,
+  TEST_SECRET,
   type TestApp,
   token,
 } from "./_helpers.ts";
@@ -78,7 +80,7 @@ async function withStore(
   const kv = await Deno.openKv(":memory:");
   try {
     const clock = new FakeClock();
-    await fn(createStore(kv, clock), kv, clock);
+    await fn(createStore(kv, clock, await createSecretBox([TEST_SECRET])), kv, clock);
   } finally {
     kv.close();
   }

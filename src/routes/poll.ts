@@ -17,6 +17,9 @@ import { UpstreamError, type UpstreamUser } from "../upstream/types.ts";
 /** Authorization code lifetime (spec §8). */
 export const CODE_TTL_MS = 10 * 60 * 1000;
 
+/** How much GitLab's `slow_down` adds to the polling interval (RFC 8628 §3.5). */
+const SLOW_DOWN_STEP_SECONDS = 5;
+
 /** The poll body of spec §2.4. */
 export type PollBody =
   | { status: "pending" }
@@ -62,7 +65,13 @@ async function advanceFlow(ctx: RequestContext, flow: Versioned<FlowRecord>): Pr
   const { oauth, store, clock } = ctx.deps;
   let tokens = flow.value.upstreamTokens;
   if (!tokens) {
+    if (clock.now() < (flow.value.nextPollAt ?? 0)) return pending();
     const result = await oauth!.upstream.pollDeviceToken(flow.value.deviceCode);
+    if (result.kind === "slow_down") {
+      // RFC 8628 §3.5: the interval grows by 5 s for this and every later request.
+      const interval = flow.value.intervalSeconds + SLOW_DOWN_STEP_SECONDS;
+      await store.deferFlowPolling(flow, interval, clock.now() + interval * 1000);
+    }
     if (result.kind !== "token") return pending();
     tokens = tokenSet(result.tokens, clock.now());
     // The device code is spent now; keep the token before anything else can fail.
@@ -70,7 +79,14 @@ async function advanceFlow(ctx: RequestContext, flow: Versioned<FlowRecord>): Pr
     if (!saved) return pending();
     flow = saved;
   }
-  const user = await oauth!.upstream.fetchUser(tokens.accessToken);
+  let user: UpstreamUser;
+  try {
+    user = await oauth!.upstream.fetchUser(tokens.accessToken);
+  } catch (error) {
+    // Fail the flow as saved with the tokens, not the version the caller read.
+    if (!(error instanceof UpstreamError)) throw error;
+    return await upstreamFailed(ctx, flow, error);
+  }
   return await complete(ctx, flow, tokens, user);
 }
 

@@ -34,7 +34,7 @@ export async function handleToken(ctx: RequestContext): Promise<Response> {
   throw new OAuthError(
     400,
     "unsupported_grant_type",
-    grantType ? `Grant type ${grantType} is not supported` : "grant_type is required",
+    grantType ? `Grant type ${grantType} is not supported` : "Missing grant_type is not supported",
   );
 }
 

@@ -1,0 +1,42 @@
+/**
+ * Per-client-IP abuse limits, counted in KV so they hold across instances. The spec shows no
+ * rate limits; over a limit we answer 429 before any other work (and any upstream call).
+ */
+
+import { isLoopback } from "./client_ip.ts";
+import type { RateLimits } from "./config.ts";
+import type { AppDeps } from "./context.ts";
+import { OAuthError } from "./errors.ts";
+
+/** Which limit a path counts against. */
+export type RateLimitBucket = keyof RateLimits;
+
+/** The bucket of each rate-limited path. */
+export const RATE_LIMITED_PATHS: Record<string, RateLimitBucket> = {
+  "/authorize": "authorize",
+  "/oauth/poll": "poll",
+  "/token": "token",
+  "/revoke": "token",
+  "/register": "register",
+};
+
+/** Throws a 429 OAuthError when `ip` is over the limit of `bucket`. */
+export async function enforceRateLimit(
+  { store, config, clock }: Pick<AppDeps, "store" | "config" | "clock">,
+  bucket: RateLimitBucket,
+  ip: string,
+): Promise<void> {
+  const limit = config.rateLimits[bucket];
+  if (!limit) return;
+  if (config.rateLimitLoopback === "exempt" && isLoopback(ip)) return;
+  const windowMs = limit.windowSeconds * 1000;
+  const count = await store.countRequest(bucket, ip, limit.limit, windowMs);
+  if (count <= limit.limit) return;
+  const retryAfter = String(Math.ceil((windowMs - (clock.now() % windowMs)) / 1000));
+  throw new OAuthError(
+    429,
+    "temporarily_unavailable",
+    `Too many requests; try again in at most ${retryAfter} seconds`,
+    { "Retry-After": retryAfter },
+  );
+}

@@ -1,0 +1,99 @@
+/**
+ * Authenticated encryption of secrets at rest (GitLab tokens, device codes) with AES-256-GCM.
+ * Keys come from ENCRYPTION_KEY, or from JWT_SECRET through HKDF; a previous secret stays
+ * readable so rotating one does not log everyone out.
+ */
+
+import type { Config } from "./config.ts";
+import { randomToken, sha256Base64Url } from "./crypto.ts";
+
+/** Seals and opens strings. */
+export interface SecretBox {
+  seal(plaintext: string): Promise<string>;
+  /** Throws when the value was not sealed by one of our keys or was altered. */
+  open(sealed: string): Promise<string>;
+}
+
+const FORMAT = "v1";
+const IV_BYTES = 12;
+const HKDF_SALT = new TextEncoder().encode("gitlab-mcp-auth secrets at rest");
+const HKDF_INFO = new TextEncoder().encode("aes-256-gcm v1");
+
+interface Key {
+  id: string;
+  key: CryptoKey;
+}
+
+/** A box over `secrets`; the first seals, every one opens. */
+export async function createSecretBox(secrets: string[]): Promise<SecretBox> {
+  if (secrets.length === 0) throw new Error("createSecretBox needs at least one secret");
+  const keys = await Promise.all(secrets.map(deriveKey));
+  const byId = new Map(keys.map((k) => [k.id, k.key]));
+  const current = keys[0];
+  return {
+    async seal(plaintext) {
+      const iv = crypto.getRandomValues(new Uint8Array(IV_BYTES));
+      const ciphertext = await crypto.subtle.encrypt(
+        { name: "AES-GCM", iv },
+        current.key,
+        new TextEncoder().encode(plaintext),
+      );
+      return [FORMAT, current.id, b64(iv), b64(new Uint8Array(ciphertext))].join(".");
+    },
+    async open(sealed) {
+      const [format, id, iv, ciphertext] = sealed.split(".");
+      const key = byId.get(id);
+      if (format !== FORMAT || !key || !iv || !ciphertext) {
+        throw new Error("sealed value has an unknown format or key");
+      }
+      const plaintext = await crypto.subtle.decrypt(
+        { name: "AES-GCM", iv: fromB64(iv) },
+        key,
+        fromB64(ciphertext),
+      );
+      return new TextDecoder().decode(plaintext);
+    },
+  };
+}
+
+/**
+ * The box the service uses: ENCRYPTION_KEY when set, else JWT_SECRET (then JWT_SECRET_PREVIOUS
+ * opens too). Without either, nothing secret is ever stored, so a throwaway key does.
+ */
+export function createSecretBoxFromConfig(config: Config): Promise<SecretBox> {
+  if (config.encryptionKey) return createSecretBox([config.encryptionKey]);
+  if (config.jwtSecret) {
+    return createSecretBox(
+      [config.jwtSecret, ...(config.jwtSecretPrevious ? [config.jwtSecretPrevious] : [])],
+    );
+  }
+  return createSecretBox([randomToken(32)]);
+}
+
+async function deriveKey(secret: string): Promise<Key> {
+  const material = await crypto.subtle.importKey(
+    "raw",
+    new TextEncoder().encode(secret),
+    "HKDF",
+    false,
+    ["deriveKey"],
+  );
+  const key = await crypto.subtle.deriveKey(
+    { name: "HKDF", hash: "SHA-256", salt: HKDF_SALT, info: HKDF_INFO },
+    material,
+    { name: "AES-GCM", length: 256 },
+    false,
+    ["encrypt", "decrypt"],
+  );
+  // A short public fingerprint to pick the key when opening; not derived from the AES key.
+  const id = (await sha256Base64Url(`key-id:${secret}`)).slice(0, 8);
+  return { id, key };
+}
+
+function b64(bytes: Uint8Array): string {
+  return bytes.toBase64({ alphabet: "base64url", omitPadding: true });
+}
+
+function fromB64(text: string): Uint8Array<ArrayBuffer> {
+  return Uint8Array.fromBase64(text, { alphabet: "base64url" }) as Uint8Array<ArrayBuffer>;
+}
