@@ -15,6 +15,8 @@ import {
   handleAuthorizationServerMetadata,
   handleProtectedResourceMetadata,
 } from "./routes/metadata.ts";
+import { handleHealth } from "./routes/health.ts";
+import { handleHome } from "./routes/home.ts";
 import { handlePoll } from "./routes/poll.ts";
 import { handleRegister } from "./routes/register.ts";
 import { handleRevoke } from "./routes/revoke.ts";
@@ -24,6 +26,8 @@ import { handleToken } from "./routes/token.ts";
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
 
 const routes: Routes<RequestContext> = {
+  "/": { methods: { GET: handleHome } },
+  "/healthz": { methods: { GET: handleHealth } },
   "/authorize": { methods: { GET: handleAuthorize } },
   "/oauth/poll": { methods: { GET: handlePoll } },
   "/token": { methods: { POST: handleToken }, cors: true },

@@ -100,6 +100,9 @@ export interface Store {
   /** Deletes a session and its refresh index. */
   deleteSession(id: string): Promise<void>;
 
+  /** Throws when KV cannot be read (health checks). */
+  ping(): Promise<void>;
+
   /** Stores a new client registration. */
   registerClient(client: ClientRecord): Promise<void>;
   /** A registered client, or null. */
@@ -319,6 +322,10 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
         op.delete([REFRESH_KEY, session.value.mcpRefreshTokenHash]);
       }
       await commit(op);
+    },
+
+    async ping() {
+      await kv.get([LEASE_KEY, "health"]);
     },
 
     async registerClient(client) {

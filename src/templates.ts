@@ -39,6 +39,8 @@ export interface RenderedPage {
 export interface Templates {
   /** The device-flow page of spec §4.1. Throws TypeError on a non-http(s) URL or bad expiry. */
   renderDevicePage(values: DevicePageValues): RenderedPage;
+  /** The static page at `/` (metadata's `service_documentation`); it interpolates nothing. */
+  homePage: RenderedPage;
 }
 
 /** The page's timings in milliseconds (spec §8), handed to its script in the data block. */
@@ -82,7 +84,14 @@ const COMMENT = /<!--[\s\S]*?-->/g;
 export async function loadTemplates(dir: URL = DEFAULT_DIR): Promise<Templates> {
   const file = new URL("device.html", dir);
   const device = compile(await Deno.readTextFile(file), file.href);
+  const home = await Deno.readTextFile(new URL("home.html", dir));
   return {
+    homePage: {
+      html: home,
+      contentSecurityPolicy:
+        "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; " +
+        "frame-ancestors 'none'",
+    },
     renderDevicePage(values) {
       const nonce = crypto.getRandomValues(new Uint8Array(18)).toBase64();
       return {
