@@ -44,6 +44,8 @@ export interface CodeRecord {
   redirectUri?: string;
   /** Epoch ms: creation plus 10 minutes. */
   expiresAt: number;
+  /** Set when REVOKE_ON_CODE_REPLAY keeps a redeemed code to recognise its replay. */
+  redeemedAt?: number;
 }
 
 /** A signed-in user's session (spec §2.3). */

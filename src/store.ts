@@ -34,6 +34,19 @@ export interface Lease {
   release(): Promise<void>;
 }
 
+/** Opt-in: the previous refresh token may fetch `response` once more until `untilMs`. */
+export interface RefreshGrace {
+  untilMs: number;
+  /** The serialized token response that rotation answered. */
+  response: string;
+}
+
+/** A refresh index entry; a rotated token's entry carries its grace instead. */
+interface RefreshIndex {
+  sessionId: string;
+  grace?: { untilMs: number; replacementHash: string; sealedResponse: string };
+}
+
 /** What a completed device flow writes in one commit. */
 export interface FlowCompletion {
   code: string;
@@ -77,6 +90,7 @@ export interface Store {
     session: Versioned<SessionRecord>,
     updated: SessionRecord,
     refreshToken: string,
+    options?: { keepRedeemedMarker?: boolean },
   ): Promise<boolean>;
 
   /** A live session (not past its inactivity expiry), or null. */
@@ -91,7 +105,13 @@ export interface Store {
     session: Versioned<SessionRecord>,
     updated: SessionRecord,
     newRefreshToken: string,
+    grace?: RefreshGrace,
   ): Promise<boolean>;
+  /**
+   * The response kept for a rotated refresh token presented again within its grace window,
+   * once; null when there is none, it was used, or the session moved on since.
+   */
+  takeRefreshGrace(refreshToken: string): Promise<string | null>;
   /** Stores new upstream tokens in the session; null when the session changed since read. */
   saveSession(
     session: Versioned<SessionRecord>,
@@ -220,11 +240,25 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     previousHash: string,
     updated: SessionRecord,
     refreshToken: string,
+    grace?: RefreshGrace,
   ): Promise<void> {
     const key = await refreshKey(refreshToken);
-    if (previousHash) op.delete([REFRESH_KEY, previousHash]);
+    if (previousHash && grace) {
+      const entry: RefreshIndex = {
+        sessionId: updated.id,
+        grace: {
+          untilMs: grace.untilMs,
+          replacementHash: key[1] as string,
+          sealedResponse: await secrets.seal(grace.response),
+        },
+      };
+      op.set([REFRESH_KEY, previousHash], entry, { expireIn: ttlUntil(grace.untilMs) });
+    } else if (previousHash) {
+      op.delete([REFRESH_KEY, previousHash]);
+    }
+    const index: RefreshIndex = { sessionId: updated.id };
     op.check({ key, versionstamp: null })
-      .set(key, { sessionId: updated.id }, { expireIn: ttlUntil(updated.expiresAt) })
+      .set(key, index, { expireIn: ttlUntil(updated.expiresAt) })
       .set([SESSION_KEY, updated.id], await sealSession(updated), {
         expireIn: ttlUntil(updated.expiresAt),
       });
@@ -279,8 +313,15 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       return commit(kv.atomic().check(code).delete(code.key));
     },
 
-    async redeemCode(code, session, updated, refreshToken) {
-      const op = kv.atomic().check(code).check(session).delete(code.key);
+    async redeemCode(code, session, updated, refreshToken, options) {
+      const op = kv.atomic().check(code).check(session);
+      if (options?.keepRedeemedMarker) {
+        // Kept until the code would have expired, so a replay can be recognised.
+        const marker: CodeRecord = { ...code.value, redeemedAt: clock.now() };
+        op.set(code.key, marker, { expireIn: ttlUntil(code.value.expiresAt) });
+      } else {
+        op.delete(code.key);
+      }
       await replaceRefreshIndex(op, session.value.mcpRefreshTokenHash, updated, refreshToken);
       return commit(op);
     },
@@ -288,7 +329,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     getSession: readLiveSession,
 
     async findSessionByRefreshToken(refreshToken) {
-      const index = await read<{ sessionId: string }>(await refreshKey(refreshToken));
+      const index = await read<RefreshIndex>(await refreshKey(refreshToken));
       if (!index) return null;
       const session = await readLiveSession(index.value.sessionId);
       // A stale index (left by nothing we know of, but cheap to guard) must not match.
@@ -296,10 +337,27 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       return session?.value.mcpRefreshTokenHash === hash ? session : null;
     },
 
-    async rotateRefreshToken(session, updated, newRefreshToken) {
+    async rotateRefreshToken(session, updated, newRefreshToken, grace) {
       const op = kv.atomic().check(session);
-      await replaceRefreshIndex(op, session.value.mcpRefreshTokenHash, updated, newRefreshToken);
+      await replaceRefreshIndex(
+        op,
+        session.value.mcpRefreshTokenHash,
+        updated,
+        newRefreshToken,
+        grace,
+      );
       return commit(op);
+    },
+
+    async takeRefreshGrace(refreshToken) {
+      const index = await read<RefreshIndex>(await refreshKey(refreshToken));
+      const grace = index?.value.grace;
+      if (!index || !grace || clock.now() > grace.untilMs) return null;
+      const session = await readLiveSession(index.value.sessionId);
+      if (session?.value.mcpRefreshTokenHash !== grace.replacementHash) return null;
+      const response = await secrets.open(grace.sealedResponse).catch(() => null);
+      if (response === null) return null;
+      return await commit(kv.atomic().check(index).delete(index.key)) ? response : null;
     },
 
     async saveSession(session, updated) {

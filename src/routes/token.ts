@@ -48,6 +48,10 @@ async function exchangeCode(ctx: RequestContext, params: Map<string, string>): P
 
   const code = await store.getCode(codeValue);
   if (!code) throw invalidGrant("Invalid authorization code");
+  if (code.value.redeemedAt !== undefined) {
+    await revokeReplayedCodeSession(ctx, code.value.sessionId);
+    throw invalidGrant("Invalid authorization code");
+  }
   if (clock.now() > code.value.expiresAt) {
     await store.deleteCode(code);
     throw invalidGrant("Authorization code expired");
@@ -66,7 +70,12 @@ async function exchangeCode(ctx: RequestContext, params: Map<string, string>): P
   }
 
   const issued = await issueTokens(ctx, session.value);
-  if (!await store.redeemCode(code, session, issued.session, issued.body.refresh_token)) {
+  const keepRedeemedMarker = ctx.deps.config.revokeOnCodeReplay;
+  if (
+    !await store.redeemCode(code, session, issued.session, issued.body.refresh_token, {
+      keepRedeemedMarker,
+    })
+  ) {
     // A concurrent exchange of the same code won the commit.
     throw invalidGrant("Invalid authorization code");
   }
@@ -80,7 +89,11 @@ async function refresh(ctx: RequestContext, params: Map<string, string>): Promis
   const refreshToken = params.get("refresh_token");
   if (!refreshToken) throw new OAuthError(400, "invalid_request", "refresh_token is required");
   const found = await store.findSessionByRefreshToken(refreshToken);
-  if (!found) throw invalidGrant("Invalid refresh token");
+  if (!found) {
+    const replay = await retryWithinGrace(ctx, refreshToken);
+    if (replay) return replay;
+    throw invalidGrant("Invalid refresh token");
+  }
 
   let session: Versioned<SessionRecord> | null;
   try {
@@ -100,12 +113,45 @@ async function refresh(ctx: RequestContext, params: Map<string, string>): Promis
   }
 
   const issued = await issueTokens(ctx, session.value);
-  if (!await store.rotateRefreshToken(session, issued.session, issued.body.refresh_token)) {
+  const graceMs = ctx.deps.config.refreshGraceSeconds * 1000;
+  const grace = graceMs > 0
+    ? { untilMs: ctx.deps.clock.now() + graceMs, response: JSON.stringify(issued.body) }
+    : undefined;
+  if (
+    !await store.rotateRefreshToken(session, issued.session, issued.body.refresh_token, grace)
+  ) {
     // A concurrent refresh with the same token rotated it first.
     throw invalidGrant("Invalid refresh token");
   }
   logIssued(ctx, "refresh_token", issued.session, issued.body.refresh_token);
   return json(issued.body, 200, NO_STORE);
+}
+
+/**
+ * Opt-in (REVOKE_ON_CODE_REPLAY): a code used twice was probably stolen, so the session its
+ * first use created ends (RFC 6749 §4.1.2).
+ */
+async function revokeReplayedCodeSession(ctx: RequestContext, sessionId: string): Promise<void> {
+  await ctx.deps.store.deleteSession(sessionId);
+  ctx.deps.logger.warn("authorization code replayed; session revoked", {
+    requestId: ctx.requestId,
+    sessionId,
+  });
+}
+
+/**
+ * Opt-in (REFRESH_GRACE_SECONDS): a client that lost the response to a refresh may present the
+ * previous token once within the window and receives the same pair again.
+ */
+async function retryWithinGrace(
+  ctx: RequestContext,
+  refreshToken: string,
+): Promise<Response | null> {
+  if (ctx.deps.config.refreshGraceSeconds === 0) return null;
+  const response = await ctx.deps.store.takeRefreshGrace(refreshToken);
+  if (response === null) return null;
+  ctx.deps.logger.info("refresh retried within grace", { requestId: ctx.requestId });
+  return json(JSON.parse(response), 200, NO_STORE);
 }
 
 /** Mints an access token (spec §2.6) and a refresh token, and the session that records them. */
