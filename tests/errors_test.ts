@@ -570,7 +570,6 @@ Deno.test("bad input: unknown path → 404 JSON error, nothing written", () =>
     await seed(t);
     for (
       const path of [
-        "/",
         "/nope",
         "/authorize/",
         "/token/extra",
