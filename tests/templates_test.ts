@@ -221,6 +221,7 @@ Deno.test({
   const good = await Deno.readTextFile(new URL("../templates/device.html", import.meta.url));
   const dirUrl = new URL(`file://${dir}/`);
   const write = (text: string) => Deno.writeTextFile(`${dir}/device.html`, text);
+  await Deno.copyFile(new URL("../templates/home.html", import.meta.url), `${dir}/home.html`);
 
   try {
     await t.step("loads a template from another directory", async () => {
