@@ -1,0 +1,349 @@
+/**
+ * `POST /register`: dynamic client registration for public clients (RFC 7591), the client name
+ * on the device page, and registrations surviving a restart.
+ */
+
+import assert from "node:assert/strict";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { authorizeQuery, makeTestApp, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
+import { spawnService } from "./_service.ts";
+
+async function withApp(
+  fn: (t: TestApp) => Promise<void>,
+  env?: Record<string, string>,
+): Promise<void> {
+  const t = await makeTestApp({ env });
+  try {
+    await fn(t);
+  } finally {
+    t.close();
+  }
+}
+
+// deno-lint-ignore no-explicit-any
+type Json = Record<string, any>;
+
+function register(
+  t: TestApp,
+  body: unknown,
+  headers: Record<string, string> = { "Content-Type": "application/json" },
+): Promise<Response> {
+  return t.app(
+    new Request(`${TEST_BASE}/register`, {
+      method: "POST",
+      headers,
+      body: typeof body === "string" ? body : JSON.stringify(body),
+    }),
+  );
+}
+
+async function call(response: Response): Promise<{ status: number; body: Json; headers: Headers }> {
+  const text = await response.text();
+  assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
+  return { status: response.status, body: JSON.parse(text), headers: response.headers };
+}
+
+async function assertError(response: Response, status: number, error: string): Promise<Json> {
+  const { status: actual, body } = await call(response);
+  assert.equal(actual, status, JSON.stringify(body));
+  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"]);
+  assert.equal(body.error, error);
+  assert.equal(typeof body.error_description, "string");
+  return body;
+}
+
+/** What MCP clients in the wild send (shape of Claude Code / the TypeScript SDK's request). */
+const TYPICAL = {
+  redirect_uris: ["http://localhost:6274/oauth/callback"],
+  token_endpoint_auth_method: "none",
+  grant_types: ["authorization_code", "refresh_token"],
+  response_types: ["code"],
+  client_name: "Example MCP Client",
+  client_uri: "https://client.example/",
+  logo_uri: "https://client.example/logo.png",
+  scope: "mcp:tools mcp:resources",
+  contacts: ["ops@client.example"],
+  software_id: "example-mcp-client",
+  software_version: "1.2.3",
+};
+
+Deno.test("register: standard metadata → 201 with client_id, client_id_issued_at and the metadata echoed", () =>
+  withApp(async (t) => {
+    const { status, body, headers } = await call(await register(t, TYPICAL));
+    assert.equal(status, 201);
+    assert.equal(headers.get("cache-control"), "no-store");
+    const { client_id, client_id_issued_at, ...echoed } = body;
+    assert.equal(typeof client_id, "string");
+    assert.ok(client_id.length >= 16, client_id);
+    assert.equal(client_id_issued_at, Math.floor(t.clock.now() / 1000));
+    assert.deepEqual(echoed, TYPICAL);
+    const stored = await t.store.getClient(client_id);
+    assert.deepEqual(stored?.redirectUris, TYPICAL.redirect_uris);
+    assert.equal(stored?.clientName, "Example MCP Client");
+  }));
+
+Deno.test("register: only redirect_uris → public-client defaults echoed", () =>
+  withApp(async (t) => {
+    const { status, body } = await call(
+      await register(t, { redirect_uris: ["https://app.example/cb"] }),
+    );
+    assert.equal(status, 201);
+    const { client_id: _, client_id_issued_at: __, ...echoed } = body;
+    assert.deepEqual(echoed, {
+      redirect_uris: ["https://app.example/cb"],
+      token_endpoint_auth_method: "none",
+      grant_types: ["authorization_code", "refresh_token"],
+      response_types: ["code"],
+    });
+  }));
+
+Deno.test("register: unknown fields are ignored and not echoed", () =>
+  withApp(async (t) => {
+    const { status, body } = await call(
+      await register(t, {
+        ...TYPICAL,
+        jwks_uri: "https://client.example/jwks",
+        software_statement: "eyJ.x.y",
+        x_vendor_extension: { nested: [1, 2] },
+        client_secret: "ignored",
+      }),
+    );
+    assert.equal(status, 201);
+    for (const field of ["jwks_uri", "software_statement", "x_vendor_extension", "client_secret"]) {
+      assert.equal(field in body, false, field);
+    }
+  }));
+
+Deno.test("register: the same client registering twice gets two distinct client_ids", () =>
+  withApp(async (t) => {
+    const first = await call(await register(t, TYPICAL));
+    const second = await call(await register(t, TYPICAL));
+    assert.equal(first.status, 201);
+    assert.equal(second.status, 201);
+    assert.notEqual(first.body.client_id, second.body.client_id);
+    assert.ok(await t.store.getClient(first.body.client_id));
+    assert.ok(await t.store.getClient(second.body.client_id));
+  }));
+
+Deno.test("register: loopback http, https and private-use scheme redirect URIs are accepted", () =>
+  withApp(async (t) => {
+    const redirect_uris = [
+      "http://127.0.0.1:33418/callback",
+      "http://[::1]/callback",
+      "http://localhost:6274/oauth/callback",
+      "https://app.example/oauth/callback?tenant=1",
+      "com.example.app:/oauth2redirect",
+    ];
+    const { status, body } = await call(await register(t, { redirect_uris }));
+    assert.equal(status, 201, JSON.stringify(body));
+    assert.deepEqual(body.redirect_uris, redirect_uris);
+  }));
+
+Deno.test("register: bad redirect_uris → 400 invalid_redirect_uri", () =>
+  withApp(async (t) => {
+    const cases: [string, unknown][] = [
+      ["missing", undefined],
+      ["empty", []],
+      ["not an array", "https://app.example/cb"],
+      ["not strings", [42]],
+      ["not a URL", ["not a url"]],
+      ["relative", ["/callback"]],
+      ["javascript:", ["javascript:alert(1)"]],
+      ["data:", ["data:text/html,<script>alert(1)</script>"]],
+      ["fragment", ["https://app.example/cb#frag"]],
+      ["empty fragment", ["https://app.example/cb#"]],
+      ["http non-loopback", ["http://app.example/cb"]],
+      ["http look-alike of localhost", ["http://localhost.evil.example/cb"]],
+      ["one bad among good", ["https://app.example/cb", "javascript:alert(1)"]],
+    ];
+    for (const [name, redirect_uris] of cases) {
+      const body = redirect_uris === undefined ? { client_name: "x" } : { redirect_uris };
+      const error = await assertError(await register(t, body), 400, "invalid_redirect_uri");
+      assert.ok(error.error_description, name);
+    }
+  }));
+
+Deno.test("register: unsupported metadata → 400 invalid_client_metadata", () =>
+  withApp(async (t) => {
+    const redirect_uris = ["https://app.example/cb"];
+    const cases: Json[] = [
+      { token_endpoint_auth_method: "client_secret_basic" },
+      { token_endpoint_auth_method: "client_secret_post" },
+      { grant_types: ["client_credentials"] },
+      { grant_types: ["authorization_code", "implicit"] },
+      { grant_types: ["refresh_token"] },
+      { grant_types: "authorization_code" },
+      { response_types: ["token"] },
+      { client_name: 42 },
+      { client_name: { en: "x" } },
+      { client_name: "x".repeat(501) },
+      { contacts: "ops@client.example" },
+      { client_uri: "javascript:alert(1)" },
+    ];
+    for (const extra of cases) {
+      const response = await register(t, { redirect_uris, ...extra });
+      const body = await assertError(response, 400, "invalid_client_metadata");
+      assert.ok(body.error_description, JSON.stringify(extra));
+    }
+    for (const body of [[], "a string", 42, null]) {
+      await assertError(
+        await register(t, body === "a string" ? '"a string"' : body),
+        400,
+        "invalid_client_metadata",
+      );
+    }
+  }));
+
+Deno.test("register: wrong content type, malformed JSON, non-UTF-8 → 400 JSON; over 64 KiB → 413 JSON", () =>
+  withApp(async (t) => {
+    const json = JSON.stringify(TYPICAL);
+    await assertError(
+      await register(t, json, { "Content-Type": "application/x-www-form-urlencoded" }),
+      400,
+      "invalid_request",
+    );
+    await assertError(
+      await register(t, json, { "Content-Type": "text/plain" }),
+      400,
+      "invalid_request",
+    );
+    await assertError(await register(t, json, {}), 400, "invalid_request");
+    await assertError(await register(t, '{"redirect_uris": ['), 400, "invalid_request");
+    await assertError(
+      await t.app(
+        new Request(`${TEST_BASE}/register`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: new Uint8Array([0x7b, 0xff, 0xfe, 0x7d]),
+        }),
+      ),
+      400,
+      "invalid_request",
+    );
+    const huge = JSON.stringify({ ...TYPICAL, padding: "x".repeat(64 * 1024) });
+    await assertError(await register(t, huge), 413, "invalid_request");
+    // Nothing was stored by any of them.
+    const clients = await Array.fromAsync(t.kv.list({ prefix: ["client"] }));
+    assert.equal(clients.length, 0);
+  }));
+
+Deno.test("register: application/json with a charset parameter is accepted", () =>
+  withApp(async (t) => {
+    const response = await register(t, TYPICAL, {
+      "Content-Type": "application/json; charset=utf-8",
+    });
+    assert.equal(response.status, 201);
+    await response.body?.cancel();
+  }));
+
+Deno.test("register: GET → 405 with Allow: POST, OPTIONS", () =>
+  withApp(async (t) => {
+    const response = await t.app(new Request(`${TEST_BASE}/register`));
+    assert.equal(response.headers.get("allow"), "POST, OPTIONS");
+    await assertError(response, 405, "invalid_request");
+  }));
+
+Deno.test("register: without OAuth configuration → 500 'OAuth not configured'", async () => {
+  const t = await makeTestApp({ configured: false });
+  try {
+    const body = await assertError(await register(t, TYPICAL), 500, "server_error");
+    assert.equal(body.error_description, "OAuth not configured");
+  } finally {
+    t.close();
+  }
+});
+
+async function authorizePage(t: TestApp, overrides: Record<string, string | null>) {
+  const response = await t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
+  assert.equal(response.status, 200);
+  return await response.text();
+}
+
+Deno.test("page: names a registered client by its client_name (escaped) and shows the redirect host", () =>
+  withApp(async (t) => {
+    const { body } = await call(
+      await register(t, {
+        redirect_uris: ["http://127.0.0.1:9999/callback"],
+        client_name: `Claude <Desktop> & "friends"`,
+      }),
+    );
+    const html = await authorizePage(t, { client_id: body.client_id });
+    assert.ok(html.includes("Claude &lt;Desktop&gt; &amp; &quot;friends&quot;"));
+    assert.ok(!html.includes("<Desktop>"));
+    assert.match(html, /return to: <strong><bdi>127\.0\.0\.1:9999<\/bdi><\/strong>/);
+  }));
+
+Deno.test("page: an unregistered client is shown by its client_id, and the redirect host still shown", () =>
+  withApp(async (t) => {
+    const html = await authorizePage(t, {
+      client_id: "some-unregistered-client",
+      redirect_uri: "https://app.example:8443/cb",
+    });
+    assert.match(html, /<code><bdi>some-unregistered-client<\/bdi><\/code>/);
+    assert.match(html, /return to: <strong><bdi>app\.example:8443<\/bdi><\/strong>/);
+  }));
+
+Deno.test("page: a registered client without client_name is shown by its client_id", () =>
+  withApp(async (t) => {
+    const { body } = await call(
+      await register(t, { redirect_uris: ["http://127.0.0.1:9999/callback"] }),
+    );
+    const html = await authorizePage(t, { client_id: body.client_id });
+    assert.ok(html.includes(`<code><bdi>${body.client_id}</bdi></code>`));
+  }));
+
+Deno.test("page: under the registered policy, an omitted redirect_uri still shows the registered host", () =>
+  withApp(async (t) => {
+    const { body } = await call(
+      await register(t, { redirect_uris: ["https://app.example/cb"], client_name: "App" }),
+    );
+    const html = await authorizePage(t, { client_id: body.client_id, redirect_uri: null });
+    assert.match(html, /<strong><bdi>App<\/bdi><\/strong>/);
+    assert.match(html, /return to: <strong><bdi>app\.example<\/bdi><\/strong>/);
+  }, { REDIRECT_URI_POLICY: "registered" }));
+
+Deno.test("register: a registration survives a restart on a file KV and authorizes under the registered policy", async () => {
+  const gitlab = startSimulatedGitLab();
+  const dir = await Deno.makeTempDir();
+  const env = {
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "register-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: `${dir}/kv.sqlite`,
+    REDIRECT_URI_POLICY: "registered",
+  };
+  const redirectUri = "http://127.0.0.1:9/callback";
+  try {
+    const first = await spawnService(env);
+    let clientId: string;
+    try {
+      const response = await fetch(`${first.url}/register`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ redirect_uris: [redirectUri], client_name: "Survivor" }),
+      });
+      assert.equal(response.status, 201);
+      clientId = (await response.json()).client_id;
+    } finally {
+      assert.equal(await first.stop(), 0);
+    }
+    const second = await spawnService(env);
+    try {
+      const query = authorizeQuery({ client_id: clientId, redirect_uri: redirectUri });
+      const response = await fetch(`${second.url}/authorize?${query}`);
+      const html = await response.text();
+      assert.equal(response.status, 200, html);
+      assert.ok(html.includes("Survivor"));
+      const unknown = await fetch(
+        `${second.url}/authorize?${authorizeQuery({ client_id: "nope" })}`,
+      );
+      assert.equal(unknown.status, 400);
+      assert.equal((await unknown.json()).error, "invalid_request");
+    } finally {
+      assert.equal(await second.stop(), 0);
+    }
+  } finally {
+    await gitlab.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

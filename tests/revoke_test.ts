@@ -1,0 +1,352 @@
+/**
+ * `POST /revoke` (RFC 7009): a refresh or access token ends the session it belongs to, the
+ * session's GitLab token is revoked upstream (best effort), and unknown tokens answer 200.
+ */
+
+import assert from "node:assert/strict";
+import { decodeJwt } from "jose";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { createTokenSigner } from "../src/jwt.ts";
+import { UpstreamError } from "../src/upstream/types.ts";
+import {
+  authorizeQuery,
+  flowDataFromPage,
+  issueTokens,
+  makeTestApp,
+  PKCE,
+  TEST_BASE,
+  TEST_SECRET,
+  type TestApp,
+  token,
+} from "./_helpers.ts";
+import { type ServiceProcess, spawnService } from "./_service.ts";
+
+async function withApp(fn: (t: TestApp) => Promise<void>): Promise<void> {
+  const t = await makeTestApp();
+  try {
+    await fn(t);
+  } finally {
+    t.close();
+  }
+}
+
+function revoke(
+  t: TestApp,
+  form: Record<string, string>,
+  contentType = "application/x-www-form-urlencoded",
+): Promise<Response> {
+  return t.app(
+    new Request(`${TEST_BASE}/revoke`, {
+      method: "POST",
+      headers: { "Content-Type": contentType },
+      body: new URLSearchParams(form),
+    }),
+  );
+}
+
+async function assertRevoked200(response: Response): Promise<void> {
+  assert.equal(response.status, 200, await response.clone().text());
+  assert.equal(response.headers.get("cache-control"), "no-store");
+  assert.equal(await response.text(), "");
+}
+
+async function assertRefreshFails(t: TestApp, refreshToken: string): Promise<void> {
+  const response = await token(t, { grant_type: "refresh_token", refresh_token: refreshToken });
+  assert.equal(response.status, 400);
+  assert.equal((await response.json()).error, "invalid_grant");
+}
+
+function sessionIdOf(accessToken: string): string {
+  const sid = decodeJwt(accessToken).sid;
+  assert.equal(typeof sid, "string");
+  return sid as string;
+}
+
+Deno.test("revoke: a refresh token ends its session — refresh fails, the access token's session is gone", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    const sid = sessionIdOf(tokens.access_token);
+    assert.ok(await t.store.getSession(sid));
+    await assertRevoked200(
+      await revoke(t, { token: tokens.refresh_token, token_type_hint: "refresh_token" }),
+    );
+    assert.equal(await t.store.getSession(sid), null);
+    await assertRefreshFails(t, tokens.refresh_token);
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"]);
+  }));
+
+Deno.test("revoke: a refresh token without a hint, or with the wrong hint, is found all the same", () =>
+  withApp(async (t) => {
+    for (const hint of [undefined, "access_token", "something_else"]) {
+      const tokens = await issueTokens(t);
+      const form: Record<string, string> = { token: tokens.refresh_token };
+      if (hint) form.token_type_hint = hint;
+      await assertRevoked200(await revoke(t, form));
+      await assertRefreshFails(t, tokens.refresh_token);
+      assert.equal(await t.store.getSession(sessionIdOf(tokens.access_token)), null, hint);
+    }
+  }));
+
+Deno.test("revoke: an access token ends the session named by its sid", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    const sid = sessionIdOf(tokens.access_token);
+    await assertRevoked200(
+      await revoke(t, { token: tokens.access_token, token_type_hint: "access_token" }),
+    );
+    assert.equal(await t.store.getSession(sid), null);
+    await assertRefreshFails(t, tokens.refresh_token);
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"]);
+  }));
+
+Deno.test("revoke: an access token hinted as refresh_token is still found", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    await assertRevoked200(
+      await revoke(t, { token: tokens.access_token, token_type_hint: "refresh_token" }),
+    );
+    await assertRefreshFails(t, tokens.refresh_token);
+  }));
+
+Deno.test("revoke: an expired access token still names its session", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    t.clock.advance(2 * 3600 * 1000);
+    await assertRevoked200(await revoke(t, { token: tokens.access_token }));
+    assert.equal(await t.store.getSession(sessionIdOf(tokens.access_token)), null);
+  }));
+
+Deno.test("revoke: an access token signed with JWT_SECRET_PREVIOUS (still accepted) ends its session", async () => {
+  const previous = "the-secret-before-the-rotation-32-bytes!";
+  const t = await makeTestApp({ env: { JWT_SECRET_PREVIOUS: previous } });
+  try {
+    const tokens = await issueTokens(t);
+    const sid = sessionIdOf(tokens.access_token);
+    // The same session's access token as minted before the rotation.
+    const oldSigner = await createTokenSigner(previous);
+    const claims = decodeJwt(tokens.access_token);
+    const oldToken = await oldSigner.sign(
+      {
+        iss: String(claims.iss),
+        sub: String(claims.sub),
+        aud: String(claims.aud),
+        sid,
+        scope: String(claims.scope),
+        gitlab_user: String(claims.gitlab_user),
+      },
+      t.clock.now(),
+      3600,
+    );
+    assert.equal(await (await createTokenSigner(TEST_SECRET)).readSigned(oldToken), null);
+    await assertRevoked200(await revoke(t, { token: oldToken }));
+    assert.equal(await t.store.getSession(sid), null);
+    await assertRefreshFails(t, tokens.refresh_token);
+  } finally {
+    t.close();
+  }
+});
+
+Deno.test("revoke: only the named session ends; another session keeps refreshing", () =>
+  withApp(async (t) => {
+    const first = await issueTokens(t);
+    const second = await issueTokens(t);
+    await assertRevoked200(await revoke(t, { token: first.refresh_token }));
+    await assertRefreshFails(t, first.refresh_token);
+    const response = await token(t, {
+      grant_type: "refresh_token",
+      refresh_token: second.refresh_token,
+    });
+    assert.equal(response.status, 200);
+    await response.body?.cancel();
+  }));
+
+Deno.test("revoke: unknown, garbage and foreign-signed tokens → 200, nothing revoked upstream", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    const [header, payload] = tokens.access_token.split(".");
+    for (
+      const value of [
+        "not-a-token-we-issued",
+        "a.b.c",
+        `${header}.${payload}.${"A".repeat(43)}`, // our claims, forged signature
+      ]
+    ) {
+      await assertRevoked200(await revoke(t, { token: value }));
+    }
+    assert.equal(t.upstream.calls.revoke, 0);
+    assert.ok(await t.store.getSession(sessionIdOf(tokens.access_token)));
+  }));
+
+Deno.test("revoke: revoking twice answers 200 both times and revokes upstream once", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    await assertRevoked200(await revoke(t, { token: tokens.refresh_token }));
+    await assertRevoked200(await revoke(t, { token: tokens.refresh_token }));
+    await assertRevoked200(await revoke(t, { token: tokens.access_token }));
+    assert.equal(t.upstream.calls.revoke, 1);
+  }));
+
+Deno.test("revoke: a rotated-out refresh token no longer names the session", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    const refreshed = await token(t, {
+      grant_type: "refresh_token",
+      refresh_token: tokens.refresh_token,
+    });
+    const current = await refreshed.json();
+    await assertRevoked200(await revoke(t, { token: tokens.refresh_token }));
+    assert.ok(await t.store.getSession(sessionIdOf(tokens.access_token)));
+    const again = await token(t, {
+      grant_type: "refresh_token",
+      refresh_token: current.refresh_token,
+    });
+    assert.equal(again.status, 200);
+    await again.body?.cancel();
+  }));
+
+Deno.test("revoke: missing token → 400 invalid_request", () =>
+  withApp(async (t) => {
+    const forms: Record<string, string>[] = [{}, { token: "" }, {
+      token_type_hint: "refresh_token",
+    }];
+    for (const form of forms) {
+      const response = await revoke(t, form);
+      assert.equal(response.status, 400);
+      const body = await response.json();
+      assert.equal(body.error, "invalid_request");
+      assert.equal(typeof body.error_description, "string");
+    }
+  }));
+
+Deno.test("revoke: a body that is not form-encoded or JSON → 400 invalid_request", () =>
+  withApp(async (t) => {
+    const response = await revoke(t, { token: "x" }, "text/plain");
+    assert.equal(response.status, 400);
+    assert.equal((await response.json()).error, "invalid_request");
+  }));
+
+Deno.test("revoke: a failing upstream revocation still answers 200 and the session is ended", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    t.upstream.revokeToken = () =>
+      Promise.reject(new UpstreamError("transient", "http_502", "GitLab is down"));
+    await assertRevoked200(await revoke(t, { token: tokens.refresh_token }));
+    await assertRefreshFails(t, tokens.refresh_token);
+    assert.equal(await t.store.getSession(sessionIdOf(tokens.access_token)), null);
+  }));
+
+Deno.test("revoke: without OAuth configuration → 500 'OAuth not configured'", async () => {
+  const t = await makeTestApp({ configured: false });
+  try {
+    const response = await revoke(t, { token: "x" });
+    assert.equal(response.status, 500);
+    assert.equal((await response.json()).error_description, "OAuth not configured");
+  } finally {
+    t.close();
+  }
+});
+
+// Over HTTP: the real GitLab client against the simulated GitLab.
+
+const REDIRECT = "http://127.0.0.1:9/callback";
+
+async function signIn(
+  service: ServiceProcess,
+  gitlab: ReturnType<typeof startSimulatedGitLab>,
+): Promise<{ access_token: string; refresh_token: string }> {
+  const page = await fetch(
+    `${service.url}/authorize?${authorizeQuery({ redirect_uri: REDIRECT })}`,
+  );
+  const { flowState } = flowDataFromPage(await page.text());
+  gitlab.approve(gitlab.lastUserCode()!);
+  const done = await (await fetch(`${service.url}/oauth/poll?flow_state=${flowState}`)).json();
+  assert.equal(done.status, "complete");
+  const response = await fetch(`${service.url}/token`, {
+    method: "POST",
+    headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({
+      grant_type: "authorization_code",
+      code: done.code,
+      code_verifier: PKCE.verifier,
+      redirect_uri: REDIRECT,
+    }),
+  });
+  assert.equal(response.status, 200);
+  return await response.json();
+}
+
+function revokeOverHttp(service: ServiceProcess, value: string): Promise<Response> {
+  return fetch(`${service.url}/revoke`, {
+    method: "POST",
+    headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ token: value }),
+  });
+}
+
+Deno.test("revoke over HTTP: the session's GitLab token is revoked at GitLab", async () => {
+  const gitlab = startSimulatedGitLab();
+  const service = await spawnService({
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "revoke-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: ":memory:",
+  });
+  try {
+    const tokens = await signIn(service, gitlab);
+    assert.equal(gitlab.revokedTokens.size, 0);
+    const response = await revokeOverHttp(service, tokens.refresh_token);
+    assert.equal(response.status, 200);
+    await response.body?.cancel();
+    assert.equal(gitlab.calls.revoke, 1);
+    assert.equal(gitlab.revokedTokens.size, 1);
+    const refresh = await fetch(`${service.url}/token`, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({
+        grant_type: "refresh_token",
+        refresh_token: tokens.refresh_token,
+      }),
+    });
+    assert.equal(refresh.status, 400);
+    assert.equal((await refresh.json()).error, "invalid_grant");
+  } finally {
+    await service.stop();
+    await gitlab.close();
+  }
+});
+
+Deno.test("revoke over HTTP: GitLab unreachable → still 200, the session is ended", async () => {
+  const gitlab = startSimulatedGitLab();
+  const service = await spawnService({
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "revoke-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: ":memory:",
+    UPSTREAM_TIMEOUT_MS: "2000",
+  });
+  try {
+    const tokens = await signIn(service, gitlab);
+    await gitlab.close();
+    const response = await revokeOverHttp(service, tokens.access_token);
+    assert.equal(response.status, 200);
+    await response.body?.cancel();
+    // The session is gone: the refresh token is refused (no GitLab call is needed to know).
+    const refresh = await fetch(`${service.url}/token`, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({
+        grant_type: "refresh_token",
+        refresh_token: tokens.refresh_token,
+      }),
+    });
+    assert.equal(refresh.status, 400);
+    assert.equal((await refresh.json()).error, "invalid_grant");
+    assert.ok(
+      service.logs.some((line) => line.includes("GitLab token revocation failed")),
+      "the failure is logged",
+    );
+  } finally {
+    await service.stop();
+    await gitlab.close();
+  }
+});
