@@ -17,6 +17,7 @@ import {
 } from "./routes/metadata.ts";
 import { handleHealth } from "./routes/health.ts";
 import { handleHome } from "./routes/home.ts";
+import { createMcpGateway } from "./routes/mcp_gateway.ts";
 import { handlePoll } from "./routes/poll.ts";
 import { handleRegister } from "./routes/register.ts";
 import { handleRevoke } from "./routes/revoke.ts";
@@ -25,6 +26,7 @@ import { handleToken } from "./routes/token.ts";
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
 
+/** The fixed endpoints; in gateway mode the MCP resource path (derived per request) comes first. */
 const routes: Routes<RequestContext> = {
   "/": { methods: { GET: handleHome } },
   "/healthz": { methods: { GET: handleHealth } },
@@ -63,14 +65,17 @@ const CORS_MAX_AGE_SECONDS = "86400";
 
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
+  const gateway = createMcpGateway(deps);
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
     const url = new URL(request.url);
-    const route = findRoute(routes, url.pathname);
+    const baseUrl = deriveBaseUrl(request, url, deps.config);
+    const route = gateway?.route(url, baseUrl) ?? findRoute(routes, url.pathname);
     let response: Response;
     try {
-      response = await dispatch(route, request, url, deps, requestId, peerAddress(info));
+      const ctx = { request, url, baseUrl, deps, requestId };
+      response = await dispatch(route, ctx, peerAddress(info));
     } catch (error) {
       response = renderError(error, deps, requestId);
     }
@@ -88,12 +93,10 @@ export function createApp(deps: AppDeps): FetchHandler {
 
 async function dispatch(
   route: Route<RequestContext> | undefined,
-  request: Request,
-  url: URL,
-  deps: AppDeps,
-  requestId: string,
+  ctx: RequestContext,
   peer: string | undefined,
 ): Promise<Response> {
+  const { request, url, deps } = ctx;
   if (!route) throw notFound(url.pathname);
   if (route.cors && request.method === "OPTIONS") return preflight(route);
   const handler = methodHandler(route, request.method);
@@ -103,8 +106,7 @@ async function dispatch(
   if (bucket) {
     await enforceRateLimit(deps, bucket, clientIp(request, peer, deps.config.trustProxy));
   }
-  const baseUrl = deriveBaseUrl(request, url, deps.config);
-  return await handler({ request, url, baseUrl, deps, requestId });
+  return await handler(ctx);
 }
 
 function peerAddress(info: Deno.ServeHandlerInfo | undefined): string | undefined {

@@ -4,7 +4,7 @@
  * @see spec §2.6, RFC 7519
  */
 
-import { compactVerify, jwtVerify, SignJWT } from "jose";
+import { compactVerify, errors, jwtVerify, SignJWT } from "jose";
 
 /** The claims of an access token beyond `iat` and `exp`. */
 export interface AccessTokenClaims {
@@ -32,13 +32,7 @@ const ALGORITHM = "HS256";
 
 /** Imports the secret once (a pre-imported CryptoKey signs markedly faster than raw bytes). */
 export async function createTokenSigner(secret: string): Promise<TokenSigner> {
-  const key = await crypto.subtle.importKey(
-    "raw",
-    new TextEncoder().encode(secret),
-    { name: "HMAC", hash: "SHA-256" },
-    false,
-    ["sign", "verify"],
-  );
+  const key = await importHmacKey(secret);
   return {
     sign(claims, nowMs, ttlSeconds) {
       const iat = Math.floor(nowMs / 1000);
@@ -70,4 +64,54 @@ export async function createTokenSigner(secret: string): Promise<TokenSigner> {
       }
     },
   };
+}
+
+/** Verifies access tokens signed with the current secret or a retired one. */
+export interface TokenVerifier {
+  /** Verifies signature (HS256 only), issuer and expiry within the tolerance; throws jose errors. */
+  verify(token: string, issuer: string, nowMs: number): Promise<AccessTokenClaims>;
+}
+
+/**
+ * A verifier accepting tokens signed with any of `secrets` (current first, then retired ones),
+ * with `clockToleranceSeconds` of leeway on `exp` and `nbf`. Keys are imported on first use.
+ */
+export function createTokenVerifier(
+  secrets: readonly string[],
+  clockToleranceSeconds: number,
+): TokenVerifier {
+  let keys: Promise<CryptoKey[]> | undefined;
+  return {
+    async verify(token, issuer, nowMs) {
+      keys ??= Promise.all(secrets.map(importHmacKey));
+      let failure: unknown = new errors.JWSSignatureVerificationFailed();
+      for (const key of await keys) {
+        try {
+          const { payload } = await jwtVerify(token, key, {
+            algorithms: [ALGORITHM],
+            issuer,
+            currentDate: new Date(nowMs),
+            clockTolerance: clockToleranceSeconds,
+            requiredClaims: ["exp"],
+          });
+          return payload as unknown as AccessTokenClaims;
+        } catch (error) {
+          // Only a signature mismatch means "maybe the other secret"; anything else is final.
+          if (!(error instanceof errors.JWSSignatureVerificationFailed)) throw error;
+          failure = error;
+        }
+      }
+      throw failure;
+    },
+  };
+}
+
+function importHmacKey(secret: string): Promise<CryptoKey> {
+  return crypto.subtle.importKey(
+    "raw",
+    new TextEncoder().encode(secret),
+    { name: "HMAC", hash: "SHA-256" },
+    false,
+    ["sign", "verify"],
+  );
 }

@@ -5,9 +5,10 @@
  * @see spec §2.3, §3.3, §4.3.2 step 3
  */
 
-import type { AppDeps } from "./context.ts";
+import type { Clock } from "./clock.ts";
+import type { OAuthDeps } from "./context.ts";
 import type { FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
-import type { Versioned } from "./store.ts";
+import type { Store, Versioned } from "./store.ts";
 import type { UpstreamTokens, UpstreamUser } from "./upstream/types.ts";
 
 /** Granted scopes are always these two; the requested `scope` is not used (spec §1.6). */
@@ -22,6 +23,13 @@ const REFRESH_LEASE_MS = 30_000;
 const REFRESH_WAIT_MS = 35_000;
 const REFRESH_WAIT_STEP_MS = 25;
 const SAVE_ATTEMPTS = 5;
+
+/** What refreshing a GitLab token needs: the service's AppDeps, or a resource guard's. */
+export interface RefreshDeps {
+  store: Store;
+  clock: Clock;
+  oauth?: Pick<OAuthDeps, "upstream">;
+}
 
 /** The GitLab token could not be refreshed (spec: `Failed to refresh underlying upstream token`). */
 export class UpstreamRefreshFailed extends Error {
@@ -79,7 +87,7 @@ export function upstreamExpiring(session: SessionRecord, now: number): boolean {
  * Throws UpstreamRefreshFailed when GitLab refuses.
  */
 export async function ensureFreshUpstreamToken(
-  deps: Pick<AppDeps, "store" | "clock" | "oauth">,
+  deps: RefreshDeps,
   session: Versioned<SessionRecord>,
 ): Promise<Versioned<SessionRecord> | null> {
   const { store, clock } = deps;
@@ -107,7 +115,7 @@ export async function ensureFreshUpstreamToken(
 }
 
 async function refreshAndSave(
-  { store, clock, oauth }: Pick<AppDeps, "store" | "clock" | "oauth">,
+  { store, clock, oauth }: RefreshDeps,
   current: Versioned<SessionRecord>,
 ): Promise<Versioned<SessionRecord> | null> {
   let tokens: UpstreamTokenSet;

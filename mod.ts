@@ -1,0 +1,71 @@
+/**
+ * Library entry: protect a Deno MCP server with this service's access tokens, without the
+ * gateway's proxy hop.
+ *
+ * `createResourceGuard` checks a request exactly as the gateway does (the gateway uses the same
+ * code): the `Authorization: Bearer` JWT (HS256 only, issuer, expiry with 30 s of leeway, the
+ * current or the previous secret), the session it names (a revoked or expired session is
+ * refused even while the JWT lives), the `mcp:tools` scope; then it refreshes the session's
+ * GitLab token when it expires within five minutes, under the same KV lease as the service,
+ * so the two never spend one GitLab refresh token twice. Failures come back as ready
+ * responses: 401 with `WWW-Authenticate: Bearer error="invalid_token", ..., resource_metadata=`
+ * (or a bare `Bearer resource_metadata=` when no token was sent), 403 `insufficient_scope`,
+ * 503 when GitLab could not renew an already expired token.
+ *
+ * @example An MCP server in the same process as the service, sharing its KV
+ * ```ts
+ * // @ts-types="@modelcontextprotocol/sdk/server/mcp"
+ * import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+ * // @ts-types="@modelcontextprotocol/sdk/server/webStandardStreamableHttp"
+ * import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
+ * import { createResourceGuard } from "./mod.ts";
+ *
+ * const kv = await Deno.openKv(Deno.env.get("KV_PATH"));
+ * const guard = createResourceGuard({
+ *   kv,
+ *   jwtSecret: Deno.env.get("JWT_SECRET")!,
+ *   issuer: "https://auth.example.com",
+ *   resource: "https://auth.example.com/mcp",
+ *   gitlab: { url: "https://gitlab.com", clientId: Deno.env.get("GITLAB_CLIENT_ID")! },
+ * });
+ *
+ * Deno.serve({ port: 3002 }, async (request) => {
+ *   const auth = await guard.authenticate(request);
+ *   if (auth instanceof Response) return auth;
+ *   const server = new McpServer({ name: "projects", version: "1.0.0" });
+ *   server.registerTool("whoami", { description: "The signed-in GitLab user" }, async () => {
+ *     const me = await fetch("https://gitlab.com/api/v4/user", {
+ *       headers: { Authorization: `Bearer ${auth.gitlabToken}` },
+ *     });
+ *     return { content: [{ type: "text", text: await me.text() }] };
+ *   });
+ *   const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined });
+ *   await server.connect(transport);
+ *   return transport.handleRequest(request);
+ * });
+ * ```
+ *
+ * @module
+ */
+
+export {
+  type AuthenticatedRequest,
+  type AuthenticatedUser,
+  CLOCK_TOLERANCE_SECONDS,
+  createResourceGuard,
+  type GuardGitLabOptions,
+  MCP_TOOLS_SCOPE,
+  type ResourceGuard,
+  type ResourceGuardOptions,
+} from "./src/resource_guard.ts";
+export type { Clock } from "./src/clock.ts";
+export { createLogger, type LogFields, type Logger } from "./src/logger.ts";
+export {
+  type DeviceAuthorization,
+  type DevicePollResult,
+  type Upstream,
+  UpstreamError,
+  type UpstreamFailure,
+  type UpstreamTokens,
+  type UpstreamUser,
+} from "./src/upstream/types.ts";

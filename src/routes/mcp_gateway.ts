@@ -1,0 +1,234 @@
+/**
+ * Gateway mode (MCP_UPSTREAM_URL set): every request to the MCP resource path is authenticated
+ * with the resource guard and forwarded to the MCP server with the user's GitLab token in place
+ * of ours. Bodies stream both ways, so Server-Sent Events reach the client event by event.
+ *
+ * @see RFC 9110 §7.6.1 (hop-by-hop fields), MCP spec "Streamable HTTP" and "Authorization"
+ */
+
+import type { AppDeps, RequestContext } from "../context.ts";
+import { notConfiguredError } from "../errors.ts";
+import { errorResponse, NO_STORE } from "../http.ts";
+import { createTokenVerifier } from "../jwt.ts";
+import {
+  type AuthenticatedRequest,
+  type Authenticator,
+  CLOCK_TOLERANCE_SECONDS,
+  createAuthenticator,
+  invalidTokenChallenge,
+  MCP_TOOLS_SCOPE,
+} from "../resource_guard.ts";
+import type { Route } from "../router.ts";
+import { mcpResourceUrl } from "./metadata.ts";
+
+/** The gateway as the app sees it. */
+export interface McpGateway {
+  /** The gateway's route when `url` is the MCP resource path, else undefined. */
+  route(url: URL, baseUrl: string): Route<RequestContext> | undefined;
+}
+
+/** Methods forwarded; OPTIONS is answered here as a CORS preflight. */
+const FORWARDED_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] as const;
+const CORS_ALLOW_HEADERS =
+  "Content-Type, Authorization, MCP-Protocol-Version, Mcp-Session-Id, Last-Event-ID";
+const CORS_EXPOSE_HEADERS = "WWW-Authenticate, Mcp-Session-Id";
+const CORS_MAX_AGE_SECONDS = "86400";
+
+/** Hop-by-hop fields (RFC 9110 §7.6.1) and `Host`; `Proxy-*` and fields named in `Connection` too. */
+const HOP_BY_HOP = new Set([
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "transfer-encoding",
+  "upgrade",
+  "host",
+]);
+/** What the gateway sets itself, or must not pass on, on the way to the MCP server. */
+const REPLACED_REQUEST_HEADERS = ["authorization", "private-token", "content-length"];
+/** Encodings Deno's fetch decodes by itself (it asks for exactly these when we do not). */
+const DECODED_BY_FETCH = new Set(["gzip", "br"]);
+
+/** The gateway over `deps`, or undefined when MCP_UPSTREAM_URL is not configured. */
+export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
+  const upstreamUrl = deps.config.mcpUpstreamUrl;
+  if (!upstreamUrl) return undefined;
+  let authenticate: Authenticator | undefined;
+  const handler = (ctx: RequestContext) => {
+    if (!ctx.deps.oauth) return Promise.resolve(withCors(errorResponse(notConfiguredError())));
+    authenticate ??= appAuthenticator(deps);
+    return handleGatewayRequest(ctx, authenticate, upstreamUrl);
+  };
+  const methods = Object.fromEntries(FORWARDED_METHODS.map((method) => [method, handler]));
+  const route: Route<RequestContext> = {
+    methods: { ...methods, OPTIONS: () => Promise.resolve(preflight()) },
+  };
+  return {
+    route: (url, baseUrl) =>
+      trimPath(url.pathname) === resourcePath({ baseUrl, deps }) ? route : undefined,
+  };
+}
+
+/** The guard's authenticator over the service's own store, upstream and secrets. */
+function appAuthenticator(deps: AppDeps): Authenticator {
+  const { config } = deps;
+  const secrets = [
+    config.jwtSecret!,
+    ...(config.jwtSecretPrevious ? [config.jwtSecretPrevious] : []),
+  ];
+  return createAuthenticator({
+    store: deps.store,
+    clock: deps.clock,
+    logger: deps.logger,
+    upstream: deps.oauth!.upstream,
+    verifier: createTokenVerifier(secrets, CLOCK_TOLERANCE_SECONDS),
+    requiredScope: MCP_TOOLS_SCOPE,
+  });
+}
+
+async function handleGatewayRequest(
+  ctx: RequestContext,
+  authenticate: Authenticator,
+  upstreamUrl: URL,
+): Promise<Response> {
+  const resource = mcpResourceUrl(ctx);
+  const auth = await authenticate(ctx.request, { issuer: ctx.baseUrl, resource });
+  if (auth instanceof Response) return withCors(auth);
+  return withCors(await forward(ctx, auth, upstreamUrl, resource));
+}
+
+/** Sends the request on; the timer covers only the wait for response headers. */
+async function forward(
+  ctx: RequestContext,
+  auth: AuthenticatedRequest,
+  upstreamUrl: URL,
+  resource: string,
+): Promise<Response> {
+  const { request, deps } = ctx;
+  const timeoutMs = deps.config.mcpUpstreamTimeoutMs;
+  const timeout = new AbortController();
+  const timer = setTimeout(() => timeout.abort(), timeoutMs);
+  const target = new URL(upstreamUrl);
+  target.search = ctx.url.search;
+  try {
+    const response = await fetch(target, {
+      method: request.method,
+      headers: upstreamRequestHeaders(request.headers, auth.gitlabToken, deps),
+      body: request.method === "GET" || request.method === "HEAD" ? null : request.body,
+      redirect: "manual",
+      // Not request.signal: Deno.serve aborts it after every response. A client that leaves
+      // mid-stream cancels the relayed body, which closes the upstream exchange too.
+      signal: timeout.signal,
+    });
+    return relayResponse(response, resource);
+  } catch (error) {
+    return upstreamFailure(ctx, auth, error, timeout.signal.aborted);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** The client's headers minus hop-by-hop ones and our token, plus the GitLab token. */
+function upstreamRequestHeaders(incoming: Headers, gitlabToken: string, deps: AppDeps): Headers {
+  const headers = endToEndHeaders(incoming);
+  for (const name of REPLACED_REQUEST_HEADERS) headers.delete(name);
+  // Deno's fetch decodes only what it asks for itself; see relayResponse.
+  headers.delete("accept-encoding");
+  if (deps.config.mcpUpstreamTokenHeader === "private-token") {
+    headers.set("PRIVATE-TOKEN", gitlabToken);
+  } else {
+    headers.set("Authorization", `Bearer ${gitlabToken}`);
+  }
+  return headers;
+}
+
+/**
+ * The MCP server's response with a streaming body. Its challenges would send the client to
+ * someone else's authorization server, so a 401 carries ours instead.
+ */
+function relayResponse(upstream: Response, resource: string): Response {
+  const headers = endToEndHeaders(upstream.headers);
+  const encoding = headers.get("content-encoding")?.trim().toLowerCase();
+  if (encoding && DECODED_BY_FETCH.has(encoding)) {
+    headers.delete("content-encoding");
+    headers.delete("content-length");
+  }
+  headers.delete("www-authenticate");
+  if (upstream.status === 401) {
+    headers.set(
+      "WWW-Authenticate",
+      invalidTokenChallenge(resource, "The MCP server refused the GitLab token; sign in again"),
+    );
+  }
+  return new Response(upstream.body, {
+    status: upstream.status,
+    statusText: upstream.statusText,
+    headers,
+  });
+}
+
+/** 504 when the response headers did not arrive in time, else 502. */
+function upstreamFailure(
+  ctx: RequestContext,
+  auth: AuthenticatedRequest,
+  error: unknown,
+  timedOut: boolean,
+): Response {
+  const timeoutMs = ctx.deps.config.mcpUpstreamTimeoutMs;
+  ctx.deps.logger.warn(timedOut ? "MCP server timed out" : "MCP server unreachable", {
+    requestId: ctx.requestId,
+    sessionId: auth.sessionId,
+    error: error instanceof Error ? error.name : String(error),
+  });
+  return timedOut
+    ? Response.json({
+      error: "gateway_timeout",
+      error_description: `The MCP server did not answer within ${timeoutMs} ms`,
+    }, { status: 504, headers: NO_STORE })
+    : Response.json({
+      error: "bad_gateway",
+      error_description: "The MCP server could not be reached",
+    }, { status: 502, headers: NO_STORE });
+}
+
+/** A copy of `source` without hop-by-hop fields (RFC 9110 §7.6.1). */
+function endToEndHeaders(source: Headers): Headers {
+  const named = (source.get("connection") ?? "").split(",").map((name) =>
+    name.trim().toLowerCase()
+  );
+  const headers = new Headers();
+  for (const [name, value] of source) {
+    if (HOP_BY_HOP.has(name) || name.startsWith("proxy-") || named.includes(name)) continue;
+    headers.append(name, value);
+  }
+  return headers;
+}
+
+function preflight(): Response {
+  return withCors(
+    new Response(null, {
+      status: 204,
+      headers: {
+        "Access-Control-Allow-Methods": [...FORWARDED_METHODS, "OPTIONS"].join(", "),
+        "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
+        "Access-Control-Max-Age": CORS_MAX_AGE_SECONDS,
+      },
+    }),
+  );
+}
+
+function withCors(response: Response): Response {
+  response.headers.set("Access-Control-Allow-Origin", "*");
+  response.headers.set("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS);
+  return response;
+}
+
+/** The path of the MCP resource URL (which may be on another host). */
+function resourcePath(ctx: Pick<RequestContext, "baseUrl" | "deps">): string {
+  return trimPath(new URL(mcpResourceUrl(ctx)).pathname);
+}
+
+function trimPath(pathname: string): string {
+  return pathname.replace(/\/+$/, "") || "/";
+}

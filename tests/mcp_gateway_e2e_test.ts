@@ -1,0 +1,188 @@
+/**
+ * End to end with real MCP components: an MCP SDK client with an OAuth provider connects to the
+ * service's `/mcp` (a child process in gateway mode), is refused with 401, discovers, registers
+ * and signs in through the device page in Chromium against the simulated GitLab, and then
+ * calls a tool on an MCP SDK server behind the gateway, which sees the user's GitLab token and
+ * never ours. Skips with a printed reason when Chromium is absent, never under CI.
+ */
+
+import assert from "node:assert/strict";
+import { Client } from "@modelcontextprotocol/sdk/client";
+// @ts-types="@modelcontextprotocol/sdk/client/auth"
+import {
+  type OAuthClientProvider,
+  UnauthorizedError,
+} from "@modelcontextprotocol/sdk/client/auth.js";
+// @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+// @ts-types="@modelcontextprotocol/sdk/shared/auth"
+import type {
+  OAuthClientInformationMixed,
+  OAuthClientMetadata,
+  OAuthTokens,
+} from "@modelcontextprotocol/sdk/shared/auth.js";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { launchBrowser } from "./_browser.ts";
+import { TEST_SECRET } from "./_helpers.ts";
+import { startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
+import { spawnService } from "./_service.ts";
+
+/** An MCP client's OAuth state, in memory; hands the authorization URL to the test. */
+class MemoryOAuthProvider implements OAuthClientProvider {
+  authorizationUrl?: URL;
+  #client?: OAuthClientInformationMixed;
+  #tokens?: OAuthTokens;
+  #verifier = "";
+
+  constructor(readonly callback: string) {}
+
+  get redirectUrl(): string {
+    return this.callback;
+  }
+  get clientMetadata(): OAuthClientMetadata {
+    return {
+      client_name: "gateway e2e client",
+      redirect_uris: [this.callback],
+      grant_types: ["authorization_code", "refresh_token"],
+      response_types: ["code"],
+      token_endpoint_auth_method: "none",
+    };
+  }
+  clientInformation() {
+    return this.#client;
+  }
+  saveClientInformation(client: OAuthClientInformationMixed) {
+    this.#client = client;
+  }
+  tokens() {
+    return this.#tokens;
+  }
+  saveTokens(tokens: OAuthTokens) {
+    this.#tokens = tokens;
+  }
+  redirectToAuthorization(url: URL) {
+    this.authorizationUrl = url;
+  }
+  saveCodeVerifier(verifier: string) {
+    this.#verifier = verifier;
+  }
+  codeVerifier() {
+    return this.#verifier;
+  }
+}
+
+/** `METHOD path status` of every request the service logged. */
+function requestLines(logs: string[]): string[] {
+  return logs.flatMap((line) => {
+    try {
+      const { message, method, path, status } = JSON.parse(line);
+      return message === "request" ? [`${method} ${path} ${status}`] : [];
+    } catch {
+      return [];
+    }
+  });
+}
+
+/** The MCP client's redirect target on loopback. */
+function startCallback() {
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    () =>
+      new Response("<!doctype html><title>client</title><p>signed in</p>", {
+        headers: { "Content-Type": "text/html" },
+      }),
+  );
+  return { url: `http://127.0.0.1:${server.addr.port}/callback`, close: () => server.shutdown() };
+}
+
+Deno.test({
+  name: "mcp e2e: SDK client → 401 → discovery → registration → device sign-in → tool call",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(t) {
+    const browser = await launchBrowser();
+    if ("skip" in browser) {
+      // deno-lint-ignore no-console -- the reason a test did not run must be visible.
+      console.log(`skipping ${t.name}: ${browser.skip}`);
+      return;
+    }
+    const gitlab = startSimulatedGitLab();
+    const mcp = startMcpUpstream();
+    const callback = startCallback();
+    const service = await spawnService({
+      GITLAB_URL: gitlab.url.href,
+      GITLAB_CLIENT_ID: "gateway-e2e-app",
+      JWT_SECRET: TEST_SECRET,
+      KV_PATH: ":memory:",
+      MCP_UPSTREAM_URL: mcp.url,
+    });
+    const provider = new MemoryOAuthProvider(callback.url);
+    const serverUrl = new URL(`${service.url}/mcp`);
+    const client = new Client({ name: "gateway-e2e", version: "1.0.0" });
+    try {
+      const first = new StreamableHTTPClientTransport(serverUrl, { authProvider: provider });
+      await assert.rejects(
+        new Client({ name: "gateway-e2e", version: "1.0.0" }).connect(first),
+        UnauthorizedError,
+      );
+      assert.ok(provider.authorizationUrl, "the client was sent to sign in");
+      assert.equal(provider.authorizationUrl.origin, service.url);
+      assert.equal(mcp.requests.length, 0, "nothing reached the MCP server unauthenticated");
+
+      const page = await browser.newPage();
+      await page.goto(provider.authorizationUrl.href);
+      assert.equal((await page.textContent("#user-code"))?.trim(), gitlab.lastUserCode());
+      gitlab.approve(gitlab.lastUserCode()!);
+      // The page polls 5 s after load, then redirects to the client.
+      await page.waitForURL((url) => url.href.startsWith(callback.url), { timeout: 20_000 });
+      const code = new URL(page.url()).searchParams.get("code");
+      assert.ok(code);
+      await first.finishAuth(code);
+      const accessToken = provider.tokens()?.access_token;
+      assert.ok(accessToken);
+
+      const transport = new StreamableHTTPClientTransport(serverUrl, { authProvider: provider });
+      await client.connect(transport);
+      assert.equal(transport.sessionId, mcp.sessionIds[0], "Mcp-Session-Id came through");
+      const result = await client.callTool({ name: "whoami" });
+      const [content] = result.content as { type: string; text: string }[];
+      const seen: WhoAmI = JSON.parse(content.text);
+
+      assert.match(seen.authorization ?? "", /^Bearer \S+$/);
+      const gitlabToken = seen.authorization!.slice("Bearer ".length);
+      assert.notEqual(gitlabToken, accessToken);
+      const user = await fetch(new URL("/api/v4/user", gitlab.url), {
+        headers: { Authorization: `Bearer ${gitlabToken}` },
+      });
+      assert.equal(user.status, 200, "the MCP server got a token GitLab accepts");
+      assert.equal((await user.json()).username, "ada");
+      assert.equal(seen.mcpSessionId, transport.sessionId);
+      for (const { headers } of mcp.requests) {
+        for (const [, value] of headers) {
+          assert.ok(!value.includes(accessToken), "our JWT never reached the MCP server");
+        }
+      }
+      assert.ok(service.logs.every((line) => !line.includes(gitlabToken)), "no token in logs");
+      const requests = requestLines(service.logs);
+      for (
+        const expected of [
+          "POST /mcp 401",
+          "GET /.well-known/oauth-protected-resource/mcp 200",
+          "GET /.well-known/oauth-authorization-server 200",
+          "POST /register 201",
+          "POST /token 200",
+          "POST /mcp 200",
+        ]
+      ) {
+        assert.ok(requests.includes(expected), `${expected} in ${requests.join(", ")}`);
+      }
+    } finally {
+      await client.close();
+      await browser.close();
+      await service.stop();
+      await mcp.close();
+      await callback.close();
+      await gitlab.close();
+    }
+  },
+});
