@@ -8,8 +8,10 @@
 export function clientIp(request: Request, peer: string | undefined, trustProxy: boolean): string {
   const socket = peer ?? "127.0.0.1";
   if (!trustProxy || !isInternal(socket)) return socket;
+  // Entries that are not addresses (garbage, or kilobytes of it: the counter's KV key must
+  // stay small) are skipped.
   const forwarded = (request.headers.get("x-forwarded-for") ?? "")
-    .split(",").map((entry) => normalize(entry.trim())).filter((entry) => entry !== "");
+    .split(",").map((entry) => normalize(entry.trim())).filter(isIpAddress);
   for (let i = forwarded.length - 1; i >= 0; i--) {
     if (!isInternal(forwarded[i])) return forwarded[i];
   }
@@ -34,10 +36,16 @@ function isInternal(ip: string): boolean {
   return lower.startsWith("fc") || lower.startsWith("fd") || lower.startsWith("fe80:");
 }
 
+/** A dotted-quad IPv4 or a textual IPv6 address (RFC 4291 §2.2, IPv4 tail allowed). */
+function isIpAddress(entry: string): boolean {
+  return /^\d{1,3}(\.\d{1,3}){3}$/.test(entry) ||
+    (entry.length <= 45 && entry.includes(":") && /^[0-9a-f:.]+$/.test(entry));
+}
+
 function normalize(entry: string): string {
   // "[2001:db8::1]:443" or "203.0.113.7:8080" → the bare address.
   const bracketed = entry.match(/^\[([^\]]+)\](?::\d+)?$/);
-  if (bracketed) return bracketed[1];
+  if (bracketed) return bracketed[1].toLowerCase();
   const v4WithPort = entry.match(/^(\d+\.\d+\.\d+\.\d+):\d+$/);
-  return v4WithPort ? v4WithPort[1] : entry;
+  return v4WithPort ? v4WithPort[1] : entry.toLowerCase();
 }

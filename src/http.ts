@@ -24,13 +24,32 @@ export function errorResponse(error: OAuthError): Response {
 }
 
 /**
- * Query or form parameters as a map, refusing a parameter sent more than once
- * (RFC 6749 §3.1: "Request and response parameters MUST NOT be included more than once").
+ * The longest query parameter accepted: longer than any OAuth parameter needs, and it keeps
+ * what /authorize stores from its query (client_id, state, redirect_uri, code_challenge) well
+ * under Deno KV's 64 KiB value limit. Bodies have their own limit (MAX_BODY_BYTES).
+ */
+export const MAX_QUERY_PARAMETER_LENGTH = 4096;
+
+/**
+ * Query parameters as a map, refusing a parameter sent more than once (RFC 6749 §3.1: "Request
+ * and response parameters MUST NOT be included more than once") or longer than
+ * MAX_QUERY_PARAMETER_LENGTH.
  */
 export function singleValued(params: URLSearchParams): Map<string, string> {
+  return uniqueParams(params, MAX_QUERY_PARAMETER_LENGTH);
+}
+
+function uniqueParams(params: URLSearchParams, maxLength: number): Map<string, string> {
   const map = new Map<string, string>();
   for (const [name, value] of params) {
     if (map.has(name)) throw new OAuthError(400, "invalid_request", `Repeated parameter: ${name}`);
+    if (value.length > maxLength) {
+      throw new OAuthError(
+        400,
+        "invalid_request",
+        `Parameter ${name.slice(0, 64)} exceeds ${maxLength} characters`,
+      );
+    }
     map.set(name, value);
   }
   return map;
@@ -50,7 +69,9 @@ export async function readParams(request: Request): Promise<Map<string, string>>
     );
   }
   const text = await readLimitedText(request);
-  if (type === "application/x-www-form-urlencoded") return singleValued(new URLSearchParams(text));
+  if (type === "application/x-www-form-urlencoded") {
+    return uniqueParams(new URLSearchParams(text), Infinity);
+  }
   return paramsFromJson(text);
 }
 

@@ -148,6 +148,9 @@ const LEASE_KEY = "lease";
 const CLIENT_KEY = "client";
 const RATE_KEY = "rate";
 const RATE_COUNT_ATTEMPTS = 5;
+const DELETE_SESSION_ATTEMPTS = 20;
+/** Longer than any client id we issue, well under KV's key size limit even in UTF-8. */
+const MAX_CLIENT_ID_LENGTH = 256;
 
 /** A flow as stored: the device code and GitLab tokens sealed (secrets at rest). */
 type StoredFlow = Omit<FlowRecord, "deviceCode" | "upstreamTokens"> & { sealed: string };
@@ -373,17 +376,22 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     },
 
     async deleteSession(id) {
-      const session = await read<StoredSession>([SESSION_KEY, id]);
-      if (!session) return;
-      const op = kv.atomic().delete(session.key);
-      if (session.value.mcpRefreshTokenHash) {
-        op.delete([REFRESH_KEY, session.value.mcpRefreshTokenHash]);
+      // Guarded by the version read: a refresh rotating the token in between would otherwise
+      // leave its new refresh index pointing at the deleted session.
+      for (let attempt = 0; attempt < DELETE_SESSION_ATTEMPTS; attempt++) {
+        const session = await read<StoredSession>([SESSION_KEY, id]);
+        if (!session) return;
+        const op = kv.atomic().check(session).delete(session.key);
+        if (session.value.mcpRefreshTokenHash) {
+          op.delete([REFRESH_KEY, session.value.mcpRefreshTokenHash]);
+        }
+        if (await commit(op)) return;
       }
-      await commit(op);
+      throw new Error("session kept changing while being deleted");
     },
 
     async ping() {
-      await kv.get([LEASE_KEY, "health"]);
+      await retryLocked(() => kv.get([LEASE_KEY, "health"]));
     },
 
     async registerClient(client) {
@@ -394,6 +402,9 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     },
 
     async getClient(clientId) {
+      // Any client_id reaches here; KV refuses keys over ~2 KiB (a TypeError, so a 500), and
+      // the ids we issue are short, so a long one is simply unknown.
+      if (clientId.length > MAX_CLIENT_ID_LENGTH) return null;
       return (await read<ClientRecord>([CLIENT_KEY, clientId]))?.value ?? null;
     },
 
@@ -401,7 +412,10 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       const window = Math.floor(clock.now() / windowMs);
       const key = [RATE_KEY, bucket, ip, window];
       const expireIn = (window + 1) * windowMs - clock.now() + 1000;
-      for (let attempt = 0; attempt < RATE_COUNT_ATTEMPTS; attempt++) {
+      // A lost race means another request was counted (only counting writes this key), so the
+      // count read next is higher: at most `limit` conflicts before the answer is "over". A
+      // fixed small number of attempts would refuse a parallel burst far below the limit.
+      for (let attempt = 0; attempt < limit + RATE_COUNT_ATTEMPTS; attempt++) {
         const current = await read<number>(key);
         const count = (current?.value ?? 0) + 1;
         if (count > limit) return count;
@@ -409,8 +423,8 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
           .check({ key, versionstamp: current?.versionstamp ?? null })
           .set(key, count, { expireIn });
         if (await commit(op)) return count;
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 2));
       }
-      // Heavy contention on one counter: the client is busy enough to be over any limit.
       return limit + 1;
     },
 

@@ -51,10 +51,17 @@ export async function handlePoll(ctx: RequestContext): Promise<Response> {
   const lease = await store.tryLeaseFlow(flow, 2 * config.upstreamTimeoutMs + 5_000);
   if (!lease) return pending();
   try {
-    return await advanceFlow(ctx, flow);
-  } catch (error) {
-    if (!(error instanceof UpstreamError)) throw error;
-    return await upstreamFailed(ctx, flow, error);
+    // What we read may predate a poll that held the lease and finished since: the device code
+    // may be spent (GitLab would answer invalid_grant) and the flow completed. Work on the
+    // version current under the lease.
+    const current = await store.getFlow(flowState);
+    if (!current) return answer(400, { status: "expired", error: "Flow not found" });
+    try {
+      return await advanceFlow(ctx, current);
+    } catch (error) {
+      if (!(error instanceof UpstreamError)) throw error;
+      return await upstreamFailed(ctx, current, error);
+    }
   } finally {
     await lease.release();
   }

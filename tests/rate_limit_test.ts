@@ -1,0 +1,422 @@
+/**
+ * Per-client-IP rate limits (not in the spec; see README): over a limit the answer is 429
+ * `temporarily_unavailable` with `Retry-After`, before any other work (GitLab is not called).
+ * Counted per fixed window in KV, so the count is shared by every instance on one KV.
+ */
+
+import assert from "node:assert/strict";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { createApp, type FetchHandler } from "../src/app.ts";
+import { createSecretBoxFromConfig } from "../src/secret_box.ts";
+import { createStore } from "../src/store.ts";
+import {
+  authorizeQuery,
+  makeTestApp,
+  PKCE,
+  TEST_BASE,
+  TEST_SECRET,
+  type TestApp,
+} from "./_helpers.ts";
+import { spawnService } from "./_service.ts";
+
+const CLIENT = "203.0.113.9";
+const OTHER = "198.51.100.7";
+
+/** What Deno.serve hands the handler for a TCP peer. */
+function peer(hostname: string): Deno.ServeHandlerInfo {
+  return {
+    remoteAddr: { transport: "tcp", hostname, port: 1234 },
+  } as unknown as Deno.ServeHandlerInfo;
+}
+
+async function withApp(
+  env: Record<string, string>,
+  fn: (t: TestApp) => Promise<void>,
+): Promise<void> {
+  const t = await makeTestApp({ env });
+  try {
+    await fn(t);
+  } finally {
+    t.close();
+  }
+}
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  body: string;
+}
+
+async function send(
+  app: FetchHandler,
+  ip: string | undefined,
+  path: string,
+  init: RequestInit = {},
+): Promise<Answer> {
+  const response = await app(
+    new Request(`${TEST_BASE}${path}`, init),
+    ip === undefined ? undefined : peer(ip),
+  );
+  return { status: response.status, headers: response.headers, body: await response.text() };
+}
+
+function authorize(app: FetchHandler, ip: string | undefined, headers: HeadersInit = {}) {
+  return send(app, ip, `/authorize?${authorizeQuery()}`, { headers });
+}
+
+/** A 429 as rate limiting answers it; returns the Retry-After seconds. */
+function assertLimited(answer: Answer): number {
+  assert.equal(answer.status, 429, answer.body);
+  const body = JSON.parse(answer.body);
+  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"]);
+  assert.equal(body.error, "temporarily_unavailable");
+  assert.equal(typeof body.error_description, "string");
+  assert.ok(body.error_description.length > 0);
+  assert.match(answer.headers.get("content-type") ?? "", /application\/json/);
+  const retryAfter = answer.headers.get("retry-after");
+  assert.ok(retryAfter, "Retry-After is set");
+  assert.match(retryAfter, /^\d+$/);
+  return Number(retryAfter);
+}
+
+async function rateEntries(kv: Deno.Kv): Promise<Deno.KvEntry<unknown>[]> {
+  return await Array.fromAsync(kv.list({ prefix: ["rate"] }));
+}
+
+Deno.test("rate limit: the 4th /authorize of one IP under 3/600 → 429 with Retry-After, GitLab not called", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    for (let i = 1; i <= 3; i++) {
+      assert.equal((await authorize(t.app, CLIENT)).status, 200, `request ${i}`);
+    }
+    assert.equal(t.upstream.calls.start, 3);
+    const retryAfter = assertLimited(await authorize(t.app, CLIENT));
+    assert.ok(retryAfter > 0 && retryAfter <= 600, String(retryAfter));
+    assert.equal(t.upstream.calls.start, 3, "no device flow started for the limited request");
+    // Still limited, Retry-After counting down with the clock.
+    t.clock.advance(100_000);
+    assert.equal(assertLimited(await authorize(t.app, CLIENT)), retryAfter - 100);
+    assert.equal(t.upstream.calls.start, 3);
+    assert.equal((await Array.fromAsync(t.kv.list({ prefix: ["flow"] }))).length, 3);
+  }));
+
+Deno.test("rate limit: another IP is unaffected", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    for (let i = 0; i < 3; i++) await authorize(t.app, CLIENT);
+    assertLimited(await authorize(t.app, CLIENT));
+    for (let i = 1; i <= 3; i++) {
+      assert.equal((await authorize(t.app, OTHER)).status, 200, `other IP request ${i}`);
+    }
+    assertLimited(await authorize(t.app, OTHER));
+    // IPv6 clients are counted by their address too.
+    assert.equal((await authorize(t.app, "2001:db8::5")).status, 200);
+  }));
+
+Deno.test("rate limit: the window resets when the clock passes it", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    for (let i = 0; i < 3; i++) await authorize(t.app, CLIENT);
+    const retryAfter = assertLimited(await authorize(t.app, CLIENT));
+    t.clock.advance(retryAfter * 1000 - 1001);
+    assertLimited(await authorize(t.app, CLIENT));
+    t.clock.advance(1001);
+    for (let i = 1; i <= 3; i++) {
+      assert.equal((await authorize(t.app, CLIENT)).status, 200, `new window, request ${i}`);
+    }
+    assertLimited(await authorize(t.app, CLIENT));
+    assert.equal(t.upstream.calls.start, 6);
+  }));
+
+Deno.test("rate limit: `off` disables a limit", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "off", RATE_LIMIT_POLL: "off" }, async (t) => {
+    for (let i = 0; i < 40; i++) {
+      assert.equal((await authorize(t.app, CLIENT)).status, 200);
+      assert.equal((await send(t.app, CLIENT, "/oauth/poll?flow_state=x")).status, 400);
+    }
+    assert.deepEqual(await rateEntries(t.kv), [], "nothing is counted");
+  }));
+
+Deno.test("rate limit: loopback clients are exempt by default", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    for (const ip of ["127.0.0.1", "::1", "127.0.0.53", "::ffff:127.0.0.1", undefined]) {
+      for (let i = 0; i < 6; i++) {
+        assert.equal((await authorize(t.app, ip)).status, 200, `${ip} request ${i + 1}`);
+      }
+    }
+    assert.deepEqual(await rateEntries(t.kv), []);
+  }));
+
+Deno.test("rate limit: RATE_LIMIT_LOOPBACK=limit limits loopback clients too", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600", RATE_LIMIT_LOOPBACK: "limit" }, async (t) => {
+    for (const ip of ["127.0.0.1", "::1"]) {
+      for (let i = 0; i < 3; i++) assert.equal((await authorize(t.app, ip)).status, 200);
+      assertLimited(await authorize(t.app, ip));
+    }
+    assert.equal(t.upstream.calls.start, 6);
+  }));
+
+Deno.test("rate limit: TRUST_PROXY with a loopback peer → the right-most non-internal X-Forwarded-For entry is the client", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
+    // The client sends whatever it likes on the left; our proxies append on the right.
+    const forwarded = [
+      `1.1.1.1, ${CLIENT}`,
+      `8.8.8.8, 9.9.9.9, ${CLIENT}`,
+      `${CLIENT}, 10.0.0.2`,
+    ];
+    for (const xff of forwarded) {
+      assert.equal(
+        (await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": xff })).status,
+        200,
+        xff,
+      );
+    }
+    for (
+      const xff of [`6.6.6.6, ${CLIENT}`, `${CLIENT}:4711, 172.16.0.9, 192.168.1.1`, CLIENT]
+    ) {
+      assertLimited(await authorize(t.app, "::1", { "X-Forwarded-For": xff }));
+    }
+    // A spoofed left-most entry naming another client does not make it that client, nor
+    // does it charge that client.
+    assert.equal(
+      (await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": `${OTHER}` })).status,
+      200,
+    );
+    assertLimited(
+      await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": `${OTHER}, ${CLIENT}` }),
+    );
+    assert.equal(t.upstream.calls.start, 4);
+  }));
+
+Deno.test("rate limit: TRUST_PROXY with garbage or kilobytes in X-Forwarded-For → never a 500; non-addresses skipped", () =>
+  withApp(
+    { RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true", RATE_LIMIT_LOOPBACK: "limit" },
+    async (t) => {
+      const junk = "x".repeat(5000);
+      // Junk to the right of the client does not hide it.
+      for (let i = 0; i < 3; i++) {
+        const xff = `${CLIENT}, ${junk}, unknown`;
+        assert.equal((await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": xff })).status, 200);
+      }
+      assertLimited(await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": CLIENT }));
+      // Junk alone: the proxy itself is the client.
+      for (const xff of [junk, "<script>", "999.1.2.3.4", `${"2001:db8::1:".repeat(300)}`]) {
+        const answer = await authorize(t.app, "::1", { "X-Forwarded-For": xff });
+        assert.ok(answer.status === 200 || answer.status === 429, answer.body);
+      }
+      assert.equal(
+        (await Array.fromAsync(t.kv.list<number>({ prefix: ["rate", "authorize", "::1"] })))
+          .reduce((sum, entry) => sum + entry.value, 0),
+        3,
+      );
+      // One IPv6 client, however it is spelled.
+      for (const spelling of ["2001:DB8::5", "[2001:db8::5]:443", "2001:db8::5"]) {
+        const answer = await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": spelling });
+        assert.equal(answer.status, 200, spelling);
+      }
+      assertLimited(await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": "2001:Db8::5" }));
+    },
+  ));
+
+Deno.test("rate limit: TRUST_PROXY but a public peer → the peer is the client, X-Forwarded-For ignored", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
+    for (let i = 0; i < 3; i++) {
+      const xff = `10.0.0.${i}, 192.0.2.${i + 1}`;
+      assert.equal((await authorize(t.app, CLIENT, { "X-Forwarded-For": xff })).status, 200);
+    }
+    assertLimited(await authorize(t.app, CLIENT, { "X-Forwarded-For": "192.0.2.200" }));
+  }));
+
+Deno.test("rate limit: without TRUST_PROXY the X-Forwarded-For header is ignored", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    // A public client cannot escape its limit by sending a header.
+    for (let i = 0; i < 3; i++) {
+      const xff = `192.0.2.${i + 1}`;
+      assert.equal((await authorize(t.app, CLIENT, { "X-Forwarded-For": xff })).status, 200);
+    }
+    assertLimited(await authorize(t.app, CLIENT, { "X-Forwarded-For": "192.0.2.99" }));
+    // A loopback peer stays exempt loopback whatever it claims to forward.
+    for (let i = 0; i < 5; i++) {
+      assert.equal(
+        (await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": CLIENT })).status,
+        200,
+      );
+    }
+  }));
+
+function postForm(
+  app: FetchHandler,
+  ip: string,
+  path: string,
+  form: Record<string, string>,
+): Promise<Answer> {
+  return send(app, ip, path, {
+    method: "POST",
+    headers: { "Content-Type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams(form),
+  });
+}
+
+function register(app: FetchHandler, ip: string): Promise<Answer> {
+  return send(app, ip, "/register", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ redirect_uris: ["http://127.0.0.1:9999/callback"] }),
+  });
+}
+
+Deno.test("rate limit: /oauth/poll has its own limit", () =>
+  withApp({ RATE_LIMIT_POLL: "2/60", RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    const page = await authorize(t.app, CLIENT);
+    const flowState = JSON.parse(
+      page.body.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s)![1],
+    ).flowState;
+    const pollPath = `/oauth/poll?flow_state=${encodeURIComponent(flowState)}`;
+    assert.equal((await send(t.app, CLIENT, pollPath)).status, 200);
+    assert.equal((await send(t.app, CLIENT, pollPath)).status, 200);
+    assert.equal(t.upstream.calls.poll, 2);
+    const retryAfter = assertLimited(await send(t.app, CLIENT, pollPath));
+    assert.ok(retryAfter <= 60);
+    assert.equal(t.upstream.calls.poll, 2, "GitLab not polled for the limited request");
+    // The poll limit does not touch the authorize limit, nor another IP.
+    assert.equal((await authorize(t.app, CLIENT)).status, 200);
+    assert.equal((await send(t.app, OTHER, pollPath)).status, 200);
+    t.clock.advance(60_000);
+    assert.equal((await send(t.app, CLIENT, pollPath)).status, 200);
+  }));
+
+Deno.test("rate limit: /token and /revoke share the token limit", () =>
+  withApp({ RATE_LIMIT_TOKEN: "3/600" }, async (t) => {
+    const refresh = { grant_type: "refresh_token", refresh_token: "unknown" };
+    assert.equal((await postForm(t.app, CLIENT, "/token", refresh)).status, 400);
+    assert.equal((await postForm(t.app, CLIENT, "/revoke", { token: "unknown" })).status, 200);
+    assert.equal((await postForm(t.app, CLIENT, "/token", refresh)).status, 400);
+    const limitedToken = await postForm(t.app, CLIENT, "/token", refresh);
+    assertLimited(limitedToken);
+    assert.equal(limitedToken.headers.get("access-control-allow-origin"), "*");
+    assertLimited(await postForm(t.app, CLIENT, "/revoke", { token: "unknown" }));
+    assert.equal(t.upstream.calls.revoke, 0);
+    assert.equal((await postForm(t.app, OTHER, "/token", refresh)).status, 400);
+  }));
+
+Deno.test("rate limit: a limited /token does not spend the code it carries", () =>
+  withApp({ RATE_LIMIT_TOKEN: "1/600" }, async (t) => {
+    const refresh = { grant_type: "refresh_token", refresh_token: "unknown" };
+    assert.equal((await postForm(t.app, CLIENT, "/token", refresh)).status, 400);
+    // A flow run from loopback (exempt), the code then presented by the limited client.
+    const page = await authorize(t.app, undefined);
+    const flowState = JSON.parse(
+      page.body.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s)![1],
+    ).flowState;
+    t.upstream.approve();
+    const done = JSON.parse(
+      (await send(t.app, undefined, `/oauth/poll?flow_state=${flowState}`)).body,
+    );
+    assert.equal(done.status, "complete");
+    const form = {
+      grant_type: "authorization_code",
+      code: done.code,
+      code_verifier: PKCE.verifier,
+      redirect_uri: "http://127.0.0.1:9999/callback",
+    };
+    assertLimited(await postForm(t.app, CLIENT, "/token", form));
+    assert.equal((await postForm(t.app, OTHER, "/token", form)).status, 200);
+  }));
+
+Deno.test("rate limit: /register has its own limit", () =>
+  withApp({ RATE_LIMIT_REGISTER: "2/3600" }, async (t) => {
+    assert.equal((await register(t.app, CLIENT)).status, 201);
+    assert.equal((await register(t.app, CLIENT)).status, 201);
+    const retryAfter = assertLimited(await register(t.app, CLIENT));
+    assert.ok(retryAfter <= 3600);
+    assert.equal((await Array.fromAsync(t.kv.list({ prefix: ["client"] }))).length, 2);
+    assert.equal((await register(t.app, OTHER)).status, 201);
+  }));
+
+Deno.test("rate limit: unlimited paths are never counted", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "1/600", RATE_LIMIT_TOKEN: "1/600" }, async (t) => {
+    for (let i = 0; i < 5; i++) {
+      assert.equal(
+        (await send(t.app, CLIENT, "/.well-known/oauth-authorization-server")).status,
+        200,
+      );
+      assert.equal((await send(t.app, CLIENT, "/nowhere")).status, 404);
+    }
+    assert.deepEqual(await rateEntries(t.kv), []);
+  }));
+
+Deno.test("rate limit: a parallel burst of one IP gets exactly the limit through, no fewer", async (t) => {
+  for (const [limit, parallel] of [[3, 20], [15, 20], [40, 60]]) {
+    await t.step(
+      `${parallel} at once under ${limit}/600`,
+      () =>
+        withApp({ RATE_LIMIT_AUTHORIZE: `${limit}/600` }, async (t) => {
+          const answers = await Promise.all(
+            Array.from({ length: parallel }, () => authorize(t.app, CLIENT)),
+          );
+          const ok = answers.filter((answer) => answer.status === 200).length;
+          assert.equal(ok, limit);
+          for (const answer of answers.filter((answer) => answer.status !== 200)) {
+            assertLimited(answer);
+          }
+          assert.equal(t.upstream.calls.start, limit);
+        }),
+    );
+  }
+});
+
+Deno.test("rate limit: two apps on one KV share the count", () =>
+  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    // A second instance: its own store and app over the same KV (and clock).
+    const store = createStore(t.kv, t.clock, await createSecretBoxFromConfig(t.config));
+    const second = createApp({ ...t.deps, store });
+    assert.equal((await authorize(t.app, CLIENT)).status, 200);
+    assert.equal((await authorize(second, CLIENT)).status, 200);
+    assert.equal((await authorize(t.app, CLIENT)).status, 200);
+    assertLimited(await authorize(second, CLIENT));
+    assertLimited(await authorize(t.app, CLIENT));
+    assert.equal((await authorize(second, OTHER)).status, 200);
+  }));
+
+Deno.test("rate limit: two service processes on one KV file share the count", async () => {
+  const gitlab = startSimulatedGitLab();
+  const dir = await Deno.makeTempDir({ prefix: "rate-limit-" });
+  const env = {
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "rate-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: `${dir}/kv.sqlite`,
+    RATE_LIMIT_AUTHORIZE: "3/600",
+    RATE_LIMIT_REGISTER: "10/3600",
+    // The test talks to the processes over loopback.
+    RATE_LIMIT_LOOPBACK: "limit",
+  };
+  const first = await spawnService(env);
+  const second = await spawnService(env);
+  try {
+    const get = async (base: string) => {
+      const response = await fetch(`${base}/authorize?${authorizeQuery()}`);
+      return { status: response.status, headers: response.headers, body: await response.text() };
+    };
+    assert.equal((await get(first.url)).status, 200);
+    assert.equal((await get(second.url)).status, 200);
+    assert.equal((await get(first.url)).status, 200);
+    assertLimited(await get(second.url));
+    assertLimited(await get(first.url));
+    assert.equal(gitlab.calls.authorizeDevice, 3, "GitLab saw only the allowed requests");
+
+    // A parallel burst over both processes: the register limit (10/3600) lets exactly 10 in.
+    const answers = await Promise.all(Array.from({ length: 20 }, async (_, i) => {
+      const response = await fetch(`${[first, second][i % 2].url}/register`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ redirect_uris: ["http://127.0.0.1:9999/callback"] }),
+      });
+      return { status: response.status, headers: response.headers, body: await response.text() };
+    }));
+    assert.equal(answers.filter((answer) => answer.status === 201).length, 10);
+    for (const answer of answers.filter((answer) => answer.status !== 201)) assertLimited(answer);
+  } finally {
+    await first.stop();
+    await second.stop();
+    await gitlab.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
