@@ -6,20 +6,10 @@
 
 import { createApp } from "./src/app.ts";
 import { systemClock } from "./src/clock.ts";
-import {
-  type Config,
-  ConfigError,
-  loadConfig,
-  missingOAuthSettings,
-  oauthSettings,
-} from "./src/config.ts";
-import type { OAuthDeps } from "./src/context.ts";
-import { createTokenSigner } from "./src/jwt.ts";
+import { type Config, ConfigError, loadConfig, missingOAuthSettings } from "./src/config.ts";
+import { createAppDeps } from "./src/deps.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
-import { createSecretBoxFromConfig } from "./src/secret_box.ts";
-import { createStore } from "./src/store.ts";
 import { loadTemplates } from "./src/templates.ts";
-import { createGitLabUpstream } from "./src/upstream/gitlab.ts";
 
 const SHUTDOWN_GRACE_MS = 10_000;
 
@@ -39,16 +29,11 @@ export async function startService(
   logger: Logger = createLogger(),
 ): Promise<RunningService> {
   const config = loadConfig(env);
-  const oauth = await createOAuthDeps(config, logger);
+  warnIfNotConfigured(config, logger);
   const kv = await Deno.openKv(config.kvPath);
-  const app = createApp({
-    config,
-    store: createStore(kv, systemClock, await createSecretBoxFromConfig(config)),
-    clock: systemClock,
-    templates: await loadTemplates(),
-    logger,
-    oauth,
-  });
+  const app = createApp(
+    createAppDeps(config, { kv, clock: systemClock, logger, templates: await loadTemplates() }),
+  );
   const { promise: listening, resolve } = Promise.withResolvers<string>();
   const server = Deno.serve({
     port: config.port,
@@ -81,25 +66,13 @@ export async function startService(
   };
 }
 
-async function createOAuthDeps(config: Config, logger: Logger): Promise<OAuthDeps | undefined> {
-  const settings = oauthSettings(config);
-  if (!settings) {
-    logger.warn(
-      `OAuth is not configured (missing ${missingOAuthSettings(config).join(" and ")}): ` +
-        "every endpoint answers 500 server_error until it is set",
-    );
-    return undefined;
-  }
-  return {
-    upstream: createGitLabUpstream({
-      gitlabUrl: config.gitlabUrl,
-      clientId: settings.gitlabClientId,
-      scopes: config.gitlabScopes,
-      timeoutMs: config.upstreamTimeoutMs,
-      logger,
-    }),
-    signer: await createTokenSigner(settings.jwtSecret),
-  };
+function warnIfNotConfigured(config: Config, logger: Logger): void {
+  const missing = missingOAuthSettings(config);
+  if (missing.length === 0) return;
+  logger.warn(
+    `OAuth is not configured (missing ${missing.join(" and ")}): ` +
+      "every endpoint answers 500 server_error until it is set",
+  );
 }
 
 async function main(): Promise<void> {

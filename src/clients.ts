@@ -94,12 +94,6 @@ export function matchesRegisteredRedirect(requested: string, registered: string[
   });
 }
 
-/** True for schemes a browser must never be sent to from our page. */
-export function isForbiddenRedirectScheme(uri: string): boolean {
-  const url = parseUrl(uri);
-  return !url || FORBIDDEN_SCHEMES.includes(url.protocol);
-}
-
 function parseRedirectUris(value: unknown): string[] {
   if (!isStringArray(value) || value.length === 0) {
     throw invalidRedirect("redirect_uris must be a non-empty array of URIs");

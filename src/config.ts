@@ -203,6 +203,11 @@ export function oauthSettings(config: Config): OAuthSettings | undefined {
   return gitlabClientId && jwtSecret ? { gitlabClientId, jwtSecret } : undefined;
 }
 
+/** The JWT secrets, current first: the first signs, all verify. */
+export function jwtSecrets(settings: OAuthSettings, config: Config): string[] {
+  return [settings.jwtSecret, ...(config.jwtSecretPrevious ? [config.jwtSecretPrevious] : [])];
+}
+
 /** The one warning main.ts logs when OAuth is not configured, naming what is missing. */
 export function missingOAuthSettings(config: Config): string[] {
   return [

@@ -1,5 +1,6 @@
 /**
- * Access tokens: HS256 JWTs signed with a key imported once.
+ * Access tokens: HS256 JWTs. Signed with the current secret; verified against it and any
+ * retired one (JWT_SECRET_PREVIOUS), so a rotation does not log everyone out.
  *
  * @see spec §2.6, RFC 7519
  */
@@ -19,8 +20,16 @@ export interface AccessTokenClaims {
 /** Signs and verifies access tokens with times from the caller, not the wall clock. */
 export interface TokenSigner {
   sign(claims: AccessTokenClaims, nowMs: number, ttlSeconds: number): Promise<string>;
-  /** Verifies signature, algorithm and issuer; throws on any failure. */
-  verify(token: string, issuer: string, nowMs: number): Promise<AccessTokenClaims>;
+  /**
+   * Verifies signature (HS256 only, any of our secrets), issuer and expiry, with
+   * `clockToleranceSeconds` of leeway; throws jose's errors on any failure.
+   */
+  verify(
+    token: string,
+    issuer: string,
+    nowMs: number,
+    clockToleranceSeconds?: number,
+  ): Promise<AccessTokenClaims>;
   /**
    * The claims of a token we signed, checking only the signature and algorithm (revocation
    * accepts expired tokens and any issuer spelling); null when it is not ours.
@@ -30,78 +39,64 @@ export interface TokenSigner {
 
 const ALGORITHM = "HS256";
 
-/** Imports the secret once (a pre-imported CryptoKey signs markedly faster than raw bytes). */
-export async function createTokenSigner(secret: string): Promise<TokenSigner> {
-  const key = await importHmacKey(secret);
+/**
+ * A signer over `secrets`: the first signs, every one verifies. Keys are imported once, on
+ * first use (a pre-imported CryptoKey signs markedly faster than raw bytes).
+ */
+export function createTokenSigner(secrets: readonly string[]): TokenSigner {
+  if (secrets.length === 0) throw new TypeError("createTokenSigner needs a secret");
+  let imported: Promise<CryptoKey[]> | undefined;
+  const keys = () => imported ??= Promise.all(secrets.map(importHmacKey));
+
+  /** Tries each key; only a signature mismatch means "maybe another secret". */
+  async function withEachKey<T>(attempt: (key: CryptoKey) => Promise<T>): Promise<T> {
+    let failure: unknown = new errors.JWSSignatureVerificationFailed();
+    for (const key of await keys()) {
+      try {
+        return await attempt(key);
+      } catch (error) {
+        if (!(error instanceof errors.JWSSignatureVerificationFailed)) throw error;
+        failure = error;
+      }
+    }
+    throw failure;
+  }
+
   return {
-    sign(claims, nowMs, ttlSeconds) {
+    async sign(claims, nowMs, ttlSeconds) {
       const iat = Math.floor(nowMs / 1000);
       const { iss, sub, aud, ...rest } = claims;
-      return new SignJWT({ ...rest })
+      return await new SignJWT({ ...rest })
         .setProtectedHeader({ alg: ALGORITHM, typ: "JWT" })
         .setIssuer(iss)
         .setSubject(sub)
         .setAudience(aud)
         .setIssuedAt(iat)
         .setExpirationTime(iat + ttlSeconds)
-        .sign(key);
+        .sign((await keys())[0]);
     },
-    async verify(token, issuer, nowMs) {
-      const { payload } = await jwtVerify(token, key, {
-        algorithms: [ALGORITHM],
-        issuer,
-        currentDate: new Date(nowMs),
+    verify(token, issuer, nowMs, clockToleranceSeconds = 0) {
+      return withEachKey(async (key) => {
+        const { payload } = await jwtVerify(token, key, {
+          algorithms: [ALGORITHM],
+          issuer,
+          currentDate: new Date(nowMs),
+          clockTolerance: clockToleranceSeconds,
+          requiredClaims: ["exp"],
+        });
+        return payload as unknown as AccessTokenClaims;
       });
-      return payload as unknown as AccessTokenClaims;
     },
     async readSigned(token) {
       try {
-        const { payload } = await compactVerify(token, key, { algorithms: [ALGORITHM] });
+        const payload = await withEachKey(async (key) =>
+          (await compactVerify(token, key, { algorithms: [ALGORITHM] })).payload
+        );
         const claims: unknown = JSON.parse(new TextDecoder().decode(payload));
         return typeof claims === "object" && claims !== null ? claims : null;
       } catch {
         return null;
       }
-    },
-  };
-}
-
-/** Verifies access tokens signed with the current secret or a retired one. */
-export interface TokenVerifier {
-  /** Verifies signature (HS256 only), issuer and expiry within the tolerance; throws jose errors. */
-  verify(token: string, issuer: string, nowMs: number): Promise<AccessTokenClaims>;
-}
-
-/**
- * A verifier accepting tokens signed with any of `secrets` (current first, then retired ones),
- * with `clockToleranceSeconds` of leeway on `exp` and `nbf`. Keys are imported on first use.
- */
-export function createTokenVerifier(
-  secrets: readonly string[],
-  clockToleranceSeconds: number,
-): TokenVerifier {
-  let keys: Promise<CryptoKey[]> | undefined;
-  return {
-    async verify(token, issuer, nowMs) {
-      keys ??= Promise.all(secrets.map(importHmacKey));
-      let failure: unknown = new errors.JWSSignatureVerificationFailed();
-      for (const key of await keys) {
-        try {
-          const { payload } = await jwtVerify(token, key, {
-            algorithms: [ALGORITHM],
-            issuer,
-            currentDate: new Date(nowMs),
-            clockTolerance: clockToleranceSeconds,
-            requiredClaims: ["exp"],
-          });
-          return payload as unknown as AccessTokenClaims;
-        } catch (error) {
-          // Only a signature mismatch means "maybe the other secret"; anything else is final.
-          if (!(error instanceof errors.JWSSignatureVerificationFailed)) throw error;
-          failure = error;
-        }
-      }
-      throw failure;
     },
   };
 }

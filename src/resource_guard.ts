@@ -11,10 +11,10 @@ import { errors } from "jose";
 import type { Clock } from "./clock.ts";
 import { systemClock } from "./clock.ts";
 import { NO_STORE } from "./http.ts";
-import { type AccessTokenClaims, createTokenVerifier, type TokenVerifier } from "./jwt.ts";
+import { type AccessTokenClaims, createTokenSigner, type TokenSigner } from "./jwt.ts";
 import { type Logger, redact, silentLogger } from "./logger.ts";
 import type { SessionRecord } from "./records.ts";
-import { createSecretBox, type SecretBox } from "./secret_box.ts";
+import { createSecretBox, sealingSecrets } from "./secret_box.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "./sessions.ts";
 import { createStore, type Store, type Versioned } from "./store.ts";
 import { protectedResourceMetadataUrl } from "./routes/metadata.ts";
@@ -106,7 +106,9 @@ export interface GuardDeps {
   clock: Clock;
   logger: Logger;
   upstream: Upstream;
-  verifier: TokenVerifier;
+  signer: Pick<TokenSigner, "verify">;
+  /** Leeway on `exp` for clocks that disagree a little. */
+  clockToleranceSeconds: number;
   requiredScope: string;
 }
 
@@ -144,14 +146,12 @@ export function createResourceGuard(options: ResourceGuardOptions): ResourceGuar
     requireSecret(secret);
   }
   const authenticate = createAuthenticator({
-    store: createStore(options.kv, clock, lazySecretBox(sealingSecrets(options))),
+    store: createStore(options.kv, clock, createSecretBox(sealingSecrets(options))),
     clock,
     logger,
     upstream: options.upstream ?? gitLabUpstream(options.gitlab, logger),
-    verifier: createTokenVerifier(
-      jwtSecrets,
-      options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS,
-    ),
+    signer: createTokenSigner(jwtSecrets),
+    clockToleranceSeconds: options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS,
     requiredScope: options.requiredScope ?? MCP_TOOLS_SCOPE,
   });
   return { authenticate: (request) => authenticate(request, { issuer, resource }) };
@@ -201,7 +201,7 @@ async function verifyToken(
 ): Promise<AccessTokenClaims> {
   let claims: AccessTokenClaims;
   try {
-    claims = await deps.verifier.verify(token, issuer, deps.clock.now());
+    claims = await deps.signer.verify(token, issuer, deps.clock.now(), deps.clockToleranceSeconds);
   } catch (error) {
     throw new Refusal(401, "invalid_token", describeJoseError(error));
   }
@@ -354,22 +354,6 @@ function gitLabUpstream(gitlab: GuardGitLabOptions | undefined, logger: Logger):
     timeoutMs: gitlab.timeoutMs ?? DEFAULT_GITLAB_TIMEOUT_MS,
     logger,
   });
-}
-
-/** The secrets the service seals GitLab tokens with (as `createSecretBoxFromConfig` picks them). */
-function sealingSecrets(options: ResourceGuardOptions): string[] {
-  if (options.encryptionKey) return [options.encryptionKey];
-  return [options.jwtSecret, ...optionalList(options.jwtSecretPrevious)];
-}
-
-/** A secret box whose keys are derived on first use, so the guard can be built synchronously. */
-function lazySecretBox(secrets: string[]): SecretBox {
-  let box: Promise<SecretBox> | undefined;
-  const ready = () => box ??= createSecretBox(secrets);
-  return {
-    seal: async (plaintext) => (await ready()).seal(plaintext),
-    open: async (sealed) => (await ready()).open(sealed),
-  };
 }
 
 function requireSecret(secret: string): void {

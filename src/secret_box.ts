@@ -24,14 +24,14 @@ interface Key {
   key: CryptoKey;
 }
 
-/** A box over `secrets`; the first seals, every one opens. */
-export async function createSecretBox(secrets: string[]): Promise<SecretBox> {
+/** A box over `secrets`: the first seals, every one opens. Keys are derived on first use. */
+export function createSecretBox(secrets: readonly string[]): SecretBox {
   if (secrets.length === 0) throw new Error("createSecretBox needs at least one secret");
-  const keys = await Promise.all(secrets.map(deriveKey));
-  const byId = new Map(keys.map((k) => [k.id, k.key]));
-  const current = keys[0];
+  let derived: Promise<Key[]> | undefined;
+  const keys = () => derived ??= Promise.all(secrets.map(deriveKey));
   return {
     async seal(plaintext) {
+      const current = (await keys())[0];
       const iv = crypto.getRandomValues(new Uint8Array(IV_BYTES));
       const ciphertext = await crypto.subtle.encrypt(
         { name: "AES-GCM", iv },
@@ -42,7 +42,7 @@ export async function createSecretBox(secrets: string[]): Promise<SecretBox> {
     },
     async open(sealed) {
       const [format, id, iv, ciphertext] = sealed.split(".");
-      const key = byId.get(id);
+      const key = (await keys()).find((k) => k.id === id)?.key;
       if (format !== FORMAT || !key || !iv || !ciphertext) {
         throw new Error("sealed value has an unknown format or key");
       }
@@ -57,17 +57,22 @@ export async function createSecretBox(secrets: string[]): Promise<SecretBox> {
 }
 
 /**
- * The box the service uses: ENCRYPTION_KEY when set, else JWT_SECRET (then JWT_SECRET_PREVIOUS
- * opens too). Without either, nothing secret is ever stored, so a throwaway key does.
+ * The secrets GitLab tokens are sealed with: ENCRYPTION_KEY when set, else JWT_SECRET (and
+ * JWT_SECRET_PREVIOUS, which still opens). Empty without either.
  */
-export function createSecretBoxFromConfig(config: Config): Promise<SecretBox> {
-  if (config.encryptionKey) return createSecretBox([config.encryptionKey]);
-  if (config.jwtSecret) {
-    return createSecretBox(
-      [config.jwtSecret, ...(config.jwtSecretPrevious ? [config.jwtSecretPrevious] : [])],
-    );
-  }
-  return createSecretBox([randomToken(32)]);
+export function sealingSecrets(
+  settings: Pick<Config, "encryptionKey" | "jwtSecret" | "jwtSecretPrevious">,
+): string[] {
+  const { encryptionKey, jwtSecret, jwtSecretPrevious } = settings;
+  if (encryptionKey) return [encryptionKey];
+  if (!jwtSecret) return [];
+  return [jwtSecret, ...(jwtSecretPrevious ? [jwtSecretPrevious] : [])];
+}
+
+/** The box the service uses; without OAuth settings nothing secret is stored: a throwaway key. */
+export function createSecretBoxFromConfig(config: Config): SecretBox {
+  const secrets = sealingSecrets(config);
+  return createSecretBox(secrets.length > 0 ? secrets : [randomToken(32)]);
 }
 
 async function deriveKey(secret: string): Promise<Key> {

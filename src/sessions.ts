@@ -118,6 +118,9 @@ async function refreshAndSave(
   { store, clock, oauth }: RefreshDeps,
   current: Versioned<SessionRecord>,
 ): Promise<Versioned<SessionRecord> | null> {
+  if (!current.value.gitlabRefreshToken) {
+    throw new UpstreamRefreshFailed(new Error("GitLab issued no refresh token"));
+  }
   let tokens: UpstreamTokenSet;
   try {
     tokens = tokenSet(

@@ -3,14 +3,13 @@
  * fake GitLab whose answers each test scripts.
  */
 
+import { createAppDeps } from "../src/deps.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import type { Clock } from "../src/clock.ts";
 import { type Config, loadConfig } from "../src/config.ts";
 import type { AppDeps } from "../src/context.ts";
-import { createTokenSigner } from "../src/jwt.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
-import { createSecretBoxFromConfig } from "../src/secret_box.ts";
-import { createStore, type Store } from "../src/store.ts";
+import { type Store } from "../src/store.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
 import {
   type DeviceAuthorization,
@@ -134,19 +133,11 @@ export async function makeTestApp(
   const config = loadConfig(env);
   const kv = await Deno.openKv(":memory:");
   const clock = new FakeClock();
-  const store = createStore(kv, clock, await createSecretBoxFromConfig(config));
   const upstream = new FakeUpstream();
   templates ??= await loadTemplates();
-  const deps: AppDeps = {
-    config,
-    store,
-    clock,
-    templates,
-    logger: options.logger ?? silentLogger,
-    oauth: config.gitlabClientId && config.jwtSecret
-      ? { upstream, signer: await createTokenSigner(config.jwtSecret) }
-      : undefined,
-  };
+  const logger = options.logger ?? silentLogger;
+  const deps = createAppDeps(config, { kv, clock, logger, templates, upstream });
+  const { store } = deps;
   return {
     app: createApp(deps),
     kv,

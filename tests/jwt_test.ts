@@ -21,7 +21,7 @@ const CLAIMS: AccessTokenClaims = {
 const rawKey = () => new TextEncoder().encode(SECRET);
 
 Deno.test("TokenSigner.sign", async (t) => {
-  const signer = await createTokenSigner(SECRET);
+  const signer = createTokenSigner([SECRET]);
   const token = await signer.sign(CLAIMS, NOW_MS, TTL);
 
   await t.step("is a compact JWS with alg HS256 in the header", () => {
@@ -54,7 +54,7 @@ Deno.test("TokenSigner.sign", async (t) => {
 });
 
 Deno.test("TokenSigner.verify", async (t) => {
-  const signer = await createTokenSigner(SECRET);
+  const signer = createTokenSigner([SECRET]);
   const token = await signer.sign(CLAIMS, NOW_MS, TTL);
   const expMs = (NOW_S + TTL) * 1000;
 
@@ -90,7 +90,7 @@ Deno.test("TokenSigner.verify", async (t) => {
     await assert.rejects(signer.verify(`${noneHeader}.${payload}.`, ISSUER, NOW_MS));
   });
   await t.step("rejects a token signed with another secret", async () => {
-    const other = await createTokenSigner("another-secret-that-is-also-32-bytes-long");
+    const other = createTokenSigner(["another-secret-that-is-also-32-bytes-long"]);
     const forged = await other.sign(CLAIMS, NOW_MS, TTL);
     await assert.rejects(signer.verify(forged, ISSUER, NOW_MS));
   });

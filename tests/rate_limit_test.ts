@@ -365,7 +365,7 @@ Deno.test("rate limit: a parallel burst of one IP gets exactly the limit through
 Deno.test("rate limit: two apps on one KV share the count", () =>
   withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     // A second instance: its own store and app over the same KV (and clock).
-    const store = createStore(t.kv, t.clock, await createSecretBoxFromConfig(t.config));
+    const store = createStore(t.kv, t.clock, createSecretBoxFromConfig(t.config));
     const second = createApp({ ...t.deps, store });
     assert.equal((await authorize(t.app, CLIENT)).status, 200);
     assert.equal((await authorize(second, CLIENT)).status, 200);

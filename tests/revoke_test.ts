@@ -123,7 +123,7 @@ Deno.test("revoke: an access token signed with JWT_SECRET_PREVIOUS (still accept
     const tokens = await issueTokens(t);
     const sid = sessionIdOf(tokens.access_token);
     // The same session's access token as minted before the rotation.
-    const oldSigner = await createTokenSigner(previous);
+    const oldSigner = createTokenSigner([previous]);
     const claims = decodeJwt(tokens.access_token);
     const oldToken = await oldSigner.sign(
       {
@@ -137,7 +137,7 @@ Deno.test("revoke: an access token signed with JWT_SECRET_PREVIOUS (still accept
       t.clock.now(),
       3600,
     );
-    assert.equal(await (await createTokenSigner(TEST_SECRET)).readSigned(oldToken), null);
+    assert.equal(await (createTokenSigner([TEST_SECRET])).readSigned(oldToken), null);
     await assertRevoked200(await revoke(t, { token: oldToken }));
     assert.equal(await t.store.getSession(sid), null);
     await assertRefreshFails(t, tokens.refresh_token);

@@ -6,16 +6,14 @@
  * one rotated without it ends them with invalid_grant, never a 500.
  */
 
+import { createAppDeps } from "../src/deps.ts";
 import assert from "node:assert/strict";
 import { jwtVerify } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
-import { createTokenSigner } from "../src/jwt.ts";
 import { silentLogger } from "../src/logger.ts";
-import { createSecretBoxFromConfig } from "../src/secret_box.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
-import { createStore } from "../src/store.ts";
 import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
@@ -173,14 +171,15 @@ Deno.test("secrets at rest: with ENCRYPTION_KEY set, sessions work and nothing i
 /** Another instance over the same KV, clock and fake GitLab, configured with `env`. */
 async function sibling(t: TestApp, env: Record<string, string>): Promise<FetchHandler> {
   const config = loadConfig({ GITLAB_CLIENT_ID: "gitlab-app-id", BASE_URL: TEST_BASE, ...env });
-  return createApp({
-    config,
-    store: createStore(t.kv, t.clock, await createSecretBoxFromConfig(config)),
-    clock: t.clock,
-    templates: await loadTemplates(),
-    logger: silentLogger,
-    oauth: { upstream: t.upstream, signer: await createTokenSigner(config.jwtSecret!) },
-  });
+  return createApp(
+    createAppDeps(config, {
+      kv: t.kv,
+      clock: t.clock,
+      logger: silentLogger,
+      templates: await loadTemplates(),
+      upstream: t.upstream,
+    }),
+  );
 }
 
 async function refreshVia(app: FetchHandler, refreshToken: string) {

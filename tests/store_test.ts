@@ -80,7 +80,7 @@ async function withStore(
   const kv = await Deno.openKv(":memory:");
   try {
     const clock = new FakeClock();
-    await fn(createStore(kv, clock, await createSecretBox([TEST_SECRET])), kv, clock);
+    await fn(createStore(kv, clock, createSecretBox([TEST_SECRET])), kv, clock);
   } finally {
     kv.close();
   }

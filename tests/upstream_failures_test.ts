@@ -6,6 +6,7 @@
  * on. Nothing else ever answers 500, and nothing is logged as an unhandled error.
  */
 
+import { createAppDeps } from "../src/deps.ts";
 import assert from "node:assert/strict";
 import {
   type SimulatedFailure,
@@ -14,13 +15,10 @@ import {
 } from "../dev/simulated_gitlab.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
-import { createTokenSigner } from "../src/jwt.ts";
 import { createLogger } from "../src/logger.ts";
-import { createSecretBoxFromConfig } from "../src/secret_box.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
-import { createStore, type Store } from "../src/store.ts";
+import { type Store } from "../src/store.ts";
 import { loadTemplates } from "../src/templates.ts";
-import { createGitLabUpstream } from "../src/upstream/gitlab.ts";
 import {
   authorizeQuery,
   FakeClock,
@@ -59,24 +57,9 @@ async function makeGitLabApp(gitlabUrl: URL, env: Record<string, string> = {}): 
   const kv = await Deno.openKv(":memory:");
   // Starts at the wall clock: the simulated GitLab's own expiries are on it.
   const clock = new FakeClock(Date.now());
-  const store = createStore(kv, clock, await createSecretBoxFromConfig(config));
-  const app = createApp({
-    config,
-    store,
-    clock,
-    templates: await loadTemplates(),
-    logger,
-    oauth: {
-      upstream: createGitLabUpstream({
-        gitlabUrl: config.gitlabUrl,
-        clientId: config.gitlabClientId!,
-        scopes: config.gitlabScopes,
-        timeoutMs: config.upstreamTimeoutMs,
-        logger,
-      }),
-      signer: await createTokenSigner(config.jwtSecret!),
-    },
-  });
+  const deps = createAppDeps(config, { kv, clock, logger, templates: await loadTemplates() });
+  const { store } = deps;
+  const app = createApp(deps);
   return { app, kv, store, clock, logs, close: () => kv.close() };
 }
 

@@ -9,7 +9,6 @@
 import type { AppDeps, RequestContext } from "../context.ts";
 import { notConfiguredError } from "../errors.ts";
 import { errorResponse, NO_STORE } from "../http.ts";
-import { createTokenVerifier } from "../jwt.ts";
 import {
   type AuthenticatedRequest,
   type Authenticator,
@@ -70,19 +69,15 @@ export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
   };
 }
 
-/** The guard's authenticator over the service's own store, upstream and secrets. */
+/** The guard's authenticator over the service's own store, upstream and signer. */
 function appAuthenticator(deps: AppDeps): Authenticator {
-  const { config } = deps;
-  const secrets = [
-    config.jwtSecret!,
-    ...(config.jwtSecretPrevious ? [config.jwtSecretPrevious] : []),
-  ];
   return createAuthenticator({
     store: deps.store,
     clock: deps.clock,
     logger: deps.logger,
     upstream: deps.oauth!.upstream,
-    verifier: createTokenVerifier(secrets, CLOCK_TOLERANCE_SECONDS),
+    signer: deps.oauth!.signer,
+    clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
     requiredScope: MCP_TOOLS_SCOPE,
   });
 }

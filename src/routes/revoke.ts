@@ -8,7 +8,6 @@
 import type { RequestContext } from "../context.ts";
 import { notConfiguredError, OAuthError } from "../errors.ts";
 import { NO_STORE, readParams } from "../http.ts";
-import { createTokenSigner } from "../jwt.ts";
 import { redact } from "../logger.ts";
 import type { SessionRecord } from "../records.ts";
 
@@ -44,10 +43,7 @@ async function bySignedAccessToken(
   token: string,
 ): Promise<SessionRecord | null> {
   if (token.split(".").length !== 3) return null;
-  let claims = await ctx.deps.oauth!.signer.readSigned(token);
-  // Tokens signed with the retired secret are still accepted while they live: revocable too.
-  const previous = ctx.deps.config.jwtSecretPrevious;
-  if (!claims && previous) claims = await (await createTokenSigner(previous)).readSigned(token);
+  const claims = await ctx.deps.oauth!.signer.readSigned(token);
   if (typeof claims?.sid !== "string") return null;
   return (await ctx.deps.store.getSession(claims.sid))?.value ?? null;
 }

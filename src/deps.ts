@@ -1,0 +1,49 @@
+/**
+ * Turns a validated configuration and the process's resources (KV, clock, logger) into the
+ * app's dependencies. main.ts and the tests wire the service through this one function, so a
+ * test app differs from production only in what it overrides (an in-memory KV, a fake clock,
+ * a scripted GitLab).
+ */
+
+import type { Clock } from "./clock.ts";
+import { type Config, jwtSecrets, oauthSettings } from "./config.ts";
+import type { AppDeps } from "./context.ts";
+import { createTokenSigner } from "./jwt.ts";
+import type { Logger } from "./logger.ts";
+import { createSecretBoxFromConfig } from "./secret_box.ts";
+import { createStore } from "./store.ts";
+import type { Templates } from "./templates.ts";
+import { createGitLabUpstream } from "./upstream/gitlab.ts";
+import type { Upstream } from "./upstream/types.ts";
+
+/** What the process provides; `upstream` replaces the GitLab client (tests, the demo). */
+export interface Resources {
+  kv: Deno.Kv;
+  clock: Clock;
+  logger: Logger;
+  templates: Templates;
+  upstream?: Upstream;
+}
+
+/** The app's dependencies; `oauth` only when GITLAB_CLIENT_ID and JWT_SECRET are both set. */
+export function createAppDeps(config: Config, resources: Resources): AppDeps {
+  const { kv, clock, logger, templates } = resources;
+  const settings = oauthSettings(config);
+  return {
+    config,
+    store: createStore(kv, clock, createSecretBoxFromConfig(config)),
+    clock,
+    templates,
+    logger,
+    oauth: settings && {
+      upstream: resources.upstream ?? createGitLabUpstream({
+        gitlabUrl: config.gitlabUrl,
+        clientId: settings.gitlabClientId,
+        scopes: config.gitlabScopes,
+        timeoutMs: config.upstreamTimeoutMs,
+        logger,
+      }),
+      signer: createTokenSigner(jwtSecrets(settings, config)),
+    },
+  };
+}
