@@ -150,6 +150,19 @@ export async function makeTestApp(
   };
 }
 
+/** Runs `fn` with a fresh test app and closes it afterwards, whatever happens. */
+export async function withApp(
+  fn: (t: TestApp) => Promise<void>,
+  options?: Parameters<typeof makeTestApp>[0],
+): Promise<void> {
+  const t = await makeTestApp(options);
+  try {
+    await fn(t);
+  } finally {
+    t.close();
+  }
+}
+
 /** A PKCE pair (RFC 7636 Appendix B). */
 export const PKCE = {
   verifier: "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk",

@@ -9,27 +9,15 @@ import { UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,
   flowDataFromPage,
-  makeTestApp,
   PKCE,
   poll,
   TEST_BASE,
   type TestApp,
   token,
+  withApp,
 } from "./_helpers.ts";
 
 const REDIRECT = "http://127.0.0.1:9999/callback";
-
-async function withApp(
-  fn: (t: TestApp) => Promise<void>,
-  options?: Parameters<typeof makeTestApp>[0],
-): Promise<void> {
-  const t = await makeTestApp(options);
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
 
 function authorize(t: TestApp, overrides: Record<string, string | null> = {}): Promise<Response> {
   return t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));

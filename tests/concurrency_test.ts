@@ -10,12 +10,12 @@ import type { UpstreamTokens, UpstreamUser } from "../src/upstream/types.ts";
 import {
   issueCode,
   issueTokens,
-  makeTestApp,
   PKCE,
   poll,
   startFlow,
   type TestApp,
   token,
+  withApp,
 } from "./_helpers.ts";
 
 const ROUNDS = 5;
@@ -50,14 +50,6 @@ async function count(kv: Deno.Kv, prefix: string): Promise<number> {
 }
 
 /** Runs `fn` over a fresh test app, closed afterwards. */
-async function withApp(fn: (app: TestApp) => Promise<void>): Promise<void> {
-  const app = await makeTestApp();
-  try {
-    await fn(app);
-  } finally {
-    app.close();
-  }
-}
 
 function refreshWith(app: TestApp, refreshToken: string): Promise<Response> {
   return token(app, { grant_type: "refresh_token", refresh_token: refreshToken });

@@ -5,21 +5,9 @@
  */
 
 import assert from "node:assert/strict";
-import { authorizeQuery, issueTokens, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
+import { authorizeQuery, issueTokens, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
 
 const ORIGIN = "https://inspector.example";
-
-async function withApp(
-  fn: (t: TestApp) => Promise<void>,
-  options?: Parameters<typeof makeTestApp>[0],
-): Promise<void> {
-  const t = await makeTestApp(options);
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
 
 const CORS_ENDPOINTS: [path: string, method: string][] = [
   ["/.well-known/oauth-authorization-server", "GET"],

@@ -9,29 +9,17 @@ import {
   authorizeQuery,
   issueCode,
   issueTokens,
-  makeTestApp,
   PKCE,
   poll,
   startFlow,
   TEST_BASE,
   type TestApp,
   token,
+  withApp,
 } from "./_helpers.ts";
 
 const REDIRECT = "http://127.0.0.1:9999/callback";
 const MAX_BODY = 64 * 1024;
-
-async function withApp(
-  fn: (t: TestApp) => Promise<void>,
-  options?: Parameters<typeof makeTestApp>[0],
-): Promise<void> {
-  const t = await makeTestApp(options);
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;

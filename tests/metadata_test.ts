@@ -5,22 +5,13 @@
 
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
-import { issueTokens, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
+import { issueTokens, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
+
+const withEnv = (fn: (t: TestApp) => Promise<void>, env?: Record<string, string>) =>
+  withApp(fn, { env });
 
 const AS_PATH = "/.well-known/oauth-authorization-server";
 const PRM_PATH = "/.well-known/oauth-protected-resource";
-
-async function withApp(
-  fn: (t: TestApp) => Promise<void>,
-  env?: Record<string, string>,
-): Promise<void> {
-  const t = await makeTestApp({ env });
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
@@ -51,7 +42,7 @@ function expectedAsMetadata(issuer: string): Json {
 }
 
 Deno.test("AS metadata: exactly the documented fields, endpoints under the issuer", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const response = await t.app(new Request(`${TEST_BASE}${AS_PATH}`));
     assert.equal(response.status, 200);
     assert.match(response.headers.get("cache-control") ?? "", /max-age=\d+/);
@@ -61,7 +52,7 @@ Deno.test("AS metadata: exactly the documented fields, endpoints under the issue
   }));
 
 Deno.test("AS metadata: issuer equals the iss of issued access tokens and PRM's authorization server", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { body: metadata } = await getJson(t, `${TEST_BASE}${AS_PATH}`);
     const { body: prm } = await getJson(t, `${TEST_BASE}${PRM_PATH}`);
     const tokens = await issueTokens(t);
@@ -70,7 +61,7 @@ Deno.test("AS metadata: issuer equals the iss of issued access tokens and PRM's 
   }));
 
 Deno.test("AS metadata: without BASE_URL the issuer is the request origin, byte for byte as in tokens", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const origin = "http://127.0.0.1:43210";
     const { body } = await getJson(t, `${origin}${AS_PATH}`);
     assert.deepEqual(body, expectedAsMetadata(origin));
@@ -85,7 +76,7 @@ Deno.test("AS metadata: without BASE_URL the issuer is the request origin, byte 
   }, { BASE_URL: "" }));
 
 Deno.test("AS metadata: BASE_URL with a path is served at the path-inserted well-known URI", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const issuer = "https://x.test/auth";
     const { status, body } = await getJson(t, `https://x.test${AS_PATH}/auth`);
     assert.equal(status, 200);
@@ -94,7 +85,7 @@ Deno.test("AS metadata: BASE_URL with a path is served at the path-inserted well
   }, { BASE_URL: "https://x.test/auth/" }));
 
 Deno.test("AS metadata: a path suffix that is not the issuer's path → 404 JSON", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     for (const path of [`${AS_PATH}/other`, `${AS_PATH}/auth/extra`, `${AS_PATH}/au`]) {
       const { status, body } = await getJson(t, `https://x.test${path}`);
       assert.equal(status, 404, path);
@@ -103,14 +94,14 @@ Deno.test("AS metadata: a path suffix that is not the issuer's path → 404 JSON
   }, { BASE_URL: "https://x.test/auth" }));
 
 Deno.test("AS metadata: issuer without a path refuses any path suffix with 404 JSON", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { status, body } = await getJson(t, `${TEST_BASE}${AS_PATH}/mcp`);
     assert.equal(status, 404);
     assert.equal(body.error, "invalid_request");
   }));
 
 Deno.test("AS metadata: POST → 405 with Allow", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const response = await t.app(new Request(`${TEST_BASE}${AS_PATH}`, { method: "POST" }));
     assert.equal(response.status, 405);
     assert.equal(response.headers.get("allow"), "GET, OPTIONS");
@@ -118,7 +109,7 @@ Deno.test("AS metadata: POST → 405 with Allow", () =>
   }));
 
 Deno.test("PRM: at the root and at the resource's path, exactly the documented fields", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const expected = {
       resource: `${TEST_BASE}/mcp`,
       authorization_servers: [TEST_BASE],
@@ -134,7 +125,7 @@ Deno.test("PRM: at the root and at the resource's path, exactly the documented f
   }));
 
 Deno.test("PRM: a path suffix other than the resource's path → 404 JSON", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     for (const path of [`${PRM_PATH}/other`, `${PRM_PATH}/mcp/extra`, `${PRM_PATH}/mc`]) {
       const { status, body } = await getJson(t, `${TEST_BASE}${path}`);
       assert.equal(status, 404, path);
@@ -144,7 +135,7 @@ Deno.test("PRM: a path suffix other than the resource's path → 404 JSON", () =
   }));
 
 Deno.test("PRM: MCP_RESOURCE_URL is the resource, its trailing slash removed, its path served", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { status, body } = await getJson(t, `${TEST_BASE}${PRM_PATH}/api/v1`);
     assert.equal(status, 200);
     assert.equal(body.resource, "https://mcp.example/api/v1");
@@ -154,7 +145,7 @@ Deno.test("PRM: MCP_RESOURCE_URL is the resource, its trailing slash removed, it
   }, { MCP_RESOURCE_URL: "https://mcp.example/api/v1/" }));
 
 Deno.test("PRM: an MCP_RESOURCE_URL without a path is served only at the bare well-known URI", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { status, body } = await getJson(t, `${TEST_BASE}${PRM_PATH}`);
     assert.equal(status, 200);
     assert.equal(body.resource, "https://mcp.example");

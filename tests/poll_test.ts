@@ -5,22 +5,10 @@
 import assert from "node:assert/strict";
 import type { LogFields, Logger } from "../src/logger.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
-import { makeTestApp, PKCE, poll, startFlow, TEST_BASE, type TestApp } from "./_helpers.ts";
+import { PKCE, poll, startFlow, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
 
 const REDIRECT = "http://127.0.0.1:9999/callback";
 const TEN_MINUTES = 10 * 60 * 1000;
-
-async function withApp(
-  fn: (t: TestApp) => Promise<void>,
-  options?: Parameters<typeof makeTestApp>[0],
-): Promise<void> {
-  const t = await makeTestApp(options);
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
 
 interface Polled {
   status: number;

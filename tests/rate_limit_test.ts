@@ -9,14 +9,10 @@ import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import { createSecretBoxFromConfig } from "../src/secret_box.ts";
 import { createStore } from "../src/store.ts";
-import {
-  authorizeQuery,
-  makeTestApp,
-  PKCE,
-  TEST_BASE,
-  TEST_SECRET,
-  type TestApp,
-} from "./_helpers.ts";
+import { authorizeQuery, PKCE, TEST_BASE, TEST_SECRET, type TestApp, withApp } from "./_helpers.ts";
+
+const withEnv = (env: Record<string, string>, fn: (t: TestApp) => Promise<void>) =>
+  withApp(fn, { env });
 import { spawnService } from "./_service.ts";
 
 const CLIENT = "203.0.113.9";
@@ -27,18 +23,6 @@ function peer(hostname: string): Deno.ServeHandlerInfo {
   return {
     remoteAddr: { transport: "tcp", hostname, port: 1234 },
   } as unknown as Deno.ServeHandlerInfo;
-}
-
-async function withApp(
-  env: Record<string, string>,
-  fn: (t: TestApp) => Promise<void>,
-): Promise<void> {
-  const t = await makeTestApp({ env });
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
 }
 
 interface Answer {
@@ -84,7 +68,7 @@ async function rateEntries(kv: Deno.Kv): Promise<Deno.KvEntry<unknown>[]> {
 }
 
 Deno.test("rate limit: the 4th /authorize of one IP under 3/600 → 429 with Retry-After, GitLab not called", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     for (let i = 1; i <= 3; i++) {
       assert.equal((await authorize(t.app, CLIENT)).status, 200, `request ${i}`);
     }
@@ -100,7 +84,7 @@ Deno.test("rate limit: the 4th /authorize of one IP under 3/600 → 429 with Ret
   }));
 
 Deno.test("rate limit: another IP is unaffected", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     for (let i = 0; i < 3; i++) await authorize(t.app, CLIENT);
     assertLimited(await authorize(t.app, CLIENT));
     for (let i = 1; i <= 3; i++) {
@@ -112,7 +96,7 @@ Deno.test("rate limit: another IP is unaffected", () =>
   }));
 
 Deno.test("rate limit: the window resets when the clock passes it", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     for (let i = 0; i < 3; i++) await authorize(t.app, CLIENT);
     const retryAfter = assertLimited(await authorize(t.app, CLIENT));
     t.clock.advance(retryAfter * 1000 - 1001);
@@ -126,7 +110,7 @@ Deno.test("rate limit: the window resets when the clock passes it", () =>
   }));
 
 Deno.test("rate limit: `off` disables a limit", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "off", RATE_LIMIT_POLL: "off" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "off", RATE_LIMIT_POLL: "off" }, async (t) => {
     for (let i = 0; i < 40; i++) {
       assert.equal((await authorize(t.app, CLIENT)).status, 200);
       assert.equal((await send(t.app, CLIENT, "/oauth/poll?flow_state=x")).status, 400);
@@ -135,7 +119,7 @@ Deno.test("rate limit: `off` disables a limit", () =>
   }));
 
 Deno.test("rate limit: loopback clients are exempt by default", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     for (const ip of ["127.0.0.1", "::1", "127.0.0.53", "::ffff:127.0.0.1", undefined]) {
       for (let i = 0; i < 6; i++) {
         assert.equal((await authorize(t.app, ip)).status, 200, `${ip} request ${i + 1}`);
@@ -145,7 +129,7 @@ Deno.test("rate limit: loopback clients are exempt by default", () =>
   }));
 
 Deno.test("rate limit: RATE_LIMIT_LOOPBACK=limit limits loopback clients too", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600", RATE_LIMIT_LOOPBACK: "limit" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600", RATE_LIMIT_LOOPBACK: "limit" }, async (t) => {
     for (const ip of ["127.0.0.1", "::1"]) {
       for (let i = 0; i < 3; i++) assert.equal((await authorize(t.app, ip)).status, 200);
       assertLimited(await authorize(t.app, ip));
@@ -154,7 +138,7 @@ Deno.test("rate limit: RATE_LIMIT_LOOPBACK=limit limits loopback clients too", (
   }));
 
 Deno.test("rate limit: TRUST_PROXY with a loopback peer → the right-most non-internal X-Forwarded-For entry is the client", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
     // The client sends whatever it likes on the left; our proxies append on the right.
     const forwarded = [
       `1.1.1.1, ${CLIENT}`,
@@ -186,7 +170,7 @@ Deno.test("rate limit: TRUST_PROXY with a loopback peer → the right-most non-i
   }));
 
 Deno.test("rate limit: TRUST_PROXY with garbage or kilobytes in X-Forwarded-For → never a 500; non-addresses skipped", () =>
-  withApp(
+  withEnv(
     { RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true", RATE_LIMIT_LOOPBACK: "limit" },
     async (t) => {
       const junk = "x".repeat(5000);
@@ -216,7 +200,7 @@ Deno.test("rate limit: TRUST_PROXY with garbage or kilobytes in X-Forwarded-For 
   ));
 
 Deno.test("rate limit: TRUST_PROXY but a public peer → the peer is the client, X-Forwarded-For ignored", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
     for (let i = 0; i < 3; i++) {
       const xff = `10.0.0.${i}, 192.0.2.${i + 1}`;
       assert.equal((await authorize(t.app, CLIENT, { "X-Forwarded-For": xff })).status, 200);
@@ -225,7 +209,7 @@ Deno.test("rate limit: TRUST_PROXY but a public peer → the peer is the client,
   }));
 
 Deno.test("rate limit: without TRUST_PROXY the X-Forwarded-For header is ignored", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     // A public client cannot escape its limit by sending a header.
     for (let i = 0; i < 3; i++) {
       const xff = `192.0.2.${i + 1}`;
@@ -263,7 +247,7 @@ function register(app: FetchHandler, ip: string): Promise<Answer> {
 }
 
 Deno.test("rate limit: /oauth/poll has its own limit", () =>
-  withApp({ RATE_LIMIT_POLL: "2/60", RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_POLL: "2/60", RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     const page = await authorize(t.app, CLIENT);
     const flowState = JSON.parse(
       page.body.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s)![1],
@@ -283,7 +267,7 @@ Deno.test("rate limit: /oauth/poll has its own limit", () =>
   }));
 
 Deno.test("rate limit: /token and /revoke share the token limit", () =>
-  withApp({ RATE_LIMIT_TOKEN: "3/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_TOKEN: "3/600" }, async (t) => {
     const refresh = { grant_type: "refresh_token", refresh_token: "unknown" };
     assert.equal((await postForm(t.app, CLIENT, "/token", refresh)).status, 400);
     assert.equal((await postForm(t.app, CLIENT, "/revoke", { token: "unknown" })).status, 200);
@@ -297,7 +281,7 @@ Deno.test("rate limit: /token and /revoke share the token limit", () =>
   }));
 
 Deno.test("rate limit: a limited /token does not spend the code it carries", () =>
-  withApp({ RATE_LIMIT_TOKEN: "1/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_TOKEN: "1/600" }, async (t) => {
     const refresh = { grant_type: "refresh_token", refresh_token: "unknown" };
     assert.equal((await postForm(t.app, CLIENT, "/token", refresh)).status, 400);
     // A flow run from loopback (exempt), the code then presented by the limited client.
@@ -321,7 +305,7 @@ Deno.test("rate limit: a limited /token does not spend the code it carries", () 
   }));
 
 Deno.test("rate limit: /register has its own limit", () =>
-  withApp({ RATE_LIMIT_REGISTER: "2/3600" }, async (t) => {
+  withEnv({ RATE_LIMIT_REGISTER: "2/3600" }, async (t) => {
     assert.equal((await register(t.app, CLIENT)).status, 201);
     assert.equal((await register(t.app, CLIENT)).status, 201);
     const retryAfter = assertLimited(await register(t.app, CLIENT));
@@ -331,7 +315,7 @@ Deno.test("rate limit: /register has its own limit", () =>
   }));
 
 Deno.test("rate limit: unlimited paths are never counted", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "1/600", RATE_LIMIT_TOKEN: "1/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "1/600", RATE_LIMIT_TOKEN: "1/600" }, async (t) => {
     for (let i = 0; i < 5; i++) {
       assert.equal(
         (await send(t.app, CLIENT, "/.well-known/oauth-authorization-server")).status,
@@ -347,7 +331,7 @@ Deno.test("rate limit: a parallel burst of one IP gets exactly the limit through
     await t.step(
       `${parallel} at once under ${limit}/600`,
       () =>
-        withApp({ RATE_LIMIT_AUTHORIZE: `${limit}/600` }, async (t) => {
+        withEnv({ RATE_LIMIT_AUTHORIZE: `${limit}/600` }, async (t) => {
           const answers = await Promise.all(
             Array.from({ length: parallel }, () => authorize(t.app, CLIENT)),
           );
@@ -363,7 +347,7 @@ Deno.test("rate limit: a parallel burst of one IP gets exactly the limit through
 });
 
 Deno.test("rate limit: two apps on one KV share the count", () =>
-  withApp({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     // A second instance: its own store and app over the same KV (and clock).
     const store = createStore(t.kv, t.clock, createSecretBoxFromConfig(t.config));
     const second = createApp({ ...t.deps, store });

@@ -8,28 +8,19 @@ import assert from "node:assert/strict";
 import {
   authorizeQuery,
   issueCode,
-  makeTestApp,
   PKCE,
   poll,
   startFlow,
   TEST_BASE,
   type TestApp,
   token,
+  withApp,
 } from "./_helpers.ts";
 
-const REGISTERED = { REDIRECT_URI_POLICY: "registered" };
+const withEnv = (fn: (t: TestApp) => Promise<void>, env?: Record<string, string>) =>
+  withApp(fn, { env });
 
-async function withApp(
-  fn: (t: TestApp) => Promise<void>,
-  env?: Record<string, string>,
-): Promise<void> {
-  const t = await makeTestApp({ env });
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
+const REGISTERED = { REDIRECT_URI_POLICY: "registered" };
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
@@ -72,7 +63,7 @@ async function assertRejected(
 }
 
 Deno.test("registered policy: /authorize with an unregistered client_id → 400 invalid_request, no device flow", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     await assertRejected(
       await authorize(t, { client_id: "never-registered" }),
       400,
@@ -83,7 +74,7 @@ Deno.test("registered policy: /authorize with an unregistered client_id → 400 
   }, REGISTERED));
 
 Deno.test("registered policy: /authorize with a redirect_uri not registered for the client → 400 invalid_request", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const clientId = await registerClient(t, ["https://app.example/cb"]);
     const other = await registerClient(t, ["https://other.example/cb"]);
     for (
@@ -112,7 +103,7 @@ Deno.test("registered policy: /authorize with a redirect_uri not registered for 
   }, REGISTERED));
 
 Deno.test("registered policy: /authorize with exactly a registered redirect_uri → page", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const uris = ["https://app.example/cb", "com.example.app:/oauth2redirect"];
     const clientId = await registerClient(t, uris);
     for (const redirect of uris) {
@@ -124,7 +115,7 @@ Deno.test("registered policy: /authorize with exactly a registered redirect_uri 
   }, REGISTERED));
 
 Deno.test("registered policy: loopback redirect URIs match on any port for 127.0.0.1, [::1] and localhost", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const clientId = await registerClient(t, [
       "http://127.0.0.1/callback",
       "http://[::1]:8080/callback",
@@ -148,7 +139,7 @@ Deno.test("registered policy: loopback redirect URIs match on any port for 127.0
   }, REGISTERED));
 
 Deno.test("registered policy: loopback port freedom keeps host, path and query exact", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const clientId = await registerClient(t, ["http://127.0.0.1:8080/callback"]);
     for (
       const redirect of [
@@ -169,7 +160,7 @@ Deno.test("registered policy: loopback port freedom keeps host, path and query e
   }, REGISTERED));
 
 Deno.test("registered policy: non-loopback hosts get no port freedom", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const clientId = await registerClient(t, ["https://app.example/cb"]);
     await assertRejected(
       await authorize(t, { client_id: clientId, redirect_uri: "https://app.example:8443/cb" }),
@@ -187,7 +178,7 @@ Deno.test("registered policy: non-loopback hosts get no port freedom", () =>
   }, REGISTERED));
 
 Deno.test("registered policy: the sole registered redirect URI may be omitted and is then used", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const clientId = await registerClient(t, ["https://app.example/cb"]);
     const flowState = await startFlow(t, { client_id: clientId, redirect_uri: null });
     assert.equal((await t.store.getFlow(flowState))?.value.redirectUri, "https://app.example/cb");
@@ -208,7 +199,7 @@ Deno.test("registered policy: the sole registered redirect URI may be omitted an
   }, REGISTERED));
 
 Deno.test("registered policy: redirect_uri omitted with several registered → 400 invalid_request", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const clientId = await registerClient(t, ["https://app.example/a", "https://app.example/b"]);
     await assertRejected(
       await authorize(t, { client_id: clientId, redirect_uri: null }),
@@ -219,7 +210,7 @@ Deno.test("registered policy: redirect_uri omitted with several registered → 4
   }, REGISTERED));
 
 Deno.test("registered policy: a loopback redirect on another port is what the flow returns to", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const clientId = await registerClient(t, ["http://127.0.0.1/callback"]);
     const redirect = "http://127.0.0.1:51234/callback";
     const flowState = await startFlow(t, { client_id: clientId, redirect_uri: redirect });
@@ -243,7 +234,7 @@ function exchange(t: TestApp, code: string, redirect: string, clientId?: string)
 }
 
 Deno.test("registered policy: /token with the code's own client_id → 200", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const response = await exchange(t, await codeFor(t, clientId, redirect), redirect, clientId);
@@ -252,7 +243,7 @@ Deno.test("registered policy: /token with the code's own client_id → 200", () 
   }, REGISTERED));
 
 Deno.test("registered policy: /token with another registered client_id → 400 invalid_grant", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const thief = await registerClient(t, [redirect]);
@@ -261,7 +252,7 @@ Deno.test("registered policy: /token with another registered client_id → 400 i
   }, REGISTERED));
 
 Deno.test("registered policy: /token with an unknown client_id → 400 invalid_client", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const code = await codeFor(t, clientId, redirect);
@@ -274,7 +265,7 @@ Deno.test("registered policy: /token with an unknown client_id → 400 invalid_c
   }, REGISTERED));
 
 Deno.test("registered policy: /token without client_id → 400 invalid_request", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const code = await codeFor(t, clientId, redirect);
@@ -286,7 +277,7 @@ Deno.test("registered policy: /token without client_id → 400 invalid_request",
   }, REGISTERED));
 
 Deno.test("default policy any: unregistered clients and any redirect URI are accepted", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     assert.equal(t.config.redirectUriPolicy, "any");
     for (
       const redirect of [
@@ -314,7 +305,7 @@ Deno.test("default policy any: unregistered clients and any redirect URI are acc
   }));
 
 Deno.test("default policy any: /token checks no client_id (absent, unknown or different all work)", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     for (const clientId of [undefined, "never-registered", "someone-else"]) {
       const code = await issueCode(t, { client_id: "client-1", redirect_uri: redirect });

@@ -5,20 +5,18 @@
 
 import assert from "node:assert/strict";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { authorizeQuery, makeTestApp, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
-import { spawnService } from "./_service.ts";
+import {
+  authorizeQuery,
+  makeTestApp,
+  TEST_BASE,
+  TEST_SECRET,
+  type TestApp,
+  withApp,
+} from "./_helpers.ts";
 
-async function withApp(
-  fn: (t: TestApp) => Promise<void>,
-  env?: Record<string, string>,
-): Promise<void> {
-  const t = await makeTestApp({ env });
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
+const withEnv = (fn: (t: TestApp) => Promise<void>, env?: Record<string, string>) =>
+  withApp(fn, { env });
+import { spawnService } from "./_service.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
@@ -68,7 +66,7 @@ const TYPICAL = {
 };
 
 Deno.test("register: standard metadata → 201 with client_id, client_id_issued_at and the metadata echoed", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { status, body, headers } = await call(await register(t, TYPICAL));
     assert.equal(status, 201);
     assert.equal(headers.get("cache-control"), "no-store");
@@ -83,7 +81,7 @@ Deno.test("register: standard metadata → 201 with client_id, client_id_issued_
   }));
 
 Deno.test("register: only redirect_uris → public-client defaults echoed", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { status, body } = await call(
       await register(t, { redirect_uris: ["https://app.example/cb"] }),
     );
@@ -98,7 +96,7 @@ Deno.test("register: only redirect_uris → public-client defaults echoed", () =
   }));
 
 Deno.test("register: unknown fields are ignored and not echoed", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { status, body } = await call(
       await register(t, {
         ...TYPICAL,
@@ -115,7 +113,7 @@ Deno.test("register: unknown fields are ignored and not echoed", () =>
   }));
 
 Deno.test("register: the same client registering twice gets two distinct client_ids", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const first = await call(await register(t, TYPICAL));
     const second = await call(await register(t, TYPICAL));
     assert.equal(first.status, 201);
@@ -126,7 +124,7 @@ Deno.test("register: the same client registering twice gets two distinct client_
   }));
 
 Deno.test("register: loopback http, https and private-use scheme redirect URIs are accepted", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const redirect_uris = [
       "http://127.0.0.1:33418/callback",
       "http://[::1]/callback",
@@ -140,7 +138,7 @@ Deno.test("register: loopback http, https and private-use scheme redirect URIs a
   }));
 
 Deno.test("register: bad redirect_uris → 400 invalid_redirect_uri", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const cases: [string, unknown][] = [
       ["missing", undefined],
       ["empty", []],
@@ -164,7 +162,7 @@ Deno.test("register: bad redirect_uris → 400 invalid_redirect_uri", () =>
   }));
 
 Deno.test("register: unsupported metadata → 400 invalid_client_metadata", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const redirect_uris = ["https://app.example/cb"];
     const cases: Json[] = [
       { token_endpoint_auth_method: "client_secret_basic" },
@@ -195,7 +193,7 @@ Deno.test("register: unsupported metadata → 400 invalid_client_metadata", () =
   }));
 
 Deno.test("register: wrong content type, malformed JSON, non-UTF-8 → 400 JSON; over 64 KiB → 413 JSON", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const json = JSON.stringify(TYPICAL);
     await assertError(
       await register(t, json, { "Content-Type": "application/x-www-form-urlencoded" }),
@@ -228,7 +226,7 @@ Deno.test("register: wrong content type, malformed JSON, non-UTF-8 → 400 JSON;
   }));
 
 Deno.test("register: application/json with a charset parameter is accepted", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const response = await register(t, TYPICAL, {
       "Content-Type": "application/json; charset=utf-8",
     });
@@ -237,7 +235,7 @@ Deno.test("register: application/json with a charset parameter is accepted", () 
   }));
 
 Deno.test("register: GET → 405 with Allow: POST, OPTIONS", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const response = await t.app(new Request(`${TEST_BASE}/register`));
     assert.equal(response.headers.get("allow"), "POST, OPTIONS");
     await assertError(response, 405, "invalid_request");
@@ -260,7 +258,7 @@ async function authorizePage(t: TestApp, overrides: Record<string, string | null
 }
 
 Deno.test("page: names a registered client by its client_name (escaped) and shows the redirect host", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { body } = await call(
       await register(t, {
         redirect_uris: ["http://127.0.0.1:9999/callback"],
@@ -274,7 +272,7 @@ Deno.test("page: names a registered client by its client_name (escaped) and show
   }));
 
 Deno.test("page: an unregistered client is shown by its client_id, and the redirect host still shown", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const html = await authorizePage(t, {
       client_id: "some-unregistered-client",
       redirect_uri: "https://app.example:8443/cb",
@@ -284,7 +282,7 @@ Deno.test("page: an unregistered client is shown by its client_id, and the redir
   }));
 
 Deno.test("page: a registered client without client_name is shown by its client_id", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { body } = await call(
       await register(t, { redirect_uris: ["http://127.0.0.1:9999/callback"] }),
     );
@@ -293,7 +291,7 @@ Deno.test("page: a registered client without client_name is shown by its client_
   }));
 
 Deno.test("page: under the registered policy, an omitted redirect_uri still shows the registered host", () =>
-  withApp(async (t) => {
+  withEnv(async (t) => {
     const { body } = await call(
       await register(t, { redirect_uris: ["https://app.example/cb"], client_name: "App" }),
     );

@@ -18,17 +18,9 @@ import {
   TEST_SECRET,
   type TestApp,
   token,
+  withApp,
 } from "./_helpers.ts";
 import { type ServiceProcess, spawnService } from "./_service.ts";
-
-async function withApp(fn: (t: TestApp) => Promise<void>): Promise<void> {
-  const t = await makeTestApp();
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
 
 function revoke(
   t: TestApp,

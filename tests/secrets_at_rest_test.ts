@@ -19,7 +19,6 @@ import { UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,
   flowDataFromPage,
-  makeTestApp,
   PKCE,
   poll,
   startFlow,
@@ -27,7 +26,11 @@ import {
   TEST_SECRET,
   type TestApp,
   token,
+  withApp,
 } from "./_helpers.ts";
+
+const withEnv = (env: Record<string, string>, fn: (t: TestApp) => Promise<void>) =>
+  withApp(fn, { env });
 import { spawnService } from "./_service.ts";
 
 const REDIRECT = "http://127.0.0.1:9999/callback";
@@ -73,18 +76,6 @@ async function assertNoSecretsInKv(kv: Deno.Kv, secrets: Map<string, string>, la
     for (const form of encodings(secret)) {
       assert.ok(!dump.includes(form), `${label}: ${name} is stored in the clear`);
     }
-  }
-}
-
-async function withApp(
-  env: Record<string, string>,
-  fn: (t: TestApp) => Promise<void>,
-): Promise<void> {
-  const t = await makeTestApp({ env });
-  try {
-    await fn(t);
-  } finally {
-    t.close();
   }
 }
 
@@ -163,10 +154,10 @@ async function fullFlowLeavesNoSecrets(t: TestApp, signingSecret: string): Promi
 }
 
 Deno.test("secrets at rest: no secret of a whole sign-in is stored in the clear (keys from JWT_SECRET)", () =>
-  withApp({}, (t) => fullFlowLeavesNoSecrets(t, TEST_SECRET)));
+  withEnv({}, (t) => fullFlowLeavesNoSecrets(t, TEST_SECRET)));
 
 Deno.test("secrets at rest: with ENCRYPTION_KEY set, sessions work and nothing is in the clear", () =>
-  withApp({ ENCRYPTION_KEY }, (t) => fullFlowLeavesNoSecrets(t, TEST_SECRET)));
+  withEnv({ ENCRYPTION_KEY }, (t) => fullFlowLeavesNoSecrets(t, TEST_SECRET)));
 
 /** Another instance over the same KV, clock and fake GitLab, configured with `env`. */
 async function sibling(t: TestApp, env: Record<string, string>): Promise<FetchHandler> {
@@ -211,7 +202,7 @@ async function signIn(t: TestApp): Promise<Record<string, string>> {
 const FAILED_REFRESH = { error: "invalid_grant", error_description: "Invalid refresh token" };
 
 Deno.test("secrets at rest: JWT_SECRET rotated with JWT_SECRET_PREVIOUS → an earlier refresh token still refreshes", () =>
-  withApp({}, async (t) => {
+  withEnv({}, async (t) => {
     const tokens = await signIn(t);
     const rotated = await sibling(t, {
       JWT_SECRET: NEW_SECRET,
@@ -245,7 +236,7 @@ Deno.test("secrets at rest: JWT_SECRET rotated with JWT_SECRET_PREVIOUS → an e
   }));
 
 Deno.test("secrets at rest: JWT_SECRET rotated without the previous one → invalid_grant, not 500", () =>
-  withApp({}, async (t) => {
+  withEnv({}, async (t) => {
     const tokens = await signIn(t);
     const rotated = await sibling(t, { JWT_SECRET: NEW_SECRET });
     assert.deepEqual(await refreshVia(rotated, tokens.refresh_token), {
@@ -269,7 +260,7 @@ Deno.test("secrets at rest: JWT_SECRET rotated without the previous one → inva
   }));
 
 Deno.test("secrets at rest: ENCRYPTION_KEY changed or dropped → invalid_grant, not 500", () =>
-  withApp({ ENCRYPTION_KEY }, async (t) => {
+  withEnv({ ENCRYPTION_KEY }, async (t) => {
     const tokens = await signIn(t);
     const other = await sibling(t, {
       JWT_SECRET: TEST_SECRET,

@@ -6,18 +6,9 @@
 
 import assert from "node:assert/strict";
 import type { DevicePollResult } from "../src/upstream/types.ts";
-import { makeTestApp, PKCE, poll, startFlow, type TestApp, token } from "./_helpers.ts";
+import { PKCE, poll, startFlow, type TestApp, token, withApp } from "./_helpers.ts";
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-async function withApp(fn: (t: TestApp) => Promise<void>): Promise<void> {
-  const t = await makeTestApp();
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
 
 async function pollBody(t: TestApp, flowState: string): Promise<Record<string, unknown>> {
   const response = await poll(t, flowState);

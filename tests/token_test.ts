@@ -9,7 +9,6 @@ import { UpstreamError } from "../src/upstream/types.ts";
 import {
   issueCode,
   issueTokens,
-  makeTestApp,
   PKCE,
   poll,
   startFlow,
@@ -17,24 +16,13 @@ import {
   TEST_SECRET,
   type TestApp,
   token,
+  withApp,
 } from "./_helpers.ts";
 
 const REDIRECT = "http://127.0.0.1:9999/callback";
 const TEN_MINUTES = 10 * 60 * 1000;
 const FIVE_MINUTES = 5 * 60 * 1000;
 const SCOPE = "mcp:tools mcp:resources";
-
-async function withApp(
-  fn: (t: TestApp) => Promise<void>,
-  options?: Parameters<typeof makeTestApp>[0],
-): Promise<void> {
-  const t = await makeTestApp(options);
-  try {
-    await fn(t);
-  } finally {
-    t.close();
-  }
-}
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
