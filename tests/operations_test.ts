@@ -1,0 +1,91 @@
+/** Running the service: graceful shutdown, the demo, structured logs. */
+
+import assert from "node:assert/strict";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { TEST_SECRET } from "./_helpers.ts";
+import { spawnService } from "./_service.ts";
+
+Deno.test("SIGTERM: a request in flight finishes, then the process exits 0", async () => {
+  const gitlab = startSimulatedGitLab();
+  const service = await spawnService({
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "ops-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: ":memory:",
+    UPSTREAM_TIMEOUT_MS: "1500",
+  });
+  try {
+    // GitLab hangs on the device start: the request is in flight until the upstream timeout.
+    gitlab.failNext("authorize_device", "timeout");
+    const inFlight = fetch(
+      `${service.url}/authorize?response_type=code&client_id=c&code_challenge=x&code_challenge_method=S256`,
+    );
+    await waitFor(() => gitlab.calls.authorizeDevice === 1);
+    const exited = service.stop();
+    const response = await inFlight;
+    assert.equal(response.status, 500);
+    assert.equal((await response.json()).error_description, "Failed to initiate authentication");
+    assert.equal(await exited, 0);
+    assert.ok(service.logs.some((line) => line.includes('"shutting down"')));
+  } finally {
+    await service.stop();
+    await gitlab.close();
+  }
+});
+
+Deno.test("logs are JSON lines with a request id per request", async () => {
+  const service = await spawnService({ KV_PATH: ":memory:" });
+  try {
+    const response = await fetch(`${service.url}/healthz`);
+    await response.body?.cancel();
+    const requestId = response.headers.get("x-request-id");
+    assert.ok(requestId);
+    await waitFor(() => service.logs.some((line) => line.includes(requestId)));
+    for (const line of service.logs) JSON.parse(line);
+    const entry = JSON.parse(service.logs.find((line) => line.includes(requestId))!);
+    assert.equal(entry.message, "request");
+    assert.equal(entry.path, "/healthz");
+    assert.equal(entry.status, 503);
+  } finally {
+    await service.stop();
+  }
+});
+
+Deno.test("deno task demo: prints a client URL that starts a sign-in at the service", async () => {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", new URL("../dev/demo.ts", import.meta.url).pathname],
+    env: { PORT: "0" },
+    stdout: "piped",
+    stderr: "null",
+  }).spawn();
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  try {
+    let output = "";
+    while (!/example client: +\S+/.test(output)) {
+      const { value, done } = await reader.read();
+      if (done) throw new Error(`demo exited early:\n${output}`);
+      output += value;
+    }
+    const clientUrl = output.match(/example client: +(\S+)/)![1];
+    const start = await fetch(clientUrl, { redirect: "manual" });
+    assert.equal(start.status, 302);
+    const authorize = new URL(start.headers.get("location")!);
+    assert.equal(authorize.pathname, "/authorize");
+    assert.equal(authorize.searchParams.get("code_challenge_method"), "S256");
+    const page = await fetch(authorize);
+    assert.equal(page.status, 200);
+    assert.match(await page.text(), /Sign in with GitLab/);
+  } finally {
+    child.kill("SIGTERM");
+    await reader.cancel();
+    await child.status;
+  }
+});
+
+async function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
