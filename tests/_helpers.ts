@@ -3,6 +3,7 @@
  * fake GitLab whose answers each test scripts.
  */
 
+import assert from "node:assert/strict";
 import { createAppDeps } from "../src/deps.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import type { Clock } from "../src/clock.ts";
@@ -22,6 +23,8 @@ import {
 
 export const TEST_SECRET = "test-secret-that-is-at-least-32-bytes-long!";
 export const TEST_BASE = "http://auth.test";
+/** The client's redirect URI in `authorizeQuery` and the code exchanges below. */
+export const TEST_REDIRECT = "http://127.0.0.1:9999/callback";
 
 /** A clock that only moves when the test says so. */
 export class FakeClock implements Clock {
@@ -176,7 +179,7 @@ export function authorizeQuery(overrides: Record<string, string | null> = {}): s
     client_id: "client-1",
     code_challenge: PKCE.challenge,
     code_challenge_method: "S256",
-    redirect_uri: "http://127.0.0.1:9999/callback",
+    redirect_uri: TEST_REDIRECT,
     state: "xyz",
     ...overrides,
   };
@@ -192,9 +195,12 @@ export function flowDataFromPage(html: string): { flowState: string; [k: string]
   return JSON.parse(match[1]);
 }
 
+/** Anything that answers requests the way the app does (a `TestApp`, or another wiring). */
+export type AppLike = Pick<TestApp, "app">;
+
 /** GET /authorize with a valid request; returns the flow state from the page. */
 export async function startFlow(
-  t: TestApp,
+  t: AppLike,
   overrides: Record<string, string | null> = {},
 ): Promise<string> {
   const response = await t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
@@ -203,7 +209,7 @@ export async function startFlow(
 }
 
 /** GET /oauth/poll. */
-export async function poll(t: TestApp, flowState: string): Promise<Response> {
+export async function poll(t: AppLike, flowState: string): Promise<Response> {
   return await t.app(
     new Request(`${TEST_BASE}/oauth/poll?flow_state=${encodeURIComponent(flowState)}`),
   );
@@ -221,15 +227,57 @@ export async function issueCode(
   return body.code;
 }
 
-/** POST /token form-encoded. */
-export async function token(t: TestApp, form: Record<string, string>): Promise<Response> {
+/**
+ * POST /token form-encoded; `init.url` posts elsewhere than `${TEST_BASE}/token` and
+ * `init.headers` are sent along with the content type.
+ */
+export async function token(
+  t: AppLike,
+  form: Record<string, string>,
+  init: { url?: string; headers?: Record<string, string> } = {},
+): Promise<Response> {
   return await t.app(
-    new Request(`${TEST_BASE}/token`, {
+    new Request(init.url ?? `${TEST_BASE}/token`, {
       method: "POST",
-      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      headers: { ...init.headers, "Content-Type": "application/x-www-form-urlencoded" },
       body: new URLSearchParams(form),
     }),
   );
+}
+
+/** POST /token with a JSON body. */
+export function tokenJson(t: AppLike, body: unknown): Promise<Response> {
+  return t.app(
+    new Request(`${TEST_BASE}/token`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    }),
+  );
+}
+
+/** The authorization_code grant for `code` with the PKCE verifier and `TEST_REDIRECT`. */
+export function exchange(
+  t: AppLike,
+  code: string,
+  extra: Record<string, string> = {},
+): Promise<Response> {
+  return token(t, {
+    grant_type: "authorization_code",
+    code,
+    code_verifier: PKCE.verifier,
+    redirect_uri: TEST_REDIRECT,
+    ...extra,
+  });
+}
+
+/** The refresh_token grant. */
+export function refresh(
+  t: AppLike,
+  refreshToken: string,
+  extra: Record<string, string> = {},
+): Promise<Response> {
+  return token(t, { grant_type: "refresh_token", refresh_token: refreshToken, ...extra });
 }
 
 /** Exchanges a fresh code and returns the token response body. */
@@ -237,14 +285,55 @@ export async function issueTokens(
   t: TestApp,
 ): Promise<{ access_token: string; refresh_token: string; [k: string]: unknown }> {
   const code = await issueCode(t);
-  const response = await token(t, {
-    grant_type: "authorization_code",
-    code,
-    code_verifier: PKCE.verifier,
-    redirect_uri: "http://127.0.0.1:9999/callback",
-  });
+  const response = await exchange(t, code);
   if (response.status !== 200) {
     throw new Error(`token answered ${response.status} ${await response.text()}`);
   }
   return await response.json();
+}
+
+// ---- races -----------------------------------------------------------------------------------
+
+/** A status and a parsed JSON body, as the race assertions read them. */
+interface RaceResult {
+  status: number;
+  body: { status?: unknown; error?: unknown };
+}
+
+/** No answer is a 500 (or any 5xx). */
+export function assertNo500(results: RaceResult[]): void {
+  for (const result of results) {
+    assert.ok(result.status < 500, `a ${result.status}: ${JSON.stringify(result.body)}`);
+  }
+}
+
+/** Exactly one 200; every other answer a 400 invalid_grant, none a 500. Returns the winner. */
+export function assertOneWinner<R extends RaceResult>(results: R[]): R {
+  assertNo500(results);
+  const winners = results.filter((result) => result.status === 200);
+  assert.equal(winners.length, 1, `200s: ${winners.length} ${JSON.stringify(results)}`);
+  const losers = results.filter((result) => result.status !== 200);
+  assert.equal(losers.length, results.length - 1);
+  for (const loser of losers) {
+    assert.equal(loser.status, 400, JSON.stringify(loser.body));
+    assert.equal(loser.body.error, "invalid_grant", JSON.stringify(loser.body));
+  }
+  return winners[0];
+}
+
+/**
+ * Parallel polls of one approved flow: exactly one answers 200 complete, every other one is
+ * still pending or finds the flow gone. Returns the complete one.
+ */
+export function assertOneComplete<R extends RaceResult>(results: R[]): R {
+  const complete = results.filter((result) => result.body.status === "complete");
+  assert.equal(complete.length, 1, JSON.stringify(results));
+  assert.equal(complete[0].status, 200);
+  for (const other of results.filter((result) => result.body.status !== "complete")) {
+    const pending = other.status === 200 && other.body.status === "pending";
+    const gone = other.status === 400 && other.body.status === "expired" &&
+      other.body.error === "Flow not found";
+    assert.ok(pending || gone, JSON.stringify(other));
+  }
+  return complete[0];
 }

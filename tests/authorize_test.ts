@@ -8,12 +8,12 @@ import type { Store } from "../src/store.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,
+  exchange,
   flowDataFromPage,
   PKCE,
   poll,
   TEST_BASE,
   type TestApp,
-  token,
   withApp,
 } from "./_helpers.ts";
 
@@ -316,12 +316,7 @@ Deno.test("4.1 success: scope accepted and ignored (granted scopes stay mcp:tool
     assert.equal(response.status, 200);
     const { flowState } = flowDataFromPage(await response.text());
     const done = await completeFlow(t, flowState);
-    const exchanged = await token(t, {
-      grant_type: "authorization_code",
-      code: String(done.code),
-      code_verifier: PKCE.verifier,
-      redirect_uri: REDIRECT,
-    });
+    const exchanged = await exchange(t, String(done.code));
     assert.equal(exchanged.status, 200);
     assert.equal((await exchanged.json()).scope, "mcp:tools mcp:resources");
   }));

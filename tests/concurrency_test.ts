@@ -8,19 +8,20 @@ import assert from "node:assert/strict";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
 import type { UpstreamTokens, UpstreamUser } from "../src/upstream/types.ts";
 import {
+  assertOneComplete,
+  assertOneWinner,
+  exchange,
   issueCode,
   issueTokens,
-  PKCE,
   poll,
+  refresh,
   startFlow,
   type TestApp,
-  token,
   withApp,
 } from "./_helpers.ts";
 
 const ROUNDS = 5;
 const PARALLEL = 20;
-const REDIRECT = "http://127.0.0.1:9999/callback";
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -49,46 +50,19 @@ async function count(kv: Deno.Kv, prefix: string): Promise<number> {
   return (await Array.fromAsync(kv.list({ prefix: [prefix] }))).length;
 }
 
-/** Runs `fn` over a fresh test app, closed afterwards. */
-
-function refreshWith(app: TestApp, refreshToken: string): Promise<Response> {
-  return token(app, { grant_type: "refresh_token", refresh_token: refreshToken });
-}
-
-/** Exactly one 200; every other answer a 400 invalid_grant. Returns the winner's body. */
-function assertOneWinner(results: Result[]): Body {
-  const winners = results.filter((result) => result.status === 200);
-  assert.equal(winners.length, 1, `200s: ${winners.length}`);
-  const losers = results.filter((result) => result.status !== 200);
-  assert.equal(losers.length, results.length - 1);
-  for (const loser of losers) {
-    assert.equal(loser.status, 400);
-    assert.equal(loser.body.error, "invalid_grant");
-  }
-  return winners[0].body;
-}
-
 Deno.test("concurrency: one authorization code, 20 parallel exchanges", async (t) => {
   for (let round = 1; round <= ROUNDS; round++) {
     await t.step(`round ${round}: exactly one 200 and 19 × 400 invalid_grant`, async () => {
       await withApp(async (app) => {
         const code = await issueCode(app);
         const results = await settle(
-          await Promise.all(
-            Array.from({ length: PARALLEL }, () =>
-              token(app, {
-                grant_type: "authorization_code",
-                code,
-                code_verifier: PKCE.verifier,
-                redirect_uri: REDIRECT,
-              })),
-          ),
+          await Promise.all(Array.from({ length: PARALLEL }, () => exchange(app, code))),
         );
-        const winner = assertOneWinner(results);
+        const winner = assertOneWinner(results).body;
         assert.equal(await count(app.kv, "code"), 0);
         assert.equal(await count(app.kv, "refresh"), 1);
         // The winner's refresh token is the one that works.
-        assert.equal((await refreshWith(app, winner.refresh_token!)).status, 200);
+        assert.equal((await refresh(app, winner.refresh_token!)).status, 200);
       });
     });
   }
@@ -101,14 +75,14 @@ Deno.test("concurrency: one refresh token, 20 parallel refreshes", async (t) => 
         const issued = await issueTokens(app);
         const results = await settle(
           await Promise.all(
-            Array.from({ length: PARALLEL }, () => refreshWith(app, issued.refresh_token)),
+            Array.from({ length: PARALLEL }, () => refresh(app, issued.refresh_token)),
           ),
         );
-        const winner = assertOneWinner(results);
+        const winner = assertOneWinner(results).body;
         assert.equal(app.upstream.calls.refresh, 0, "the GitLab token was not expiring");
         assert.equal(await count(app.kv, "refresh"), 1);
-        assert.equal((await refreshWith(app, issued.refresh_token)).status, 400);
-        assert.equal((await refreshWith(app, winner.refresh_token!)).status, 200);
+        assert.equal((await refresh(app, issued.refresh_token)).status, 400);
+        assert.equal((await refresh(app, winner.refresh_token!)).status, 200);
       });
     });
   }
@@ -133,10 +107,10 @@ Deno.test("concurrency: 20 parallel refreshes of an expiring GitLab token", asyn
 
         const results = await settle(
           await Promise.all(
-            Array.from({ length: PARALLEL }, () => refreshWith(app, issued.refresh_token)),
+            Array.from({ length: PARALLEL }, () => refresh(app, issued.refresh_token)),
           ),
         );
-        const winner = assertOneWinner(results);
+        const winner = assertOneWinner(results).body;
         assert.equal(app.upstream.calls.refresh, 1);
         assert.deepEqual(app.upstream.refreshTokensSeen, ["gl-refresh-0"]);
 
@@ -167,27 +141,14 @@ async function raceApprovedPolls(parallel: number): Promise<void> {
     const results = await settle(
       await Promise.all(Array.from({ length: parallel }, () => poll(app, flowState))),
     );
-    const complete = results.filter((result) => result.body.status === "complete");
-    assert.equal(complete.length, 1, JSON.stringify(results));
-    assert.equal(complete[0].status, 200);
-    for (const other of results.filter((result) => result.body.status !== "complete")) {
-      const pending = other.status === 200 && other.body.status === "pending";
-      const gone = other.status === 400 && other.body.status === "expired" &&
-        other.body.error === "Flow not found";
-      assert.ok(pending || gone, JSON.stringify(other));
-    }
+    const complete = assertOneComplete(results);
     assert.equal(await count(app.kv, "session"), 1);
     assert.equal(await count(app.kv, "code"), 1);
     assert.equal(await count(app.kv, "flow"), 0);
     assert.equal(app.upstream.calls.user, 1);
 
     // The one code works; the flow is done.
-    const exchanged = await token(app, {
-      grant_type: "authorization_code",
-      code: complete[0].body.code!,
-      code_verifier: PKCE.verifier,
-      redirect_uri: REDIRECT,
-    });
+    const exchanged = await exchange(app, complete.body.code!);
     assert.equal(exchanged.status, 200);
     await exchanged.body?.cancel();
     const after = await poll(app, flowState);

@@ -6,37 +6,8 @@
  */
 
 import assert from "node:assert/strict";
-import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { launchBrowser } from "./_browser.ts";
-import { authorizeQuery, flowDataFromPage, PKCE, TEST_SECRET } from "./_helpers.ts";
-import { type ServiceProcess, spawnService } from "./_service.ts";
-
-const REDIRECT = "http://127.0.0.1:9/callback";
-
-/** A real refresh token, obtained over HTTP outside the browser. */
-async function signIn(
-  service: ServiceProcess,
-  gitlab: ReturnType<typeof startSimulatedGitLab>,
-): Promise<string> {
-  const page = await fetch(
-    `${service.url}/authorize?${authorizeQuery({ redirect_uri: REDIRECT })}`,
-  );
-  const { flowState } = flowDataFromPage(await page.text());
-  gitlab.approve(gitlab.lastUserCode()!);
-  const done = await (await fetch(`${service.url}/oauth/poll?flow_state=${flowState}`)).json();
-  const response = await fetch(`${service.url}/token`, {
-    method: "POST",
-    headers: { "Content-Type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams({
-      grant_type: "authorization_code",
-      code: done.code,
-      code_verifier: PKCE.verifier,
-      redirect_uri: REDIRECT,
-    }),
-  });
-  assert.equal(response.status, 200);
-  return (await response.json()).refresh_token;
-}
+import { launchBrowserOrSkip, startCallbackServer } from "./_browser.ts";
+import { signInOverHttp, spawnWithGitLab } from "./_service.ts";
 
 interface Outcome {
   status?: number;
@@ -97,30 +68,17 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn(t) {
-    const browser = await launchBrowser();
-    if ("skip" in browser) {
-      // deno-lint-ignore no-console -- the reason a test did not run must be visible.
-      console.log(`skipping ${t.name}: ${browser.skip}`);
-      return;
-    }
-    const gitlab = startSimulatedGitLab();
-    const service = await spawnService({
-      GITLAB_URL: gitlab.url.href,
-      GITLAB_CLIENT_ID: "cors-app",
-      JWT_SECRET: TEST_SECRET,
-      KV_PATH: ":memory:",
-    });
-    const webClient = Deno.serve(
-      { hostname: "127.0.0.1", port: 0, onListen() {} },
-      () =>
-        new Response("<!doctype html><title>web MCP client</title>", {
-          headers: { "Content-Type": "text/html" },
-        }),
-    );
+    const browser = await launchBrowserOrSkip(t);
+    if (!browser) return;
+    const { gitlab, service, close } = await spawnWithGitLab("cors-app");
+    const webClient = startCallbackServer("/");
     try {
-      const refreshToken = await signIn(service, gitlab);
+      // A real refresh token, obtained over HTTP outside the browser.
+      const { refresh_token: refreshToken } = await signInOverHttp(service.url, gitlab, {
+        redirectUri: "http://127.0.0.1:9/callback",
+      });
       const page = await browser.newPage();
-      const origin = `http://127.0.0.1:${webClient.addr.port}`;
+      const origin = webClient.origin;
       assert.notEqual(origin, service.url);
       await page.goto(`${origin}/`);
       const results = await page.evaluate(crossOriginCalls, { service: service.url, refreshToken });
@@ -168,9 +126,8 @@ Deno.test({
       }
     } finally {
       await browser.close();
-      await webClient.shutdown();
-      await service.stop();
-      await gitlab.close();
+      await webClient.close();
+      await close();
     }
   },
 });

@@ -5,7 +5,14 @@
  */
 
 import assert from "node:assert/strict";
-import { authorizeQuery, issueTokens, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
+import {
+  authorizeQuery,
+  issueTokens,
+  TEST_BASE,
+  type TestApp,
+  token,
+  withApp,
+} from "./_helpers.ts";
 
 const ORIGIN = "https://inspector.example";
 
@@ -101,15 +108,10 @@ Deno.test("CORS: successful metadata, registration, token and revocation respons
     await registered.body?.cancel();
 
     const tokens = await issueTokens(t);
-    const refreshed = await t.app(
-      new Request(`${TEST_BASE}/token`, {
-        method: "POST",
-        headers: { ...headers, "Content-Type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({
-          grant_type: "refresh_token",
-          refresh_token: tokens.refresh_token,
-        }),
-      }),
+    const refreshed = await token(
+      t,
+      { grant_type: "refresh_token", refresh_token: tokens.refresh_token },
+      { headers },
     );
     assert.equal(refreshed.status, 200);
     assertCors(refreshed, "token 200");

@@ -6,10 +6,19 @@
 import assert from "node:assert/strict";
 import { jwtVerify } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { PKCE, TEST_SECRET } from "./_helpers.ts";
-import { type ServiceProcess, spawnService } from "./_service.ts";
+import { TEST_SECRET } from "./_helpers.ts";
+import {
+  authorizeOverHttp,
+  exchangeOverHttp,
+  pollOverHttp,
+  postToken,
+  type ServiceProcess,
+  signInOverHttp,
+  spawnService,
+} from "./_service.ts";
 
 const REDIRECT_URI = "http://127.0.0.1:9/callback";
+const AUTHORIZE = { client_id: "e2e-client", redirect_uri: REDIRECT_URI, state: "s-1" };
 
 function serviceEnv(gitlabUrl: URL, extra: Record<string, string> = {}): Record<string, string> {
   return {
@@ -22,54 +31,7 @@ function serviceEnv(gitlabUrl: URL, extra: Record<string, string> = {}): Record<
 }
 
 async function authorize(service: ServiceProcess): Promise<string> {
-  const query = new URLSearchParams({
-    response_type: "code",
-    client_id: "e2e-client",
-    code_challenge: PKCE.challenge,
-    code_challenge_method: "S256",
-    redirect_uri: REDIRECT_URI,
-    state: "s-1",
-  });
-  const response = await fetch(`${service.url}/authorize?${query}`);
-  assert.equal(response.status, 200);
-  const html = await response.text();
-  const data = html.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s);
-  assert.ok(data, "page carries its flow data");
-  return JSON.parse(data[1]).flowState;
-}
-
-async function pollOnce(service: ServiceProcess, flowState: string) {
-  const response = await fetch(`${service.url}/oauth/poll?flow_state=${flowState}`);
-  return { status: response.status, body: await response.json() };
-}
-
-async function postToken(service: ServiceProcess, form: Record<string, string>) {
-  const response = await fetch(`${service.url}/token`, {
-    method: "POST",
-    headers: { "Content-Type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams(form),
-  });
-  return { status: response.status, body: await response.json() };
-}
-
-async function completeSignIn(
-  service: ServiceProcess,
-  gitlab: ReturnType<typeof startSimulatedGitLab>,
-) {
-  const flowState = await authorize(service);
-  assert.deepEqual((await pollOnce(service, flowState)).body, { status: "pending" });
-  gitlab.approve(gitlab.lastUserCode()!);
-  const done = await pollOnce(service, flowState);
-  assert.equal(done.status, 200);
-  assert.equal(done.body.status, "complete");
-  const exchanged = await postToken(service, {
-    grant_type: "authorization_code",
-    code: done.body.code,
-    code_verifier: PKCE.verifier,
-    redirect_uri: REDIRECT_URI,
-  });
-  assert.equal(exchanged.status, 200, JSON.stringify(exchanged.body));
-  return exchanged.body;
+  return (await authorizeOverHttp(service.url, AUTHORIZE)).flowState;
 }
 
 Deno.test("e2e: authorize → approve at GitLab → poll → code exchange → refresh, over HTTP", async () => {
@@ -78,23 +40,18 @@ Deno.test("e2e: authorize → approve at GitLab → poll → code exchange → r
   try {
     const flowState = await authorize(service);
     assert.equal(gitlab.calls.authorizeDevice, 1);
-    assert.deepEqual(await pollOnce(service, flowState), {
+    assert.deepEqual(await pollOverHttp(service.url, flowState), {
       status: 200,
       body: { status: "pending" },
     });
     gitlab.approve(gitlab.lastUserCode()!);
-    const done = await pollOnce(service, flowState);
+    const done = await pollOverHttp(service.url, flowState);
     assert.equal(done.body.status, "complete");
     assert.equal(done.body.redirect_uri, REDIRECT_URI);
     assert.equal(done.body.state, "s-1");
     assert.equal(gitlab.calls.user, 1);
 
-    const tokens = await postToken(service, {
-      grant_type: "authorization_code",
-      code: done.body.code,
-      code_verifier: PKCE.verifier,
-      redirect_uri: REDIRECT_URI,
-    });
+    const tokens = await exchangeOverHttp(service.url, done.body.code, REDIRECT_URI);
     assert.equal(tokens.status, 200);
     const { payload } = await jwtVerify(
       tokens.body.access_token,
@@ -104,13 +61,13 @@ Deno.test("e2e: authorize → approve at GitLab → poll → code exchange → r
     assert.equal(payload.sub, "4242");
     assert.equal(payload.gitlab_user, "ada");
 
-    const refreshed = await postToken(service, {
+    const refreshed = await postToken(service.url, {
       grant_type: "refresh_token",
       refresh_token: tokens.body.refresh_token,
     });
     assert.equal(refreshed.status, 200);
     assert.notEqual(refreshed.body.refresh_token, tokens.body.refresh_token);
-    const replay = await postToken(service, {
+    const replay = await postToken(service.url, {
       grant_type: "refresh_token",
       refresh_token: tokens.body.refresh_token,
     });
@@ -128,11 +85,11 @@ Deno.test("e2e: denied at GitLab → poll answers failed with access_denied", as
   try {
     const flowState = await authorize(service);
     gitlab.deny(gitlab.lastUserCode()!);
-    assert.deepEqual(await pollOnce(service, flowState), {
+    assert.deepEqual(await pollOverHttp(service.url, flowState), {
       status: 200,
       body: { status: "failed", error: "access_denied" },
     });
-    assert.deepEqual(await pollOnce(service, flowState), {
+    assert.deepEqual(await pollOverHttp(service.url, flowState), {
       status: 400,
       body: { status: "expired", error: "Flow not found" },
     });
@@ -150,13 +107,18 @@ Deno.test("e2e: a refresh token survives a restart on a file-backed KV", async (
     const first = await spawnService(env);
     let tokens;
     try {
-      tokens = await completeSignIn(first, gitlab);
+      tokens = await signInOverHttp(first.url, gitlab, {
+        redirectUri: REDIRECT_URI,
+        clientId: AUTHORIZE.client_id,
+        state: AUTHORIZE.state,
+        pollBeforeApproval: true,
+      });
     } finally {
       assert.equal(await first.stop(), 0);
     }
     const second = await spawnService(env);
     try {
-      const refreshed = await postToken(second, {
+      const refreshed = await postToken(second.url, {
         grant_type: "refresh_token",
         refresh_token: tokens.refresh_token,
       });
@@ -186,7 +148,7 @@ Deno.test("e2e: a flow started before a restart completes after it", async () =>
     gitlab.approve(gitlab.lastUserCode()!);
     const second = await spawnService(env);
     try {
-      const done = await pollOnce(second, flowState);
+      const done = await pollOverHttp(second.url, flowState);
       assert.equal(done.body.status, "complete");
     } finally {
       await second.stop();
@@ -209,7 +171,7 @@ Deno.test("e2e: without GITLAB_CLIENT_ID and JWT_SECRET it starts, warns once, a
     const pollResponse = await fetch(`${service.url}/oauth/poll?flow_state=x`);
     assert.equal(pollResponse.status, 500);
     assert.deepEqual(await pollResponse.json(), { error: "server_error" });
-    const tokenResponse = await postToken(service, { grant_type: "refresh_token" });
+    const tokenResponse = await postToken(service.url, { grant_type: "refresh_token" });
     assert.equal(tokenResponse.status, 500);
     assert.equal(tokenResponse.body.error_description, "OAuth not configured");
     const warnings = service.logs.filter((line) => line.includes("not configured"));

@@ -7,10 +7,12 @@ import assert from "node:assert/strict";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,
+  exchange,
   issueCode,
   issueTokens,
   PKCE,
   poll,
+  refresh,
   startFlow,
   TEST_BASE,
   type TestApp,
@@ -231,45 +233,33 @@ Deno.test("7: 400 invalid_request on /token: missing code, code_verifier or refr
 
 Deno.test("7: 400 invalid_grant on /token: unknown/expired code, wrong verifier, redirect_uri mismatch, session missing, unknown refresh token, upstream refresh failure", () =>
   withApp(async (t) => {
-    const exchange = (code: string, extra: Record<string, string> = {}) =>
-      token(t, {
-        grant_type: "authorization_code",
-        code,
-        code_verifier: PKCE.verifier,
-        redirect_uri: REDIRECT,
-        ...extra,
-      });
     const { refreshToken } = await seed(t);
 
-    await assertError(await exchange("unknown-code"), 400, "invalid_grant");
+    await assertError(await exchange(t, "unknown-code"), 400, "invalid_grant");
 
     const wrong = await issueCode(t);
-    await assertError(await exchange(wrong, { code_verifier: "nope" }), 400, "invalid_grant");
+    await assertError(await exchange(t, wrong, { code_verifier: "nope" }), 400, "invalid_grant");
     await assertError(
-      await exchange(wrong, { redirect_uri: "http://evil.test/cb" }),
+      await exchange(t, wrong, { redirect_uri: "http://evil.test/cb" }),
       400,
       "invalid_grant",
     );
 
     const orphan = await issueCode(t);
     await t.store.deleteSession((await t.store.getCode(orphan))!.value.sessionId);
-    await assertError(await exchange(orphan), 400, "invalid_grant");
+    await assertError(await exchange(t, orphan), 400, "invalid_grant");
 
-    await assertError(
-      await token(t, { grant_type: "refresh_token", refresh_token: "unknown" }),
-      400,
-      "invalid_grant",
-    );
+    await assertError(await refresh(t, "unknown"), 400, "invalid_grant");
 
     const expired = await issueCode(t);
     t.clock.advance(10 * 60 * 1000 + 1);
-    await assertError(await exchange(expired), 400, "invalid_grant");
+    await assertError(await exchange(t, expired), 400, "invalid_grant");
 
     // The session's GitLab token (7200 s) is now well inside its lifetime; push it to expiry.
     t.clock.advance(7200 * 1000);
     t.upstream.refreshes.push(new UpstreamError("terminal", "invalid_grant", "revoked"));
     await assertError(
-      await token(t, { grant_type: "refresh_token", refresh_token: refreshToken }),
+      await refresh(t, refreshToken),
       400,
       "invalid_grant",
       "Failed to refresh underlying upstream token",

@@ -13,13 +13,17 @@ import assert from "node:assert/strict";
 import type { Logger } from "../src/logger.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  authorizeQuery,
+  exchange,
   flowDataFromPage,
   issueCode,
   issueTokens,
   makeTestApp,
   PKCE,
+  poll,
   TEST_BASE,
   type TestApp,
+  tokenJson,
 } from "./_helpers.ts";
 
 const SEED = Number(Deno.env.get("FUZZ_SEED") ?? Math.floor(Math.random() * 2 ** 32));
@@ -722,14 +726,7 @@ function tokenRequest(g: Gen, form: Record<string, string>): Request {
 
 /** authorize → (GitLab hiccups) → approve → poll → token → refresh, checked strictly. */
 async function validFlow(g: Gen, t: TestApp, seen: Seen, full = false): Promise<void> {
-  const query = new URLSearchParams({
-    response_type: "code",
-    client_id: "client-1",
-    code_challenge: PKCE.challenge,
-    code_challenge_method: "S256",
-    redirect_uri: REDIRECT,
-    state: asciiString(g, 8),
-  });
+  const query = authorizeQuery({ redirect_uri: REDIRECT, state: asciiString(g, 8) });
   const page = await t.app(new Request(`${TEST_BASE}/authorize?${query}`));
   assert.equal(page.status, 200, `seed ${SEED}: valid authorize`);
   const flowState = flowDataFromPage(await page.text()).flowState;
@@ -960,15 +957,7 @@ Deno.test("fuzz regressions: oversized /authorize parameters → 400, the longes
   const t = await makeTestApp();
   try {
     const authorizeWith = (overrides: Record<string, string>) => {
-      const query = new URLSearchParams({
-        response_type: "code",
-        client_id: "client-1",
-        code_challenge: PKCE.challenge,
-        code_challenge_method: "S256",
-        redirect_uri: REDIRECT,
-        state: "s",
-        ...overrides,
-      });
+      const query = authorizeQuery({ redirect_uri: REDIRECT, state: "s", ...overrides });
       return t.app(new Request(`${TEST_BASE}/authorize?${query}`));
     };
     // Once answered 500 (KV: "Value too large", "Key too large for read").
@@ -1000,33 +989,17 @@ Deno.test("fuzz regressions: oversized /authorize parameters → 400, the longes
     assert.equal(page.status, 200);
     const { flowState } = flowDataFromPage(await page.text());
     t.upstream.approve();
-    const done = await (await t.app(
-      new Request(`${TEST_BASE}/oauth/poll?flow_state=${encodeURIComponent(flowState)}`),
-    )).json();
+    const done = await (await poll(t, flowState)).json();
     assert.equal(done.status, "complete");
     assert.equal(done.state, long("ß"));
     assert.equal(done.redirect_uri, redirect);
-    const exchanged = await t.app(
-      new Request(`${TEST_BASE}/token`, {
-        method: "POST",
-        headers: { "Content-Type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({
-          grant_type: "authorization_code",
-          code: done.code,
-          code_verifier: PKCE.verifier,
-          redirect_uri: redirect,
-        }),
-      }),
-    );
+    const exchanged = await exchange(t, done.code, { redirect_uri: redirect });
     const tokens = await exchanged.json();
     assert.equal(exchanged.status, 200, JSON.stringify(tokens));
-    const refreshed = await t.app(
-      new Request(`${TEST_BASE}/token`, {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ grant_type: "refresh_token", refresh_token: tokens.refresh_token }),
-      }),
-    );
+    const refreshed = await tokenJson(t, {
+      grant_type: "refresh_token",
+      refresh_token: tokens.refresh_token,
+    });
     assert.equal(refreshed.status, 200);
     await refreshed.body?.cancel();
   } finally {
@@ -1037,12 +1010,7 @@ Deno.test("fuzz regressions: oversized /authorize parameters → 400, the longes
 Deno.test("fuzz regressions: REDIRECT_URI_POLICY=registered with a client_id of kilobytes → 400, not 500", async () => {
   const t = await makeTestApp({ env: { REDIRECT_URI_POLICY: "registered" } });
   try {
-    const query = new URLSearchParams({
-      response_type: "code",
-      client_id: "y".repeat(3000),
-      code_challenge: PKCE.challenge,
-      code_challenge_method: "S256",
-    });
+    const query = authorizeQuery({ client_id: "y".repeat(3000), redirect_uri: null, state: null });
     const authorize = await t.app(new Request(`${TEST_BASE}/authorize?${query}`));
     assert.equal(authorize.status, 400);
     assert.equal((await authorize.json()).error, "invalid_request");
@@ -1057,19 +1025,13 @@ Deno.test("fuzz regressions: REDIRECT_URI_POLICY=registered with a client_id of 
     assert.equal(registered.status, 201);
     const { client_id: clientId } = await registered.json();
     const code = await issueCode(t, { client_id: clientId });
-    const token = await t.app(
-      new Request(`${TEST_BASE}/token`, {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({
-          grant_type: "authorization_code",
-          code,
-          code_verifier: PKCE.verifier,
-          redirect_uri: REDIRECT,
-          client_id: "z".repeat(20_000),
-        }),
-      }),
-    );
+    const token = await tokenJson(t, {
+      grant_type: "authorization_code",
+      code,
+      code_verifier: PKCE.verifier,
+      redirect_uri: REDIRECT,
+      client_id: "z".repeat(20_000),
+    });
     assert.equal(token.status, 400);
     assert.equal((await token.json()).error, "invalid_client");
   } finally {

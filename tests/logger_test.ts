@@ -3,16 +3,14 @@ import { createLogger, redact } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  exchange,
   makeTestApp,
-  PKCE,
   poll,
+  refresh,
   startFlow,
   TEST_SECRET,
   type TestApp,
-  token,
 } from "./_helpers.ts";
-
-const REDIRECT = "http://127.0.0.1:9999/callback";
 
 Deno.test("redact", async (t) => {
   await t.step("keeps at most 6 characters of any token", () => {
@@ -82,6 +80,14 @@ function assertNoSecrets(lines: string[], secrets: Record<string, string>): void
   }
 }
 
+/** The GitLab tokens the fake GitLab hands out over the sign-in and one GitLab refresh below. */
+const GITLAB_TOKENS = {
+  gitlabAccess0: "gl-access-0",
+  gitlabRefresh0: "gl-refresh-0",
+  gitlabAccess1: "gl-access-1",
+  gitlabRefresh1: "gl-refresh-1",
+};
+
 Deno.test("no log line carries a secret", async (t) => {
   const lines: string[] = [];
   let app: TestApp | undefined;
@@ -97,21 +103,13 @@ Deno.test("no log line carries a secret", async (t) => {
       assert.equal(completed.status, "complete");
       secrets.code = completed.code;
 
-      const exchanged = await token(a, {
-        grant_type: "authorization_code",
-        code: completed.code,
-        code_verifier: PKCE.verifier,
-        redirect_uri: REDIRECT,
-      });
+      const exchanged = await exchange(a, completed.code);
       assert.equal(exchanged.status, 200);
       const first = await exchanged.json();
       secrets.accessToken1 = first.access_token;
       secrets.refreshToken1 = first.refresh_token;
 
-      const refreshed = await token(a, {
-        grant_type: "refresh_token",
-        refresh_token: first.refresh_token,
-      });
+      const refreshed = await refresh(a, first.refresh_token);
       assert.equal(refreshed.status, 200);
       const second = await refreshed.json();
       secrets.accessToken2 = second.access_token;
@@ -119,10 +117,7 @@ Deno.test("no log line carries a secret", async (t) => {
 
       // The GitLab token is now expiring: this refresh spends gl-refresh-0 upstream.
       a.clock.advance(7200_000 - UPSTREAM_REFRESH_BUFFER_MS + 1000);
-      const upstreamRefreshed = await token(a, {
-        grant_type: "refresh_token",
-        refresh_token: second.refresh_token,
-      });
+      const upstreamRefreshed = await refresh(a, second.refresh_token);
       assert.equal(upstreamRefreshed.status, 200);
       const third = await upstreamRefreshed.json();
       secrets.accessToken3 = third.access_token;
@@ -131,30 +126,16 @@ Deno.test("no log line carries a secret", async (t) => {
 
       assert.ok(lines.length >= 5, "the requests were logged");
       for (const line of lines) JSON.parse(line);
-      assertNoSecrets(lines, {
-        ...secrets,
-        gitlabAccess0: "gl-access-0",
-        gitlabRefresh0: "gl-refresh-0",
-        gitlabAccess1: "gl-access-1",
-        gitlabRefresh1: "gl-refresh-1",
-      });
+      assertNoSecrets(lines, { ...secrets, ...GITLAB_TOKENS });
     });
 
     await t.step(
       "through failures: replayed code and refresh token, failed GitLab refresh",
       async () => {
-        const replayedCode = await token(a, {
-          grant_type: "authorization_code",
-          code: secrets.code,
-          code_verifier: PKCE.verifier,
-          redirect_uri: REDIRECT,
-        });
+        const replayedCode = await exchange(a, secrets.code);
         assert.equal(replayedCode.status, 400);
         await replayedCode.body?.cancel();
-        const replayedRefresh = await token(a, {
-          grant_type: "refresh_token",
-          refresh_token: secrets.refreshToken1,
-        });
+        const replayedRefresh = await refresh(a, secrets.refreshToken1);
         assert.equal(replayedRefresh.status, 400);
         await replayedRefresh.body?.cancel();
 
@@ -162,10 +143,7 @@ Deno.test("no log line carries a secret", async (t) => {
         a.upstream.refreshes.push(
           new UpstreamError("terminal", "invalid_grant", "refresh refused"),
         );
-        const failed = await token(a, {
-          grant_type: "refresh_token",
-          refresh_token: secrets.refreshToken3,
-        });
+        const failed = await refresh(a, secrets.refreshToken3);
         assert.equal(failed.status, 400);
         await failed.body?.cancel();
         assert.ok(
@@ -174,13 +152,7 @@ Deno.test("no log line carries a secret", async (t) => {
         );
         assert.deepEqual(a.upstream.refreshTokensSeen, ["gl-refresh-0", "gl-refresh-1"]);
 
-        assertNoSecrets(lines, {
-          ...secrets,
-          gitlabAccess0: "gl-access-0",
-          gitlabRefresh0: "gl-refresh-0",
-          gitlabAccess1: "gl-access-1",
-          gitlabRefresh1: "gl-refresh-1",
-        });
+        assertNoSecrets(lines, { ...secrets, ...GITLAB_TOKENS });
       },
     );
   } finally {

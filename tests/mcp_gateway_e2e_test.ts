@@ -21,11 +21,9 @@ import type {
   OAuthClientMetadata,
   OAuthTokens,
 } from "@modelcontextprotocol/sdk/shared/auth.js";
-import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { launchBrowser } from "./_browser.ts";
-import { TEST_SECRET } from "./_helpers.ts";
+import { launchBrowserOrSkip, startCallbackServer } from "./_browser.ts";
 import { startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
-import { spawnService } from "./_service.ts";
+import { spawnWithGitLab } from "./_service.ts";
 
 /** An MCP client's OAuth state, in memory; hands the authorization URL to the test. */
 class MemoryOAuthProvider implements OAuthClientProvider {
@@ -83,37 +81,17 @@ function requestLines(logs: string[]): string[] {
   });
 }
 
-/** The MCP client's redirect target on loopback. */
-function startCallback() {
-  const server = Deno.serve(
-    { hostname: "127.0.0.1", port: 0, onListen() {} },
-    () =>
-      new Response("<!doctype html><title>client</title><p>signed in</p>", {
-        headers: { "Content-Type": "text/html" },
-      }),
-  );
-  return { url: `http://127.0.0.1:${server.addr.port}/callback`, close: () => server.shutdown() };
-}
-
 Deno.test({
   name: "mcp e2e: SDK client → 401 → discovery → registration → device sign-in → tool call",
   sanitizeResources: false,
   sanitizeOps: false,
   async fn(t) {
-    const browser = await launchBrowser();
-    if ("skip" in browser) {
-      // deno-lint-ignore no-console -- the reason a test did not run must be visible.
-      console.log(`skipping ${t.name}: ${browser.skip}`);
-      return;
-    }
-    const gitlab = startSimulatedGitLab();
+    const browser = await launchBrowserOrSkip(t);
+    if (!browser) return;
     const mcp = startMcpUpstream();
-    const callback = startCallback();
-    const service = await spawnService({
-      GITLAB_URL: gitlab.url.href,
-      GITLAB_CLIENT_ID: "gateway-e2e-app",
-      JWT_SECRET: TEST_SECRET,
-      KV_PATH: ":memory:",
+    // The MCP client's redirect target on loopback.
+    const callback = startCallbackServer();
+    const { gitlab, service, close } = await spawnWithGitLab("gateway-e2e-app", {
       MCP_UPSTREAM_URL: mcp.url,
     });
     const provider = new MemoryOAuthProvider(callback.url);
@@ -179,10 +157,9 @@ Deno.test({
     } finally {
       await client.close();
       await browser.close();
-      await service.stop();
+      await close();
       await mcp.close();
       await callback.close();
-      await gitlab.close();
     }
   },
 });

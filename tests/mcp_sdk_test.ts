@@ -19,12 +19,9 @@ import type {
   OAuthTokens,
 } from "@modelcontextprotocol/sdk/shared/auth.js";
 import type { Browser } from "playwright-core";
-import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { launchBrowser } from "./_browser.ts";
-import { flowDataFromPage, TEST_SECRET } from "./_helpers.ts";
-import { type ServiceProcess, spawnService } from "./_service.ts";
-
-type SimulatedGitLab = ReturnType<typeof startSimulatedGitLab>;
+import type { SimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { launchBrowserOrSkip, startCallbackServer } from "./_browser.ts";
+import { followPageWithoutBrowser, type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
 
 /** What the SDK fetched, in order. */
 interface Fetched {
@@ -91,48 +88,18 @@ class MemoryProvider implements OAuthClientProvider {
   }
 }
 
-interface Rig {
-  gitlab: SimulatedGitLab;
-  service: ServiceProcess;
+interface Rig extends ServiceWithGitLab {
   serverUrl: string;
-  close(): Promise<void>;
 }
 
 async function rig(): Promise<Rig> {
-  const gitlab = startSimulatedGitLab();
-  const service = await spawnService({
-    GITLAB_URL: gitlab.url.href,
-    GITLAB_CLIENT_ID: "mcp-sdk-app",
-    JWT_SECRET: TEST_SECRET,
-    KV_PATH: ":memory:",
-    REDIRECT_URI_POLICY: "registered",
-  });
-  return {
-    gitlab,
-    service,
-    serverUrl: `${service.url}/mcp`,
-    async close() {
-      await service.stop();
-      await gitlab.close();
-    },
-  };
+  const started = await spawnWithGitLab("mcp-sdk-app", { REDIRECT_URI_POLICY: "registered" });
+  return { ...started, serverUrl: `${started.service.url}/mcp` };
 }
 
 /** Without a browser: load the page, approve, poll, and return as the page's script would. */
 function pollingDriver(gitlab: SimulatedGitLab): Driver {
-  return async (url) => {
-    const page = await fetch(url);
-    assert.equal(page.status, 200, await page.clone().text());
-    const data = flowDataFromPage(await page.text());
-    gitlab.approve(gitlab.lastUserCode()!);
-    const body = await (await fetch(`${data.pollUrl}?flow_state=${data.flowState}`)).json();
-    assert.equal(body.status, "complete", JSON.stringify(body));
-    const callback = new URL(body.redirect_uri);
-    callback.searchParams.set("code", body.code);
-    if (typeof body.state === "string") callback.searchParams.set("state", body.state);
-    if (typeof data.issuer === "string") callback.searchParams.set("iss", data.issuer);
-    return callback;
-  };
+  return async (url) => (await followPageWithoutBrowser(url, gitlab)).callback;
 }
 
 /** In Chromium: open the page, approve at GitLab, wait for the page to send us back. */
@@ -258,22 +225,12 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn(t) {
-    const browser = await launchBrowser();
-    if ("skip" in browser) {
-      // deno-lint-ignore no-console -- the reason a test did not run must be visible.
-      console.log(`skipping ${t.name}: ${browser.skip}`);
-      return;
-    }
+    const browser = await launchBrowserOrSkip(t);
+    if (!browser) return;
     const r = await rig();
-    const client = Deno.serve(
-      { hostname: "127.0.0.1", port: 0, onListen() {} },
-      () =>
-        new Response("<!doctype html><title>MCP host</title><p>signed in</p>", {
-          headers: { "Content-Type": "text/html" },
-        }),
-    );
+    const client = startCallbackServer("/oauth/callback");
     try {
-      const redirectUrl = `http://127.0.0.1:${client.addr.port}/oauth/callback`;
+      const redirectUrl = client.url;
       const provider = new MemoryProvider(
         redirectUrl,
         browserDriver(browser, r.gitlab, redirectUrl),
@@ -281,7 +238,7 @@ Deno.test({
       await signInWithSdk(r, provider, []);
     } finally {
       await browser.close();
-      await client.shutdown();
+      await client.close();
       await r.close();
     }
   },

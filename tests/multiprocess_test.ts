@@ -7,16 +7,22 @@
 
 import assert from "node:assert/strict";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { PKCE, TEST_SECRET } from "./_helpers.ts";
-import { type ServiceProcess, spawnService } from "./_service.ts";
+import { assertNo500, assertOneComplete, assertOneWinner, TEST_SECRET } from "./_helpers.ts";
+import {
+  assertFlowComplete,
+  authorizeOverHttp,
+  exchangeOverHttp,
+  type HttpResult as Result,
+  pollOverHttp,
+  postToken,
+  type ServiceProcess,
+  spawnService,
+} from "./_service.ts";
 
 const PARALLEL = 20;
 const REDIRECT_URI = "http://127.0.0.1:9/callback";
-
-interface Result {
-  status: number;
-  body: Record<string, unknown>;
-}
+/** The authorization request every sign-in here makes. */
+const AUTHORIZE = { client_id: "multi-client", redirect_uri: REDIRECT_URI, state: "st" };
 
 /** A cluster of processes on one KV file, with the GitLab they share. */
 interface Cluster {
@@ -26,7 +32,15 @@ interface Cluster {
   kvPath: string;
 }
 
-async function withCluster(size: number, fn: (cluster: Cluster) => Promise<void>): Promise<void> {
+/**
+ * Runs `fn` on a cluster of `size` processes, stops them, checks their logs and exit codes,
+ * then hands the KV file to `inspect` before it is removed.
+ */
+async function withCluster(
+  size: number,
+  fn: (cluster: Cluster) => Promise<void>,
+  inspect?: (kvPath: string) => Promise<void>,
+): Promise<void> {
   const gitlab = startSimulatedGitLab();
   const dir = await Deno.makeTempDir({ prefix: "multiprocess-" });
   const kvPath = `${dir}/kv.sqlite`;
@@ -37,87 +51,48 @@ async function withCluster(size: number, fn: (cluster: Cluster) => Promise<void>
     KV_PATH: kvPath,
   };
   const services: ServiceProcess[] = [];
-  let codes: number[] = [];
   try {
-    // The first one creates the database; the others open it.
-    services.push(await spawnService(env));
-    services.push(...await Promise.all(Array.from({ length: size - 1 }, () => spawnService(env))));
-    await fn({ gitlab, services, urls: services.map((s) => s.url), kvPath });
+    let codes: number[] = [];
+    try {
+      // The first one creates the database; the others open it.
+      services.push(await spawnService(env));
+      services.push(
+        ...await Promise.all(Array.from({ length: size - 1 }, () => spawnService(env))),
+      );
+      await fn({ gitlab, services, urls: services.map((s) => s.url), kvPath });
+    } finally {
+      codes = await Promise.all(services.map((service) => service.stop()));
+      await gitlab.close();
+    }
+    for (const [i, service] of services.entries()) {
+      const unhandled = service.logs.filter((line) => line.includes("unhandled error"));
+      assert.deepEqual(unhandled, [], `process ${i} logged unhandled errors`);
+      const status500 = service.logs.filter((line) => line.includes('"status":500'));
+      assert.deepEqual(status500, [], `process ${i} answered 500`);
+    }
+    assert.deepEqual(codes, codes.map(() => 0), "every process exits cleanly");
+    await inspect?.(kvPath);
   } finally {
-    codes = await Promise.all(services.map((service) => service.stop()));
-    await gitlab.close();
     await Deno.remove(dir, { recursive: true });
   }
-  for (const [i, service] of services.entries()) {
-    const unhandled = service.logs.filter((line) => line.includes("unhandled error"));
-    assert.deepEqual(unhandled, [], `process ${i} logged unhandled errors`);
-    const status500 = service.logs.filter((line) => line.includes('"status":500'));
-    assert.deepEqual(status500, [], `process ${i} answered 500`);
-  }
-  assert.deepEqual(codes, codes.map(() => 0), "every process exits cleanly");
 }
 
-async function fetchJson(url: string, init?: RequestInit): Promise<Result> {
-  const response = await fetch(url, init);
-  const text = await response.text();
-  let body: Record<string, unknown>;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    throw new Error(
-      `${url} answered ${response.status} with a non-JSON body: ${text.slice(0, 200)}`,
-    );
-  }
-  return { status: response.status, body };
-}
-
-function postToken(base: string, form: Record<string, string>): Promise<Result> {
-  return fetchJson(`${base}/token`, {
-    method: "POST",
-    headers: { "Content-Type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams(form),
-  });
-}
-
-function pollOnce(base: string, flowState: string): Promise<Result> {
-  return fetchJson(`${base}/oauth/poll?flow_state=${encodeURIComponent(flowState)}`);
-}
-
-async function authorize(base: string): Promise<string> {
-  const query = new URLSearchParams({
-    response_type: "code",
-    client_id: "multi-client",
-    code_challenge: PKCE.challenge,
-    code_challenge_method: "S256",
-    redirect_uri: REDIRECT_URI,
-    state: "st",
-  });
-  const response = await fetch(`${base}/authorize?${query}`);
-  const html = await response.text();
-  assert.equal(response.status, 200, html);
-  const data = html.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s);
-  assert.ok(data, "page carries its flow data");
-  return JSON.parse(data[1]).flowState;
-}
-
-/** Signs in through `urls[0]` (authorize, approve, poll) and returns the code. */
+/** Authorizes at process `via`, approves, polls at the next process; returns the code. */
 async function issueCode(cluster: Cluster, via = 0): Promise<string> {
   const base = cluster.urls[via % cluster.urls.length];
-  const flowState = await authorize(base);
+  const { flowState } = await authorizeOverHttp(base, AUTHORIZE);
   cluster.gitlab.approve(cluster.gitlab.lastUserCode()!);
-  const done = await pollOnce(cluster.urls[(via + 1) % cluster.urls.length], flowState);
-  assert.equal(done.status, 200, JSON.stringify(done.body));
-  assert.equal(done.body.status, "complete", JSON.stringify(done.body));
+  const done = await pollOverHttp(cluster.urls[(via + 1) % cluster.urls.length], flowState);
+  assertFlowComplete(done);
   return done.body.code as string;
 }
 
 function exchange(base: string, code: string): Promise<Result> {
-  return postToken(base, {
-    grant_type: "authorization_code",
-    code,
-    code_verifier: PKCE.verifier,
-    redirect_uri: REDIRECT_URI,
-  });
+  return exchangeOverHttp(base, code, REDIRECT_URI);
+}
+
+function refresh(base: string, refreshToken: string): Promise<Result> {
+  return postToken(base, { grant_type: "refresh_token", refresh_token: refreshToken });
 }
 
 /** Fires `PARALLEL` requests at once, request i to process i mod n. */
@@ -127,34 +102,13 @@ function race(cluster: Cluster, request: (base: string) => Promise<Result>): Pro
   );
 }
 
-function assertNo500(results: Result[]): void {
-  for (const result of results) {
-    assert.ok(result.status < 500, `a ${result.status}: ${JSON.stringify(result.body)}`);
-  }
-}
-
-/** Exactly one 200, every other answer 400 invalid_grant. */
-function assertOneWinner(results: Result[]): Result {
-  assertNo500(results);
-  const winners = results.filter((result) => result.status === 200);
-  assert.equal(winners.length, 1, `200s: ${winners.length} ${JSON.stringify(results)}`);
-  for (const loser of results.filter((result) => result.status !== 200)) {
-    assert.equal(loser.status, 400, JSON.stringify(loser.body));
-    assert.equal(loser.body.error, "invalid_grant", JSON.stringify(loser.body));
-  }
-  return winners[0];
-}
-
 async function codeRace(cluster: Cluster): Promise<void> {
   const code = await issueCode(cluster);
   const winner = assertOneWinner(await race(cluster, (base) => exchange(base, code)));
   assert.equal(typeof winner.body.refresh_token, "string");
   // The code is spent everywhere; the winner's refresh token works on any process.
   assert.equal((await exchange(cluster.urls[1], code)).status, 400);
-  const refreshed = await postToken(cluster.urls.at(-1)!, {
-    grant_type: "refresh_token",
-    refresh_token: winner.body.refresh_token as string,
-  });
+  const refreshed = await refresh(cluster.urls.at(-1)!, winner.body.refresh_token);
   assert.equal(refreshed.status, 200, JSON.stringify(refreshed.body));
 }
 
@@ -162,48 +116,31 @@ async function refreshRace(cluster: Cluster): Promise<void> {
   const issued = await exchange(cluster.urls[0], await issueCode(cluster, 1));
   assert.equal(issued.status, 200);
   const refreshToken = issued.body.refresh_token as string;
-  const results = await race(
-    cluster,
-    (base) => postToken(base, { grant_type: "refresh_token", refresh_token: refreshToken }),
-  );
+  const results = await race(cluster, (base) => refresh(base, refreshToken));
   const winner = assertOneWinner(results);
   assert.equal(cluster.gitlab.calls.refresh, 0, "the GitLab token was not expiring");
-  const replay = await postToken(cluster.urls[1], {
-    grant_type: "refresh_token",
-    refresh_token: refreshToken,
-  });
+  const replay = await refresh(cluster.urls[1], refreshToken);
   assert.equal(replay.status, 400);
-  const next = await postToken(cluster.urls[0], {
-    grant_type: "refresh_token",
-    refresh_token: winner.body.refresh_token as string,
-  });
+  const next = await refresh(cluster.urls[0], winner.body.refresh_token);
   assert.equal(next.status, 200, JSON.stringify(next.body));
 }
 
 async function flowRace(cluster: Cluster): Promise<void> {
-  const flowState = await authorize(cluster.urls[0]);
+  const { flowState } = await authorizeOverHttp(cluster.urls[0], AUTHORIZE);
   const deviceTokenCalls = cluster.gitlab.calls.deviceToken;
   const userCalls = cluster.gitlab.calls.user;
   cluster.gitlab.approve(cluster.gitlab.lastUserCode()!);
-  const results = await race(cluster, (base) => pollOnce(base, flowState));
+  const results = await race(cluster, (base) => pollOverHttp(base, flowState));
   assertNo500(results);
-  const complete = results.filter((result) => result.body.status === "complete");
-  assert.equal(complete.length, 1, JSON.stringify(results));
-  assert.equal(complete[0].status, 200);
-  for (const other of results.filter((result) => result.body.status !== "complete")) {
-    const pending = other.status === 200 && other.body.status === "pending";
-    const gone = other.status === 400 && other.body.status === "expired" &&
-      other.body.error === "Flow not found";
-    assert.ok(pending || gone, JSON.stringify(other));
-  }
+  const complete = assertOneComplete(results);
   // GitLab spent the device code once and was asked about the user once.
   assert.equal(cluster.gitlab.calls.deviceToken - deviceTokenCalls, 1);
   assert.equal(cluster.gitlab.calls.user - userCalls, 1);
 
-  const code = complete[0].body.code as string;
+  const code = complete.body.code as string;
   const exchanges = await race(cluster, (base) => exchange(base, code));
   assertOneWinner(exchanges);
-  const after = await pollOnce(cluster.urls[1], flowState);
+  const after = await pollOverHttp(cluster.urls[1], flowState);
   assert.deepEqual(after, { status: 400, body: { status: "expired", error: "Flow not found" } });
 }
 
@@ -244,34 +181,11 @@ for (const size of [2, 4]) {
 }
 
 Deno.test("multiprocess: nothing half-written after the races (KV inspected after stopping)", async () => {
-  const gitlab = startSimulatedGitLab();
-  const dir = await Deno.makeTempDir({ prefix: "multiprocess-" });
-  const kvPath = `${dir}/kv.sqlite`;
-  const env = {
-    GITLAB_URL: gitlab.url.href,
-    GITLAB_CLIENT_ID: "multi-app",
-    JWT_SECRET: TEST_SECRET,
-    KV_PATH: kvPath,
-  };
-  const services = [await spawnService(env)];
-  services.push(...await Promise.all([1, 2, 3].map(() => spawnService(env))));
-  const cluster: Cluster = { gitlab, services, urls: services.map((s) => s.url), kvPath };
-  try {
+  await withCluster(4, async (cluster) => {
     await codeRace(cluster);
     await refreshRace(cluster);
     await flowRace(cluster);
-  } finally {
-    await Promise.all(services.map((service) => service.stop()));
-    await gitlab.close();
-  }
-  try {
-    for (const [i, service] of services.entries()) {
-      assert.deepEqual(
-        service.logs.filter((line) => line.includes("unhandled error")),
-        [],
-        `process ${i}`,
-      );
-    }
+  }, async (kvPath) => {
     const counts = await inspectKv(kvPath);
     // Three sessions (one per sign-in), each with exactly one live refresh token; every code
     // was redeemed, every flow completed, every lease released.
@@ -280,7 +194,5 @@ Deno.test("multiprocess: nothing half-written after the races (KV inspected afte
     assert.equal(counts.code ?? 0, 0, JSON.stringify(counts));
     assert.equal(counts.flow ?? 0, 0, JSON.stringify(counts));
     assert.equal(counts.lease ?? 0, 0, JSON.stringify(counts));
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+  });
 });

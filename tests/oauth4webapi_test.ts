@@ -7,39 +7,19 @@
 
 import assert from "node:assert/strict";
 import * as oauth from "oauth4webapi";
-import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { launchBrowser } from "./_browser.ts";
-import { flowDataFromPage, TEST_SECRET } from "./_helpers.ts";
-import { type ServiceProcess, spawnService } from "./_service.ts";
+import { launchBrowserOrSkip, startCallbackServer } from "./_browser.ts";
+import { followPageWithoutBrowser, type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
 
 /** oauth4webapi refuses http:// unless told; everything here is on loopback. */
 const INSECURE = { [oauth.allowInsecureRequests]: true } as const;
 
-interface Rig {
-  gitlab: ReturnType<typeof startSimulatedGitLab>;
-  service: ServiceProcess;
+interface Rig extends ServiceWithGitLab {
   issuer: URL;
-  close(): Promise<void>;
 }
 
 async function rig(): Promise<Rig> {
-  const gitlab = startSimulatedGitLab();
-  const service = await spawnService({
-    GITLAB_URL: gitlab.url.href,
-    GITLAB_CLIENT_ID: "oauth4webapi-app",
-    JWT_SECRET: TEST_SECRET,
-    KV_PATH: ":memory:",
-    REDIRECT_URI_POLICY: "registered",
-  });
-  return {
-    gitlab,
-    service,
-    issuer: new URL(service.url),
-    async close() {
-      await service.stop();
-      await gitlab.close();
-    },
-  };
+  const started = await spawnWithGitLab("oauth4webapi-app", { REDIRECT_URI_POLICY: "registered" });
+  return { ...started, issuer: new URL(started.service.url) };
 }
 
 async function discover(r: Rig): Promise<oauth.AuthorizationServer> {
@@ -85,24 +65,42 @@ async function authorizationUrl(
   return url;
 }
 
+/** The authorization_code grant as a public client (no client authentication), over loopback. */
+function codeGrantRequest(
+  as: oauth.AuthorizationServer,
+  client: oauth.Client,
+  params: URLSearchParams,
+  redirectUri: string,
+  verifier: string,
+): Promise<Response> {
+  return oauth.authorizationCodeGrantRequest(
+    as,
+    client,
+    oauth.None(),
+    params,
+    redirectUri,
+    verifier,
+    INSECURE,
+  );
+}
+
+/** The refresh_token grant as a public client, over loopback. */
+function refreshGrantRequest(
+  as: oauth.AuthorizationServer,
+  client: oauth.Client,
+  refreshToken: string,
+): Promise<Response> {
+  return oauth.refreshTokenGrantRequest(as, client, oauth.None(), refreshToken, INSECURE);
+}
+
 /**
  * The page flow without a browser: load the page, approve at GitLab, poll until complete and
  * build the callback URL exactly as the page's script does (code, state, then iss).
  */
 async function authorizeWithoutBrowser(r: Rig, url: URL): Promise<URL> {
-  const page = await fetch(url);
-  assert.equal(page.status, 200);
-  const data = flowDataFromPage(await page.text());
-  r.gitlab.approve(r.gitlab.lastUserCode()!);
-  const poll = await fetch(`${data.pollUrl}?flow_state=${encodeURIComponent(data.flowState)}`);
-  const body = await poll.json();
-  assert.equal(body.status, "complete", JSON.stringify(body));
+  const { callback, done } = await followPageWithoutBrowser(url, r.gitlab);
   // Spec §2.4 exactly: the issuer is the page's business, not the poll body's.
-  assert.deepEqual(Object.keys(body).sort(), ["code", "redirect_uri", "state", "status"]);
-  const callback = new URL(body.redirect_uri);
-  callback.searchParams.set("code", body.code);
-  if (typeof body.state === "string") callback.searchParams.set("state", body.state);
-  if (typeof data.issuer === "string") callback.searchParams.set("iss", data.issuer);
+  assert.deepEqual(Object.keys(done).sort(), ["code", "redirect_uri", "state", "status"]);
   return callback;
 }
 
@@ -130,15 +128,7 @@ Deno.test("oauth4webapi: discovery with issuer check, PKCE authorization with is
     otherIss.searchParams.set("iss", `${r.service.url}/`);
     assert.throws(() => oauth.validateAuthResponse(as, client, otherIss, state), /iss/);
 
-    const codeResponse = await oauth.authorizationCodeGrantRequest(
-      as,
-      client,
-      oauth.None(),
-      params,
-      redirectUri,
-      verifier,
-      INSECURE,
-    );
+    const codeResponse = await codeGrantRequest(as, client, params, redirectUri, verifier);
     const tokens = await oauth.processAuthorizationCodeResponse(as, client, codeResponse);
     assert.equal(tokens.token_type, "bearer");
     assert.equal(tokens.scope, "mcp:tools mcp:resources");
@@ -152,13 +142,7 @@ Deno.test("oauth4webapi: discovery with issuer check, PKCE authorization with is
     assert.equal(claims.iss, as.issuer);
     assert.equal(claims.aud, client.client_id);
 
-    const refreshResponse = await oauth.refreshTokenGrantRequest(
-      as,
-      client,
-      oauth.None(),
-      tokens.refresh_token,
-      INSECURE,
-    );
+    const refreshResponse = await refreshGrantRequest(as, client, tokens.refresh_token);
     const refreshed = await oauth.processRefreshTokenResponse(as, client, refreshResponse);
     assert.ok(refreshed.refresh_token);
     assert.notEqual(refreshed.refresh_token, tokens.refresh_token);
@@ -174,13 +158,7 @@ Deno.test("oauth4webapi: discovery with issuer check, PKCE authorization with is
     await oauth.processRevocationResponse(revocation);
     assert.equal(r.gitlab.revokedTokens.size, 1, "the GitLab token is revoked upstream");
 
-    const afterRevocation = await oauth.refreshTokenGrantRequest(
-      as,
-      client,
-      oauth.None(),
-      refreshed.refresh_token!,
-      INSECURE,
-    );
+    const afterRevocation = await refreshGrantRequest(as, client, refreshed.refresh_token!);
     await assert.rejects(
       oauth.processRefreshTokenResponse(as, client, afterRevocation),
       (error) =>
@@ -206,15 +184,7 @@ Deno.test("oauth4webapi: the code is bound to its client — another registered 
       await authorizationUrl(as, client, redirectUri, verifier, state),
     );
     const params = oauth.validateAuthResponse(as, client, callback, state);
-    const response = await oauth.authorizationCodeGrantRequest(
-      as,
-      other,
-      oauth.None(),
-      params,
-      redirectUri,
-      verifier,
-      INSECURE,
-    );
+    const response = await codeGrantRequest(as, other, params, redirectUri, verifier);
     await assert.rejects(
       oauth.processAuthorizationCodeResponse(as, other, response),
       (error) => error instanceof oauth.ResponseBodyError && error.error === "invalid_grant",
@@ -230,23 +200,13 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn(t) {
-    const browser = await launchBrowser();
-    if ("skip" in browser) {
-      // deno-lint-ignore no-console -- the reason a test did not run must be visible.
-      console.log(`skipping ${t.name}: ${browser.skip}`);
-      return;
-    }
+    const browser = await launchBrowserOrSkip(t);
+    if (!browser) return;
     const r = await rig();
-    const clientServer = Deno.serve(
-      { hostname: "127.0.0.1", port: 0, onListen() {} },
-      () =>
-        new Response("<!doctype html><title>client</title>", {
-          headers: { "Content-Type": "text/html" },
-        }),
-    );
+    const clientServer = startCallbackServer();
     try {
       const as = await discover(r);
-      const redirectUri = `http://127.0.0.1:${clientServer.addr.port}/callback`;
+      const redirectUri = clientServer.url;
       const client = await register(as, redirectUri);
       const verifier = oauth.generateRandomCodeVerifier();
       const state = oauth.generateRandomState();
@@ -259,20 +219,12 @@ Deno.test({
       assert.equal(landed.searchParams.get("iss"), r.service.url);
       const params = oauth.validateAuthResponse(as, client, landed, state);
 
-      const response = await oauth.authorizationCodeGrantRequest(
-        as,
-        client,
-        oauth.None(),
-        params,
-        redirectUri,
-        verifier,
-        INSECURE,
-      );
+      const response = await codeGrantRequest(as, client, params, redirectUri, verifier);
       const tokens = await oauth.processAuthorizationCodeResponse(as, client, response);
       assert.equal(tokens.token_type, "bearer");
     } finally {
       await browser.close();
-      await clientServer.shutdown();
+      await clientServer.close();
       await r.close();
     }
   },

@@ -1,17 +1,10 @@
 /** Running the service: graceful shutdown, the demo, structured logs. */
 
 import assert from "node:assert/strict";
-import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { TEST_SECRET } from "./_helpers.ts";
-import { spawnService } from "./_service.ts";
+import { spawnService, spawnWithGitLab } from "./_service.ts";
 
 Deno.test("SIGTERM: a request in flight finishes, then the process exits 0", async () => {
-  const gitlab = startSimulatedGitLab();
-  const service = await spawnService({
-    GITLAB_URL: gitlab.url.href,
-    GITLAB_CLIENT_ID: "ops-app",
-    JWT_SECRET: TEST_SECRET,
-    KV_PATH: ":memory:",
+  const { gitlab, service, close } = await spawnWithGitLab("ops-app", {
     UPSTREAM_TIMEOUT_MS: "1500",
   });
   try {
@@ -28,8 +21,7 @@ Deno.test("SIGTERM: a request in flight finishes, then the process exits 0", asy
     assert.equal(await exited, 0);
     assert.ok(service.logs.some((line) => line.includes('"shutting down"')));
   } finally {
-    await service.stop();
-    await gitlab.close();
+    await close();
   }
 });
 

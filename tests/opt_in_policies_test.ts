@@ -1,18 +1,7 @@
 /** The opt-in policies, off by default (README "Opt-in policies"). */
 
 import assert from "node:assert/strict";
-import { issueCode, issueTokens, makeTestApp, PKCE, token } from "./_helpers.ts";
-
-const REDIRECT = "http://127.0.0.1:9999/callback";
-
-function exchange(t: Awaited<ReturnType<typeof makeTestApp>>, code: string) {
-  return token(t, {
-    grant_type: "authorization_code",
-    code,
-    code_verifier: PKCE.verifier,
-    redirect_uri: REDIRECT,
-  });
-}
+import { exchange, issueCode, issueTokens, makeTestApp, refresh } from "./_helpers.ts";
 
 Deno.test("REVOKE_ON_CODE_REPLAY=true: a replayed code is refused and ends the session it created", async () => {
   const t = await makeTestApp({ env: { REVOKE_ON_CODE_REPLAY: "true" } });
@@ -26,9 +15,9 @@ Deno.test("REVOKE_ON_CODE_REPLAY=true: a replayed code is refused and ends the s
     assert.equal(replay.status, 400);
     assert.equal((await replay.json()).error, "invalid_grant");
 
-    const refresh = await token(t, { grant_type: "refresh_token", refresh_token });
-    assert.equal(refresh.status, 400);
-    assert.equal((await refresh.json()).error, "invalid_grant");
+    const refreshed = await refresh(t, refresh_token);
+    assert.equal(refreshed.status, 400);
+    assert.equal((await refreshed.json()).error, "invalid_grant");
   } finally {
     t.close();
   }
@@ -40,8 +29,8 @@ Deno.test("REVOKE_ON_CODE_REPLAY off (default): a replay is refused and the sess
     const code = await issueCode(t);
     const { refresh_token } = await (await exchange(t, code)).json();
     assert.equal((await exchange(t, code)).status, 400);
-    const refresh = await token(t, { grant_type: "refresh_token", refresh_token });
-    assert.equal(refresh.status, 200);
+    const refreshed = await refresh(t, refresh_token);
+    assert.equal(refreshed.status, 200);
     assert.equal((await t.kv.list({ prefix: ["code"] }).next()).done, true, "code deleted");
   } finally {
     t.close();
@@ -52,21 +41,17 @@ Deno.test("REFRESH_GRACE_SECONDS: the previous token gets the same new pair once
   const t = await makeTestApp({ env: { REFRESH_GRACE_SECONDS: "30" } });
   try {
     const { refresh_token: old } = await issueTokens(t);
-    const rotated = await (await token(t, { grant_type: "refresh_token", refresh_token: old }))
-      .json();
+    const rotated = await (await refresh(t, old)).json();
 
-    const retried = await token(t, { grant_type: "refresh_token", refresh_token: old });
+    const retried = await refresh(t, old);
     assert.equal(retried.status, 200);
     assert.deepEqual(await retried.json(), rotated);
 
-    const again = await token(t, { grant_type: "refresh_token", refresh_token: old });
+    const again = await refresh(t, old);
     assert.equal(again.status, 400, "only once");
     await again.body?.cancel();
 
-    const next = await token(t, {
-      grant_type: "refresh_token",
-      refresh_token: rotated.refresh_token,
-    });
+    const next = await refresh(t, rotated.refresh_token);
     assert.equal(next.status, 200, "the new token still works");
   } finally {
     t.close();
@@ -75,20 +60,18 @@ Deno.test("REFRESH_GRACE_SECONDS: the previous token gets the same new pair once
 
 Deno.test("REFRESH_GRACE_SECONDS: no grace once the new token was used, nor after the window", async () => {
   const t = await makeTestApp({ env: { REFRESH_GRACE_SECONDS: "30" } });
-  const refresh = (refresh_token: string) =>
-    token(t, { grant_type: "refresh_token", refresh_token });
   try {
     const { refresh_token: first } = await issueTokens(t);
-    const second = (await (await refresh(first)).json()).refresh_token;
-    const third = (await (await refresh(second)).json()).refresh_token;
-    const stale = await refresh(first);
+    const second = (await (await refresh(t, first)).json()).refresh_token;
+    const third = (await (await refresh(t, second)).json()).refresh_token;
+    const stale = await refresh(t, first);
     assert.equal((await stale.json()).error, "invalid_grant", "the session moved on");
 
     t.clock.advance(31_000);
-    const late = await refresh(second);
+    const late = await refresh(t, second);
     assert.equal((await late.json()).error, "invalid_grant", "the window has passed");
 
-    const current = await refresh(third);
+    const current = await refresh(t, third);
     assert.equal(current.status, 200, "refused retries do not break the current token");
     await current.body?.cancel();
   } finally {
@@ -100,8 +83,8 @@ Deno.test("REFRESH_GRACE_SECONDS off (default): the previous token is invalid at
   const t = await makeTestApp();
   try {
     const { refresh_token: old } = await issueTokens(t);
-    await (await token(t, { grant_type: "refresh_token", refresh_token: old })).body?.cancel();
-    const retried = await token(t, { grant_type: "refresh_token", refresh_token: old });
+    await (await refresh(t, old)).body?.cancel();
+    const retried = await refresh(t, old);
     assert.equal((await retried.json()).error, "invalid_grant");
   } finally {
     t.close();

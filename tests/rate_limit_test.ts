@@ -9,7 +9,15 @@ import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import { createSecretBoxFromConfig } from "../src/secret_box.ts";
 import { createStore } from "../src/store.ts";
-import { authorizeQuery, PKCE, TEST_BASE, TEST_SECRET, type TestApp, withApp } from "./_helpers.ts";
+import {
+  authorizeQuery,
+  flowDataFromPage,
+  PKCE,
+  TEST_BASE,
+  TEST_SECRET,
+  type TestApp,
+  withApp,
+} from "./_helpers.ts";
 
 const withEnv = (env: Record<string, string>, fn: (t: TestApp) => Promise<void>) =>
   withApp(fn, { env });
@@ -249,9 +257,7 @@ function register(app: FetchHandler, ip: string): Promise<Answer> {
 Deno.test("rate limit: /oauth/poll has its own limit", () =>
   withEnv({ RATE_LIMIT_POLL: "2/60", RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
     const page = await authorize(t.app, CLIENT);
-    const flowState = JSON.parse(
-      page.body.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s)![1],
-    ).flowState;
+    const { flowState } = flowDataFromPage(page.body);
     const pollPath = `/oauth/poll?flow_state=${encodeURIComponent(flowState)}`;
     assert.equal((await send(t.app, CLIENT, pollPath)).status, 200);
     assert.equal((await send(t.app, CLIENT, pollPath)).status, 200);
@@ -286,9 +292,7 @@ Deno.test("rate limit: a limited /token does not spend the code it carries", () 
     assert.equal((await postForm(t.app, CLIENT, "/token", refresh)).status, 400);
     // A flow run from loopback (exempt), the code then presented by the limited client.
     const page = await authorize(t.app, undefined);
-    const flowState = JSON.parse(
-      page.body.match(/<script type="application\/json" id="flow-data"[^>]*>(.*?)<\/script>/s)![1],
-    ).flowState;
+    const { flowState } = flowDataFromPage(page.body);
     t.upstream.approve();
     const done = JSON.parse(
       (await send(t.app, undefined, `/oauth/poll?flow_state=${flowState}`)).body,

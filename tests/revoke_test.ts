@@ -5,22 +5,18 @@
 
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
-import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createTokenSigner } from "../src/jwt.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
-  authorizeQuery,
-  flowDataFromPage,
   issueTokens,
   makeTestApp,
-  PKCE,
+  refresh,
   TEST_BASE,
   TEST_SECRET,
   type TestApp,
-  token,
   withApp,
 } from "./_helpers.ts";
-import { type ServiceProcess, spawnService } from "./_service.ts";
+import { postToken, type ServiceProcess, signInOverHttp, spawnWithGitLab } from "./_service.ts";
 
 function revoke(
   t: TestApp,
@@ -43,7 +39,7 @@ async function assertRevoked200(response: Response): Promise<void> {
 }
 
 async function assertRefreshFails(t: TestApp, refreshToken: string): Promise<void> {
-  const response = await token(t, { grant_type: "refresh_token", refresh_token: refreshToken });
+  const response = await refresh(t, refreshToken);
   assert.equal(response.status, 400);
   assert.equal((await response.json()).error, "invalid_grant");
 }
@@ -144,10 +140,7 @@ Deno.test("revoke: only the named session ends; another session keeps refreshing
     const second = await issueTokens(t);
     await assertRevoked200(await revoke(t, { token: first.refresh_token }));
     await assertRefreshFails(t, first.refresh_token);
-    const response = await token(t, {
-      grant_type: "refresh_token",
-      refresh_token: second.refresh_token,
-    });
+    const response = await refresh(t, second.refresh_token);
     assert.equal(response.status, 200);
     await response.body?.cancel();
   }));
@@ -181,17 +174,11 @@ Deno.test("revoke: revoking twice answers 200 both times and revokes upstream on
 Deno.test("revoke: a rotated-out refresh token no longer names the session", () =>
   withApp(async (t) => {
     const tokens = await issueTokens(t);
-    const refreshed = await token(t, {
-      grant_type: "refresh_token",
-      refresh_token: tokens.refresh_token,
-    });
+    const refreshed = await refresh(t, tokens.refresh_token);
     const current = await refreshed.json();
     await assertRevoked200(await revoke(t, { token: tokens.refresh_token }));
     assert.ok(await t.store.getSession(sessionIdOf(tokens.access_token)));
-    const again = await token(t, {
-      grant_type: "refresh_token",
-      refresh_token: current.refresh_token,
-    });
+    const again = await refresh(t, current.refresh_token);
     assert.equal(again.status, 200);
     await again.body?.cancel();
   }));
@@ -242,31 +229,6 @@ Deno.test("revoke: without OAuth configuration → 500 'OAuth not configured'", 
 
 const REDIRECT = "http://127.0.0.1:9/callback";
 
-async function signIn(
-  service: ServiceProcess,
-  gitlab: ReturnType<typeof startSimulatedGitLab>,
-): Promise<{ access_token: string; refresh_token: string }> {
-  const page = await fetch(
-    `${service.url}/authorize?${authorizeQuery({ redirect_uri: REDIRECT })}`,
-  );
-  const { flowState } = flowDataFromPage(await page.text());
-  gitlab.approve(gitlab.lastUserCode()!);
-  const done = await (await fetch(`${service.url}/oauth/poll?flow_state=${flowState}`)).json();
-  assert.equal(done.status, "complete");
-  const response = await fetch(`${service.url}/token`, {
-    method: "POST",
-    headers: { "Content-Type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams({
-      grant_type: "authorization_code",
-      code: done.code,
-      code_verifier: PKCE.verifier,
-      redirect_uri: REDIRECT,
-    }),
-  });
-  assert.equal(response.status, 200);
-  return await response.json();
-}
-
 function revokeOverHttp(service: ServiceProcess, value: string): Promise<Response> {
   return fetch(`${service.url}/revoke`, {
     method: "POST",
@@ -275,70 +237,48 @@ function revokeOverHttp(service: ServiceProcess, value: string): Promise<Respons
   });
 }
 
-Deno.test("revoke over HTTP: the session's GitLab token is revoked at GitLab", async () => {
-  const gitlab = startSimulatedGitLab();
-  const service = await spawnService({
-    GITLAB_URL: gitlab.url.href,
-    GITLAB_CLIENT_ID: "revoke-app",
-    JWT_SECRET: TEST_SECRET,
-    KV_PATH: ":memory:",
+async function assertRefreshFailsOverHttp(service: ServiceProcess, refreshToken: string) {
+  const response = await postToken(service.url, {
+    grant_type: "refresh_token",
+    refresh_token: refreshToken,
   });
+  assert.equal(response.status, 400);
+  assert.equal(response.body.error, "invalid_grant");
+}
+
+Deno.test("revoke over HTTP: the session's GitLab token is revoked at GitLab", async () => {
+  const { gitlab, service, close } = await spawnWithGitLab("revoke-app");
   try {
-    const tokens = await signIn(service, gitlab);
+    const tokens = await signInOverHttp(service.url, gitlab, { redirectUri: REDIRECT });
     assert.equal(gitlab.revokedTokens.size, 0);
     const response = await revokeOverHttp(service, tokens.refresh_token);
     assert.equal(response.status, 200);
     await response.body?.cancel();
     assert.equal(gitlab.calls.revoke, 1);
     assert.equal(gitlab.revokedTokens.size, 1);
-    const refresh = await fetch(`${service.url}/token`, {
-      method: "POST",
-      headers: { "Content-Type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({
-        grant_type: "refresh_token",
-        refresh_token: tokens.refresh_token,
-      }),
-    });
-    assert.equal(refresh.status, 400);
-    assert.equal((await refresh.json()).error, "invalid_grant");
+    await assertRefreshFailsOverHttp(service, tokens.refresh_token);
   } finally {
-    await service.stop();
-    await gitlab.close();
+    await close();
   }
 });
 
 Deno.test("revoke over HTTP: GitLab unreachable → still 200, the session is ended", async () => {
-  const gitlab = startSimulatedGitLab();
-  const service = await spawnService({
-    GITLAB_URL: gitlab.url.href,
-    GITLAB_CLIENT_ID: "revoke-app",
-    JWT_SECRET: TEST_SECRET,
-    KV_PATH: ":memory:",
+  const { gitlab, service, close } = await spawnWithGitLab("revoke-app", {
     UPSTREAM_TIMEOUT_MS: "2000",
   });
   try {
-    const tokens = await signIn(service, gitlab);
+    const tokens = await signInOverHttp(service.url, gitlab, { redirectUri: REDIRECT });
     await gitlab.close();
     const response = await revokeOverHttp(service, tokens.access_token);
     assert.equal(response.status, 200);
     await response.body?.cancel();
     // The session is gone: the refresh token is refused (no GitLab call is needed to know).
-    const refresh = await fetch(`${service.url}/token`, {
-      method: "POST",
-      headers: { "Content-Type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({
-        grant_type: "refresh_token",
-        refresh_token: tokens.refresh_token,
-      }),
-    });
-    assert.equal(refresh.status, 400);
-    assert.equal((await refresh.json()).error, "invalid_grant");
+    await assertRefreshFailsOverHttp(service, tokens.refresh_token);
     assert.ok(
       service.logs.some((line) => line.includes("GitLab token revocation failed")),
       "the failure is logged",
     );
   } finally {
-    await service.stop();
-    await gitlab.close();
+    await close();
   }
 });

@@ -17,23 +17,21 @@ import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
 import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
-  authorizeQuery,
-  flowDataFromPage,
-  PKCE,
+  exchange,
+  issueTokens,
   poll,
+  refresh,
   startFlow,
   TEST_BASE,
   TEST_SECRET,
   type TestApp,
-  token,
   withApp,
 } from "./_helpers.ts";
 
 const withEnv = (env: Record<string, string>, fn: (t: TestApp) => Promise<void>) =>
   withApp(fn, { env });
-import { spawnService } from "./_service.ts";
+import { postToken, signInOverHttp, spawnService } from "./_service.ts";
 
-const REDIRECT = "http://127.0.0.1:9999/callback";
 const ENCRYPTION_KEY = "a-separate-encryption-key-of-at-least-32-bytes";
 const NEW_SECRET = "the-rotated-jwt-secret-also-at-least-32-bytes!!";
 
@@ -112,12 +110,7 @@ async function fullFlowLeavesNoSecrets(t: TestApp, signingSecret: string): Promi
   secrets.set("authorization code", done.code);
   await assertNoSecretsInKv(t.kv, secrets, "after the poll completed");
 
-  const exchanged = await token(t, {
-    grant_type: "authorization_code",
-    code: done.code,
-    code_verifier: PKCE.verifier,
-    redirect_uri: REDIRECT,
-  });
+  const exchanged = await exchange(t, done.code);
   assert.equal(exchanged.status, 200);
   const first = await json(exchanged);
   secrets.set("access token", first.access_token).set("refresh token", first.refresh_token);
@@ -128,10 +121,7 @@ async function fullFlowLeavesNoSecrets(t: TestApp, signingSecret: string): Promi
   // Refresh once the GitLab token is expiring: GitLab tokens are renewed too.
   const session = await t.store.findSessionByRefreshToken(first.refresh_token);
   t.clock.current = session!.value.gitlabTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 1000;
-  const refreshed = await token(t, {
-    grant_type: "refresh_token",
-    refresh_token: first.refresh_token,
-  });
+  const refreshed = await refresh(t, first.refresh_token);
   assert.equal(refreshed.status, 200);
   const second = await json(refreshed);
   assert.deepEqual(t.upstream.refreshTokensSeen, ["gl-refresh-0"]);
@@ -145,10 +135,7 @@ async function fullFlowLeavesNoSecrets(t: TestApp, signingSecret: string): Promi
   const renewed = await t.store.findSessionByRefreshToken(second.refresh_token);
   assert.equal(renewed?.value.gitlabAccessToken, "gl-access-1");
   assert.equal(renewed?.value.gitlabRefreshToken, "gl-refresh-1");
-  const again = await token(t, {
-    grant_type: "refresh_token",
-    refresh_token: second.refresh_token,
-  });
+  const again = await refresh(t, second.refresh_token);
   assert.equal(again.status, 200);
   await again.body?.cancel();
 }
@@ -174,36 +161,15 @@ async function sibling(t: TestApp, env: Record<string, string>): Promise<FetchHa
 }
 
 async function refreshVia(app: FetchHandler, refreshToken: string) {
-  const response = await app(
-    new Request(`${TEST_BASE}/token`, {
-      method: "POST",
-      headers: { "Content-Type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ grant_type: "refresh_token", refresh_token: refreshToken }),
-    }),
-  );
+  const response = await refresh({ app }, refreshToken);
   return { status: response.status, body: await json(response) };
-}
-
-/** Exchanges a fresh code for tokens on `t`. */
-async function signIn(t: TestApp): Promise<Record<string, string>> {
-  const flowState = await startFlow(t);
-  t.upstream.approve();
-  const done = await json(await poll(t, flowState));
-  const response = await token(t, {
-    grant_type: "authorization_code",
-    code: done.code,
-    code_verifier: PKCE.verifier,
-    redirect_uri: REDIRECT,
-  });
-  assert.equal(response.status, 200);
-  return await json(response);
 }
 
 const FAILED_REFRESH = { error: "invalid_grant", error_description: "Invalid refresh token" };
 
 Deno.test("secrets at rest: JWT_SECRET rotated with JWT_SECRET_PREVIOUS → an earlier refresh token still refreshes", () =>
   withEnv({}, async (t) => {
-    const tokens = await signIn(t);
+    const tokens = await issueTokens(t);
     const rotated = await sibling(t, {
       JWT_SECRET: NEW_SECRET,
       JWT_SECRET_PREVIOUS: TEST_SECRET,
@@ -237,7 +203,7 @@ Deno.test("secrets at rest: JWT_SECRET rotated with JWT_SECRET_PREVIOUS → an e
 
 Deno.test("secrets at rest: JWT_SECRET rotated without the previous one → invalid_grant, not 500", () =>
   withEnv({}, async (t) => {
-    const tokens = await signIn(t);
+    const tokens = await issueTokens(t);
     const rotated = await sibling(t, { JWT_SECRET: NEW_SECRET });
     assert.deepEqual(await refreshVia(rotated, tokens.refresh_token), {
       status: 400,
@@ -261,7 +227,7 @@ Deno.test("secrets at rest: JWT_SECRET rotated without the previous one → inva
 
 Deno.test("secrets at rest: ENCRYPTION_KEY changed or dropped → invalid_grant, not 500", () =>
   withEnv({ ENCRYPTION_KEY }, async (t) => {
-    const tokens = await signIn(t);
+    const tokens = await issueTokens(t);
     const other = await sibling(t, {
       JWT_SECRET: TEST_SECRET,
       ENCRYPTION_KEY: "yet-another-encryption-key-with-32-bytes-or-more",
@@ -293,34 +259,11 @@ Deno.test("secrets at rest: rotation across service restarts on one KV file", as
       assert.deepEqual(service.logs.filter((line) => line.includes("unhandled error")), []);
     }
   };
-  const refreshAt = async (url: string, refreshToken: string) => {
-    const response = await fetch(`${url}/token`, {
-      method: "POST",
-      headers: { "Content-Type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ grant_type: "refresh_token", refresh_token: refreshToken }),
-    });
-    return { status: response.status, body: await json(response) };
-  };
+  const refreshAt = (url: string, refreshToken: string) =>
+    postToken(url, { grant_type: "refresh_token", refresh_token: refreshToken });
   try {
     // 1. Signed in under the old secret.
-    const first = await run({ JWT_SECRET: TEST_SECRET }, async (url) => {
-      const page = await fetch(`${url}/authorize?${authorizeQuery()}`);
-      const { flowState } = flowDataFromPage(await page.text());
-      gitlab.approve(gitlab.lastUserCode()!);
-      const done = await json(await fetch(`${url}/oauth/poll?flow_state=${flowState}`));
-      const response = await fetch(`${url}/token`, {
-        method: "POST",
-        headers: { "Content-Type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({
-          grant_type: "authorization_code",
-          code: done.code,
-          code_verifier: PKCE.verifier,
-          redirect_uri: REDIRECT,
-        }),
-      });
-      assert.equal(response.status, 200);
-      return await json(response);
-    });
+    const first = await run({ JWT_SECRET: TEST_SECRET }, (url) => signInOverHttp(url, gitlab));
     // 2. Rotated without the previous secret: refused, cleanly.
     await run({ JWT_SECRET: NEW_SECRET }, async (url) => {
       assert.deepEqual(await refreshAt(url, first.refresh_token), {

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import type { DevicePollResult } from "../src/upstream/types.ts";
-import { PKCE, poll, startFlow, type TestApp, token, withApp } from "./_helpers.ts";
+import { exchange, poll, startFlow, type TestApp, withApp } from "./_helpers.ts";
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -52,12 +52,7 @@ Deno.test("slow_down: the flow is not polled upstream again for interval + 5 s, 
     const done = await pollBody(t, flowState);
     assert.equal(done.status, "complete");
     assert.equal(t.upstream.calls.poll, 2);
-    const exchanged = await token(t, {
-      grant_type: "authorization_code",
-      code: done.code as string,
-      code_verifier: PKCE.verifier,
-      redirect_uri: "http://127.0.0.1:9999/callback",
-    });
+    const exchanged = await exchange(t, done.code as string);
     assert.equal(exchanged.status, 200);
     await exchanged.body?.cancel();
   }));

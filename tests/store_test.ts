@@ -4,15 +4,16 @@ import type { CodeRecord, FlowRecord, SessionRecord } from "../src/records.ts";
 import { createSecretBox } from "../src/secret_box.ts";
 import { createStore, type Store } from "../src/store.ts";
 import {
+  exchange,
   FakeClock,
   issueTokens,
   makeTestApp,
   PKCE,
   poll,
+  refresh,
   startFlow,
   TEST_SECRET,
   type TestApp,
-  token,
 } from "./_helpers.ts";
 
 const MINUTE = 60_000;
@@ -436,12 +437,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       assertNoneContain(await dump(a.kv), secrets);
     });
     await t.step("a refresh token is indexed by its hash", async () => {
-      const response = await token(a, {
-        grant_type: "authorization_code",
-        code: secrets.code,
-        code_verifier: PKCE.verifier,
-        redirect_uri: REDIRECT,
-      });
+      const response = await exchange(a, secrets.code);
       assert.equal(response.status, 200);
       const body = await response.json();
       secrets.refresh1 = body.refresh_token;
@@ -453,10 +449,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       assertNoneContain(await dump(a.kv), secrets);
     });
     await t.step("after a refresh only the new token's hash is indexed", async () => {
-      const response = await token(a, {
-        grant_type: "refresh_token",
-        refresh_token: secrets.refresh1,
-      });
+      const response = await refresh(a, secrets.refresh1);
       assert.equal(response.status, 200);
       const body = await response.json();
       secrets.refresh2 = body.refresh_token;
@@ -470,10 +463,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       "with issueTokens and a refresh, every index points at a live session",
       async () => {
         const issued = await issueTokens(a);
-        const refreshed = await token(a, {
-          grant_type: "refresh_token",
-          refresh_token: issued.refresh_token,
-        });
+        const refreshed = await refresh(a, issued.refresh_token);
         assert.equal(refreshed.status, 200);
         const body = await refreshed.json();
         Object.assign(secrets, {

@@ -7,19 +7,22 @@ import assert from "node:assert/strict";
 import { jwtVerify } from "jose";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  exchange,
   issueCode,
   issueTokens,
   PKCE,
   poll,
+  refresh,
   startFlow,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   TEST_SECRET,
   type TestApp,
   token,
+  tokenJson,
   withApp,
 } from "./_helpers.ts";
 
-const REDIRECT = "http://127.0.0.1:9999/callback";
 const TEN_MINUTES = 10 * 60 * 1000;
 const FIVE_MINUTES = 5 * 60 * 1000;
 const SCOPE = "mcp:tools mcp:resources";
@@ -31,16 +34,6 @@ async function call(response: Response): Promise<{ status: number; body: Json; h
   const text = await response.text();
   assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
   return { status: response.status, body: JSON.parse(text), headers: response.headers };
-}
-
-function tokenJson(t: TestApp, body: unknown, url = `${TEST_BASE}/token`): Promise<Response> {
-  return t.app(
-    new Request(url, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify(body),
-    }),
-  );
 }
 
 /** Asserts a spec §2.7 error body. */
@@ -80,20 +73,6 @@ async function assertTokens(response: Response, expiresIn = 3600): Promise<Json>
   assert.equal(body.scope, SCOPE);
   assert.equal(headers.get("cache-control"), "no-store");
   return body;
-}
-
-function exchange(t: TestApp, code: string, extra: Record<string, string> = {}) {
-  return token(t, {
-    grant_type: "authorization_code",
-    code,
-    code_verifier: PKCE.verifier,
-    redirect_uri: REDIRECT,
-    ...extra,
-  });
-}
-
-function refresh(t: TestApp, refreshToken: string, extra: Record<string, string> = {}) {
-  return token(t, { grant_type: "refresh_token", refresh_token: refreshToken, ...extra });
 }
 
 async function verifyAccessToken(t: TestApp, accessToken: string) {
@@ -577,59 +556,40 @@ Deno.test("2.6 access-token claims (refresh_token): same claims, iat and exp fro
 Deno.test("2.6 iss without BASE_URL: the origin of the request URL", () =>
   withApp(async (t) => {
     const code = await issueCode(t);
-    const response = await t.app(
-      new Request("http://svc.example:8080/token", {
-        method: "POST",
-        headers: { "Content-Type": "application/x-www-form-urlencoded" },
-        body: new URLSearchParams({
-          grant_type: "authorization_code",
-          code,
-          code_verifier: PKCE.verifier,
-          redirect_uri: REDIRECT,
-        }),
-      }),
+    const url = "http://svc.example:8080/token";
+    const body = await assertTokens(
+      await token(t, {
+        grant_type: "authorization_code",
+        code,
+        code_verifier: PKCE.verifier,
+        redirect_uri: REDIRECT,
+      }, { url }),
     );
-    const body = await assertTokens(response);
     assert.equal((await verifyAccessToken(t, body.access_token)).iss, "http://svc.example:8080");
     // Forwarded headers are ignored without TRUST_PROXY.
-    const refreshed = await t.app(
-      new Request("http://svc.example:8080/token", {
-        method: "POST",
-        headers: {
-          "Content-Type": "application/x-www-form-urlencoded",
-          "X-Forwarded-Proto": "https",
-          "X-Forwarded-Host": "evil.example",
-        },
-        body: new URLSearchParams({
-          grant_type: "refresh_token",
-          refresh_token: body.refresh_token,
-        }),
+    const second = await assertTokens(
+      await token(t, { grant_type: "refresh_token", refresh_token: body.refresh_token }, {
+        url,
+        headers: { "X-Forwarded-Proto": "https", "X-Forwarded-Host": "evil.example" },
       }),
     );
-    const second = await assertTokens(refreshed);
     assert.equal((await verifyAccessToken(t, second.access_token)).iss, "http://svc.example:8080");
   }, { env: { BASE_URL: "" } }));
 
 Deno.test("2.6 iss with TRUST_PROXY=true: from X-Forwarded-Proto and X-Forwarded-Host", () =>
   withApp(async (t) => {
     const code = await issueCode(t);
-    const response = await t.app(
-      new Request("http://10.0.0.5:8000/token", {
-        method: "POST",
-        headers: {
-          "Content-Type": "application/x-www-form-urlencoded",
-          "X-Forwarded-Proto": "https",
-          "X-Forwarded-Host": "auth.example.com",
-        },
-        body: new URLSearchParams({
-          grant_type: "authorization_code",
-          code,
-          code_verifier: PKCE.verifier,
-          redirect_uri: REDIRECT,
-        }),
+    const body = await assertTokens(
+      await token(t, {
+        grant_type: "authorization_code",
+        code,
+        code_verifier: PKCE.verifier,
+        redirect_uri: REDIRECT,
+      }, {
+        url: "http://10.0.0.5:8000/token",
+        headers: { "X-Forwarded-Proto": "https", "X-Forwarded-Host": "auth.example.com" },
       }),
     );
-    const body = await assertTokens(response);
     assert.equal((await verifyAccessToken(t, body.access_token)).iss, "https://auth.example.com");
   }, { env: { BASE_URL: "", TRUST_PROXY: "true" } }));
 
