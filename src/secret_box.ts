@@ -12,6 +12,8 @@ export interface SecretBox {
   seal(plaintext: string): Promise<string>;
   /** Throws when the value was not sealed by one of our keys or was altered. */
   open(sealed: string): Promise<string>;
+  /** Whether `sealed` is under the key that seals now (else it should be sealed again). */
+  isCurrent(sealed: string): Promise<boolean>;
 }
 
 const FORMAT = "v1";
@@ -52,6 +54,9 @@ export function createSecretBox(secrets: readonly string[]): SecretBox {
         fromB64(ciphertext),
       );
       return new TextDecoder().decode(plaintext);
+    },
+    async isCurrent(sealed) {
+      return sealed.split(".")[1] === (await keys())[0].id;
     },
   };
 }

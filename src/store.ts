@@ -18,6 +18,7 @@
 
 import type { Clock } from "./clock.ts";
 import { sha256Base64Url } from "./crypto.ts";
+import { sessionIdOfRefreshToken } from "./refresh_tokens.ts";
 import type { SecretBox } from "./secret_box.ts";
 import type { ClientRecord } from "./clients.ts";
 import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
@@ -89,7 +90,6 @@ export interface Store {
     code: Versioned<CodeRecord>,
     session: Versioned<SessionRecord>,
     updated: SessionRecord,
-    refreshToken: string,
     options?: { keepRedeemedMarker?: boolean },
   ): Promise<boolean>;
 
@@ -104,7 +104,6 @@ export interface Store {
   rotateRefreshToken(
     session: Versioned<SessionRecord>,
     updated: SessionRecord,
-    newRefreshToken: string,
     grace?: RefreshGrace,
   ): Promise<boolean>;
   /**
@@ -162,6 +161,8 @@ type StoredSession = Omit<SessionRecord, "gitlabAccessToken" | "gitlabRefreshTok
 /** Builds the store over an open KV, a clock, and the box that seals secrets at rest. */
 export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Store {
   const ttlUntil = (expiresAt: number) => Math.max(1, expiresAt - clock.now());
+  /** The sealed GitLab tokens each session was read with (see sealSession). */
+  const sealedWhenRead = new WeakMap<Versioned<SessionRecord>, string>();
   const isLive = (record: { expiresAt: number }) => clock.now() <= record.expiresAt;
 
   async function read<T>(key: Deno.KvKey): Promise<Versioned<T> | null> {
@@ -190,9 +191,21 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     return { ...stored, value };
   }
 
-  async function sealSession(session: SessionRecord): Promise<StoredSession> {
+  /**
+   * The stored form of a session. When its GitLab tokens are those of `previous` (a refresh
+   * that did not touch GitLab), the sealed value read with it is reused instead of re-sealed.
+   */
+  async function sealSession(
+    session: SessionRecord,
+    previous?: Versioned<SessionRecord>,
+  ): Promise<StoredSession> {
     const { gitlabAccessToken, gitlabRefreshToken, ...rest } = session;
-    const sealed = await secrets.seal(JSON.stringify({ gitlabAccessToken, gitlabRefreshToken }));
+    const reusable = previous && sealedWhenRead.get(previous);
+    const unchanged = previous?.value.gitlabAccessToken === gitlabAccessToken &&
+      previous.value.gitlabRefreshToken === gitlabRefreshToken;
+    const sealed = reusable && unchanged
+      ? reusable
+      : await secrets.seal(JSON.stringify({ gitlabAccessToken, gitlabRefreshToken }));
     return { ...rest, sealed };
   }
 
@@ -200,12 +213,13 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     stored: Versioned<StoredSession>,
   ): Promise<Versioned<SessionRecord> | null> {
     const { sealed, ...rest } = stored.value;
-    const opened = await openSealed<
-      Pick<SessionRecord, "gitlabAccessToken" | "gitlabRefreshToken">
-    >(
-      sealed,
-    );
-    return opened ? { ...stored, value: { ...rest, ...opened } } : null;
+    type GitLabTokens = Pick<SessionRecord, "gitlabAccessToken" | "gitlabRefreshToken">;
+    const opened = await openSealed<GitLabTokens>(sealed);
+    if (!opened) return null;
+    const session = { ...stored, value: { ...rest, ...opened } };
+    // Sealed under a retired key, it is sealed again on the next write instead of reused.
+    if (await secrets.isCurrent(sealed)) sealedWhenRead.set(session, sealed);
+    return session;
   }
 
   /** A record sealed under a key we no longer hold reads as absent, not as a server error. */
@@ -219,7 +233,13 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
 
   async function readLiveSession(id: string): Promise<Versioned<SessionRecord> | null> {
     const stored = await read<StoredSession>([SESSION_KEY, id]);
-    return stored && isLive(stored.value) ? await openSession(stored) : null;
+    return stored && await liveSessionOf(stored);
+  }
+
+  async function liveSessionOf(
+    stored: Versioned<StoredSession>,
+  ): Promise<Versioned<SessionRecord> | null> {
+    return isLive(stored.value) ? await openSession(stored) : null;
   }
 
   async function rewriteFlow(
@@ -238,20 +258,24 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     return [REFRESH_KEY, await sha256Base64Url(refreshToken)];
   }
 
+  /**
+   * Indexes the session under `updated.mcpRefreshTokenHash` (the caller hashed the new token)
+   * and drops, or with a grace keeps, the previous token's entry; stores the session.
+   */
   async function replaceRefreshIndex(
     op: Deno.AtomicOperation,
-    previousHash: string,
+    previous: Versioned<SessionRecord>,
     updated: SessionRecord,
-    refreshToken: string,
     grace?: RefreshGrace,
   ): Promise<void> {
-    const key = await refreshKey(refreshToken);
+    const previousHash = previous.value.mcpRefreshTokenHash;
+    const key = [REFRESH_KEY, updated.mcpRefreshTokenHash];
     if (previousHash && grace) {
       const entry: RefreshIndex = {
         sessionId: updated.id,
         grace: {
           untilMs: grace.untilMs,
-          replacementHash: key[1] as string,
+          replacementHash: updated.mcpRefreshTokenHash,
           sealedResponse: await secrets.seal(grace.response),
         },
       };
@@ -262,7 +286,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     const index: RefreshIndex = { sessionId: updated.id };
     op.check({ key, versionstamp: null })
       .set(key, index, { expireIn: ttlUntil(updated.expiresAt) })
-      .set([SESSION_KEY, updated.id], await sealSession(updated), {
+      .set([SESSION_KEY, updated.id], await sealSession(updated, previous), {
         expireIn: ttlUntil(updated.expiresAt),
       });
   }
@@ -316,7 +340,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       return commit(kv.atomic().check(code).delete(code.key));
     },
 
-    async redeemCode(code, session, updated, refreshToken, options) {
+    async redeemCode(code, session, updated, options) {
       const op = kv.atomic().check(code).check(session);
       if (options?.keepRedeemedMarker) {
         // Kept until the code would have expired, so a replay can be recognised.
@@ -325,30 +349,37 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       } else {
         op.delete(code.key);
       }
-      await replaceRefreshIndex(op, session.value.mcpRefreshTokenHash, updated, refreshToken);
+      await replaceRefreshIndex(op, session, updated);
       return commit(op);
     },
 
     getSession: readLiveSession,
 
     async findSessionByRefreshToken(refreshToken) {
-      const index = await read<RefreshIndex>(await refreshKey(refreshToken));
-      if (!index) return null;
-      const session = await readLiveSession(index.value.sessionId);
+      const key = await refreshKey(refreshToken);
+      const hash = key[1] as string;
+      const sessionId = sessionIdOfRefreshToken(refreshToken);
+      // Our tokens name their session, so index and session come back in one read.
+      const [index, stored] = sessionId
+        ? await retryLocked(() =>
+          kv.getMany<[RefreshIndex, StoredSession]>([key, [SESSION_KEY, sessionId]])
+        )
+        : [await retryLocked(() => kv.get<RefreshIndex>(key)), undefined];
+      if (index.versionstamp === null || index.value.grace) return null;
+      const session = stored?.versionstamp && index.value.sessionId === sessionId
+        ? await liveSessionOf({
+          key: stored.key,
+          value: stored.value,
+          versionstamp: stored.versionstamp,
+        })
+        : await readLiveSession(index.value.sessionId);
       // A stale index (left by nothing we know of, but cheap to guard) must not match.
-      const hash = index.key[1] as string;
       return session?.value.mcpRefreshTokenHash === hash ? session : null;
     },
 
-    async rotateRefreshToken(session, updated, newRefreshToken, grace) {
+    async rotateRefreshToken(session, updated, grace) {
       const op = kv.atomic().check(session);
-      await replaceRefreshIndex(
-        op,
-        session.value.mcpRefreshTokenHash,
-        updated,
-        newRefreshToken,
-        grace,
-      );
+      await replaceRefreshIndex(op, session, updated, grace);
       return commit(op);
     },
 

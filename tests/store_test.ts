@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { sha256Base64Url } from "../src/crypto.ts";
 import type { CodeRecord, FlowRecord, SessionRecord } from "../src/records.ts";
+import { newRefreshToken } from "../src/refresh_tokens.ts";
 import { createSecretBox } from "../src/secret_box.ts";
 import { createStore, type Store } from "../src/store.ts";
 import {
@@ -105,7 +106,7 @@ async function redeemedSession(store: Store, clock: FakeClock, refreshToken: str
   const codeEntry = (await store.getCode(code))!;
   const sessionEntry = (await store.getSession(session.id))!;
   const updated = { ...session, mcpRefreshTokenHash: await sha256Base64Url(refreshToken) };
-  assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated, refreshToken), true);
+  assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
   return (await store.getSession(session.id))!;
 }
 
@@ -235,7 +236,7 @@ Deno.test("store: authorization codes", async (t) => {
         mcpRefreshTokenHash: await sha256Base64Url("refresh-1"),
         mcpTokenExpiry: clock.now() + 3600_000,
       };
-      assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated, "refresh-1"), true);
+      assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
       assert.equal(await store.getCode(code), null);
       assert.deepEqual((await store.getSession(session.id))!.value, updated);
       assert.deepEqual(await keysUnder(kv, "refresh"), [
@@ -243,7 +244,7 @@ Deno.test("store: authorization codes", async (t) => {
       ]);
       assert.equal((await store.findSessionByRefreshToken("refresh-1"))!.value.id, session.id);
       // The same read cannot redeem twice.
-      assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated, "refresh-x"), false);
+      assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), false);
       assert.equal(await store.findSessionByRefreshToken("refresh-x"), null);
     });
     await t.step("deleteCode deletes an unchanged code; a stale read fails", async () => {
@@ -292,7 +293,7 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       const oldHash = await sha256Base64Url("refresh-a");
       const newHash = await sha256Base64Url("refresh-b");
       const updated = { ...session.value, mcpRefreshTokenHash: newHash };
-      assert.equal(await store.rotateRefreshToken(session, updated, "refresh-b"), true);
+      assert.equal(await store.rotateRefreshToken(session, updated), true);
       assert.equal((await kv.get(["refresh", oldHash])).versionstamp, null);
       assert.deepEqual((await kv.get(["refresh", newHash])).value, { sessionId: session.value.id });
       assert.equal(await store.findSessionByRefreshToken("refresh-a"), null);
@@ -301,13 +302,30 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
         session.value.id,
       );
     });
+    await t.step(
+      "a token naming its session is found with index and session in one read",
+      async () => {
+        const first = await redeemedSession(store, clock, "placeholder");
+        const token = newRefreshToken(first.value.id);
+        const updated = { ...first.value, mcpRefreshTokenHash: await sha256Base64Url(token) };
+        assert.equal(await store.rotateRefreshToken(first, updated), true);
+        assert.equal((await store.findSessionByRefreshToken(token))!.value.id, first.value.id);
+        // Naming another session, or a tampered random part, finds nothing.
+        const other = await redeemedSession(store, clock, "placeholder-2");
+        assert.equal(
+          await store.findSessionByRefreshToken(token.replace(first.value.id, other.value.id)),
+          null,
+        );
+        assert.equal(await store.findSessionByRefreshToken(`x${token}`), null);
+      },
+    );
     await t.step("rotateRefreshToken fails and writes nothing on a stale session", async () => {
       const current = (await store.findSessionByRefreshToken("refresh-b"))!;
       const updated = { ...current.value, mcpRefreshTokenHash: await sha256Base64Url("refresh-c") };
-      assert.equal(await store.rotateRefreshToken(current, updated, "refresh-c"), true);
+      assert.equal(await store.rotateRefreshToken(current, updated), true);
       const before = await entries(kv);
       const lost = { ...current.value, mcpRefreshTokenHash: await sha256Base64Url("refresh-d") };
-      assert.equal(await store.rotateRefreshToken(current, lost, "refresh-d"), false);
+      assert.equal(await store.rotateRefreshToken(current, lost), false);
       assert.deepEqual(await entries(kv), before);
       assert.equal(await store.findSessionByRefreshToken("refresh-b"), null);
       assert.equal(await store.findSessionByRefreshToken("refresh-d"), null);

@@ -6,12 +6,13 @@
  */
 
 import type { RequestContext } from "../context.ts";
-import { randomToken, sha256Base64Url } from "../crypto.ts";
+import { sha256Base64Url } from "../crypto.ts";
 import { notConfiguredError, OAuthError } from "../errors.ts";
 import { json, NO_STORE, readParams } from "../http.ts";
 import { redact } from "../logger.ts";
 import { verifyPkce } from "../pkce.ts";
 import type { SessionRecord } from "../records.ts";
+import { newRefreshToken } from "../refresh_tokens.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../sessions.ts";
 import type { Versioned } from "../store.ts";
 
@@ -72,9 +73,7 @@ async function exchangeCode(ctx: RequestContext, params: Map<string, string>): P
   const issued = await issueTokens(ctx, session.value);
   const keepRedeemedMarker = ctx.deps.config.revokeOnCodeReplay;
   if (
-    !await store.redeemCode(code, session, issued.session, issued.body.refresh_token, {
-      keepRedeemedMarker,
-    })
+    !await store.redeemCode(code, session, issued.session, { keepRedeemedMarker })
   ) {
     // A concurrent exchange of the same code won the commit.
     throw invalidGrant("Invalid authorization code");
@@ -118,7 +117,7 @@ async function refresh(ctx: RequestContext, params: Map<string, string>): Promis
     ? { untilMs: ctx.deps.clock.now() + graceMs, response: JSON.stringify(issued.body) }
     : undefined;
   if (
-    !await store.rotateRefreshToken(session, issued.session, issued.body.refresh_token, grace)
+    !await store.rotateRefreshToken(session, issued.session, grace)
   ) {
     // A concurrent refresh with the same token rotated it first.
     throw invalidGrant("Invalid refresh token");
@@ -163,7 +162,7 @@ async function issueTokens(
   const now = clock.now();
   const ttl = config.accessTokenTtlSeconds;
   const scope = session.scopes.join(" ");
-  const refreshToken = randomToken();
+  const refreshToken = newRefreshToken(session.id);
   const accessToken = await oauth!.signer.sign(
     {
       iss: ctx.baseUrl,
