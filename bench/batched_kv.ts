@@ -1,0 +1,179 @@
+/**
+ * A write-behind Deno.Kv for seeding: the service's store runs on it unchanged, every commit is
+ * applied to an in-memory map with the same check/versionstamp semantics (so the store's
+ * single-use guards behave as on a real KV), and `flush()` writes the final state of every key
+ * touched since the last flush to the real KV in large atomic batches, with the same values and
+ * the same absolute expiry (`expireIn`) the store asked for.
+ *
+ * Why: a file-backed Deno KV fsyncs every commit and commits one at a time, so seeding through
+ * the real KV costs 3 fsynced commits per session whatever the concurrency (about 1,000
+ * sessions/s here). Batched, what remains is the store's own work (hashing, sealing).
+ *
+ * Only what the store uses is implemented (get, getMany, atomic check/set/delete/commit);
+ * anything else throws, so a store that starts using more fails loudly instead of seeding
+ * something wrong.
+ * Keys never seen by this adapter are read as absent: it is meant for a fresh KV file, and the
+ * seeded keys are random.
+ */
+
+interface Slot {
+  key: Deno.KvKey;
+  /** undefined: deleted. */
+  value: unknown;
+  versionstamp: string | null;
+  /** Absolute expiry in epoch ms, or undefined for none. */
+  expiresAt?: number;
+  /** First written since the last flush: if deleted again, the real KV never needs to know. */
+  fresh: boolean;
+}
+
+type Mutation =
+  | { type: "set"; key: Deno.KvKey; value: unknown; expireIn?: number }
+  | { type: "delete"; key: Deno.KvKey };
+
+/** Deno KV's limits are 1000 mutations and 800 KiB per atomic operation; stay well below. */
+const BATCH_MUTATIONS = 500;
+const BATCH_BYTES = 512 * 1024;
+
+function mapKey(key: Deno.KvKey): string {
+  for (const part of key) {
+    if (typeof part !== "string" && typeof part !== "number") {
+      throw new TypeError(`batched KV: unsupported key part ${typeof part}`);
+    }
+  }
+  return JSON.stringify(key);
+}
+
+function unsupported(name: string): never {
+  throw new Error(`batched KV: ${name} is not supported (seed with BENCH_SEED_MODE=direct)`);
+}
+
+export interface BatchedKv {
+  /** Pass this to createStore. */
+  kv: Deno.Kv;
+  /**
+   * Writes every key changed since the last flush to the real KV and forgets them; returns how
+   * many mutations it wrote. Call it only while no store operation is in flight: keys written
+   * before a flush read as absent afterwards.
+   */
+  flush(): Promise<number>;
+}
+
+/** Wraps `target` (a real, fresh KV) for batched seeding. */
+export function createBatchedKv(target: Deno.Kv): BatchedKv {
+  const slots = new Map<string, Slot>();
+  let version = 0n;
+
+  function get<T>(key: Deno.KvKey): Promise<Deno.KvEntryMaybe<T>> {
+    const slot = slots.get(mapKey(key));
+    if (!slot || slot.value === undefined) {
+      return Promise.resolve({ key, value: null, versionstamp: null });
+    }
+    return Promise.resolve({ key, value: slot.value as T, versionstamp: slot.versionstamp! });
+  }
+
+  async function getMany(keys: Deno.KvKey[]): Promise<Deno.KvEntryMaybe<unknown>[]> {
+    return await Promise.all(keys.map((key) => get(key)));
+  }
+
+  function atomic(): Deno.AtomicOperation {
+    const checks: Deno.AtomicCheck[] = [];
+    const mutations: Mutation[] = [];
+    const op = {
+      check(...more: Deno.AtomicCheck[]) {
+        checks.push(...more);
+        return op;
+      },
+      set(key: Deno.KvKey, value: unknown, options?: { expireIn?: number }) {
+        mutations.push({ type: "set", key, value, expireIn: options?.expireIn });
+        return op;
+      },
+      delete(key: Deno.KvKey) {
+        mutations.push({ type: "delete", key });
+        return op;
+      },
+      commit(): Promise<Deno.KvCommitResult | Deno.KvCommitError> {
+        for (const check of checks) {
+          const slot = slots.get(mapKey(check.key));
+          const current = slot && slot.value !== undefined ? slot.versionstamp : null;
+          if (current !== check.versionstamp) return Promise.resolve({ ok: false });
+        }
+        version++;
+        const versionstamp = version.toString(16).padStart(20, "0");
+        const now = Date.now();
+        for (const m of mutations) {
+          const k = mapKey(m.key);
+          const fresh = slots.get(k)?.fresh ?? m.type === "set";
+          if (m.type === "set") {
+            slots.set(k, {
+              key: m.key,
+              value: m.value,
+              versionstamp,
+              expiresAt: m.expireIn === undefined ? undefined : now + m.expireIn,
+              fresh,
+            });
+          } else {
+            slots.set(k, { key: m.key, value: undefined, versionstamp: null, fresh });
+          }
+        }
+        return Promise.resolve({ ok: true, versionstamp });
+      },
+      mutate: () => unsupported("atomic().mutate"),
+      sum: () => unsupported("atomic().sum"),
+      min: () => unsupported("atomic().min"),
+      max: () => unsupported("atomic().max"),
+      enqueue: () => unsupported("atomic().enqueue"),
+    };
+    return op as unknown as Deno.AtomicOperation;
+  }
+
+  const kv = new Proxy({ get, getMany, atomic }, {
+    get(target, property) {
+      if (property === "get") return target.get;
+      if (property === "getMany") return target.getMany;
+      if (property === "atomic") return target.atomic;
+      if (property === "then") return undefined;
+      return () => unsupported(`kv.${String(property)}`);
+    },
+  }) as unknown as Deno.Kv;
+
+  async function flush(): Promise<number> {
+    let written = 0;
+    let op = target.atomic();
+    let count = 0;
+    let bytes = 0;
+    const send = async () => {
+      if (count === 0) return;
+      const result = await op.commit();
+      if (!result.ok) throw new Error("batched KV: a flush batch failed to commit");
+      written += count;
+      op = target.atomic();
+      count = 0;
+      bytes = 0;
+    };
+    const now = Date.now();
+    const pending = [...slots.values()];
+    slots.clear();
+    for (const slot of pending) {
+      // Created and deleted since the last flush: nothing to write.
+      if (slot.value === undefined && slot.fresh) continue;
+      const size = JSON.stringify(slot.key).length +
+        (slot.value === undefined ? 0 : JSON.stringify(slot.value).length) + 64;
+      if (count >= BATCH_MUTATIONS || bytes + size > BATCH_BYTES) await send();
+      if (slot.value === undefined) {
+        op.delete(slot.key);
+      } else {
+        const options = slot.expiresAt === undefined
+          ? undefined
+          : { expireIn: Math.max(1, slot.expiresAt - now) };
+        op.set(slot.key, slot.value, options);
+      }
+      count++;
+      bytes += size;
+    }
+    await send();
+    return written;
+  }
+
+  return { kv, flush };
+}
