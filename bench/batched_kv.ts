@@ -9,7 +9,7 @@
  * the real KV costs 3 fsynced commits per session whatever the concurrency (about 1,000
  * sessions/s here). Batched, what remains is the store's own work (hashing, sealing).
  *
- * Only what the store uses is implemented (get, getMany, atomic check/set/delete/commit);
+ * Only what the store uses is implemented (get, getMany, atomic check/set/delete/mutate/commit);
  * anything else throws, so a store that starts using more fails loudly instead of seeding
  * something wrong.
  * Keys never seen by this adapter are read as absent: it is meant for a fresh KV file, and the
@@ -118,7 +118,14 @@ export function createBatchedKv(target: Deno.Kv): BatchedKv {
         }
         return Promise.resolve({ ok: true, versionstamp });
       },
-      mutate: () => unsupported("atomic().mutate"),
+      mutate(...more: Deno.KvMutation[]) {
+        for (const m of more) {
+          if (m.type === "set") op.set(m.key, m.value, { expireIn: m.expireIn });
+          else if (m.type === "delete") op.delete(m.key);
+          else unsupported(`atomic().mutate of type ${m.type}`);
+        }
+        return op;
+      },
       sum: () => unsupported("atomic().sum"),
       min: () => unsupported("atomic().min"),
       max: () => unsupported("atomic().max"),
