@@ -94,13 +94,13 @@ async function seedCode(
   await store.createFlow(flowState, flowRecord(opts.clientId, codeChallenge, now));
   const flow = await store.getFlow(flowState);
   if (!flow) throw new Error("flow vanished after createFlow");
+  const sealedTokens = await store.sealGitLabTokens({
+    accessToken: `glpat-bench-${randomToken(15)}`,
+    refreshToken: randomToken(),
+  });
   const session = newSession(
     flow.value,
-    {
-      accessToken: `glpat-bench-${randomToken(15)}`,
-      refreshToken: randomToken(),
-      expiresAt: now + YEAR_MS,
-    },
+    { sealedTokens, expiresAt: now + YEAR_MS },
     { id: 100_000 + (i % 1_000_000), username: `bench-user-${i}` },
     now,
     life.sessionIdleTtlSeconds,
@@ -134,7 +134,7 @@ async function seedRefresh(
     store,
     opts,
     life,
-    await sha256Base64Url(verifier),
+    sha256Base64Url(verifier),
     i,
   );
   const codeEntry = await store.getCode(code);
@@ -144,7 +144,7 @@ async function seedRefresh(
   const refreshToken = newRefreshToken(sessionId);
   const ok = await store.redeemCode(codeEntry, session, {
     ...session.value,
-    mcpRefreshTokenHash: await sha256Base64Url(refreshToken),
+    mcpRefreshTokenHash: sha256Base64Url(refreshToken),
     mcpTokenExpiry: now + life.accessTokenTtlSeconds * 1000,
     updatedAt: now,
     expiresAt: now + life.sessionIdleTtlSeconds * 1000,
@@ -238,7 +238,7 @@ async function main(): Promise<void> {
     if (opts.codesOut) {
       await runAll(opts.n, opts, opts.codesOut, async (i) => {
         const verifier = randomToken();
-        const { code } = await seedCode(store, opts, config, await sha256Base64Url(verifier), i);
+        const { code } = await seedCode(store, opts, config, sha256Base64Url(verifier), i);
         return `${code} ${verifier}`;
       }, flush);
       log(`seeded ${opts.n} code sessions in ${secs(performance.now() - refreshDone)} s (${mode})`);

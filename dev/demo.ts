@@ -39,7 +39,7 @@ const client = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, asy
       response_type: "code",
       client_id: "demo-client",
       redirect_uri: callback,
-      code_challenge: await sha256Base64Url(verifier),
+      code_challenge: sha256Base64Url(verifier),
       code_challenge_method: "S256",
       state,
       scope: "mcp:tools mcp:resources",

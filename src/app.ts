@@ -8,6 +8,7 @@ import { clientIp } from "./client_ip.ts";
 import { type AppDeps, deriveBaseUrl, type RequestContext } from "./context.ts";
 import { OAuthError } from "./errors.ts";
 import { errorResponse } from "./http.ts";
+import type { LogFields } from "./logger.ts";
 import { enforceRateLimit, RATE_LIMITED_PATHS } from "./rate_limit.ts";
 import { findRoute, methodHandler, notFound, type Route, type Routes } from "./router.ts";
 import { handleAuthorize } from "./routes/authorize.ts";
@@ -72,9 +73,10 @@ export function createApp(deps: AppDeps): FetchHandler {
     const url = new URL(request.url);
     const baseUrl = deriveBaseUrl(request, url, deps.config);
     const route = gateway?.route(url, baseUrl) ?? findRoute(routes, url.pathname);
+    const logFields: LogFields = {};
     let response: Response;
     try {
-      const ctx = { request, url, baseUrl, deps, requestId };
+      const ctx = { request, url, baseUrl, deps, requestId, logFields };
       response = await dispatch(route, ctx, peerAddress(info));
     } catch (error) {
       response = renderError(error, deps, requestId);
@@ -86,6 +88,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       path: url.pathname,
       status: response.status,
       ms: Math.round((performance.now() - started) * 10) / 10,
+      ...logFields,
     });
     return response;
   };

@@ -3,7 +3,7 @@
 import type { Clock } from "./clock.ts";
 import type { Config } from "./config.ts";
 import type { TokenSigner } from "./jwt.ts";
-import type { Logger } from "./logger.ts";
+import type { LogFields, Logger } from "./logger.ts";
 import type { Store } from "./store.ts";
 import type { Templates } from "./templates.ts";
 import type { Upstream } from "./upstream/types.ts";
@@ -34,6 +34,8 @@ export interface RequestContext {
   deps: AppDeps;
   /** Correlates this request's log lines. */
   requestId: string;
+  /** Fields a route adds to the request's one log line (what it issued, to whom). */
+  logFields: LogFields;
 }
 
 /**

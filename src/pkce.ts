@@ -6,11 +6,7 @@ import { sha256Base64Url, timingSafeEqual } from "./crypto.ts";
 export const PKCE_METHOD = "S256";
 
 /** True when `verifier` hashes to `challenge` under `method` (only S256 can match). */
-export async function verifyPkce(
-  verifier: string,
-  challenge: string,
-  method: string,
-): Promise<boolean> {
+export function verifyPkce(verifier: string, challenge: string, method: string): boolean {
   if (method !== PKCE_METHOD) return false;
-  return timingSafeEqual(await sha256Base64Url(verifier), challenge);
+  return timingSafeEqual(sha256Base64Url(verifier), challenge);
 }

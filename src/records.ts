@@ -11,6 +11,12 @@ export interface UpstreamTokenSet {
   expiresAt: number;
 }
 
+/** A session's GitLab tokens, opened. */
+export interface GitLabTokens {
+  accessToken: string;
+  refreshToken: string;
+}
+
 /** A device flow between `/authorize` and its completion (spec §2.1), keyed by the flow state. */
 export interface FlowRecord {
   deviceCode: string;
@@ -55,8 +61,13 @@ export interface SessionRecord {
   mcpRefreshTokenHash: string;
   /** Epoch ms expiry of the last issued access token; 0 until the first exchange. */
   mcpTokenExpiry: number;
-  gitlabAccessToken: string;
-  gitlabRefreshToken: string;
+  /**
+   * The GitLab access and refresh token, sealed (AES-GCM, see secret_box.ts). They stay sealed
+   * in memory too, and are opened (`store.openGitLabTokens`) only where one is used: an
+   * upstream refresh, a gateway call, a revocation. A grant that does not touch GitLab never
+   * decrypts them.
+   */
+  sealedGitLabTokens: string;
   /** Epoch ms; 0 when GitLab gave no `expires_in`. */
   gitlabTokenExpiry: number;
   gitlabUserId: number;

@@ -12,7 +12,7 @@ import type { Clock } from "./clock.ts";
 import { systemClock } from "./clock.ts";
 import { NO_STORE } from "./http.ts";
 import { type AccessTokenClaims, createTokenSigner, type TokenSigner } from "./jwt.ts";
-import { type Logger, redact, silentLogger } from "./logger.ts";
+import { type Logger, silentLogger } from "./logger.ts";
 import type { SessionRecord } from "./records.ts";
 import { createSecretBox, sealingSecrets } from "./secret_box.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "./sessions.ts";
@@ -167,7 +167,11 @@ export function createAuthenticator(deps: GuardDeps): Authenticator {
       const session = await liveSession(deps, claims);
       requireScope(claims, deps.requiredScope);
       const fresh = await freshSession(deps, session);
-      return authenticated(claims, fresh);
+      const gitlab = await deps.store.openGitLabTokens(fresh);
+      if (!gitlab) {
+        throw new Refusal(401, "invalid_token", "The session was revoked or has expired");
+      }
+      return authenticated(claims, fresh, gitlab.accessToken);
     } catch (error) {
       if (!(error instanceof Refusal)) throw error;
       return refusalResponse(error, target.resource, deps.requiredScope);
@@ -279,7 +283,6 @@ function refreshFailed(
   const terminal = error.cause instanceof UpstreamError && error.cause.failure === "terminal";
   deps.logger.warn("GitLab token refresh failed", {
     sessionId: session.id,
-    gitlabToken: redact(session.gitlabAccessToken),
     terminal,
     error: String(error.cause),
   });
@@ -290,13 +293,17 @@ function refreshFailed(
   throw new Refusal(503, "temporarily_unavailable", "GitLab could not renew the token; try again");
 }
 
-function authenticated(claims: AccessTokenClaims, session: SessionRecord): AuthenticatedRequest {
+function authenticated(
+  claims: AccessTokenClaims,
+  session: SessionRecord,
+  gitlabToken: string,
+): AuthenticatedRequest {
   return {
     user: { id: session.gitlabUserId, username: session.gitlabUsername },
     scopes: claims.scope.split(" ").filter((scope) => scope !== ""),
     clientId: session.clientId,
     sessionId: session.id,
-    gitlabToken: session.gitlabAccessToken,
+    gitlabToken,
   };
 }
 

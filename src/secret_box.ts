@@ -14,6 +14,8 @@ export interface SecretBox {
   open(sealed: string): Promise<string>;
   /** Whether `sealed` is under the key that seals now (else it should be sealed again). */
   isCurrent(sealed: string): Promise<boolean>;
+  /** Whether `sealed` names a key we hold (cheap: decides nothing about its integrity). */
+  canOpen(sealed: string): Promise<boolean>;
 }
 
 const FORMAT = "v1";
@@ -56,7 +58,11 @@ export function createSecretBox(secrets: readonly string[]): SecretBox {
       return new TextDecoder().decode(plaintext);
     },
     async isCurrent(sealed) {
-      return sealed.split(".")[1] === (await keys())[0].id;
+      return keyIdOf(sealed) === (await keys())[0].id;
+    },
+    async canOpen(sealed) {
+      const id = keyIdOf(sealed);
+      return (await keys()).some((key) => key.id === id);
     },
   };
 }
@@ -96,8 +102,12 @@ async function deriveKey(secret: string): Promise<Key> {
     ["encrypt", "decrypt"],
   );
   // A short public fingerprint to pick the key when opening; not derived from the AES key.
-  const id = (await sha256Base64Url(`key-id:${secret}`)).slice(0, 8);
+  const id = (sha256Base64Url(`key-id:${secret}`)).slice(0, 8);
   return { id, key };
+}
+
+function keyIdOf(sealed: string): string | undefined {
+  return sealed.split(".")[1];
 }
 
 function b64(bytes: Uint8Array): string {

@@ -42,7 +42,7 @@ export class UpstreamRefreshFailed extends Error {
 /** A new session for a completed flow, with service tokens unset (spec §3.3). */
 export function newSession(
   flow: FlowRecord,
-  tokens: UpstreamTokenSet,
+  gitlab: { sealedTokens: string; expiresAt: number },
   user: UpstreamUser,
   now: number,
   idleTtlSeconds: number,
@@ -51,9 +51,8 @@ export function newSession(
     id: crypto.randomUUID(),
     mcpRefreshTokenHash: "",
     mcpTokenExpiry: 0,
-    gitlabAccessToken: tokens.accessToken,
-    gitlabRefreshToken: tokens.refreshToken,
-    gitlabTokenExpiry: tokens.expiresAt,
+    sealedGitLabTokens: gitlab.sealedTokens,
+    gitlabTokenExpiry: gitlab.expiresAt,
     gitlabUserId: user.id,
     gitlabUsername: user.username,
     clientId: flow.clientId,
@@ -118,25 +117,27 @@ async function refreshAndSave(
   { store, clock, oauth }: RefreshDeps,
   current: Versioned<SessionRecord>,
 ): Promise<Versioned<SessionRecord> | null> {
-  if (!current.value.gitlabRefreshToken) {
+  const opened = await store.openGitLabTokens(current.value);
+  if (!opened) throw new UpstreamRefreshFailed(new Error("GitLab tokens cannot be opened"));
+  if (!opened.refreshToken) {
     throw new UpstreamRefreshFailed(new Error("GitLab issued no refresh token"));
   }
   let tokens: UpstreamTokenSet;
   try {
-    tokens = tokenSet(
-      await oauth!.upstream.refreshTokens(current.value.gitlabRefreshToken),
-      clock.now(),
-    );
+    tokens = tokenSet(await oauth!.upstream.refreshTokens(opened.refreshToken), clock.now());
   } catch (error) {
     throw new UpstreamRefreshFailed(error);
   }
+  const sealedGitLabTokens = await store.sealGitLabTokens({
+    accessToken: tokens.accessToken,
+    refreshToken: tokens.refreshToken || opened.refreshToken,
+  });
   // GitLab has spent the old refresh token: the new one must land even if the session moved.
   let latest: Versioned<SessionRecord> | null = current;
   for (let attempt = 0; latest && attempt < SAVE_ATTEMPTS; attempt++) {
     const saved = await store.saveSession(latest, {
       ...latest.value,
-      gitlabAccessToken: tokens.accessToken,
-      gitlabRefreshToken: tokens.refreshToken || latest.value.gitlabRefreshToken,
+      sealedGitLabTokens,
       gitlabTokenExpiry: tokens.expiresAt,
       updatedAt: clock.now(),
     });

@@ -21,7 +21,14 @@ import { sha256Base64Url } from "./crypto.ts";
 import { sessionIdOfRefreshToken } from "./refresh_tokens.ts";
 import type { SecretBox } from "./secret_box.ts";
 import type { ClientRecord } from "./clients.ts";
-import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
+import { AtomicWrite, createGroupCommit } from "./group_commit.ts";
+import type {
+  CodeRecord,
+  FlowRecord,
+  GitLabTokens,
+  SessionRecord,
+  UpstreamTokenSet,
+} from "./records.ts";
 
 /** A record as read, with what is needed to change it atomically later. */
 export interface Versioned<T> {
@@ -118,6 +125,10 @@ export interface Store {
   ): Promise<Versioned<SessionRecord> | null>;
   /** Deletes a session and its refresh index. */
   deleteSession(id: string): Promise<void>;
+  /** Seals GitLab tokens for `SessionRecord.sealedGitLabTokens`. */
+  sealGitLabTokens(tokens: GitLabTokens): Promise<string>;
+  /** Opens a session's GitLab tokens; null when they were sealed under a key we no longer hold. */
+  openGitLabTokens(session: SessionRecord): Promise<GitLabTokens | null>;
 
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
@@ -153,16 +164,10 @@ const MAX_CLIENT_ID_LENGTH = 256;
 
 /** A flow as stored: the device code and GitLab tokens sealed (secrets at rest). */
 type StoredFlow = Omit<FlowRecord, "deviceCode" | "upstreamTokens"> & { sealed: string };
-/** A session as stored: the GitLab tokens sealed. */
-type StoredSession = Omit<SessionRecord, "gitlabAccessToken" | "gitlabRefreshToken"> & {
-  sealed: string;
-};
 
 /** Builds the store over an open KV, a clock, and the box that seals secrets at rest. */
 export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Store {
   const ttlUntil = (expiresAt: number) => Math.max(1, expiresAt - clock.now());
-  /** The sealed GitLab tokens each session was read with (see sealSession). */
-  const sealedWhenRead = new WeakMap<Versioned<SessionRecord>, string>();
   const isLive = (record: { expiresAt: number }) => clock.now() <= record.expiresAt;
 
   async function read<T>(key: Deno.KvKey): Promise<Versioned<T> | null> {
@@ -172,9 +177,14 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       : { key, value: entry.value, versionstamp: entry.versionstamp };
   }
 
-  async function commit(op: Deno.AtomicOperation): Promise<boolean> {
-    const result = await retryLocked(() => op.commit());
-    return result.ok;
+  const submit = createGroupCommit(({ checks, mutations }) =>
+    retryLocked(() => kv.atomic().check(...checks).mutate(...mutations).commit())
+  );
+  /** Every write goes through the group commit, which decides what shares a transaction. */
+  const atomic = () => new AtomicWrite(submit);
+
+  async function commit(op: AtomicWrite): Promise<boolean> {
+    return (await op.commit()).ok;
   }
 
   async function sealFlow(flow: FlowRecord): Promise<StoredFlow> {
@@ -192,34 +202,14 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   }
 
   /**
-   * The stored form of a session. When its GitLab tokens are those of `previous` (a refresh
-   * that did not touch GitLab), the sealed value read with it is reused instead of re-sealed.
+   * A session as it is written: its GitLab tokens sealed again if the key they were sealed
+   * under has been retired (JWT_SECRET_PREVIOUS), so a rotation completes as sessions move.
    */
-  async function sealSession(
-    session: SessionRecord,
-    previous?: Versioned<SessionRecord>,
-  ): Promise<StoredSession> {
-    const { gitlabAccessToken, gitlabRefreshToken, ...rest } = session;
-    const reusable = previous && sealedWhenRead.get(previous);
-    const unchanged = previous?.value.gitlabAccessToken === gitlabAccessToken &&
-      previous.value.gitlabRefreshToken === gitlabRefreshToken;
-    const sealed = reusable && unchanged
-      ? reusable
-      : await secrets.seal(JSON.stringify({ gitlabAccessToken, gitlabRefreshToken }));
-    return { ...rest, sealed };
-  }
-
-  async function openSession(
-    stored: Versioned<StoredSession>,
-  ): Promise<Versioned<SessionRecord> | null> {
-    const { sealed, ...rest } = stored.value;
-    type GitLabTokens = Pick<SessionRecord, "gitlabAccessToken" | "gitlabRefreshToken">;
-    const opened = await openSealed<GitLabTokens>(sealed);
-    if (!opened) return null;
-    const session = { ...stored, value: { ...rest, ...opened } };
-    // Sealed under a retired key, it is sealed again on the next write instead of reused.
-    if (await secrets.isCurrent(sealed)) sealedWhenRead.set(session, sealed);
-    return session;
+  async function resealedIfRetired(session: SessionRecord): Promise<SessionRecord> {
+    if (await secrets.isCurrent(session.sealedGitLabTokens)) return session;
+    const tokens = await openSealed<GitLabTokens>(session.sealedGitLabTokens);
+    if (!tokens) return session;
+    return { ...session, sealedGitLabTokens: await secrets.seal(JSON.stringify(tokens)) };
   }
 
   /** A record sealed under a key we no longer hold reads as absent, not as a server error. */
@@ -232,14 +222,18 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   }
 
   async function readLiveSession(id: string): Promise<Versioned<SessionRecord> | null> {
-    const stored = await read<StoredSession>([SESSION_KEY, id]);
+    const stored = await read<SessionRecord>([SESSION_KEY, id]);
     return stored && await liveSessionOf(stored);
   }
 
+  /** Past its inactivity expiry, or sealed under a key we no longer hold: absent. */
   async function liveSessionOf(
-    stored: Versioned<StoredSession>,
+    stored: Versioned<SessionRecord>,
   ): Promise<Versioned<SessionRecord> | null> {
-    return isLive(stored.value) ? await openSession(stored) : null;
+    const { expiresAt, sealedGitLabTokens } = stored.value;
+    const usable = isLive({ expiresAt }) && typeof sealedGitLabTokens === "string" &&
+      await secrets.canOpen(sealedGitLabTokens);
+    return usable ? stored : null;
   }
 
   async function rewriteFlow(
@@ -247,15 +241,14 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     value: FlowRecord,
   ): Promise<Versioned<FlowRecord> | null> {
     const stored = await sealFlow(value);
-    const result = await retryLocked(() =>
-      kv.atomic().check(flow).set(flow.key, stored, { expireIn: ttlUntil(value.expiresAt) })
-        .commit()
-    );
+    const result = await atomic().check(flow)
+      .set(flow.key, stored, { expireIn: ttlUntil(value.expiresAt) })
+      .commit();
     return result.ok ? { key: flow.key, value, versionstamp: result.versionstamp } : null;
   }
 
-  async function refreshKey(refreshToken: string): Promise<Deno.KvKey> {
-    return [REFRESH_KEY, await sha256Base64Url(refreshToken)];
+  function refreshKey(refreshToken: string): Deno.KvKey {
+    return [REFRESH_KEY, sha256Base64Url(refreshToken)];
   }
 
   /**
@@ -263,7 +256,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
    * and drops, or with a grace keeps, the previous token's entry; stores the session.
    */
   async function replaceRefreshIndex(
-    op: Deno.AtomicOperation,
+    op: AtomicWrite,
     previous: Versioned<SessionRecord>,
     updated: SessionRecord,
     grace?: RefreshGrace,
@@ -286,27 +279,27 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     const index: RefreshIndex = { sessionId: updated.id };
     op.check({ key, versionstamp: null })
       .set(key, index, { expireIn: ttlUntil(updated.expiresAt) })
-      .set([SESSION_KEY, updated.id], await sealSession(updated, previous), {
+      .set([SESSION_KEY, updated.id], await resealedIfRetired(updated), {
         expireIn: ttlUntil(updated.expiresAt),
       });
   }
 
   return {
     async createFlow(flowState, flow) {
-      const key = [FLOW_KEY, await sha256Base64Url(flowState)];
-      const op = kv.atomic()
+      const key = [FLOW_KEY, sha256Base64Url(flowState)];
+      const op = atomic()
         .check({ key, versionstamp: null })
         .set(key, await sealFlow(flow), { expireIn: ttlUntil(flow.expiresAt) });
       if (!await commit(op)) throw new Error("flow state collision");
     },
 
     async getFlow(flowState) {
-      const stored = await read<StoredFlow>([FLOW_KEY, await sha256Base64Url(flowState)]);
+      const stored = await read<StoredFlow>([FLOW_KEY, sha256Base64Url(flowState)]);
       return stored && await openFlow(stored);
     },
 
     deleteFlow(flow) {
-      return commit(kv.atomic().check(flow).delete(flow.key));
+      return commit(atomic().check(flow).delete(flow.key));
     },
 
     saveFlowUpstreamTokens(flow, tokens) {
@@ -317,31 +310,30 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       return rewriteFlow(flow, { ...flow.value, intervalSeconds, nextPollAt });
     },
 
-    async completeFlow(flow, { code, codeRecord, session }) {
-      const codeKey = [CODE_KEY, await sha256Base64Url(code)];
+    completeFlow(flow, { code, codeRecord, session }) {
+      const codeKey = [CODE_KEY, sha256Base64Url(code)];
       const sessionKey = [SESSION_KEY, session.id];
-      const storedSession = await sealSession(session);
       return commit(
-        kv.atomic()
+        atomic()
           .check(flow)
           .check({ key: codeKey, versionstamp: null })
           .check({ key: sessionKey, versionstamp: null })
           .set(codeKey, codeRecord, { expireIn: ttlUntil(codeRecord.expiresAt) })
-          .set(sessionKey, storedSession, { expireIn: ttlUntil(session.expiresAt) })
+          .set(sessionKey, session, { expireIn: ttlUntil(session.expiresAt) })
           .delete(flow.key),
       );
     },
 
-    async getCode(code) {
-      return read<CodeRecord>([CODE_KEY, await sha256Base64Url(code)]);
+    getCode(code) {
+      return read<CodeRecord>([CODE_KEY, sha256Base64Url(code)]);
     },
 
     deleteCode(code) {
-      return commit(kv.atomic().check(code).delete(code.key));
+      return commit(atomic().check(code).delete(code.key));
     },
 
     async redeemCode(code, session, updated, options) {
-      const op = kv.atomic().check(code).check(session);
+      const op = atomic().check(code).check(session);
       if (options?.keepRedeemedMarker) {
         // Kept until the code would have expired, so a replay can be recognised.
         const marker: CodeRecord = { ...code.value, redeemedAt: clock.now() };
@@ -356,13 +348,13 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     getSession: readLiveSession,
 
     async findSessionByRefreshToken(refreshToken) {
-      const key = await refreshKey(refreshToken);
+      const key = refreshKey(refreshToken);
       const hash = key[1] as string;
       const sessionId = sessionIdOfRefreshToken(refreshToken);
       // Our tokens name their session, so index and session come back in one read.
       const [index, stored] = sessionId
         ? await retryLocked(() =>
-          kv.getMany<[RefreshIndex, StoredSession]>([key, [SESSION_KEY, sessionId]])
+          kv.getMany<[RefreshIndex, SessionRecord]>([key, [SESSION_KEY, sessionId]])
         )
         : [await retryLocked(() => kv.get<RefreshIndex>(key)), undefined];
       if (index.versionstamp === null || index.value.grace) return null;
@@ -378,31 +370,29 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     },
 
     async rotateRefreshToken(session, updated, grace) {
-      const op = kv.atomic().check(session);
+      const op = atomic().check(session);
       await replaceRefreshIndex(op, session, updated, grace);
       return commit(op);
     },
 
     async takeRefreshGrace(refreshToken) {
-      const index = await read<RefreshIndex>(await refreshKey(refreshToken));
+      const index = await read<RefreshIndex>(refreshKey(refreshToken));
       const grace = index?.value.grace;
       if (!index || !grace || clock.now() > grace.untilMs) return null;
       const session = await readLiveSession(index.value.sessionId);
       if (session?.value.mcpRefreshTokenHash !== grace.replacementHash) return null;
       const response = await secrets.open(grace.sealedResponse).catch(() => null);
       if (response === null) return null;
-      return await commit(kv.atomic().check(index).delete(index.key)) ? response : null;
+      return await commit(atomic().check(index).delete(index.key)) ? response : null;
     },
 
     async saveSession(session, updated) {
-      const stored = await sealSession(updated);
-      const result = await retryLocked(() =>
-        kv.atomic().check(session)
-          .set(session.key, stored, { expireIn: ttlUntil(updated.expiresAt) })
-          .commit()
-      );
+      const stored = await resealedIfRetired(updated);
+      const result = await atomic().check(session)
+        .set(session.key, stored, { expireIn: ttlUntil(updated.expiresAt) })
+        .commit();
       return result.ok
-        ? { key: session.key, value: updated, versionstamp: result.versionstamp }
+        ? { key: session.key, value: stored, versionstamp: result.versionstamp }
         : null;
     },
 
@@ -410,9 +400,9 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       // Guarded by the version read: a refresh rotating the token in between would otherwise
       // leave its new refresh index pointing at the deleted session.
       for (let attempt = 0; attempt < DELETE_SESSION_ATTEMPTS; attempt++) {
-        const session = await read<StoredSession>([SESSION_KEY, id]);
+        const session = await read<SessionRecord>([SESSION_KEY, id]);
         if (!session) return;
-        const op = kv.atomic().check(session).delete(session.key);
+        const op = atomic().check(session).delete(session.key);
         if (session.value.mcpRefreshTokenHash) {
           op.delete([REFRESH_KEY, session.value.mcpRefreshTokenHash]);
         }
@@ -421,13 +411,21 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       throw new Error("session kept changing while being deleted");
     },
 
+    sealGitLabTokens({ accessToken, refreshToken }) {
+      return secrets.seal(JSON.stringify({ accessToken, refreshToken }));
+    },
+
+    openGitLabTokens(session) {
+      return openSealed<GitLabTokens>(session.sealedGitLabTokens);
+    },
+
     async ping() {
       await retryLocked(() => kv.get([LEASE_KEY, "health"]));
     },
 
     async registerClient(client) {
       const key = [CLIENT_KEY, client.clientId];
-      if (!await commit(kv.atomic().check({ key, versionstamp: null }).set(key, client))) {
+      if (!await commit(atomic().check({ key, versionstamp: null }).set(key, client))) {
         throw new Error("client id collision");
       }
     },
@@ -450,7 +448,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
         const current = await read<number>(key);
         const count = (current?.value ?? 0) + 1;
         if (count > limit) return count;
-        const op = kv.atomic()
+        const op = atomic()
           .check({ key, versionstamp: current?.versionstamp ?? null })
           .set(key, count, { expireIn });
         if (await commit(op)) return count;
@@ -468,17 +466,15 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       const current = await read<{ expiresAt: number }>(key);
       if (current && isLive(current.value)) return null;
       const expiresAt = clock.now() + ttlMs;
-      const result = await retryLocked(() =>
-        kv.atomic()
-          .check({ key, versionstamp: current?.versionstamp ?? null })
-          .set(key, { expiresAt }, { expireIn: ttlMs })
-          .commit()
-      );
+      const result = await atomic()
+        .check({ key, versionstamp: current?.versionstamp ?? null })
+        .set(key, { expiresAt }, { expireIn: ttlMs })
+        .commit();
       if (!result.ok) return null;
       const held = { key, versionstamp: result.versionstamp };
       return {
         async release() {
-          await commit(kv.atomic().check(held).delete(key));
+          await commit(atomic().check(held).delete(key));
         },
       };
     },

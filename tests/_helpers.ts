@@ -10,6 +10,7 @@ import type { Clock } from "../src/clock.ts";
 import { type Config, loadConfig } from "../src/config.ts";
 import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
+import type { GitLabTokens, SessionRecord } from "../src/records.ts";
 import { type Store } from "../src/store.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
 import {
@@ -27,6 +28,15 @@ export const TEST_BASE = "http://auth.test";
 export const TEST_REDIRECT = "http://127.0.0.1:9999/callback";
 
 /** A clock that only moves when the test says so. */
+/** The GitLab tokens a session holds, opened (they are sealed in the record). */
+export async function gitlabTokensOf(
+  store: Store,
+  session: { value: SessionRecord } | null,
+): Promise<GitLabTokens | null> {
+  assert.ok(session, "the session exists");
+  return await store.openGitLabTokens(session.value);
+}
+
 export class FakeClock implements Clock {
   constructor(public current = Date.parse("2026-01-01T00:00:00Z")) {}
   now(): number {

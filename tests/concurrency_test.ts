@@ -11,6 +11,7 @@ import {
   assertOneComplete,
   assertOneWinner,
   exchange,
+  gitlabTokensOf,
   issueCode,
   issueTokens,
   poll,
@@ -115,8 +116,10 @@ Deno.test("concurrency: 20 parallel refreshes of an expiring GitLab token", asyn
         assert.deepEqual(app.upstream.refreshTokensSeen, ["gl-refresh-0"]);
 
         const session = (await app.store.findSessionByRefreshToken(winner.refresh_token!))!;
-        assert.equal(session.value.gitlabAccessToken, "gl-access-new");
-        assert.equal(session.value.gitlabRefreshToken, "gl-refresh-new");
+        assert.deepEqual(await gitlabTokensOf(app.store, session), {
+          accessToken: "gl-access-new",
+          refreshToken: "gl-refresh-new",
+        });
         assert.equal(session.value.gitlabTokenExpiry, app.clock.now() + 7200_000);
         assert.equal(await count(app.kv, "lease"), 0, "the refresh lease was released");
       });

@@ -890,7 +890,8 @@ async function checkKvInvariants(t: TestApp, secrets: Set<string>): Promise<void
       assert.notEqual(entry.value.gitlabUsername, "", `seed ${SEED}: session username`);
       const opened = await t.store.getSession(String(id));
       assert.ok(opened, `seed ${SEED}: session ${String(id)} does not open`);
-      assert.ok(opened.value.gitlabAccessToken, "the GitLab token is in the session");
+      const gitlab = await t.store.openGitLabTokens(opened.value);
+      assert.ok(gitlab?.accessToken, "the GitLab token is in the session");
     }
     if (kind === "code") {
       const sessionId = entry.value.sessionId as string;

@@ -5,7 +5,15 @@
 import assert from "node:assert/strict";
 import type { LogFields, Logger } from "../src/logger.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
-import { PKCE, poll, startFlow, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
+import {
+  gitlabTokensOf,
+  PKCE,
+  poll,
+  startFlow,
+  TEST_BASE,
+  type TestApp,
+  withApp,
+} from "./_helpers.ts";
 
 const REDIRECT = "http://127.0.0.1:9999/callback";
 const TEN_MINUTES = 10 * 60 * 1000;
@@ -207,8 +215,10 @@ Deno.test("4.2 success order: user fetched, code stored with 10-minute lifetime,
     assert.deepEqual(session.value.scopes, ["mcp:tools", "mcp:resources"]);
     assert.equal(session.value.mcpRefreshTokenHash, "");
     assert.equal(session.value.mcpTokenExpiry, 0);
-    assert.equal(session.value.gitlabAccessToken, "gl-at");
-    assert.equal(session.value.gitlabRefreshToken, "gl-rt");
+    assert.deepEqual(await gitlabTokensOf(t.store, session), {
+      accessToken: "gl-at",
+      refreshToken: "gl-rt",
+    });
     assert.equal(session.value.gitlabTokenExpiry, now + 7200 * 1000);
     assert.equal(session.value.gitlabUserId, 777);
     assert.equal(session.value.gitlabUsername, "grace");
@@ -258,7 +268,7 @@ Deno.test("4.2 fetchUser failing transiently → 200 pending; next poll complete
     const stored = await t.store.getCode(code);
     assert.ok(stored);
     const session = await t.store.getSession(stored.value.sessionId);
-    assert.equal(session?.value.gitlabAccessToken, "gl-access-0");
+    assert.equal((await gitlabTokensOf(t.store, session))?.accessToken, "gl-access-0");
   }));
 
 // ---- 2.4 poll body ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   exchange,
+  gitlabTokensOf,
   issueTokens,
   poll,
   refresh,
@@ -133,8 +134,10 @@ async function fullFlowLeavesNoSecrets(t: TestApp, signingSecret: string): Promi
 
   // And what is there is still usable: the session opens with the new GitLab tokens.
   const renewed = await t.store.findSessionByRefreshToken(second.refresh_token);
-  assert.equal(renewed?.value.gitlabAccessToken, "gl-access-1");
-  assert.equal(renewed?.value.gitlabRefreshToken, "gl-refresh-1");
+  assert.deepEqual(await gitlabTokensOf(t.store, renewed), {
+    accessToken: "gl-access-1",
+    refreshToken: "gl-refresh-1",
+  });
   const again = await refresh(t, second.refresh_token);
   assert.equal(again.status, 200);
   await again.body?.cancel();

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { sha256Base64Url } from "../src/crypto.ts";
 import type { CodeRecord, FlowRecord, SessionRecord } from "../src/records.ts";
 import { newRefreshToken } from "../src/refresh_tokens.ts";
-import { createSecretBox } from "../src/secret_box.ts";
+import { createSecretBox, type SecretBox } from "../src/secret_box.ts";
 import { createStore, type Store } from "../src/store.ts";
 import {
   exchange,
@@ -36,14 +36,18 @@ function flowRecord(clock: FakeClock, overrides: Partial<FlowRecord> = {}): Flow
   };
 }
 
+/** GitLab tokens sealed the way every store in this file opens them. */
+const SEALED_GITLAB_TOKENS = await createSecretBox([TEST_SECRET]).seal(
+  JSON.stringify({ accessToken: "gl-access-0", refreshToken: "gl-refresh-0" }),
+);
+
 function sessionRecord(clock: FakeClock, overrides: Partial<SessionRecord> = {}): SessionRecord {
   const now = clock.now();
   return {
     id: crypto.randomUUID(),
     mcpRefreshTokenHash: "",
     mcpTokenExpiry: 0,
-    gitlabAccessToken: "gl-access-0",
-    gitlabRefreshToken: "gl-refresh-0",
+    sealedGitLabTokens: SEALED_GITLAB_TOKENS,
     gitlabTokenExpiry: now + 7200_000,
     gitlabUserId: 4242,
     gitlabUsername: "ada",
@@ -105,7 +109,7 @@ async function redeemedSession(store: Store, clock: FakeClock, refreshToken: str
   const { code, session } = await completedFlow(store, clock);
   const codeEntry = (await store.getCode(code))!;
   const sessionEntry = (await store.getSession(session.id))!;
-  const updated = { ...session, mcpRefreshTokenHash: await sha256Base64Url(refreshToken) };
+  const updated = { ...session, mcpRefreshTokenHash: sha256Base64Url(refreshToken) };
   assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
   return (await store.getSession(session.id))!;
 }
@@ -115,7 +119,7 @@ Deno.test("store: device flows", async (t) => {
     await t.step("createFlow stores the record under the flow state's hash", async () => {
       const flow = flowRecord(clock);
       await store.createFlow("state-a", flow);
-      assert.deepEqual(await keysUnder(kv, "flow"), [["flow", await sha256Base64Url("state-a")]]);
+      assert.deepEqual(await keysUnder(kv, "flow"), [["flow", sha256Base64Url("state-a")]]);
       const read = await store.getFlow("state-a");
       assert.ok(read);
       assert.deepEqual(read.value, flow);
@@ -171,7 +175,7 @@ Deno.test("store: completeFlow", async (t) => {
       assert.ok(read);
       assert.deepEqual(read.value, codeRecord(clock, session.id));
       assert.deepEqual((await store.getSession(session.id))!.value, session);
-      assert.deepEqual(await keysUnder(kv, "code"), [["code", await sha256Base64Url(code)]]);
+      assert.deepEqual(await keysUnder(kv, "code"), [["code", sha256Base64Url(code)]]);
       assert.deepEqual(await keysUnder(kv, "session"), [["session", session.id]]);
     });
     await t.step("fails and writes nothing when the flow changed since read", async () => {
@@ -233,14 +237,14 @@ Deno.test("store: authorization codes", async (t) => {
       const sessionEntry = (await store.getSession(session.id))!;
       const updated = {
         ...session,
-        mcpRefreshTokenHash: await sha256Base64Url("refresh-1"),
+        mcpRefreshTokenHash: sha256Base64Url("refresh-1"),
         mcpTokenExpiry: clock.now() + 3600_000,
       };
       assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
       assert.equal(await store.getCode(code), null);
       assert.deepEqual((await store.getSession(session.id))!.value, updated);
       assert.deepEqual(await keysUnder(kv, "refresh"), [
-        ["refresh", await sha256Base64Url("refresh-1")],
+        ["refresh", sha256Base64Url("refresh-1")],
       ]);
       assert.equal((await store.findSessionByRefreshToken("refresh-1"))!.value.id, session.id);
       // The same read cannot redeem twice.
@@ -278,7 +282,7 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
     });
     await t.step("the refresh index points at the live session holding the token", async () => {
       const session = await redeemedSession(store, clock, "refresh-a");
-      const hash = await sha256Base64Url("refresh-a");
+      const hash = sha256Base64Url("refresh-a");
       const index = await kv.get<{ sessionId: string }>(["refresh", hash]);
       assert.deepEqual(index.value, { sessionId: session.value.id });
       assert.equal(session.value.mcpRefreshTokenHash, hash);
@@ -290,8 +294,8 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
     });
     await t.step("rotateRefreshToken replaces the index entry", async () => {
       const session = (await store.findSessionByRefreshToken("refresh-a"))!;
-      const oldHash = await sha256Base64Url("refresh-a");
-      const newHash = await sha256Base64Url("refresh-b");
+      const oldHash = sha256Base64Url("refresh-a");
+      const newHash = sha256Base64Url("refresh-b");
       const updated = { ...session.value, mcpRefreshTokenHash: newHash };
       assert.equal(await store.rotateRefreshToken(session, updated), true);
       assert.equal((await kv.get(["refresh", oldHash])).versionstamp, null);
@@ -307,7 +311,7 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       async () => {
         const first = await redeemedSession(store, clock, "placeholder");
         const token = newRefreshToken(first.value.id);
-        const updated = { ...first.value, mcpRefreshTokenHash: await sha256Base64Url(token) };
+        const updated = { ...first.value, mcpRefreshTokenHash: sha256Base64Url(token) };
         assert.equal(await store.rotateRefreshToken(first, updated), true);
         assert.equal((await store.findSessionByRefreshToken(token))!.value.id, first.value.id);
         // Naming another session, or a tampered random part, finds nothing.
@@ -321,10 +325,10 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
     );
     await t.step("rotateRefreshToken fails and writes nothing on a stale session", async () => {
       const current = (await store.findSessionByRefreshToken("refresh-b"))!;
-      const updated = { ...current.value, mcpRefreshTokenHash: await sha256Base64Url("refresh-c") };
+      const updated = { ...current.value, mcpRefreshTokenHash: sha256Base64Url("refresh-c") };
       assert.equal(await store.rotateRefreshToken(current, updated), true);
       const before = await entries(kv);
-      const lost = { ...current.value, mcpRefreshTokenHash: await sha256Base64Url("refresh-d") };
+      const lost = { ...current.value, mcpRefreshTokenHash: sha256Base64Url("refresh-d") };
       assert.equal(await store.rotateRefreshToken(current, lost), false);
       assert.deepEqual(await entries(kv), before);
       assert.equal(await store.findSessionByRefreshToken("refresh-b"), null);
@@ -333,12 +337,16 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
     });
     await t.step("saveSession stores the update; a stale read fails", async () => {
       const read = (await store.findSessionByRefreshToken("refresh-c"))!;
-      const updated = { ...read.value, gitlabAccessToken: "gl-access-9" };
+      const sealedGitLabTokens = await store.sealGitLabTokens({
+        accessToken: "gl-access-9",
+        refreshToken: "gl-refresh-9",
+      });
+      const updated = { ...read.value, sealedGitLabTokens };
       const saved = await store.saveSession(read, updated);
       assert.ok(saved);
       assert.deepEqual(saved.value, updated);
       assert.deepEqual((await store.getSession(read.value.id))!.value, updated);
-      assert.equal(await store.saveSession(read, { ...updated, gitlabAccessToken: "x" }), null);
+      assert.equal(await store.saveSession(read, { ...updated, gitlabTokenExpiry: 1 }), null);
       // The refresh index is untouched by saveSession.
       assert.equal((await store.findSessionByRefreshToken("refresh-c"))!.value.id, read.value.id);
     });
@@ -347,7 +355,7 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       await store.deleteSession(read.value.id);
       assert.equal(await store.getSession(read.value.id), null);
       assert.equal((await kv.get(["session", read.value.id])).versionstamp, null);
-      const hash = await sha256Base64Url("refresh-c");
+      const hash = sha256Base64Url("refresh-c");
       assert.equal((await kv.get(["refresh", hash])).versionstamp, null);
       assert.equal(await store.findSessionByRefreshToken("refresh-c"), null);
     });
@@ -441,7 +449,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
     await t.step("a stored flow is keyed by the flow state's hash", async () => {
       secrets.flowState = await startFlow(a);
       assert.deepEqual(await keysUnder(a.kv, "flow"), [
-        ["flow", await sha256Base64Url(secrets.flowState)],
+        ["flow", sha256Base64Url(secrets.flowState)],
       ]);
       assertNoneContain(await dump(a.kv), secrets);
     });
@@ -450,7 +458,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       const body = await (await poll(a, secrets.flowState)).json();
       assert.equal(body.status, "complete");
       secrets.code = body.code;
-      assert.deepEqual(await keysUnder(a.kv, "code"), [["code", await sha256Base64Url(body.code)]]);
+      assert.deepEqual(await keysUnder(a.kv, "code"), [["code", sha256Base64Url(body.code)]]);
       assert.deepEqual(await keysUnder(a.kv, "flow"), []);
       assertNoneContain(await dump(a.kv), secrets);
     });
@@ -461,7 +469,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       secrets.refresh1 = body.refresh_token;
       secrets.access1 = body.access_token;
       assert.deepEqual(await keysUnder(a.kv, "refresh"), [
-        ["refresh", await sha256Base64Url(body.refresh_token)],
+        ["refresh", sha256Base64Url(body.refresh_token)],
       ]);
       assert.deepEqual(await keysUnder(a.kv, "code"), []);
       assertNoneContain(await dump(a.kv), secrets);
@@ -474,7 +482,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       secrets.access2 = body.access_token;
       const [key, ...rest] = await keysUnder(a.kv, "refresh");
       assert.deepEqual(rest, []);
-      assert.deepEqual(key, ["refresh", await sha256Base64Url(body.refresh_token)]);
+      assert.deepEqual(key, ["refresh", sha256Base64Url(body.refresh_token)]);
       assertNoneContain(await dump(a.kv), secrets);
     });
     await t.step(
@@ -495,8 +503,8 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
         const index = await entries(a.kv, ["refresh"]);
         assert.equal(index.length, 2, "one entry per session");
         const hashes = [
-          await sha256Base64Url(secrets.refresh2),
-          await sha256Base64Url(secrets.refresh4),
+          sha256Base64Url(secrets.refresh2),
+          sha256Base64Url(secrets.refresh4),
         ];
         assert.deepEqual(index.map((entry) => entry.key[1]).sort(), hashes.sort());
         for (const entry of index) {
@@ -513,5 +521,35 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
     );
   } finally {
     app?.close();
+  }
+});
+
+Deno.test("store: a grant that does not touch GitLab never opens the GitLab tokens", async () => {
+  const box = createSecretBox([TEST_SECRET]);
+  let opened = 0;
+  const counting: SecretBox = {
+    ...box,
+    open(sealed) {
+      opened++;
+      return box.open(sealed);
+    },
+  };
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const clock = new FakeClock();
+    const store = createStore(kv, clock, counting);
+    await redeemedSession(store, clock, "refresh-lazy");
+    opened = 0;
+    const found = (await store.findSessionByRefreshToken("refresh-lazy"))!;
+    const updated = { ...found.value, mcpRefreshTokenHash: sha256Base64Url("refresh-lazy-2") };
+    assert.equal(await store.rotateRefreshToken(found, updated), true);
+    assert.equal(opened, 0, "read and rotated with the GitLab tokens sealed");
+    assert.deepEqual(await store.openGitLabTokens(updated), {
+      accessToken: "gl-access-0",
+      refreshToken: "gl-refresh-0",
+    });
+    assert.equal(opened, 1);
+  } finally {
+    kv.close();
   }
 });

@@ -8,6 +8,7 @@ import { jwtVerify } from "jose";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   exchange,
+  gitlabTokensOf,
   issueCode,
   issueTokens,
   PKCE,
@@ -455,8 +456,10 @@ Deno.test("4.3.2 step 3: upstream token expiring within 5 minutes → refreshed 
     assert.equal(t.upstream.calls.refresh, 1);
     assert.deepEqual(t.upstream.refreshTokensSeen, ["gl-refresh-0"]);
     const session = await t.store.getSession(sid);
-    assert.equal(session?.value.gitlabAccessToken, "gl-access-1");
-    assert.equal(session?.value.gitlabRefreshToken, "gl-refresh-1");
+    assert.deepEqual(await gitlabTokensOf(t.store, session), {
+      accessToken: "gl-access-1",
+      refreshToken: "gl-refresh-1",
+    });
     assert.equal(session?.value.gitlabTokenExpiry, now + 7200 * 1000);
   }));
 

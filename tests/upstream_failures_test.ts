@@ -23,6 +23,7 @@ import {
   authorizeQuery,
   FakeClock,
   flowDataFromPage,
+  gitlabTokensOf,
   PKCE,
   TEST_BASE,
   TEST_SECRET,
@@ -375,7 +376,7 @@ Deno.test("upstream failures: upstream refresh fails → 400 invalid_grant; the 
         assert.equal(gitlab.calls.refresh, 1);
         const unchanged = await app.store.findSessionByRefreshToken(refreshToken);
         assert.ok(unchanged, "the refresh token still names the session");
-        assert.equal(unchanged.value.gitlabAccessToken, before!.value.gitlabAccessToken);
+        assert.equal(unchanged.value.sealedGitLabTokens, before!.value.sealedGitLabTokens);
         assert.equal(await countKind(app.kv, "lease"), 0, "the refresh lease was released");
 
         // GitLab is back: the same refresh token works, and the GitLab token is renewed.
@@ -386,7 +387,10 @@ Deno.test("upstream failures: upstream refresh fails → 400 invalid_grant; the 
           later.body.refresh_token as string,
         );
         assert.ok(renewed);
-        assert.notEqual(renewed.value.gitlabAccessToken, before!.value.gitlabAccessToken);
+        assert.notDeepEqual(
+          await gitlabTokensOf(app.store, renewed),
+          await gitlabTokensOf(app.store, before),
+        );
         assert.ok(renewed.value.gitlabTokenExpiry > app.clock.now() + UPSTREAM_REFRESH_BUFFER_MS);
       }));
   }

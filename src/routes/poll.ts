@@ -106,7 +106,14 @@ async function complete(
   const { store, clock, config, logger } = ctx.deps;
   const now = clock.now();
   const code = randomToken();
-  const session = newSession(flow.value, tokens, user, now, config.sessionIdleTtlSeconds);
+  const sealedTokens = await store.sealGitLabTokens(tokens);
+  const session = newSession(
+    flow.value,
+    { sealedTokens, expiresAt: tokens.expiresAt },
+    user,
+    now,
+    config.sessionIdleTtlSeconds,
+  );
   const { clientId, codeChallenge, codeChallengeMethod, redirectUri, state } = flow.value;
   const done = await store.completeFlow(flow, {
     code,

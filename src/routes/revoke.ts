@@ -56,13 +56,15 @@ async function endSession(ctx: RequestContext, session: SessionRecord): Promise<
   const { store, oauth, logger } = ctx.deps;
   await store.deleteSession(session.id);
   logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
+  const gitlab = await store.openGitLabTokens(session);
+  if (!gitlab) return;
   try {
-    await oauth!.upstream.revokeToken(session.gitlabAccessToken);
+    await oauth!.upstream.revokeToken(gitlab.accessToken);
   } catch (error) {
     logger.warn("GitLab token revocation failed", {
       requestId: ctx.requestId,
       sessionId: session.id,
-      gitlabToken: redact(session.gitlabAccessToken),
+      gitlabToken: redact(gitlab.accessToken),
       error: String(error),
     });
   }

@@ -58,7 +58,7 @@ async function exchangeCode(ctx: RequestContext, params: Map<string, string>): P
     throw invalidGrant("Authorization code expired");
   }
   const { codeChallenge, codeChallengeMethod, redirectUri, sessionId } = code.value;
-  if (!await verifyPkce(verifier, codeChallenge, codeChallengeMethod)) {
+  if (!verifyPkce(verifier, codeChallenge, codeChallengeMethod)) {
     throw invalidGrant("Invalid code_verifier");
   }
   if (redirectUri !== undefined && params.get("redirect_uri") !== redirectUri) {
@@ -107,7 +107,7 @@ async function refresh(ctx: RequestContext, params: Map<string, string>): Promis
     throw invalidGrant("Failed to refresh underlying upstream token");
   }
   // Re-read after an upstream refresh: the token must still be the session's current one.
-  if (!session || session.value.mcpRefreshTokenHash !== await sha256Base64Url(refreshToken)) {
+  if (!session || session.value.mcpRefreshTokenHash !== sha256Base64Url(refreshToken)) {
     throw invalidGrant("Invalid refresh token");
   }
 
@@ -185,7 +185,7 @@ async function issueTokens(
     },
     session: {
       ...session,
-      mcpRefreshTokenHash: await sha256Base64Url(refreshToken),
+      mcpRefreshTokenHash: sha256Base64Url(refreshToken),
       mcpTokenExpiry: now + ttl * 1000,
       updatedAt: now,
       expiresAt: now + config.sessionIdleTtlSeconds * 1000,
@@ -215,9 +215,9 @@ function invalidGrant(description: string): OAuthError {
   return new OAuthError(400, "invalid_grant", description);
 }
 
+/** What was issued goes on the request's log line: one line per request, even under load. */
 function logIssued(ctx: RequestContext, grant: string, session: SessionRecord, refresh: string) {
-  ctx.deps.logger.info("tokens issued", {
-    requestId: ctx.requestId,
+  Object.assign(ctx.logFields, {
     grant,
     sessionId: session.id,
     clientId: session.clientId,
