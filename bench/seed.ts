@@ -29,7 +29,7 @@ import { systemClock } from "../src/clock.ts";
 import { loadConfig } from "../src/config.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import type { FlowRecord } from "../src/records.ts";
-import { newRefreshToken } from "../src/refresh_tokens.ts";
+import { newSessionToken } from "../src/session_tokens.ts";
 import { newSession } from "../src/sessions.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
@@ -141,7 +141,7 @@ async function seedRefresh(
   const session = await store.getSession(sessionId);
   if (!codeEntry || !session) throw new Error("code or session vanished after completeFlow");
   const now = systemClock.now();
-  const refreshToken = newRefreshToken(sessionId);
+  const refreshToken = newSessionToken(sessionId);
   const ok = await store.redeemCode(codeEntry, session, {
     ...session.value,
     mcpRefreshTokenHash: sha256Base64Url(refreshToken),

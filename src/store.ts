@@ -18,7 +18,7 @@
 
 import type { Clock } from "./clock.ts";
 import { sha256Base64Url } from "./crypto.ts";
-import { sessionIdOfRefreshToken } from "./refresh_tokens.ts";
+import { sessionIdOf } from "./session_tokens.ts";
 import type { SecretBox } from "./secret_box.ts";
 import type { ClientRecord } from "./clients.ts";
 import { AtomicWrite, createGroupCommit } from "./group_commit.ts";
@@ -62,6 +62,12 @@ export interface FlowCompletion {
   session: SessionRecord;
 }
 
+/** A code as read, and its session (null when that is gone). */
+export interface CodeAndSession {
+  code: Versioned<CodeRecord>;
+  session: Versioned<SessionRecord> | null;
+}
+
 /** The service's storage operations. */
 export interface Store {
   createFlow(flowState: string, flow: FlowRecord): Promise<void>;
@@ -88,6 +94,8 @@ export interface Store {
 
   /** The code, even past its `expiresAt`, or null. */
   getCode(code: string): Promise<Versioned<CodeRecord> | null>;
+  /** The code (as getCode) and the live session it was issued for, read together. */
+  getCodeAndSession(code: string): Promise<CodeAndSession | null>;
   deleteCode(code: Versioned<CodeRecord>): Promise<boolean>;
   /**
    * Consumes the code and stores the session with its first refresh token, all or nothing;
@@ -171,10 +179,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   const isLive = (record: { expiresAt: number }) => clock.now() <= record.expiresAt;
 
   async function read<T>(key: Deno.KvKey): Promise<Versioned<T> | null> {
-    const entry = await retryLocked(() => kv.get<T>(key));
-    return entry.versionstamp === null
-      ? null
-      : { key, value: entry.value, versionstamp: entry.versionstamp };
+    return versioned(await retryLocked(() => kv.get<T>(key)));
   }
 
   const submit = createGroupCommit(({ checks, mutations }) =>
@@ -328,6 +333,24 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       return read<CodeRecord>([CODE_KEY, sha256Base64Url(code)]);
     },
 
+    async getCodeAndSession(codeValue) {
+      const key = [CODE_KEY, sha256Base64Url(codeValue)];
+      const sessionId = sessionIdOf(codeValue);
+      // Our codes name their session, so both come back in one read.
+      const [code, stored] = sessionId
+        ? await retryLocked(() =>
+          kv.getMany<[CodeRecord, SessionRecord]>([key, [SESSION_KEY, sessionId]])
+        )
+        : [await retryLocked(() => kv.get<CodeRecord>(key)), undefined];
+      const found = versioned(code);
+      if (!found) return null;
+      const named = stored && found.value.sessionId === sessionId ? versioned(stored) : null;
+      const session = named
+        ? await liveSessionOf(named)
+        : await readLiveSession(found.value.sessionId);
+      return { code: found, session };
+    },
+
     deleteCode(code) {
       return commit(atomic().check(code).delete(code.key));
     },
@@ -350,7 +373,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     async findSessionByRefreshToken(refreshToken) {
       const key = refreshKey(refreshToken);
       const hash = key[1] as string;
-      const sessionId = sessionIdOfRefreshToken(refreshToken);
+      const sessionId = sessionIdOf(refreshToken);
       // Our tokens name their session, so index and session come back in one read.
       const [index, stored] = sessionId
         ? await retryLocked(() =>
@@ -358,12 +381,9 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
         )
         : [await retryLocked(() => kv.get<RefreshIndex>(key)), undefined];
       if (index.versionstamp === null || index.value.grace) return null;
-      const session = stored?.versionstamp && index.value.sessionId === sessionId
-        ? await liveSessionOf({
-          key: stored.key,
-          value: stored.value,
-          versionstamp: stored.versionstamp,
-        })
+      const named = stored && index.value.sessionId === sessionId ? versioned(stored) : null;
+      const session = named
+        ? await liveSessionOf(named)
         : await readLiveSession(index.value.sessionId);
       // A stale index (left by nothing we know of, but cheap to guard) must not match.
       return session?.value.mcpRefreshTokenHash === hash ? session : null;
@@ -479,6 +499,13 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       };
     },
   };
+}
+
+/** An entry that exists, as a Versioned record; null for an absent one. */
+function versioned<T>(entry: Deno.KvEntryMaybe<T>): Versioned<T> | null {
+  return entry.versionstamp === null
+    ? null
+    : { key: entry.key, value: entry.value, versionstamp: entry.versionstamp };
 }
 
 const LOCKED_RETRIES = 8;

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { sha256Base64Url } from "../src/crypto.ts";
 import type { CodeRecord, FlowRecord, SessionRecord } from "../src/records.ts";
-import { newRefreshToken } from "../src/refresh_tokens.ts";
+import { newSessionToken } from "../src/session_tokens.ts";
 import { createSecretBox, type SecretBox } from "../src/secret_box.ts";
 import { createStore, type Store } from "../src/store.ts";
 import {
@@ -310,7 +310,7 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       "a token naming its session is found with index and session in one read",
       async () => {
         const first = await redeemedSession(store, clock, "placeholder");
-        const token = newRefreshToken(first.value.id);
+        const token = newSessionToken(first.value.id);
         const updated = { ...first.value, mcpRefreshTokenHash: sha256Base64Url(token) };
         assert.equal(await store.rotateRefreshToken(first, updated), true);
         assert.equal((await store.findSessionByRefreshToken(token))!.value.id, first.value.id);
@@ -552,4 +552,41 @@ Deno.test("store: a grant that does not touch GitLab never opens the GitLab toke
   } finally {
     kv.close();
   }
+});
+
+Deno.test("store: getCodeAndSession finds the code and its session, by name or by record", async (t) => {
+  await withStore(async (store, _kv, clock) => {
+    await t.step("a code naming its session", async () => {
+      await store.createFlow("flow-named", flowRecord(clock));
+      const flow = (await store.getFlow("flow-named"))!;
+      const session = sessionRecord(clock);
+      const code = newSessionToken(session.id);
+      const codeRecordValue = codeRecord(clock, session.id);
+      assert.ok(await store.completeFlow(flow, { code, codeRecord: codeRecordValue, session }));
+      const found = (await store.getCodeAndSession(code))!;
+      assert.deepEqual(found.code.value, codeRecordValue);
+      assert.equal(found.session?.value.id, session.id);
+    });
+    await t.step("a code of another shape (issued before codes named sessions)", async () => {
+      const { code, session } = await completedFlow(store, clock, "plain-code");
+      const found = (await store.getCodeAndSession(code))!;
+      assert.equal(found.code.value.sessionId, session.id);
+      assert.equal(found.session?.value.id, session.id);
+    });
+    await t.step("a code whose name points at another session trusts the record", async () => {
+      const { session } = await completedFlow(store, clock, "unused");
+      const forged = newSessionToken(crypto.randomUUID());
+      assert.equal(await store.getCodeAndSession(forged), null);
+      const other = await completedFlow(store, clock, `x.${session.id}`);
+      const found = (await store.getCodeAndSession(`x.${session.id}`))!;
+      assert.equal(found.session?.value.id, other.session.id);
+    });
+    await t.step("a code whose session is gone comes back without it", async () => {
+      const { code, session } = await completedFlow(store, clock, "orphan-code");
+      await store.deleteSession(session.id);
+      const found = (await store.getCodeAndSession(code))!;
+      assert.equal(found.session, null);
+      assert.equal(await store.getCodeAndSession("unknown-code"), null);
+    });
+  });
 });

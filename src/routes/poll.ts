@@ -6,11 +6,11 @@
  */
 
 import type { RequestContext } from "../context.ts";
-import { randomToken } from "../crypto.ts";
 import { json, NO_STORE } from "../http.ts";
 import { redact } from "../logger.ts";
 import type { FlowRecord, UpstreamTokenSet } from "../records.ts";
 import { newSession, tokenSet } from "../sessions.ts";
+import { newSessionToken } from "../session_tokens.ts";
 import type { Versioned } from "../store.ts";
 import { UpstreamError, type UpstreamUser } from "../upstream/types.ts";
 
@@ -105,7 +105,6 @@ async function complete(
 ): Promise<Response> {
   const { store, clock, config, logger } = ctx.deps;
   const now = clock.now();
-  const code = randomToken();
   const sealedTokens = await store.sealGitLabTokens(tokens);
   const session = newSession(
     flow.value,
@@ -114,6 +113,7 @@ async function complete(
     now,
     config.sessionIdleTtlSeconds,
   );
+  const code = newSessionToken(session.id);
   const { clientId, codeChallenge, codeChallengeMethod, redirectUri, state } = flow.value;
   const done = await store.completeFlow(flow, {
     code,

@@ -12,7 +12,7 @@ import { json, NO_STORE, readParams } from "../http.ts";
 import { redact } from "../logger.ts";
 import { verifyPkce } from "../pkce.ts";
 import type { SessionRecord } from "../records.ts";
-import { newRefreshToken } from "../refresh_tokens.ts";
+import { newSessionToken } from "../session_tokens.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../sessions.ts";
 import type { Versioned } from "../store.ts";
 
@@ -47,8 +47,9 @@ async function exchangeCode(ctx: RequestContext, params: Map<string, string>): P
   const verifier = params.get("code_verifier");
   if (!verifier) throw new OAuthError(400, "invalid_request", "code_verifier is required");
 
-  const code = await store.getCode(codeValue);
-  if (!code) throw invalidGrant("Invalid authorization code");
+  const found = await store.getCodeAndSession(codeValue);
+  if (!found) throw invalidGrant("Invalid authorization code");
+  const { code, session } = found;
   if (code.value.redeemedAt !== undefined) {
     await revokeReplayedCodeSession(ctx, code.value.sessionId);
     throw invalidGrant("Invalid authorization code");
@@ -57,14 +58,13 @@ async function exchangeCode(ctx: RequestContext, params: Map<string, string>): P
     await store.deleteCode(code);
     throw invalidGrant("Authorization code expired");
   }
-  const { codeChallenge, codeChallengeMethod, redirectUri, sessionId } = code.value;
+  const { codeChallenge, codeChallengeMethod, redirectUri } = code.value;
   if (!verifyPkce(verifier, codeChallenge, codeChallengeMethod)) {
     throw invalidGrant("Invalid code_verifier");
   }
   if (redirectUri !== undefined && params.get("redirect_uri") !== redirectUri) {
     throw invalidGrant("redirect_uri does not match the authorization request");
   }
-  const session = await store.getSession(sessionId);
   if (!session) throw invalidGrant("Session not found");
   if (ctx.deps.config.redirectUriPolicy === "registered") {
     await requireSameClient(ctx, params.get("client_id"), code.value.clientId);
@@ -162,7 +162,7 @@ async function issueTokens(
   const now = clock.now();
   const ttl = config.accessTokenTtlSeconds;
   const scope = session.scopes.join(" ");
-  const refreshToken = newRefreshToken(session.id);
+  const refreshToken = newSessionToken(session.id);
   const accessToken = await oauth!.signer.sign(
     {
       iss: ctx.baseUrl,
