@@ -25,6 +25,10 @@
 
 const BENCH_DIR = new URL(".", import.meta.url).pathname;
 const ROOT = new URL("..", import.meta.url).pathname;
+/** The V8 flags `deno task start` gives the service, so that the bench measures that process. */
+const START_V8_FLAGS = String(JSON.parse(Deno.readTextFileSync(`${ROOT}deno.json`)).tasks.start)
+  .split(" ")
+  .filter((arg) => arg.startsWith("--v8-flags="));
 const DENO = Deno.execPath();
 const SECRET = "bench-secret-bench-secret-bench-secret-0123456789";
 const GITLAB_CLIENT_ID = "bench-gitlab-app";
@@ -556,7 +560,7 @@ function startService(dir: string, name: string, kvPath: string, gitlabUrl: stri
   return start(
     name,
     0,
-    [DENO, "run", "-A", "main.ts"],
+    [DENO, "run", ...START_V8_FLAGS, "-A", "main.ts"],
     serviceEnv(kvPath, gitlabUrl),
     PORT,
     `${dir}/${name}.log`,
