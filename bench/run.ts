@@ -18,6 +18,7 @@
  *   BENCH_CONNS / BENCH_THREADS  wrk connections / threads (default 32 / 2)
  *   BENCH_PORT         first port to use (default 18090; the simulated GitLab gets the next)
  *   BENCH_POLL_FLOWS   flows created for the poll case (default 2000)
+ *   (the mcp-direct and gateway cases use port BENCH_PORT+2 for the bench's MCP server)
  *   BENCH_NO_PIN=1     do not pin with taskset      BENCH_WRITE_README=0  do not touch README
  *   BENCH_QUIET_CORES / BENCH_QUIET_MAX_WAIT / BENCH_OTHER_MAX / BENCH_RETRIES  the noise gate
  *   BENCH_SERVICE_ENV  extra "K=V K=V" for the service    BENCH_KEEP=1  keep the temp dir
@@ -56,6 +57,8 @@ const DEFAULT_SIZES = "10000,100000";
 const SIZES = env("BENCH_SIZES", DEFAULT_SIZES) === "none"
   ? []
   : env("BENCH_SIZES", DEFAULT_SIZES).split(",").map(Number).filter((n) => n > 0);
+/** The latency cases send one request at a time: their p50 is a request's own latency. */
+const LATENCY_LOAD = { conns: 1, threads: 1 };
 const ALL_CASES = [
   "floor-hello",
   "floor-jwt-kv",
@@ -64,6 +67,8 @@ const ALL_CASES = [
   "code",
   "poll",
   "metadata",
+  "mcp-direct",
+  "gateway",
 ];
 const CASES = env("BENCH_CASES", ALL_CASES.join(",")) === "none"
   ? []
@@ -317,14 +322,15 @@ async function runWrk(
   mode: string,
   seconds: number,
   dir: string,
+  load: { conns: number; threads: number } = { conns: CONNS, threads: THREADS },
 ): Promise<WrkResult> {
   const timeFile = `${dir}/wrk-time.txt`;
   const timer = TIME ? [TIME, "-o", timeFile, "-f", "%U %S %e"] : [];
   const args = [
     ...pin(1),
     "wrk",
-    `-t${THREADS}`,
-    `-c${CONNS}`,
+    `-t${load.threads}`,
+    `-c${load.conns}`,
     `-d${seconds}s`,
     "--timeout",
     "10s",
@@ -335,7 +341,7 @@ async function runWrk(
     "--",
     source,
     mode,
-    String(THREADS),
+    String(load.threads),
   ];
   const all = [...timer, ...args];
   const out = await run(all[0], all.slice(1), { env: { BENCH_CLIENT_ID: CLIENT_ID } });
@@ -438,6 +444,8 @@ interface Target {
   mode: string;
   /** Split the source into warm-up and measured parts (one-shot tokens). */
   split: boolean;
+  /** wrk's load when not the default (the latency cases send one request at a time). */
+  load?: { conns: number; threads: number };
   note?: string;
   /** Decides before measuring whether the case can run at all; a string skips it. */
   probe?: () => Promise<string | undefined>;
@@ -466,12 +474,14 @@ async function measure(
       await sleep(500);
       const quiet = await waitQuiet();
       const idle = statusKb(t.server.pid, "VmRSS");
-      if (WARMUP > 0) warmRequests = (await runWrk(parts.warm, t.mode, WARMUP, dir)).requests;
+      if (WARMUP > 0) {
+        warmRequests = (await runWrk(parts.warm, t.mode, WARMUP, dir, t.load)).requests;
+      }
       const helpers = t.helpers ?? [];
       const c0 = cpuTicks(t.server.pid), h0 = helpers.map((h) => cpuTicks(h.pid));
       const k0 = threadTicks(t.server.pid, "sw-");
       const s0 = busyTicks();
-      const w = await runWrk(parts.meas, t.mode, DURATION, dir);
+      const w = await runWrk(parts.meas, t.mode, DURATION, dir, t.load);
       const c1 = cpuTicks(t.server.pid), h1 = helpers.map((h) => cpuTicks(h.pid));
       const k1 = threadTicks(t.server.pid, "sw-");
       const s1 = busyTicks();
@@ -556,15 +566,45 @@ function serviceEnv(kvPath: string, gitlabUrl: string): Record<string, string> {
   };
 }
 
-function startService(dir: string, name: string, kvPath: string, gitlabUrl: string) {
+function startService(
+  dir: string,
+  name: string,
+  kvPath: string,
+  gitlabUrl: string,
+  extraEnv: Record<string, string> = {},
+) {
   return start(
     name,
     0,
     [DENO, "run", ...START_V8_FLAGS, "-A", "main.ts"],
-    serviceEnv(kvPath, gitlabUrl),
+    { ...serviceEnv(kvPath, gitlabUrl), ...extraEnv },
     PORT,
     `${dir}/${name}.log`,
   );
+}
+
+/** The bench's MCP server (bench/mcp_server.ts) on `port`, pinned to `cpu`. */
+function startMcpServer(dir: string, cpu: number, port: number) {
+  return start(
+    `mcp-server-${port}`,
+    cpu,
+    [DENO, "run", "-A", `${BENCH_DIR}mcp_server.ts`],
+    { PORT: String(port) },
+    port,
+    `${dir}/mcp-server-${port}.log`,
+  );
+}
+
+/** An access token from the service on PORT, by refreshing the first seeded refresh token. */
+async function accessTokenFor(refreshTokens: string): Promise<string | undefined> {
+  const file = await Deno.open(refreshTokens);
+  const first = (await new Response(file.readable).text()).split("\n", 1)[0];
+  const r = await fetch(`http://127.0.0.1:${PORT}/token`, {
+    method: "POST",
+    body: new URLSearchParams({ grant_type: "refresh_token", refresh_token: first }),
+  });
+  const body = await r.json().catch(() => ({}));
+  return typeof body.access_token === "string" ? body.access_token : undefined;
 }
 
 function startFloor(dir: string, name: string, floor: string, keyMode = "cryptokey") {
@@ -638,7 +678,9 @@ async function main(): Promise<void> {
   const golden = `${dir}/golden.sqlite`;
   const rt = `${dir}/refresh-tokens.txt`, codes = `${dir}/codes.txt`;
   let seedS = 0;
-  const needsSeed = CASES.some((c) => ["refresh", "code", "poll", "metadata"].includes(c));
+  const needsSeed = CASES.some((c) =>
+    ["refresh", "code", "poll", "metadata", "gateway"].includes(c)
+  );
   if (needsSeed) {
     say(`seeding ${N} sessions with refresh tokens and ${N} with codes`);
     seedS = await seed(golden, N, rt, codes);
@@ -768,6 +810,63 @@ async function main(): Promise<void> {
           }),
         );
         break;
+      case "mcp-direct":
+        results.push(
+          await measure(name, dir, async () => {
+            const target = `${dir}/mcp-direct.txt`;
+            await Deno.writeTextFile(target, "/mcp -\n");
+            return {
+              server: await startMcpServer(dir, 0, PORT),
+              source: target,
+              mode: "mcp",
+              split: false,
+              load: LATENCY_LOAD,
+              note: "the MCP server alone, one request at a time (the gateway case's baseline)",
+            };
+          }),
+        );
+        break;
+      case "gateway":
+        results.push(
+          await measure(name, dir, async () => {
+            await copyKv(golden, runKv);
+            const mcp = await startMcpServer(dir, 1, PORT + 2);
+            const server = await startService(dir, name, runKv, closedGitLab, {
+              MCP_UPSTREAM_URL: `http://127.0.0.1:${PORT + 2}/mcp`,
+            });
+            const target = `${dir}/gateway.txt`;
+            return {
+              server,
+              helpers: [mcp],
+              source: target,
+              mode: "mcp",
+              split: false,
+              load: LATENCY_LOAD,
+              note: "POST /mcp through the gateway (JWT, session, GitLab token), one at a time",
+              async probe() {
+                const accessToken = await accessTokenFor(rt);
+                if (!accessToken) return "no access token: the refresh grant failed";
+                await Deno.writeTextFile(target, `/mcp ${accessToken}\n`);
+                const r = await fetch(`http://127.0.0.1:${PORT}/mcp`, {
+                  method: "POST",
+                  headers: { authorization: `Bearer ${accessToken}` },
+                  body: "{}",
+                });
+                await r.body?.cancel();
+                return r.status === 200 ? undefined : `POST /mcp answered ${r.status}`;
+              },
+              async cleanup(requests) {
+                const log = await Deno.readTextFile(mcp.log).catch(() => "");
+                const forwarded = Number(log.match(/"withToken":(\d+)/)?.[1] ?? NaN);
+                return `${
+                  forwarded === requests + 1 ? "every" : `${forwarded} of ${requests + 1}`
+                }` +
+                  " request reached the MCP server with the GitLab token";
+              },
+            };
+          }),
+        );
+        break;
     }
   }
 
@@ -851,6 +950,16 @@ async function main(): Promise<void> {
   if (ratioText.length) {
     lines.push("");
     lines.push(`Throughput ratios in this run: ${ratioText.join(", ")}.`);
+  }
+  const direct = byName.get("mcp-direct"), gateway = byName.get("gateway");
+  if (direct && gateway && !direct.skipped && !gateway.skipped) {
+    const added = (key: "p50_us" | "p99_us") => ms(gateway[key] - direct[key]);
+    lines.push("");
+    lines.push(
+      `Gateway's added latency over a direct call to the MCP server, one request at a time: ` +
+        `**${added("p50_us")} ms** at p50, **${added("p99_us")} ms** at p99 ` +
+        `(server CPU ${gateway.cpuUsPerReq.toFixed(0)} µs per proxied request).`,
+    );
   }
   if (sizes.length) {
     lines.push("");

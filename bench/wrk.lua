@@ -6,6 +6,8 @@
 --                   used once later, so a small set of sessions can be refreshed for any duration
 --   mode "poll":    file lines "<flow_state>"      -> GET /oauth/poll?flow_state=... (cycles)
 --   mode "get":     first argument is a path        -> GET <path>
+--   mode "mcp":     file line "<path> <token|->"    -> POST <path>, a JSON-RPC tools/list, with
+--                   "Authorization: Bearer <token>" unless the token is "-"
 --   count "1" (default) counts responses per status (needs wrk's response() hook); "0" does not.
 -- Thread k (1-based) uses lines k, k+n, k+2n, ... so no token is sent twice. A thread that runs
 -- out of tokens wraps around (re-sends used ones, which a rotating server refuses); done()
@@ -21,6 +23,8 @@ end
 
 -- globals (not local) so that done() can read them with thread:get()
 toks, n, i, mode, wrapped, statuses, path = {}, 0, 0, "refresh", 0, {}, "/"
+local mcp_headers = { ["Content-Type"] = "application/json", ["Accept"] = "application/json, text/event-stream" }
+local mcp_body = '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'
 local form = { ["Content-Type"] = "application/x-www-form-urlencoded" }
 local client_id = os.getenv("BENCH_CLIENT_ID") or "bench-client"
 local redirect_uri = "http%3A%2F%2F127.0.0.1%3A9%2Fcb"
@@ -33,6 +37,13 @@ function init(args)
     path = source
     return
   end
+  if mode == "mcp" then
+    local line = io.lines(source)()
+    local token
+    path, token = line:match("^(%S+) (%S+)$")
+    if token ~= "-" then mcp_headers["Authorization"] = "Bearer " .. token end
+    return
+  end
   local k, ln = tid - 1, 0
   for line in io.lines(source) do
     if ln % nthreads == k and #line > 0 then n = n + 1; toks[n] = line end
@@ -42,6 +53,7 @@ end
 
 function request()
   if mode == "get" then return wrk.format("GET", path) end
+  if mode == "mcp" then return wrk.format("POST", path, mcp_headers, mcp_body) end
   i = i + 1
   if i > n then i = 1; wrapped = wrapped + 1 end
   local t = toks[i]
