@@ -22,6 +22,7 @@ import { sessionIdOf } from "./session_tokens.ts";
 import type { SecretBox } from "./secret_box.ts";
 import type { ClientRecord } from "./clients.ts";
 import { AtomicWrite, createGroupCommit } from "./group_commit.ts";
+import { createGroupRead } from "./group_read.ts";
 import type {
   CodeRecord,
   FlowRecord,
@@ -178,8 +179,28 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   const ttlUntil = (expiresAt: number) => Math.max(1, expiresAt - clock.now());
   const isLive = (record: { expiresAt: number }) => clock.now() <= record.expiresAt;
 
+  /** Every read goes through the group read, which merges reads waiting for the KV thread. */
+  const readMany = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
+
   async function read<T>(key: Deno.KvKey): Promise<Versioned<T> | null> {
-    return versioned(await retryLocked(() => kv.get<T>(key)));
+    const [entry] = await readMany([key]);
+    return versioned(entry as Deno.KvEntryMaybe<T>);
+  }
+
+  /**
+   * The entry at `key`, and the session a code or refresh token names (`sessionId`) read with
+   * it in one round trip; the caller decides whether that session is the entry's.
+   */
+  async function readWithNamedSession<T>(
+    key: Deno.KvKey,
+    sessionId: string | undefined,
+  ): Promise<[Versioned<T> | null, Versioned<SessionRecord> | null]> {
+    if (!sessionId) return [await read<T>(key), null];
+    const [entry, session] = await readMany([key, [SESSION_KEY, sessionId]]);
+    return [
+      versioned(entry as Deno.KvEntryMaybe<T>),
+      versioned(session as Deno.KvEntryMaybe<SessionRecord>),
+    ];
   }
 
   const submit = createGroupCommit(({ checks, mutations }) =>
@@ -336,15 +357,9 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     async getCodeAndSession(codeValue) {
       const key = [CODE_KEY, sha256Base64Url(codeValue)];
       const sessionId = sessionIdOf(codeValue);
-      // Our codes name their session, so both come back in one read.
-      const [code, stored] = sessionId
-        ? await retryLocked(() =>
-          kv.getMany<[CodeRecord, SessionRecord]>([key, [SESSION_KEY, sessionId]])
-        )
-        : [await retryLocked(() => kv.get<CodeRecord>(key)), undefined];
-      const found = versioned(code);
+      const [found, stored] = await readWithNamedSession<CodeRecord>(key, sessionId);
       if (!found) return null;
-      const named = stored && found.value.sessionId === sessionId ? versioned(stored) : null;
+      const named = stored && found.value.sessionId === sessionId ? stored : null;
       const session = named
         ? await liveSessionOf(named)
         : await readLiveSession(found.value.sessionId);
@@ -374,14 +389,9 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       const key = refreshKey(refreshToken);
       const hash = key[1] as string;
       const sessionId = sessionIdOf(refreshToken);
-      // Our tokens name their session, so index and session come back in one read.
-      const [index, stored] = sessionId
-        ? await retryLocked(() =>
-          kv.getMany<[RefreshIndex, SessionRecord]>([key, [SESSION_KEY, sessionId]])
-        )
-        : [await retryLocked(() => kv.get<RefreshIndex>(key)), undefined];
-      if (index.versionstamp === null || index.value.grace) return null;
-      const named = stored && index.value.sessionId === sessionId ? versioned(stored) : null;
+      const [index, stored] = await readWithNamedSession<RefreshIndex>(key, sessionId);
+      if (!index || index.value.grace) return null;
+      const named = stored && index.value.sessionId === sessionId ? stored : null;
       const session = named
         ? await liveSessionOf(named)
         : await readLiveSession(index.value.sessionId);
@@ -440,7 +450,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     },
 
     async ping() {
-      await retryLocked(() => kv.get([LEASE_KEY, "health"]));
+      await read([LEASE_KEY, "health"]);
     },
 
     async registerClient(client) {
