@@ -11,6 +11,8 @@
  * A write's promise resolves only after the commit that holds it is durable, as before.
  */
 
+import { createSerialBatches } from "./serial_batches.ts";
+
 /** What one atomic write checks and changes. */
 export interface PlannedWrite {
   checks: Deno.AtomicCheck[];
@@ -72,20 +74,10 @@ export function createGroupCommit(
   execute: ExecuteWrite,
   limits: GroupLimits = DEFAULT_LIMITS,
 ): (write: PlannedWrite) => Promise<CommitOutcome> {
-  const queue: Pending[] = [];
-  let draining = false;
-
-  async function drain(): Promise<void> {
-    draining = true;
-    try {
-      while (queue.length > 0) await commitGroup(takeGroup());
-    } finally {
-      draining = false;
-    }
-  }
+  const enqueue = createSerialBatches(takeGroup, commitGroup);
 
   /** The next writes to commit together, in arrival order, none sharing a key. */
-  function takeGroup(): Pending[] {
+  function takeGroup(queue: Pending[]): Pending[] {
     const group: Pending[] = [];
     const taken = new Set<string>();
     const waiting = new Set<string>();
@@ -141,8 +133,7 @@ export function createGroupCommit(
 
   return (write) =>
     new Promise<CommitOutcome>((resolve, reject) => {
-      queue.push({ write, keys: keysOf(write), resolve, reject });
-      if (!draining) void drain();
+      enqueue({ write, keys: keysOf(write), resolve, reject });
     });
 }
 

@@ -6,6 +6,8 @@
  * consistent snapshot, as each of its parts would have been.
  */
 
+import { createSerialBatches } from "./serial_batches.ts";
+
 export type ReadMany = (keys: Deno.KvKey[]) => Promise<Deno.KvEntryMaybe<unknown>[]>;
 
 /** Deno KV reads at most 10 keys per `getMany`. */
@@ -19,20 +21,10 @@ interface Pending {
 
 /** Returns a `getMany` that reads together with whatever else is waiting. */
 export function createGroupRead(readMany: ReadMany, maxKeys = MAX_KEYS): ReadMany {
-  const queue: Pending[] = [];
-  let reading = false;
-
-  async function drain(): Promise<void> {
-    reading = true;
-    try {
-      while (queue.length > 0) await readGroup(takeGroup());
-    } finally {
-      reading = false;
-    }
-  }
+  const enqueue = createSerialBatches(takeGroup, readGroup);
 
   /** The next reads, in arrival order, up to maxKeys keys (a larger read goes alone). */
-  function takeGroup(): Pending[] {
+  function takeGroup(queue: Pending[]): Pending[] {
     const group = [queue.shift()!];
     let keys = group[0].keys.length;
     while (queue.length > 0 && keys + queue[0].keys.length <= maxKeys) {
@@ -69,7 +61,6 @@ export function createGroupRead(readMany: ReadMany, maxKeys = MAX_KEYS): ReadMan
 
   return (keys) =>
     new Promise((resolve, reject) => {
-      queue.push({ keys, resolve, reject });
-      if (!reading) void drain();
+      enqueue({ keys, resolve, reject });
     });
 }
