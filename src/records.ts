@@ -78,4 +78,9 @@ export interface SessionRecord {
   updatedAt: number;
   /** Epoch ms after which the session is forgotten (inactivity lifetime, renewed on refresh). */
   expiresAt: number;
+  /**
+   * Opt-in (REFRESH_GRACE_SECONDS): the previous refresh token's hash, and the sealed response
+   * that token may fetch once more until `untilMs`.
+   */
+  previousRefresh?: { hash: string; untilMs: number; sealedResponse: string };
 }

@@ -1,8 +1,9 @@
 /**
  * Authorization codes and refresh tokens: 32 random bytes, followed by the id of the session
- * they belong to, so the store reads the code or the token's index entry together with its
- * session in one round trip. The id is no secret (access tokens carry it as `sid`); the random
- * part is what makes a code or token unguessable, and only its SHA-256 hash is stored.
+ * they belong to, so the store finds the session without an index: a refresh token's session
+ * keeps its hash, and a code comes back with its session in one round trip. The id is no secret
+ * (access tokens carry it as `sid`); the random part is what makes a code or token
+ * unguessable, and only its SHA-256 hash is stored.
  */
 
 import { randomToken } from "./crypto.ts";

@@ -6,10 +6,13 @@
  * | ["flow", sha256(flow_state)]       | FlowRecord            | upstream `expires_in`         |
  * | ["code", sha256(code)]             | CodeRecord            | 10 minutes                    |
  * | ["session", session id]            | SessionRecord         | inactivity lifetime           |
- * | ["refresh", sha256(refresh token)] | { sessionId }         | as its session                |
  * | ["lease", kind, id]                | { expiresAt }         | a few seconds                 |
  * | ["client", client id]              | ClientRecord          | kept                          |
  * | ["rate", bucket, ip, window]       | request count         | the window                    |
+ *
+ * There is no refresh-token index: a refresh token names its session (session_tokens.ts) and
+ * the session keeps the token's hash, so a refresh reads and writes one key. Every key touched
+ * costs SQLite a page or two, which is what grows with the number of sessions.
  *
  * Deno deletes expired entries only at some point after `expireIn`, so every read also checks
  * the record's `expiresAt` against the injected clock. Every single-use or rotating transition
@@ -48,12 +51,6 @@ export interface RefreshGrace {
   untilMs: number;
   /** The serialized token response that rotation answered. */
   response: string;
-}
-
-/** A refresh index entry; a rotated token's entry carries its grace instead. */
-interface RefreshIndex {
-  sessionId: string;
-  grace?: { untilMs: number; replacementHash: string; sealedResponse: string };
 }
 
 /** What a completed device flow writes in one commit. */
@@ -132,7 +129,7 @@ export interface Store {
     session: Versioned<SessionRecord>,
     updated: SessionRecord,
   ): Promise<Versioned<SessionRecord> | null>;
-  /** Deletes a session and its refresh index. */
+  /** Deletes a session, which ends its refresh token (and any grace) with it. */
   deleteSession(id: string): Promise<void>;
   /** Seals GitLab tokens for `SessionRecord.sealedGitLabTokens`. */
   sealGitLabTokens(tokens: GitLabTokens): Promise<string>;
@@ -162,12 +159,11 @@ export interface Store {
 const CODE_KEY = "code";
 const FLOW_KEY = "flow";
 const SESSION_KEY = "session";
-const REFRESH_KEY = "refresh";
 const LEASE_KEY = "lease";
 const CLIENT_KEY = "client";
 const RATE_KEY = "rate";
 const RATE_COUNT_ATTEMPTS = 5;
-const DELETE_SESSION_ATTEMPTS = 20;
+const TAKE_GRACE_ATTEMPTS = 5;
 /** Longer than any client id we issue, well under KV's key size limit even in UTF-8. */
 const MAX_CLIENT_ID_LENGTH = 256;
 
@@ -273,41 +269,31 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     return result.ok ? { key: flow.key, value, versionstamp: result.versionstamp } : null;
   }
 
-  function refreshKey(refreshToken: string): Deno.KvKey {
-    return [REFRESH_KEY, sha256Base64Url(refreshToken)];
-  }
-
   /**
-   * Indexes the session under `updated.mcpRefreshTokenHash` (the caller hashed the new token)
-   * and drops, or with a grace keeps, the previous token's entry; stores the session.
+   * Adds to `op` the write of the session with its new refresh token (the caller hashed it into
+   * `updated`); with a grace, the session also keeps what the previous token may fetch once more.
    */
-  async function replaceRefreshIndex(
+  async function writeRotatedSession(
     op: AtomicWrite,
     previous: Versioned<SessionRecord>,
     updated: SessionRecord,
     grace?: RefreshGrace,
   ): Promise<void> {
+    const { previousRefresh: _dropped, ...session } = updated;
     const previousHash = previous.value.mcpRefreshTokenHash;
-    const key = [REFRESH_KEY, updated.mcpRefreshTokenHash];
-    if (previousHash && grace) {
-      const entry: RefreshIndex = {
-        sessionId: updated.id,
-        grace: {
+    const value: SessionRecord = previousHash && grace
+      ? {
+        ...session,
+        previousRefresh: {
+          hash: previousHash,
           untilMs: grace.untilMs,
-          replacementHash: updated.mcpRefreshTokenHash,
           sealedResponse: await secrets.seal(grace.response),
         },
-      };
-      op.set([REFRESH_KEY, previousHash], entry, { expireIn: ttlUntil(grace.untilMs) });
-    } else if (previousHash) {
-      op.delete([REFRESH_KEY, previousHash]);
-    }
-    const index: RefreshIndex = { sessionId: updated.id };
-    op.check({ key, versionstamp: null })
-      .set(key, index, { expireIn: ttlUntil(updated.expiresAt) })
-      .set([SESSION_KEY, updated.id], await resealedIfRetired(updated), {
-        expireIn: ttlUntil(updated.expiresAt),
-      });
+      }
+      : session;
+    op.set([SESSION_KEY, updated.id], await resealedIfRetired(value), {
+      expireIn: ttlUntil(updated.expiresAt),
+    });
   }
 
   return {
@@ -379,41 +365,42 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
       } else {
         op.delete(code.key);
       }
-      await replaceRefreshIndex(op, session, updated);
+      await writeRotatedSession(op, session, updated);
       return commit(op);
     },
 
     getSession: readLiveSession,
 
     async findSessionByRefreshToken(refreshToken) {
-      const key = refreshKey(refreshToken);
-      const hash = key[1] as string;
       const sessionId = sessionIdOf(refreshToken);
-      const [index, stored] = await readWithNamedSession<RefreshIndex>(key, sessionId);
-      if (!index || index.value.grace) return null;
-      const named = stored && index.value.sessionId === sessionId ? stored : null;
-      const session = named
-        ? await liveSessionOf(named)
-        : await readLiveSession(index.value.sessionId);
-      // A stale index (left by nothing we know of, but cheap to guard) must not match.
-      return session?.value.mcpRefreshTokenHash === hash ? session : null;
+      const session = sessionId ? await readLiveSession(sessionId) : null;
+      return session?.value.mcpRefreshTokenHash === sha256Base64Url(refreshToken) ? session : null;
     },
 
     async rotateRefreshToken(session, updated, grace) {
       const op = atomic().check(session);
-      await replaceRefreshIndex(op, session, updated, grace);
+      await writeRotatedSession(op, session, updated, grace);
       return commit(op);
     },
 
     async takeRefreshGrace(refreshToken) {
-      const index = await read<RefreshIndex>(refreshKey(refreshToken));
-      const grace = index?.value.grace;
-      if (!index || !grace || clock.now() > grace.untilMs) return null;
-      const session = await readLiveSession(index.value.sessionId);
-      if (session?.value.mcpRefreshTokenHash !== grace.replacementHash) return null;
-      const response = await secrets.open(grace.sealedResponse).catch(() => null);
-      if (response === null) return null;
-      return await commit(atomic().check(index).delete(index.key)) ? response : null;
+      const sessionId = sessionIdOf(refreshToken);
+      if (!sessionId) return null;
+      const hash = sha256Base64Url(refreshToken);
+      // Retried only when something else (a GitLab refresh by the gateway) saved the session
+      // in between; a rotation or another taker ends the grace, which the next read sees.
+      for (let attempt = 0; attempt < TAKE_GRACE_ATTEMPTS; attempt++) {
+        const session = await readLiveSession(sessionId);
+        const grace = session?.value.previousRefresh;
+        if (!session || grace?.hash !== hash || clock.now() > grace.untilMs) return null;
+        const response = await secrets.open(grace.sealedResponse).catch(() => null);
+        if (response === null) return null;
+        const { previousRefresh: _taken, ...rest } = session.value;
+        const op = atomic().check(session)
+          .set(session.key, await resealedIfRetired(rest), { expireIn: ttlUntil(rest.expiresAt) });
+        if (await commit(op)) return response;
+      }
+      return null;
     },
 
     async saveSession(session, updated) {
@@ -427,18 +414,8 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     },
 
     async deleteSession(id) {
-      // Guarded by the version read: a refresh rotating the token in between would otherwise
-      // leave its new refresh index pointing at the deleted session.
-      for (let attempt = 0; attempt < DELETE_SESSION_ATTEMPTS; attempt++) {
-        const session = await read<SessionRecord>([SESSION_KEY, id]);
-        if (!session) return;
-        const op = atomic().check(session).delete(session.key);
-        if (session.value.mcpRefreshTokenHash) {
-          op.delete([REFRESH_KEY, session.value.mcpRefreshTokenHash]);
-        }
-        if (await commit(op)) return;
-      }
-      throw new Error("session kept changing while being deleted");
+      // A rotation that read the session before this delete fails its versionstamp check.
+      await commit(atomic().delete([SESSION_KEY, id]));
     },
 
     sealGitLabTokens({ accessToken, refreshToken }) {

@@ -5,6 +5,8 @@
  */
 
 import assert from "node:assert/strict";
+import { sha256Base64Url } from "../src/crypto.ts";
+import type { SessionRecord } from "../src/records.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
 import type { UpstreamTokens, UpstreamUser } from "../src/upstream/types.ts";
 import {
@@ -51,6 +53,13 @@ async function count(kv: Deno.Kv, prefix: string): Promise<number> {
   return (await Array.fromAsync(kv.list({ prefix: [prefix] }))).length;
 }
 
+/** The KV holds one session, and the refresh token it accepts is the winner's. */
+async function assertOneSessionHolding(app: TestApp, refreshToken: string): Promise<void> {
+  const sessions = await Array.fromAsync(app.kv.list<SessionRecord>({ prefix: ["session"] }));
+  assert.equal(sessions.length, 1);
+  assert.equal(sessions[0].value.mcpRefreshTokenHash, sha256Base64Url(refreshToken));
+}
+
 Deno.test("concurrency: one authorization code, 20 parallel exchanges", async (t) => {
   for (let round = 1; round <= ROUNDS; round++) {
     await t.step(`round ${round}: exactly one 200 and 19 × 400 invalid_grant`, async () => {
@@ -61,7 +70,7 @@ Deno.test("concurrency: one authorization code, 20 parallel exchanges", async (t
         );
         const winner = assertOneWinner(results).body;
         assert.equal(await count(app.kv, "code"), 0);
-        assert.equal(await count(app.kv, "refresh"), 1);
+        await assertOneSessionHolding(app, winner.refresh_token!);
         // The winner's refresh token is the one that works.
         assert.equal((await refresh(app, winner.refresh_token!)).status, 200);
       });
@@ -81,7 +90,7 @@ Deno.test("concurrency: one refresh token, 20 parallel refreshes", async (t) => 
         );
         const winner = assertOneWinner(results).body;
         assert.equal(app.upstream.calls.refresh, 0, "the GitLab token was not expiring");
-        assert.equal(await count(app.kv, "refresh"), 1);
+        await assertOneSessionHolding(app, winner.refresh_token!);
         assert.equal((await refresh(app, issued.refresh_token)).status, 400);
         assert.equal((await refresh(app, winner.refresh_token!)).status, 200);
       });

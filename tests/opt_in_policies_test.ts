@@ -1,7 +1,14 @@
 /** The opt-in policies, off by default (README "Opt-in policies"). */
 
 import assert from "node:assert/strict";
-import { exchange, issueCode, issueTokens, makeTestApp, refresh } from "./_helpers.ts";
+import {
+  assertOneWinner,
+  exchange,
+  issueCode,
+  issueTokens,
+  makeTestApp,
+  refresh,
+} from "./_helpers.ts";
 
 Deno.test("REVOKE_ON_CODE_REPLAY=true: a replayed code is refused and ends the session it created", async () => {
   const t = await makeTestApp({ env: { REVOKE_ON_CODE_REPLAY: "true" } });
@@ -53,6 +60,45 @@ Deno.test("REFRESH_GRACE_SECONDS: the previous token gets the same new pair once
 
     const next = await refresh(t, rotated.refresh_token);
     assert.equal(next.status, 200, "the new token still works");
+  } finally {
+    t.close();
+  }
+});
+
+Deno.test("REFRESH_GRACE_SECONDS: 20 parallel retries with the previous token → exactly one 200", async () => {
+  const t = await makeTestApp({ env: { REFRESH_GRACE_SECONDS: "30" } });
+  try {
+    for (let round = 1; round <= 5; round++) {
+      const { refresh_token: old } = await issueTokens(t);
+      const rotated = await (await refresh(t, old)).json();
+      const results = await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          const response = await refresh(t, old);
+          return { status: response.status, body: await response.json() };
+        }),
+      );
+      assert.deepEqual(assertOneWinner(results).body, rotated, `round ${round}`);
+      assert.equal((await refresh(t, rotated.refresh_token)).status, 200);
+    }
+  } finally {
+    t.close();
+  }
+});
+
+Deno.test("REFRESH_GRACE_SECONDS: the grace outlives a save of the session's GitLab tokens", async () => {
+  const t = await makeTestApp({ env: { REFRESH_GRACE_SECONDS: "30" } });
+  try {
+    const { refresh_token: old } = await issueTokens(t);
+    const rotated = await (await refresh(t, old)).json();
+    const session = (await t.store.findSessionByRefreshToken(rotated.refresh_token))!;
+    const sealedGitLabTokens = await t.store.sealGitLabTokens({
+      accessToken: "gl-access-saved",
+      refreshToken: "gl-refresh-saved",
+    });
+    assert.ok(await t.store.saveSession(session, { ...session.value, sealedGitLabTokens }));
+    const retried = await refresh(t, old);
+    assert.equal(retried.status, 200);
+    assert.deepEqual(await retried.json(), rotated);
   } finally {
     t.close();
   }

@@ -75,6 +75,12 @@ async function entries(kv: Deno.Kv, prefix: Deno.KvKey = []): Promise<Deno.KvEnt
   return await Array.fromAsync(kv.list({ prefix }));
 }
 
+/** The refresh token hash each stored session holds. */
+async function sessionHashes(kv: Deno.Kv): Promise<string[]> {
+  const sessions = await entries(kv, ["session"]);
+  return sessions.map((entry) => (entry.value as SessionRecord).mcpRefreshTokenHash);
+}
+
 async function keysUnder(kv: Deno.Kv, prefix: string): Promise<Deno.KvKey[]> {
   return (await entries(kv, [prefix])).map((entry) => entry.key);
 }
@@ -104,14 +110,21 @@ async function completedFlow(store: Store, clock: FakeClock, code = "the-code") 
   return { code, session };
 }
 
-/** A session holding `refreshToken`, as a code exchange leaves it. */
-async function redeemedSession(store: Store, clock: FakeClock, refreshToken: string) {
+/** A session and the refresh token it holds, as a code exchange leaves them. */
+async function redeemedSession(store: Store, clock: FakeClock) {
   const { code, session } = await completedFlow(store, clock);
   const codeEntry = (await store.getCode(code))!;
   const sessionEntry = (await store.getSession(session.id))!;
-  const updated = { ...session, mcpRefreshTokenHash: sha256Base64Url(refreshToken) };
+  const token = newSessionToken(session.id);
+  const updated = { ...session, mcpRefreshTokenHash: sha256Base64Url(token) };
   assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
-  return (await store.getSession(session.id))!;
+  return { session: (await store.getSession(session.id))!, token };
+}
+
+/** The session with a new refresh token for it, as a rotation writes it. */
+function withNewToken(session: SessionRecord): { updated: SessionRecord; token: string } {
+  const token = newSessionToken(session.id);
+  return { updated: { ...session, mcpRefreshTokenHash: sha256Base64Url(token) }, token };
 }
 
 Deno.test("store: device flows", async (t) => {
@@ -232,25 +245,23 @@ Deno.test("store: authorization codes", async (t) => {
         clock.advance(-11 * MINUTE);
       },
     );
-    await t.step("redeemCode consumes the code and indexes the refresh token", async () => {
-      const codeEntry = (await store.getCode(code))!;
-      const sessionEntry = (await store.getSession(session.id))!;
-      const updated = {
-        ...session,
-        mcpRefreshTokenHash: sha256Base64Url("refresh-1"),
-        mcpTokenExpiry: clock.now() + 3600_000,
-      };
-      assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
-      assert.equal(await store.getCode(code), null);
-      assert.deepEqual((await store.getSession(session.id))!.value, updated);
-      assert.deepEqual(await keysUnder(kv, "refresh"), [
-        ["refresh", sha256Base64Url("refresh-1")],
-      ]);
-      assert.equal((await store.findSessionByRefreshToken("refresh-1"))!.value.id, session.id);
-      // The same read cannot redeem twice.
-      assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), false);
-      assert.equal(await store.findSessionByRefreshToken("refresh-x"), null);
-    });
+    await t.step(
+      "redeemCode consumes the code and gives the session its refresh token",
+      async () => {
+        const codeEntry = (await store.getCode(code))!;
+        const sessionEntry = (await store.getSession(session.id))!;
+        const { updated: rotated, token } = withNewToken(session);
+        const updated = { ...rotated, mcpTokenExpiry: clock.now() + 3600_000 };
+        assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
+        assert.equal(await store.getCode(code), null);
+        assert.deepEqual((await store.getSession(session.id))!.value, updated);
+        assert.deepEqual(await keysUnder(kv, "session"), [["session", session.id]]);
+        assert.equal((await store.findSessionByRefreshToken(token))!.value.id, session.id);
+        // The same read cannot redeem twice.
+        assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), false);
+        assert.equal(await store.findSessionByRefreshToken(newSessionToken(session.id)), null);
+      },
+    );
     await t.step("deleteCode deletes an unchanged code; a stale read fails", async () => {
       const other = await completedFlow(store, clock, "code-to-delete");
       const read = (await store.getCode(other.code))!;
@@ -271,72 +282,58 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       assert.equal((await store.getSession(id))!.value.id, id);
     });
     await t.step("getSession returns null past the session's expiresAt", async () => {
-      const live = await redeemedSession(store, clock, "refresh-expiring");
+      const { session: live, token } = await redeemedSession(store, clock);
       clock.current = live.value.expiresAt;
       assert.ok(await store.getSession(live.value.id), "still live at expiresAt");
-      assert.ok(await store.findSessionByRefreshToken("refresh-expiring"));
+      assert.ok(await store.findSessionByRefreshToken(token));
       clock.advance(1);
       assert.equal(await store.getSession(live.value.id), null);
-      assert.equal(await store.findSessionByRefreshToken("refresh-expiring"), null);
+      assert.equal(await store.findSessionByRefreshToken(token), null);
       clock.current = new FakeClock().current;
     });
-    await t.step("the refresh index points at the live session holding the token", async () => {
-      const session = await redeemedSession(store, clock, "refresh-a");
-      const hash = sha256Base64Url("refresh-a");
-      const index = await kv.get<{ sessionId: string }>(["refresh", hash]);
-      assert.deepEqual(index.value, { sessionId: session.value.id });
-      assert.equal(session.value.mcpRefreshTokenHash, hash);
+    const tokens: Record<string, string> = {};
+    await t.step("a refresh token finds the live session that holds its hash", async () => {
+      const { session, token } = await redeemedSession(store, clock);
+      tokens.a = token;
+      assert.equal(session.value.mcpRefreshTokenHash, sha256Base64Url(token));
+      assert.equal((await store.findSessionByRefreshToken(token))!.value.id, session.value.id);
+      // Naming another session, another token of this session, or a tampered random part:
+      // nothing.
+      const other = await redeemedSession(store, clock);
       assert.equal(
-        (await store.findSessionByRefreshToken("refresh-a"))!.value.id,
-        session.value.id,
+        await store.findSessionByRefreshToken(
+          token.replace(session.value.id, other.session.value.id),
+        ),
+        null,
       );
+      assert.equal(await store.findSessionByRefreshToken(newSessionToken(session.value.id)), null);
+      assert.equal(await store.findSessionByRefreshToken(`x${token}`), null);
       assert.equal(await store.findSessionByRefreshToken("refresh-unknown"), null);
     });
-    await t.step("rotateRefreshToken replaces the index entry", async () => {
-      const session = (await store.findSessionByRefreshToken("refresh-a"))!;
-      const oldHash = sha256Base64Url("refresh-a");
-      const newHash = sha256Base64Url("refresh-b");
-      const updated = { ...session.value, mcpRefreshTokenHash: newHash };
+    await t.step("rotateRefreshToken replaces the token in the session", async () => {
+      const session = (await store.findSessionByRefreshToken(tokens.a))!;
+      const { updated, token } = withNewToken(session.value);
+      tokens.b = token;
       assert.equal(await store.rotateRefreshToken(session, updated), true);
-      assert.equal((await kv.get(["refresh", oldHash])).versionstamp, null);
-      assert.deepEqual((await kv.get(["refresh", newHash])).value, { sessionId: session.value.id });
-      assert.equal(await store.findSessionByRefreshToken("refresh-a"), null);
-      assert.equal(
-        (await store.findSessionByRefreshToken("refresh-b"))!.value.id,
-        session.value.id,
-      );
+      assert.deepEqual((await kv.get(["session", session.value.id])).value, updated);
+      assert.equal(await store.findSessionByRefreshToken(tokens.a), null);
+      assert.equal((await store.findSessionByRefreshToken(tokens.b))!.value.id, session.value.id);
     });
-    await t.step(
-      "a token naming its session is found with index and session in one read",
-      async () => {
-        const first = await redeemedSession(store, clock, "placeholder");
-        const token = newSessionToken(first.value.id);
-        const updated = { ...first.value, mcpRefreshTokenHash: sha256Base64Url(token) };
-        assert.equal(await store.rotateRefreshToken(first, updated), true);
-        assert.equal((await store.findSessionByRefreshToken(token))!.value.id, first.value.id);
-        // Naming another session, or a tampered random part, finds nothing.
-        const other = await redeemedSession(store, clock, "placeholder-2");
-        assert.equal(
-          await store.findSessionByRefreshToken(token.replace(first.value.id, other.value.id)),
-          null,
-        );
-        assert.equal(await store.findSessionByRefreshToken(`x${token}`), null);
-      },
-    );
     await t.step("rotateRefreshToken fails and writes nothing on a stale session", async () => {
-      const current = (await store.findSessionByRefreshToken("refresh-b"))!;
-      const updated = { ...current.value, mcpRefreshTokenHash: sha256Base64Url("refresh-c") };
-      assert.equal(await store.rotateRefreshToken(current, updated), true);
+      const current = (await store.findSessionByRefreshToken(tokens.b))!;
+      const next = withNewToken(current.value);
+      tokens.c = next.token;
+      assert.equal(await store.rotateRefreshToken(current, next.updated), true);
       const before = await entries(kv);
-      const lost = { ...current.value, mcpRefreshTokenHash: sha256Base64Url("refresh-d") };
-      assert.equal(await store.rotateRefreshToken(current, lost), false);
+      const lost = withNewToken(current.value);
+      assert.equal(await store.rotateRefreshToken(current, lost.updated), false);
       assert.deepEqual(await entries(kv), before);
-      assert.equal(await store.findSessionByRefreshToken("refresh-b"), null);
-      assert.equal(await store.findSessionByRefreshToken("refresh-d"), null);
-      assert.ok(await store.findSessionByRefreshToken("refresh-c"));
+      assert.equal(await store.findSessionByRefreshToken(tokens.b), null);
+      assert.equal(await store.findSessionByRefreshToken(lost.token), null);
+      assert.ok(await store.findSessionByRefreshToken(tokens.c));
     });
     await t.step("saveSession stores the update; a stale read fails", async () => {
-      const read = (await store.findSessionByRefreshToken("refresh-c"))!;
+      const read = (await store.findSessionByRefreshToken(tokens.c))!;
       const sealedGitLabTokens = await store.sealGitLabTokens({
         accessToken: "gl-access-9",
         refreshToken: "gl-refresh-9",
@@ -347,18 +344,27 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       assert.deepEqual(saved.value, updated);
       assert.deepEqual((await store.getSession(read.value.id))!.value, updated);
       assert.equal(await store.saveSession(read, { ...updated, gitlabTokenExpiry: 1 }), null);
-      // The refresh index is untouched by saveSession.
-      assert.equal((await store.findSessionByRefreshToken("refresh-c"))!.value.id, read.value.id);
+      // The refresh token still works after saveSession.
+      assert.equal((await store.findSessionByRefreshToken(tokens.c))!.value.id, read.value.id);
     });
-    await t.step("deleteSession removes the session and its refresh index", async () => {
-      const read = (await store.findSessionByRefreshToken("refresh-c"))!;
+    await t.step("deleteSession removes the session, and its refresh token with it", async () => {
+      const read = (await store.findSessionByRefreshToken(tokens.c))!;
       await store.deleteSession(read.value.id);
       assert.equal(await store.getSession(read.value.id), null);
       assert.equal((await kv.get(["session", read.value.id])).versionstamp, null);
-      const hash = sha256Base64Url("refresh-c");
-      assert.equal((await kv.get(["refresh", hash])).versionstamp, null);
-      assert.equal(await store.findSessionByRefreshToken("refresh-c"), null);
+      assert.equal(await store.findSessionByRefreshToken(tokens.c), null);
     });
+    await t.step(
+      "a rotation that read the session before its deletion writes nothing",
+      async () => {
+        const { session } = await redeemedSession(store, clock);
+        await store.deleteSession(session.value.id);
+        const { updated, token } = withNewToken(session.value);
+        assert.equal(await store.rotateRefreshToken(session, updated), false);
+        assert.equal((await kv.get(["session", session.value.id])).versionstamp, null);
+        assert.equal(await store.findSessionByRefreshToken(token), null);
+      },
+    );
     await t.step("deleteSession of an unknown id does nothing", async () => {
       const before = await entries(kv);
       await store.deleteSession("no-such-session");
@@ -462,31 +468,27 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       assert.deepEqual(await keysUnder(a.kv, "flow"), []);
       assertNoneContain(await dump(a.kv), secrets);
     });
-    await t.step("a refresh token is indexed by its hash", async () => {
+    await t.step("a refresh token is kept as its hash, in its session", async () => {
       const response = await exchange(a, secrets.code);
       assert.equal(response.status, 200);
       const body = await response.json();
       secrets.refresh1 = body.refresh_token;
       secrets.access1 = body.access_token;
-      assert.deepEqual(await keysUnder(a.kv, "refresh"), [
-        ["refresh", sha256Base64Url(body.refresh_token)],
-      ]);
+      assert.deepEqual(await sessionHashes(a.kv), [sha256Base64Url(body.refresh_token)]);
       assert.deepEqual(await keysUnder(a.kv, "code"), []);
       assertNoneContain(await dump(a.kv), secrets);
     });
-    await t.step("after a refresh only the new token's hash is indexed", async () => {
+    await t.step("after a refresh only the new token's hash is kept", async () => {
       const response = await refresh(a, secrets.refresh1);
       assert.equal(response.status, 200);
       const body = await response.json();
       secrets.refresh2 = body.refresh_token;
       secrets.access2 = body.access_token;
-      const [key, ...rest] = await keysUnder(a.kv, "refresh");
-      assert.deepEqual(rest, []);
-      assert.deepEqual(key, ["refresh", sha256Base64Url(body.refresh_token)]);
+      assert.deepEqual(await sessionHashes(a.kv), [sha256Base64Url(body.refresh_token)]);
       assertNoneContain(await dump(a.kv), secrets);
     });
     await t.step(
-      "with issueTokens and a refresh, every index points at a live session",
+      "with issueTokens and a refresh, each session holds only its newest token's hash",
       async () => {
         const issued = await issueTokens(a);
         const refreshed = await refresh(a, issued.refresh_token);
@@ -500,20 +502,14 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
         });
         assertNoneContain(await dump(a.kv), secrets);
 
-        const index = await entries(a.kv, ["refresh"]);
-        assert.equal(index.length, 2, "one entry per session");
         const hashes = [
           sha256Base64Url(secrets.refresh2),
           sha256Base64Url(secrets.refresh4),
         ];
-        assert.deepEqual(index.map((entry) => entry.key[1]).sort(), hashes.sort());
-        for (const entry of index) {
-          const { sessionId } = entry.value as { sessionId: string };
-          const session = await a.store.getSession(sessionId);
-          assert.ok(session, "index points at a live session");
-          assert.equal(session.value.mcpRefreshTokenHash, entry.key[1]);
+        assert.deepEqual((await sessionHashes(a.kv)).sort(), hashes.sort());
+        for (const current of [secrets.refresh2, secrets.refresh4]) {
+          assert.ok(await a.store.findSessionByRefreshToken(current));
         }
-        assert.equal((await keysUnder(a.kv, "session")).length, 2);
         for (const old of [secrets.refresh1, secrets.refresh3]) {
           assert.equal(await a.store.findSessionByRefreshToken(old), null);
         }
@@ -538,10 +534,10 @@ Deno.test("store: a grant that does not touch GitLab never opens the GitLab toke
   try {
     const clock = new FakeClock();
     const store = createStore(kv, clock, counting);
-    await redeemedSession(store, clock, "refresh-lazy");
+    const { token } = await redeemedSession(store, clock);
     opened = 0;
-    const found = (await store.findSessionByRefreshToken("refresh-lazy"))!;
-    const updated = { ...found.value, mcpRefreshTokenHash: sha256Base64Url("refresh-lazy-2") };
+    const found = (await store.findSessionByRefreshToken(token))!;
+    const { updated } = withNewToken(found.value);
     assert.equal(await store.rotateRefreshToken(found, updated), true);
     assert.equal(opened, 0, "read and rotated with the GitLab tokens sealed");
     assert.deepEqual(await store.openGitLabTokens(updated), {
