@@ -382,11 +382,17 @@ async function splitTokens(file: string): Promise<{ warm: string; meas: string }
 
 const KV_SUFFIXES = ["", "-wal", "-shm"];
 
+/**
+ * Copies a seeded KV for one case, then writes every dirty page to disk (`sync`): otherwise
+ * the kernel flushes a 1 GiB seed or copy during the measurement and SQLite's fsyncs wait for
+ * it, which makes a large KV look slower than it is.
+ */
 async function copyKv(from: string, to: string): Promise<void> {
   for (const s of KV_SUFFIXES) {
     await Deno.remove(to + s).catch(() => {});
     await Deno.copyFile(from + s, to + s).catch(() => {});
   }
+  await run("sync", []);
 }
 
 async function removeKv(path: string): Promise<void> {
