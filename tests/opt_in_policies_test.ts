@@ -8,7 +8,10 @@ import {
   issueTokens,
   makeTestApp,
   refresh,
+  withApp,
 } from "./_helpers.ts";
+
+const GRACE = { env: { REFRESH_GRACE_SECONDS: "30" } };
 
 Deno.test("REVOKE_ON_CODE_REPLAY=true: a replayed code is refused and ends the session it created", async () => {
   const t = await makeTestApp({ env: { REVOKE_ON_CODE_REPLAY: "true" } });
@@ -44,9 +47,8 @@ Deno.test("REVOKE_ON_CODE_REPLAY off (default): a replay is refused and the sess
   }
 });
 
-Deno.test("REFRESH_GRACE_SECONDS: the previous token gets the same new pair once within the window", async () => {
-  const t = await makeTestApp({ env: { REFRESH_GRACE_SECONDS: "30" } });
-  try {
+Deno.test("REFRESH_GRACE_SECONDS: the previous token gets the same new pair once within the window", () =>
+  withApp(async (t) => {
     const { refresh_token: old } = await issueTokens(t);
     const rotated = await (await refresh(t, old)).json();
 
@@ -60,14 +62,10 @@ Deno.test("REFRESH_GRACE_SECONDS: the previous token gets the same new pair once
 
     const next = await refresh(t, rotated.refresh_token);
     assert.equal(next.status, 200, "the new token still works");
-  } finally {
-    t.close();
-  }
-});
+  }, GRACE));
 
-Deno.test("REFRESH_GRACE_SECONDS: 20 parallel retries with the previous token → exactly one 200", async () => {
-  const t = await makeTestApp({ env: { REFRESH_GRACE_SECONDS: "30" } });
-  try {
+Deno.test("REFRESH_GRACE_SECONDS: 20 parallel retries with the previous token → exactly one 200", () =>
+  withApp(async (t) => {
     for (let round = 1; round <= 5; round++) {
       const { refresh_token: old } = await issueTokens(t);
       const rotated = await (await refresh(t, old)).json();
@@ -80,14 +78,10 @@ Deno.test("REFRESH_GRACE_SECONDS: 20 parallel retries with the previous token �
       assert.deepEqual(assertOneWinner(results).body, rotated, `round ${round}`);
       assert.equal((await refresh(t, rotated.refresh_token)).status, 200);
     }
-  } finally {
-    t.close();
-  }
-});
+  }, GRACE));
 
-Deno.test("REFRESH_GRACE_SECONDS: the grace outlives a save of the session's GitLab tokens", async () => {
-  const t = await makeTestApp({ env: { REFRESH_GRACE_SECONDS: "30" } });
-  try {
+Deno.test("REFRESH_GRACE_SECONDS: the grace outlives a save of the session's GitLab tokens", () =>
+  withApp(async (t) => {
     const { refresh_token: old } = await issueTokens(t);
     const rotated = await (await refresh(t, old)).json();
     const session = (await t.store.findSessionByRefreshToken(rotated.refresh_token))!;
@@ -99,14 +93,10 @@ Deno.test("REFRESH_GRACE_SECONDS: the grace outlives a save of the session's Git
     const retried = await refresh(t, old);
     assert.equal(retried.status, 200);
     assert.deepEqual(await retried.json(), rotated);
-  } finally {
-    t.close();
-  }
-});
+  }, GRACE));
 
-Deno.test("REFRESH_GRACE_SECONDS: no grace once the new token was used, nor after the window", async () => {
-  const t = await makeTestApp({ env: { REFRESH_GRACE_SECONDS: "30" } });
-  try {
+Deno.test("REFRESH_GRACE_SECONDS: no grace once the new token was used, nor after the window", () =>
+  withApp(async (t) => {
     const { refresh_token: first } = await issueTokens(t);
     const second = (await (await refresh(t, first)).json()).refresh_token;
     const third = (await (await refresh(t, second)).json()).refresh_token;
@@ -120,10 +110,7 @@ Deno.test("REFRESH_GRACE_SECONDS: no grace once the new token was used, nor afte
     const current = await refresh(t, third);
     assert.equal(current.status, 200, "refused retries do not break the current token");
     await current.body?.cancel();
-  } finally {
-    t.close();
-  }
-});
+  }, GRACE));
 
 Deno.test("REFRESH_GRACE_SECONDS off (default): the previous token is invalid at once", async () => {
   const t = await makeTestApp();
