@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { jwtVerify } from "jose";
+import { newSessionToken, sessionIdOf } from "../src/session_tokens.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   exchange,
@@ -395,8 +396,27 @@ Deno.test("4.3.2 check 1: refresh_token missing → 400 invalid_request", () =>
 Deno.test("4.3.2 check 2: no session holds that refresh token → 400 invalid_grant", () =>
   withApp(async (t) => {
     const issued = await issueTokens(t);
-    await assertError(await refresh(t, "not-a-refresh-token"), 400, "invalid_grant");
-    await assertError(await refresh(t, issued.access_token), 400, "invalid_grant");
+    const sessionId = sessionIdOf(issued.refresh_token)!;
+    const other = await issueTokens(t);
+    const gone = await issueTokens(t);
+    await t.store.deleteSession(sessionIdOf(gone.refresh_token)!);
+    const before = await Array.fromAsync(t.kv.list({ prefix: [] }));
+    const tokens = [
+      "not-a-refresh-token",
+      issued.access_token,
+      // The right session, another random part: the session does not hold it.
+      newSessionToken(sessionId),
+      // A real token's random part naming another live session.
+      issued.refresh_token.replace(sessionId, sessionIdOf(other.refresh_token)!),
+      // A token of a session that has ended.
+      gone.refresh_token,
+      `${issued.refresh_token}x`,
+    ];
+    for (const refreshToken of tokens) {
+      await assertError(await refresh(t, refreshToken), 400, "invalid_grant");
+    }
+    assert.deepEqual(await Array.fromAsync(t.kv.list({ prefix: [] })), before, "nothing written");
+    assert.equal((await refresh(t, issued.refresh_token)).status, 200, "the real one still works");
   }));
 
 Deno.test("4.3.2 success: rotates (old refresh token → invalid_grant, new one works)", () =>
