@@ -1,0 +1,72 @@
+/**
+ * Every Deno KV key the service writes, built in one place. Nothing outside `src/store/` builds
+ * a key; tests and the operator's tools list records through `recordsOf`.
+ *
+ * | key                                 | value             | lifetime (expireIn = GC only) |
+ * |-------------------------------------|-------------------|-------------------------------|
+ * | ["flow", sha256(flow_state)]        | StoredFlow        | upstream `expires_in`         |
+ * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
+ * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
+ * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
+ * | ["client", client id]               | ClientRecord      | kept                          |
+ * | ["rate", bucket, ip, window]        | request count     | the window                    |
+ *
+ * Secrets (flow states, codes) appear in keys only as SHA-256 hashes.
+ */
+
+import { sha256Base64Url } from "../crypto.ts";
+
+/** The kinds of record, each the first part of its keys. */
+export const RECORD_KINDS = ["flow", "code", "session", "lease", "client", "rate"] as const;
+
+/** One kind of record. */
+export type RecordKind = (typeof RECORD_KINDS)[number];
+
+/** The key of the device flow a page polls with `flowState`. */
+export function flowKey(flowState: string): Deno.KvKey {
+  return ["flow", sha256Base64Url(flowState)];
+}
+
+/** The key of an authorization code. */
+export function codeKey(code: string): Deno.KvKey {
+  return ["code", sha256Base64Url(code)];
+}
+
+/** The key of a session. */
+export function sessionKey(id: string): Deno.KvKey {
+  return ["session", id];
+}
+
+/** The key of a lease on `kind`/`id`. */
+export function leaseKey(kind: string, id: string): Deno.KvKey {
+  return ["lease", kind, id];
+}
+
+/** The key of a registered client. */
+export function clientKey(clientId: string): Deno.KvKey {
+  return ["client", clientId];
+}
+
+/** The key of one rate-limit counter: a bucket, an address, a fixed window. */
+export function rateKey(bucket: string, ip: string, window: number): Deno.KvKey {
+  return ["rate", bucket, ip, window];
+}
+
+/** The prefix under which every record of `kind` lives (`[]`: everything). */
+export function recordPrefix(kind?: RecordKind): Deno.KvKey {
+  return kind === undefined ? [] : [kind];
+}
+
+/** Every entry of `kind` (or every entry at all), in key order: for tests and operators. */
+export function recordsOf<T = unknown>(
+  kv: Deno.Kv,
+  kind?: RecordKind,
+): Promise<Deno.KvEntry<T>[]> {
+  return Array.fromAsync(kv.list<T>({ prefix: recordPrefix(kind) }));
+}
+
+/** The kind of record a key belongs to, or undefined for a key the store does not write. */
+export function kindOfKey(key: Deno.KvKey): RecordKind | undefined {
+  const first = key[0];
+  return (RECORD_KINDS as readonly unknown[]).includes(first) ? first as RecordKind : undefined;
+}
