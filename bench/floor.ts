@@ -62,19 +62,19 @@ function jwtKv(kv: Deno.Kv): (request: Request) => Promise<Response> {
     const now = Date.now();
     const session = {
       id: randomToken(),
-      gitlabUserId: 4242,
-      gitlabUsername: "bench-user",
+      upstreamUserId: 4242,
+      upstreamUsername: "bench-user",
       clientId: "bench-client",
       scopes: SCOPES,
     };
     const accessToken = await new SignJWT({
       sid: session.id,
       scope: SCOPES.join(" "),
-      gitlab_user: session.gitlabUsername,
+      gitlab_user: session.upstreamUsername,
     })
       .setProtectedHeader({ alg: "HS256", typ: "JWT" })
       .setIssuer(new URL(request.url).origin)
-      .setSubject(String(session.gitlabUserId))
+      .setSubject(String(session.upstreamUserId))
       .setAudience(session.clientId)
       .setIssuedAt()
       .setExpirationTime(Math.floor(now / 1000) + TTL)
@@ -91,7 +91,7 @@ function jwtKv(kv: Deno.Kv): (request: Request) => Promise<Response> {
         mcpTokenExpiry: now + TTL * 1000,
         gitlabAccessToken: "glpat-xxxxxxxxxxxxxxxxxxxx",
         gitlabRefreshToken: "glrt-xxxxxxxxxxxxxxxxxxxxxxxx",
-        gitlabTokenExpiry: now + 7_200_000,
+        upstreamTokenExpiry: now + 7_200_000,
         createdAt: now,
         updatedAt: now,
       })

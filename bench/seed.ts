@@ -28,12 +28,12 @@
 import { systemClock } from "../src/clock.ts";
 import { loadConfig } from "../src/config.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
-import type { FlowRecord } from "../src/records.ts";
-import { newSessionToken } from "../src/session_tokens.ts";
-import { newSession } from "../src/sessions.ts";
+import type { FlowRecord } from "../src/store/records.ts";
+import { newSessionToken } from "../src/store/session_tokens.ts";
+import { newSession } from "../src/session/life.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
-import type { Store } from "../src/store.ts";
+import type { Store } from "../src/store/mod.ts";
 import { loadTemplates } from "../src/templates.ts";
 import { createBatchedKv } from "./batched_kv.ts";
 
@@ -94,14 +94,17 @@ async function seedCode(
   await store.createFlow(flowState, flowRecord(opts.clientId, codeChallenge, now));
   const flow = await store.getFlow(flowState);
   if (!flow) throw new Error("flow vanished after createFlow");
-  const sealedTokens = await store.sealGitLabTokens({
+  const sealedTokens = await store.sealUpstreamTokens({
     accessToken: `glpat-bench-${randomToken(15)}`,
     refreshToken: randomToken(),
   });
   const session = newSession(
-    flow.value,
-    { sealedTokens, expiresAt: now + YEAR_MS },
-    { id: 100_000 + (i % 1_000_000), username: `bench-user-${i}` },
+    flow.value.clientId,
+    {
+      sealedTokens,
+      expiresAt: now + YEAR_MS,
+      user: { id: 100_000 + (i % 1_000_000), username: `bench-user-${i}` },
+    },
     now,
     life.sessionIdleTtlSeconds,
   );

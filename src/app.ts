@@ -1,68 +1,35 @@
 /**
- * Builds the fetch handler from explicit dependencies: the route table, CORS for the
- * endpoints browsers call cross-origin, the one place errors are rendered, security headers
- * and one log line per request.
+ * Builds the fetch handler from explicit dependencies: finds the route, applies its rules
+ * (CORS, rate limit, OAuth configuration), renders every error in one place, adds security
+ * headers and writes one log line per request.
  */
 
 import { clientIp } from "./client_ip.ts";
 import { type AppDeps, deriveBaseUrl, type RequestContext } from "./context.ts";
-import { OAuthError } from "./errors.ts";
-import { errorResponse } from "./http.ts";
+import { allowCrossOrigin, preflight } from "./cors.ts";
+import { notConfiguredError, OAuthError } from "./errors.ts";
+import { errorResponse, json, NO_STORE } from "./http.ts";
 import type { LogFields } from "./logger.ts";
-import { enforceRateLimit, RATE_LIMITED_PATHS } from "./rate_limit.ts";
-import { findRoute, methodHandler, notFound, type Route, type Routes } from "./router.ts";
-import { handleAuthorize } from "./routes/authorize.ts";
+import { enforceRateLimit } from "./rate_limit.ts";
 import {
-  handleAuthorizationServerMetadata,
-  handleProtectedResourceMetadata,
-} from "./routes/metadata.ts";
-import { handleHealth } from "./routes/health.ts";
-import { handleHome } from "./routes/home.ts";
+  findRoute,
+  type Handler,
+  methodNotAllowed,
+  type Methods,
+  notFound,
+  type Route,
+} from "./router.ts";
 import { createMcpGateway } from "./routes/mcp_gateway.ts";
-import { handlePoll } from "./routes/poll.ts";
-import { handleRegister } from "./routes/register.ts";
-import { handleRevoke } from "./routes/revoke.ts";
-import { handleToken } from "./routes/token.ts";
+import { ROUTES } from "./routes/table.ts";
 
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
-
-/** The fixed endpoints; in gateway mode the MCP resource path (derived per request) comes first. */
-const routes: Routes<RequestContext> = {
-  "/": { methods: { GET: handleHome } },
-  "/healthz": { methods: { GET: handleHealth } },
-  "/authorize": { methods: { GET: handleAuthorize } },
-  "/oauth/poll": { methods: { GET: handlePoll } },
-  "/token": { methods: { POST: handleToken }, cors: true },
-  "/register": { methods: { POST: handleRegister }, cors: true },
-  "/revoke": { methods: { POST: handleRevoke }, cors: true },
-  "/.well-known/oauth-authorization-server": {
-    methods: { GET: handleAuthorizationServerMetadata },
-    cors: true,
-  },
-  "/.well-known/oauth-authorization-server/*": {
-    methods: { GET: handleAuthorizationServerMetadata },
-    cors: true,
-  },
-  "/.well-known/oauth-protected-resource": {
-    methods: { GET: handleProtectedResourceMetadata },
-    cors: true,
-  },
-  "/.well-known/oauth-protected-resource/*": {
-    methods: { GET: handleProtectedResourceMetadata },
-    cors: true,
-  },
-};
 
 const SECURITY_HEADERS = {
   "X-Content-Type-Options": "nosniff",
   "X-Frame-Options": "DENY",
   "Referrer-Policy": "no-referrer",
 } as const;
-
-/** What MCP clients send cross-origin (MCP authorization spec, RFC 6750). */
-const CORS_ALLOW_HEADERS = "Content-Type, Authorization, MCP-Protocol-Version";
-const CORS_MAX_AGE_SECONDS = "86400";
 
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
@@ -72,7 +39,7 @@ export function createApp(deps: AppDeps): FetchHandler {
     const requestId = crypto.randomUUID();
     const url = new URL(request.url);
     const baseUrl = deriveBaseUrl(request, url, deps.config);
-    const route = gateway?.route(url, baseUrl) ?? findRoute(routes, url.pathname);
+    const route = gateway?.route(url, baseUrl) ?? findRoute(ROUTES, url.pathname);
     const logFields: LogFields = {};
     let response: Response;
     try {
@@ -94,22 +61,51 @@ export function createApp(deps: AppDeps): FetchHandler {
   };
 }
 
+/** The route's rules in order: 404, CORS preflight, 405, rate limit, OAuth configuration. */
 async function dispatch(
-  route: Route<RequestContext> | undefined,
+  route: Route | undefined,
   ctx: RequestContext,
   peer: string | undefined,
 ): Promise<Response> {
   const { request, url, deps } = ctx;
   if (!route) throw notFound(url.pathname);
-  if (route.cors && request.method === "OPTIONS") return preflight(route);
-  const handler = methodHandler(route, request.method);
-  const bucket = Object.hasOwn(RATE_LIMITED_PATHS, url.pathname)
-    ? RATE_LIMITED_PATHS[url.pathname]
-    : undefined;
-  if (bucket) {
-    await enforceRateLimit(deps, bucket, clientIp(request, peer, deps.config.trustProxy));
+  if (route.cors && request.method === "OPTIONS") {
+    return preflight(route.cors, Object.keys(route.methods));
   }
-  return await handler(ctx);
+  const handle = handlerFor(route, request.method);
+  if (route.rateLimit) {
+    await enforceRateLimit(deps, route.rateLimit, clientIp(request, peer, deps.config.trustProxy));
+  }
+  return await handle(ctx);
+}
+
+/**
+ * The route's handler for `method` (else the 405); for a route that needs OAuth configuration,
+ * wrapped so that it runs only with it, and is handed it.
+ */
+function handlerFor(route: Route, method: string): Handler<RequestContext> {
+  if (!route.oauth) {
+    const handler = methodOf(route.methods, method);
+    if (handler) return handler;
+  } else {
+    const handler = methodOf(route.methods, method);
+    const bare = route.bareNotConfigured;
+    if (handler) {
+      return (ctx) =>
+        ctx.deps.oauth ? handler({ ...ctx, oauth: ctx.deps.oauth }) : notConfigured(bare);
+    }
+  }
+  throw methodNotAllowed(route, method);
+}
+
+function methodOf<C>(methods: Methods<C>, method: string): Handler<C> | undefined {
+  return Object.hasOwn(methods, method) ? methods[method] : undefined;
+}
+
+/** Spec §7: 500 `server_error` "OAuth not configured"; only `{error}` where the spec says so. */
+function notConfigured(bare: boolean | undefined): Promise<Response> {
+  if (bare) return Promise.resolve(json({ error: "server_error" }, 500, NO_STORE));
+  throw notConfiguredError();
 }
 
 function peerAddress(info: Deno.ServeHandlerInfo | undefined): string | undefined {
@@ -117,31 +113,13 @@ function peerAddress(info: Deno.ServeHandlerInfo | undefined): string | undefine
   return address && "hostname" in address ? address.hostname : undefined;
 }
 
-function preflight(route: Route<RequestContext>): Response {
-  return new Response(null, {
-    status: 204,
-    headers: {
-      "Access-Control-Allow-Methods": [...Object.keys(route.methods), "OPTIONS"].join(", "),
-      "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
-      "Access-Control-Max-Age": CORS_MAX_AGE_SECONDS,
-    },
-  });
-}
-
-function withHeaders(
-  response: Response,
-  route: Route<RequestContext> | undefined,
-  requestId: string,
-): Response {
+function withHeaders(response: Response, route: Route | undefined, requestId: string): Response {
   const headers = response.headers;
   for (const [name, value] of Object.entries(SECURITY_HEADERS)) {
     if (!headers.has(name)) headers.set(name, value);
   }
   headers.set("X-Request-Id", requestId);
-  if (route?.cors) {
-    headers.set("Access-Control-Allow-Origin", "*");
-    headers.set("Access-Control-Expose-Headers", "WWW-Authenticate");
-  }
+  if (route?.cors) allowCrossOrigin(headers, route.cors);
   return response;
 }
 

@@ -6,34 +6,7 @@
  */
 
 import { OAuthError } from "./errors.ts";
-
-/** A registered client. */
-export interface ClientRecord {
-  clientId: string;
-  /** Epoch seconds. */
-  clientIdIssuedAt: number;
-  redirectUris: string[];
-  clientName?: string;
-  /** The validated metadata exactly as echoed in the registration response (wire names). */
-  metadata: ClientMetadata;
-}
-
-/** The registration metadata we accept and echo (RFC 7591 §2); unknown fields are dropped. */
-export interface ClientMetadata {
-  redirect_uris: string[];
-  token_endpoint_auth_method: "none";
-  grant_types: string[];
-  response_types: string[];
-  client_name?: string;
-  client_uri?: string;
-  logo_uri?: string;
-  tos_uri?: string;
-  policy_uri?: string;
-  scope?: string;
-  contacts?: string[];
-  software_id?: string;
-  software_version?: string;
-}
+import type { ClientMetadata } from "./store/records.ts";
 
 const MAX_REDIRECT_URIS = 20;
 const MAX_URI_LENGTH = 2000;

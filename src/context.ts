@@ -4,7 +4,7 @@ import type { Clock } from "./clock.ts";
 import type { Config } from "./config.ts";
 import type { TokenSigner } from "./jwt.ts";
 import type { LogFields, Logger } from "./logger.ts";
-import type { Store } from "./store.ts";
+import type { Store } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import type { Upstream } from "./upstream/types.ts";
 
@@ -23,6 +23,11 @@ export interface AppDeps {
   logger: Logger;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */
   oauth?: OAuthDeps;
+}
+
+/** A request to a route that needs OAuth configuration: its dependencies are never missing. */
+export interface OAuthRequestContext extends RequestContext {
+  oauth: OAuthDeps;
 }
 
 /** One request as a route sees it. */

@@ -11,7 +11,7 @@ import type { AppDeps } from "./context.ts";
 import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
-import { createStore } from "./store.ts";
+import { createStore } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
 import type { Upstream } from "./upstream/types.ts";

@@ -16,9 +16,12 @@ export type OAuthErrorCode =
   | "invalid_redirect_uri"
   | "invalid_client_metadata"
   | "invalid_token"
-  | "insufficient_scope";
+  | "insufficient_scope"
+  /** The MCP server behind the gateway could not be reached (502) or did not answer (504). */
+  | "bad_gateway"
+  | "gateway_timeout";
 
-/** An error a route throws; `src/app.ts` renders it as `{error, error_description}`. */
+/** The one error type: routes throw it; `errorResponse` renders it as `{error, error_description}`. */
 export class OAuthError extends Error {
   constructor(
     readonly status: number,
@@ -28,6 +31,14 @@ export class OAuthError extends Error {
   ) {
     super(`${code}: ${description}`);
     this.name = "OAuthError";
+  }
+
+  /** The same error answered with more headers (a challenge, `Retry-After`). */
+  withHeaders(headers: Record<string, string>): OAuthError {
+    return new OAuthError(this.status, this.code, this.description, {
+      ...this.headers,
+      ...headers,
+    });
   }
 }
 

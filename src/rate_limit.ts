@@ -8,17 +8,8 @@ import type { RateLimits } from "./config.ts";
 import type { AppDeps } from "./context.ts";
 import { OAuthError } from "./errors.ts";
 
-/** Which limit a path counts against. */
+/** Which limit a route counts against (the route table says). */
 export type RateLimitBucket = keyof RateLimits;
-
-/** The bucket of each rate-limited path. */
-export const RATE_LIMITED_PATHS: Record<string, RateLimitBucket> = {
-  "/authorize": "authorize",
-  "/oauth/poll": "poll",
-  "/token": "token",
-  "/revoke": "token",
-  "/register": "register",
-};
 
 /** Throws a 429 OAuthError when `ip` is over the limit of `bucket`. */
 export async function enforceRateLimit(

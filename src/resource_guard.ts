@@ -10,19 +10,21 @@
 import { errors } from "jose";
 import type { Clock } from "./clock.ts";
 import { systemClock } from "./clock.ts";
-import { NO_STORE } from "./http.ts";
+import { OAuthError } from "./errors.ts";
+import { errorResponse, NO_STORE } from "./http.ts";
 import { type AccessTokenClaims, createTokenSigner, type TokenSigner } from "./jwt.ts";
 import { type Logger, silentLogger } from "./logger.ts";
-import type { SessionRecord } from "./records.ts";
+import { protectedResourceMetadataUrl } from "./resource_urls.ts";
+import { MCP_TOOLS_SCOPE } from "./scopes.ts";
 import { createSecretBox, sealingSecrets } from "./secret_box.ts";
-import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "./sessions.ts";
-import { createStore, type Store, type Versioned } from "./store.ts";
-import { protectedResourceMetadataUrl } from "./routes/metadata.ts";
+import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "./session/upstream_refresh.ts";
+import { createStore, type Store, type Versioned } from "./store/mod.ts";
+import type { SessionRecord } from "./store/records.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
 import { type Upstream, UpstreamError } from "./upstream/types.ts";
 
-/** The scope an MCP request needs unless told otherwise. */
-export const MCP_TOOLS_SCOPE = "mcp:tools";
+export { MCP_TOOLS_SCOPE };
+
 /** Leeway on `exp` for clocks that disagree a little. */
 export const CLOCK_TOLERANCE_SECONDS = 30;
 /** Suggested wait after a transient GitLab failure left no usable token. */
@@ -112,24 +114,6 @@ export interface GuardDeps {
   requiredScope: string;
 }
 
-/** Authenticates one request for a target (the one implementation behind guard and gateway). */
-export type Authenticator = (
-  request: Request,
-  target: GuardTarget,
-) => Promise<AuthenticatedRequest | Response>;
-
-/** A refusal, turned into a response at the top of `authenticate`. */
-class Refusal extends Error {
-  constructor(
-    readonly status: 401 | 403 | 503,
-    readonly error: "invalid_token" | "insufficient_scope" | "temporarily_unavailable",
-    readonly description: string,
-  ) {
-    super(description);
-    this.name = "Refusal";
-  }
-}
-
 /**
  * A guard over the service's KV, for an MCP server in the same process or next to it; throws
  * TypeError on unusable options.
@@ -145,7 +129,7 @@ export function createResourceGuard(options: ResourceGuardOptions): ResourceGuar
   for (const secret of [...jwtSecrets, ...optionalList(options.encryptionKey)]) {
     requireSecret(secret);
   }
-  const authenticate = createAuthenticator({
+  const deps: GuardDeps = {
     store: createStore(options.kv, clock, createSecretBox(sealingSecrets(options))),
     clock,
     logger,
@@ -153,30 +137,33 @@ export function createResourceGuard(options: ResourceGuardOptions): ResourceGuar
     signer: createTokenSigner(jwtSecrets),
     clockToleranceSeconds: options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS,
     requiredScope: options.requiredScope ?? MCP_TOOLS_SCOPE,
-  });
-  return { authenticate: (request) => authenticate(request, { issuer, resource }) };
+  };
+  return { authenticate: (request) => authenticateRequest(deps, request, { issuer, resource }) };
 }
 
-/** Builds the authenticator the guard and the gateway route share. */
-export function createAuthenticator(deps: GuardDeps): Authenticator {
-  return async (request, target) => {
-    const token = bearerToken(request.headers.get("authorization"));
-    if (token === undefined) return authenticationRequired(target.resource);
-    try {
-      const claims = await verifyToken(deps, token, target.issuer);
-      const session = await liveSession(deps, claims);
-      requireScope(claims, deps.requiredScope);
-      const fresh = await freshSession(deps, session);
-      const gitlab = await deps.store.openGitLabTokens(fresh);
-      if (!gitlab) {
-        throw new Refusal(401, "invalid_token", "The session was revoked or has expired");
-      }
-      return authenticated(claims, fresh, gitlab.accessToken);
-    } catch (error) {
-      if (!(error instanceof Refusal)) throw error;
-      return refusalResponse(error, target.resource, deps.requiredScope);
-    }
-  };
+/**
+ * Authenticates one request for a target: the one implementation behind the guard and the
+ * gateway. Refusals come back as ready responses, rendered like every other error.
+ */
+export async function authenticateRequest(
+  deps: GuardDeps,
+  request: Request,
+  target: GuardTarget,
+): Promise<AuthenticatedRequest | Response> {
+  const token = bearerToken(request.headers.get("authorization"));
+  if (token === undefined) return authenticationRequired(target.resource);
+  try {
+    const claims = await verifyToken(deps, token, target.issuer);
+    const session = await liveSession(deps, claims);
+    requireScope(claims, deps.requiredScope);
+    const fresh = await freshSession(deps, session);
+    const upstreamTokens = await deps.store.openUpstreamTokens(fresh);
+    if (!upstreamTokens) throw sessionEnded();
+    return authenticated(claims, fresh, upstreamTokens.accessToken);
+  } catch (error) {
+    if (!(error instanceof OAuthError)) throw error;
+    return errorResponse(withChallenge(error, target.resource, deps.requiredScope));
+  }
 }
 
 /**
@@ -207,11 +194,11 @@ async function verifyToken(
   try {
     claims = await deps.signer.verify(token, issuer, deps.clock.now(), deps.clockToleranceSeconds);
   } catch (error) {
-    throw new Refusal(401, "invalid_token", describeJoseError(error));
+    throw invalidToken(describeJoseError(error));
   }
   const { sid, sub, scope } = claims as Partial<Record<keyof AccessTokenClaims, unknown>>;
   if (typeof sid !== "string" || typeof sub !== "string" || typeof scope !== "string") {
-    throw new Refusal(401, "invalid_token", "The access token lacks required claims");
+    throw invalidToken("The access token lacks required claims");
   }
   return claims;
 }
@@ -240,15 +227,13 @@ async function liveSession(
   claims: AccessTokenClaims,
 ): Promise<Versioned<SessionRecord>> {
   const session = await deps.store.getSession(claims.sid);
-  if (!session || String(session.value.gitlabUserId) !== claims.sub) {
-    throw new Refusal(401, "invalid_token", "The session was revoked or has expired");
-  }
+  if (!session || String(session.value.upstreamUserId) !== claims.sub) throw sessionEnded();
   return session;
 }
 
 function requireScope(claims: AccessTokenClaims, scope: string): void {
   if (!claims.scope.split(" ").includes(scope)) {
-    throw new Refusal(403, "insufficient_scope", `The access token lacks the ${scope} scope`);
+    throw new OAuthError(403, "insufficient_scope", `The access token lacks the ${scope} scope`);
   }
 }
 
@@ -263,15 +248,12 @@ async function freshSession(
 ): Promise<SessionRecord> {
   let fresh: Versioned<SessionRecord> | null;
   try {
-    fresh = await ensureFreshUpstreamToken(
-      { store: deps.store, clock: deps.clock, oauth: { upstream: deps.upstream } },
-      session,
-    );
+    fresh = await ensureFreshUpstreamToken(deps, session);
   } catch (error) {
     if (!(error instanceof UpstreamRefreshFailed)) throw error;
     return refreshFailed(deps, session.value, error);
   }
-  if (!fresh) throw new Refusal(401, "invalid_token", "The session was revoked or has expired");
+  if (!fresh) throw sessionEnded();
   return fresh.value;
 }
 
@@ -287,23 +269,28 @@ function refreshFailed(
     error: String(error.cause),
   });
   if (terminal) {
-    throw new Refusal(401, "invalid_token", "GitLab no longer accepts this sign-in; sign in again");
+    throw invalidToken("GitLab no longer accepts this sign-in; sign in again");
   }
-  if (session.gitlabTokenExpiry > deps.clock.now()) return session;
-  throw new Refusal(503, "temporarily_unavailable", "GitLab could not renew the token; try again");
+  if (session.upstreamTokenExpiry > deps.clock.now()) return session;
+  throw new OAuthError(
+    503,
+    "temporarily_unavailable",
+    "GitLab could not renew the token; try again",
+    { "Retry-After": RETRY_AFTER_SECONDS },
+  );
 }
 
 function authenticated(
   claims: AccessTokenClaims,
   session: SessionRecord,
-  gitlabToken: string,
+  upstreamToken: string,
 ): AuthenticatedRequest {
   return {
-    user: { id: session.gitlabUserId, username: session.gitlabUsername },
+    user: { id: session.upstreamUserId, username: session.upstreamUsername },
     scopes: claims.scope.split(" ").filter((scope) => scope !== ""),
     clientId: session.clientId,
     sessionId: session.id,
-    gitlabToken,
+    gitlabToken: upstreamToken,
   };
 }
 
@@ -323,24 +310,32 @@ function authenticationRequired(resource: string): Response {
   );
 }
 
-function refusalResponse(refusal: Refusal, resource: string, scope: string): Response {
-  const headers: Record<string, string> = { ...NO_STORE };
-  if (refusal.status === 503) {
-    headers["Retry-After"] = RETRY_AFTER_SECONDS;
-  } else if (refusal.status === 403) {
-    headers["WWW-Authenticate"] = challenge({
-      error: "insufficient_scope",
-      scope,
-      error_description: refusal.description,
-      resource_metadata: protectedResourceMetadataUrl(resource),
+/** A refusal with the challenge RFC 6750 §3 asks for: where to get a token, and why. */
+function withChallenge(error: OAuthError, resource: string, scope: string): OAuthError {
+  if (error.status === 401) {
+    return error.withHeaders({
+      "WWW-Authenticate": invalidTokenChallenge(resource, error.description),
     });
-  } else {
-    headers["WWW-Authenticate"] = invalidTokenChallenge(resource, refusal.description);
   }
-  return Response.json(
-    { error: refusal.error, error_description: refusal.description },
-    { status: refusal.status, headers },
-  );
+  if (error.status === 403) {
+    return error.withHeaders({
+      "WWW-Authenticate": challenge({
+        error: "insufficient_scope",
+        scope,
+        error_description: error.description,
+        resource_metadata: protectedResourceMetadataUrl(resource),
+      }),
+    });
+  }
+  return error;
+}
+
+function invalidToken(description: string): OAuthError {
+  return new OAuthError(401, "invalid_token", description);
+}
+
+function sessionEnded(): OAuthError {
+  return invalidToken("The session was revoked or has expired");
 }
 
 /** `Bearer k="v", ...` with each value reduced to what an RFC 6750 quoted string may hold. */

@@ -1,25 +1,49 @@
 /**
- * A small route table: exact paths, or prefixes ending in `/*`, to per-method handlers; 404,
- * and 405 with `Allow`.
+ * The route table's shape and lookup: exact paths, or prefixes ending in `/*`, each with its
+ * per-method handlers and its rules (OAuth configuration needed, rate-limit bucket, CORS);
+ * 404, and 405 with `Allow`.
  */
 
+import type { OAuthRequestContext, RequestContext } from "./context.ts";
+import type { CorsPolicy } from "./cors.ts";
 import { OAuthError } from "./errors.ts";
+import type { RateLimitBucket } from "./rate_limit.ts";
 
 /** A route handler. */
 export type Handler<C> = (ctx: C) => Promise<Response>;
 
-/** One path's handlers, and whether browsers on other origins may call it. */
-export interface Route<C> {
-  methods: Partial<Record<string, Handler<C>>>;
+/** Handlers by HTTP method. */
+export type Methods<C> = Partial<Record<string, Handler<C>>>;
+
+/** What the app does around a route's handler. */
+export interface RouteRules {
+  /** The per-client-IP limit this route counts against. */
+  rateLimit?: RateLimitBucket;
   /** Answer CORS preflights and allow any origin, without credentials. */
-  cors?: boolean;
+  cors?: CorsPolicy;
 }
 
+/**
+ * One path's handlers and rules. A route that needs OAuth configuration gets a context whose
+ * OAuth dependencies are never missing; without them the app answers spec §7's 500 for it.
+ */
+export type Route =
+  & RouteRules
+  & (
+    | {
+      oauth: true;
+      methods: Methods<OAuthRequestContext>;
+      /** Spec §7: `/oauth/poll` answers only `{error: "server_error"}` when not configured. */
+      bareNotConfigured?: boolean;
+    }
+    | { oauth?: false; methods: Methods<RequestContext> }
+  );
+
 /** Path (or `prefix/*`) → route. */
-export type Routes<C> = Record<string, Route<C>>;
+export type Routes = Record<string, Route>;
 
 /** The route for a path, exact match first, then the longest `prefix/*`; undefined if none. */
-export function findRoute<C>(routes: Routes<C>, pathname: string): Route<C> | undefined {
+export function findRoute(routes: Routes, pathname: string): Route | undefined {
   if (Object.hasOwn(routes, pathname)) return routes[pathname];
   let best: string | undefined;
   for (const key of Object.keys(routes)) {
@@ -30,12 +54,10 @@ export function findRoute<C>(routes: Routes<C>, pathname: string): Route<C> | un
   return best ? routes[best] : undefined;
 }
 
-/** The handler for `method` on a route, or the 405 OAuthError with `Allow`. */
-export function methodHandler<C>(route: Route<C>, method: string): Handler<C> {
-  const handler = Object.hasOwn(route.methods, method) ? route.methods[method] : undefined;
-  if (handler) return handler;
+/** The 405 for a method the route does not serve, with `Allow`. */
+export function methodNotAllowed(route: Route, method: string): OAuthError {
   const allow = [...Object.keys(route.methods), ...(route.cors ? ["OPTIONS"] : [])].join(", ");
-  throw new OAuthError(405, "invalid_request", `Method ${method} not allowed; use ${allow}`, {
+  return new OAuthError(405, "invalid_request", `Method ${method} not allowed; use ${allow}`, {
     Allow: allow,
   });
 }

@@ -10,8 +10,8 @@ import type { Clock } from "../src/clock.ts";
 import { type Config, loadConfig } from "../src/config.ts";
 import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
-import type { GitLabTokens, SessionRecord } from "../src/records.ts";
-import { type Store } from "../src/store.ts";
+import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
+import { type Store } from "../src/store/mod.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
 import {
   type DeviceAuthorization,
@@ -32,9 +32,9 @@ export const TEST_REDIRECT = "http://127.0.0.1:9999/callback";
 export async function gitlabTokensOf(
   store: Store,
   session: { value: SessionRecord } | null,
-): Promise<GitLabTokens | null> {
+): Promise<UpstreamTokenPair | null> {
   assert.ok(session, "the session exists");
-  return await store.openGitLabTokens(session.value);
+  return await store.openUpstreamTokens(session.value);
 }
 
 export class FakeClock implements Clock {

@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import type { Store } from "../src/store.ts";
+import type { Store } from "../src/store/mod.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,

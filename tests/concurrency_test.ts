@@ -5,9 +5,10 @@
  */
 
 import assert from "node:assert/strict";
+import { findSessionByRefreshToken } from "../src/session/life.ts";
 import { sha256Base64Url } from "../src/crypto.ts";
-import type { SessionRecord } from "../src/records.ts";
-import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
+import type { SessionRecord } from "../src/store/records.ts";
+import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import type { UpstreamTokens, UpstreamUser } from "../src/upstream/types.ts";
 import {
   assertOneComplete,
@@ -103,9 +104,9 @@ Deno.test("concurrency: 20 parallel refreshes of an expiring GitLab token", asyn
     await t.step(`round ${round}: exactly one 200 and one GitLab refresh`, async () => {
       await withApp(async (app) => {
         const issued = await issueTokens(app);
-        const before = (await app.store.findSessionByRefreshToken(issued.refresh_token))!;
+        const before = (await findSessionByRefreshToken(app.store, issued.refresh_token))!;
         // Within the 5-minute buffer of the GitLab token's expiry.
-        app.clock.current = before.value.gitlabTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 60_000;
+        app.clock.current = before.value.upstreamTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 60_000;
         app.upstream.refreshes.push(async (): Promise<UpstreamTokens> => {
           await delay(20);
           return {
@@ -124,12 +125,12 @@ Deno.test("concurrency: 20 parallel refreshes of an expiring GitLab token", asyn
         assert.equal(app.upstream.calls.refresh, 1);
         assert.deepEqual(app.upstream.refreshTokensSeen, ["gl-refresh-0"]);
 
-        const session = (await app.store.findSessionByRefreshToken(winner.refresh_token!))!;
+        const session = (await findSessionByRefreshToken(app.store, winner.refresh_token!))!;
         assert.deepEqual(await gitlabTokensOf(app.store, session), {
           accessToken: "gl-access-new",
           refreshToken: "gl-refresh-new",
         });
-        assert.equal(session.value.gitlabTokenExpiry, app.clock.now() + 7200_000);
+        assert.equal(session.value.upstreamTokenExpiry, app.clock.now() + 7200_000);
         assert.equal(await count(app.kv, "lease"), 0, "the refresh lease was released");
       });
     });

@@ -10,8 +10,9 @@
  */
 
 import assert from "node:assert/strict";
+import { findSessionByRefreshToken } from "../src/session/life.ts";
 import type { Logger } from "../src/logger.ts";
-import { sessionIdOf } from "../src/session_tokens.ts";
+import { sessionIdOf } from "../src/store/session_tokens.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,
@@ -878,12 +879,12 @@ async function checkKvInvariants(t: TestApp, secrets: Set<string>): Promise<void
     const [kind, id] = entry.key;
     assert.ok(KV_KINDS.has(String(kind)), `seed ${SEED}: unexpected key ${String(kind)}`);
     if (kind === "session") {
-      assert.equal(typeof entry.value.gitlabUserId, "number", `seed ${SEED}: session user id`);
-      assert.equal(typeof entry.value.gitlabUsername, "string");
-      assert.notEqual(entry.value.gitlabUsername, "", `seed ${SEED}: session username`);
+      assert.equal(typeof entry.value.upstreamUserId, "number", `seed ${SEED}: session user id`);
+      assert.equal(typeof entry.value.upstreamUsername, "string");
+      assert.notEqual(entry.value.upstreamUsername, "", `seed ${SEED}: session username`);
       const opened = await t.store.getSession(String(id));
       assert.ok(opened, `seed ${SEED}: session ${String(id)} does not open`);
-      const gitlab = await t.store.openGitLabTokens(opened.value);
+      const gitlab = await t.store.openUpstreamTokens(opened.value);
       assert.ok(gitlab?.accessToken, "the GitLab token is in the session");
     }
     if (kind === "code") {
@@ -904,7 +905,7 @@ async function checkKvInvariants(t: TestApp, secrets: Set<string>): Promise<void
   const accepted = new Map<string, number>();
   for (const secret of secrets) {
     if (!sessionIdOf(secret)) continue;
-    const session = await t.store.findSessionByRefreshToken(secret);
+    const session = await findSessionByRefreshToken(t.store, secret);
     if (!session) continue;
     assert.ok(sessions.has(session.value.id), `seed ${SEED}: token of a missing session`);
     accepted.set(session.value.id, (accepted.get(session.value.id) ?? 0) + 1);

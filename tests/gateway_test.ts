@@ -79,7 +79,7 @@ async function expireGitLabTokenSoon(t: TestApp, accessToken: string): Promise<v
   assert.ok(session);
   const saved = await t.store.saveSession(session, {
     ...session.value,
-    gitlabTokenExpiry: t.clock.now() + 60_000,
+    upstreamTokenExpiry: t.clock.now() + 60_000,
   });
   assert.ok(saved);
 }

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { AtomicWrite, createGroupCommit, type PlannedWrite } from "../src/group_commit.ts";
+import { AtomicWrite, createGroupCommit, type PlannedWrite } from "../src/store/group_commit.ts";
 
 /** A group commit over a real in-memory KV that records what each transaction held. */
 async function recordingGroupCommit(limits?: Parameters<typeof createGroupCommit>[1]) {

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createGroupRead, type ReadMany } from "../src/group_read.ts";
+import { createGroupRead, type ReadMany } from "../src/store/group_read.ts";
 
 /** A group read over a real in-memory KV holding ["k", 0…29] = i, recording every getMany. */
 async function recordingGroupRead(wrap?: (read: ReadMany) => ReadMany, maxKeys?: number) {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createLogger, redact } from "../src/logger.ts";
-import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
+import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   exchange,

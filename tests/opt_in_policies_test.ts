@@ -1,6 +1,7 @@
 /** The opt-in policies, off by default (README "Opt-in policies"). */
 
 import assert from "node:assert/strict";
+import { findSessionByRefreshToken } from "../src/session/life.ts";
 import {
   assertOneWinner,
   exchange,
@@ -84,12 +85,12 @@ Deno.test("REFRESH_GRACE_SECONDS: the grace outlives a save of the session's Git
   withApp(async (t) => {
     const { refresh_token: old } = await issueTokens(t);
     const rotated = await (await refresh(t, old)).json();
-    const session = (await t.store.findSessionByRefreshToken(rotated.refresh_token))!;
-    const sealedGitLabTokens = await t.store.sealGitLabTokens({
+    const session = (await findSessionByRefreshToken(t.store, rotated.refresh_token))!;
+    const sealedUpstreamTokens = await t.store.sealUpstreamTokens({
       accessToken: "gl-access-saved",
       refreshToken: "gl-refresh-saved",
     });
-    assert.ok(await t.store.saveSession(session, { ...session.value, sealedGitLabTokens }));
+    assert.ok(await t.store.saveSession(session, { ...session.value, sealedUpstreamTokens }));
     const retried = await refresh(t, old);
     assert.equal(retried.status, 200);
     assert.deepEqual(await retried.json(), rotated);

@@ -219,9 +219,9 @@ Deno.test("4.2 success order: user fetched, code stored with 10-minute lifetime,
       accessToken: "gl-at",
       refreshToken: "gl-rt",
     });
-    assert.equal(session.value.gitlabTokenExpiry, now + 7200 * 1000);
-    assert.equal(session.value.gitlabUserId, 777);
-    assert.equal(session.value.gitlabUsername, "grace");
+    assert.equal(session.value.upstreamTokenExpiry, now + 7200 * 1000);
+    assert.equal(session.value.upstreamUserId, 777);
+    assert.equal(session.value.upstreamUsername, "grace");
     assert.equal(session.value.clientId, "client-1");
     assert.equal(session.value.createdAt, now);
     assert.equal(session.value.updatedAt, now);

@@ -41,7 +41,7 @@ function withToken(token: string | undefined): Request {
 async function setGitLabExpiry(t: TestApp, accessToken: string, expiry: number): Promise<void> {
   const session = await t.store.getSession(decodeJwt(accessToken).sid as string);
   assert.ok(session);
-  assert.ok(await t.store.saveSession(session, { ...session.value, gitlabTokenExpiry: expiry }));
+  assert.ok(await t.store.saveSession(session, { ...session.value, upstreamTokenExpiry: expiry }));
 }
 
 Deno.test("guard: reads the service's sessions and answers who the request acts for", async () => {

@@ -7,13 +7,14 @@
  */
 
 import { createAppDeps } from "../src/deps.ts";
+import { findSessionByRefreshToken } from "../src/session/life.ts";
 import assert from "node:assert/strict";
 import { jwtVerify } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
 import { silentLogger } from "../src/logger.ts";
-import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
+import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
@@ -120,8 +121,8 @@ async function fullFlowLeavesNoSecrets(t: TestApp, signingSecret: string): Promi
   await assertNoSecretsInKv(t.kv, secrets, "after the code exchange");
 
   // Refresh once the GitLab token is expiring: GitLab tokens are renewed too.
-  const session = await t.store.findSessionByRefreshToken(first.refresh_token);
-  t.clock.current = session!.value.gitlabTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 1000;
+  const session = await findSessionByRefreshToken(t.store, first.refresh_token);
+  t.clock.current = session!.value.upstreamTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 1000;
   const refreshed = await refresh(t, first.refresh_token);
   assert.equal(refreshed.status, 200);
   const second = await json(refreshed);
@@ -133,7 +134,7 @@ async function fullFlowLeavesNoSecrets(t: TestApp, signingSecret: string): Promi
   await assertNoSecretsInKv(t.kv, secrets, "after the refresh");
 
   // And what is there is still usable: the session opens with the new GitLab tokens.
-  const renewed = await t.store.findSessionByRefreshToken(second.refresh_token);
+  const renewed = await findSessionByRefreshToken(t.store, second.refresh_token);
   assert.deepEqual(await gitlabTokensOf(t.store, renewed), {
     accessToken: "gl-access-1",
     refreshToken: "gl-refresh-1",
@@ -178,8 +179,8 @@ Deno.test("secrets at rest: JWT_SECRET rotated with JWT_SECRET_PREVIOUS → an e
       JWT_SECRET_PREVIOUS: TEST_SECRET,
     });
     // The GitLab token is expiring: the sealed GitLab refresh token must open, too.
-    const session = await t.store.findSessionByRefreshToken(tokens.refresh_token);
-    t.clock.current = session!.value.gitlabTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 1000;
+    const session = await findSessionByRefreshToken(t.store, tokens.refresh_token);
+    t.clock.current = session!.value.upstreamTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 1000;
     const refreshed = await refreshVia(rotated, tokens.refresh_token);
     assert.equal(refreshed.status, 200, JSON.stringify(refreshed.body));
     assert.deepEqual(t.upstream.refreshTokensSeen, ["gl-refresh-0"]);

@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
+import { findSessionByRefreshToken } from "../src/session/life.ts";
 import { sha256Base64Url } from "../src/crypto.ts";
-import type { CodeRecord, FlowRecord, SessionRecord } from "../src/records.ts";
-import { newSessionToken } from "../src/session_tokens.ts";
+import type { CodeRecord, FlowRecord, SessionRecord } from "../src/store/records.ts";
+import { newSessionToken } from "../src/store/session_tokens.ts";
 import { createSecretBox, type SecretBox } from "../src/secret_box.ts";
-import { createStore, type Store } from "../src/store.ts";
+import { createStore, type Store } from "../src/store/mod.ts";
 import {
   exchange,
   FakeClock,
@@ -47,10 +48,10 @@ function sessionRecord(clock: FakeClock, overrides: Partial<SessionRecord> = {})
     id: crypto.randomUUID(),
     mcpRefreshTokenHash: "",
     mcpTokenExpiry: 0,
-    sealedGitLabTokens: SEALED_GITLAB_TOKENS,
-    gitlabTokenExpiry: now + 7200_000,
-    gitlabUserId: 4242,
-    gitlabUsername: "ada",
+    sealedUpstreamTokens: SEALED_GITLAB_TOKENS,
+    upstreamTokenExpiry: now + 7200_000,
+    upstreamUserId: 4242,
+    upstreamUsername: "ada",
     clientId: "client-1",
     scopes: ["mcp:tools", "mcp:resources"],
     createdAt: now,
@@ -256,10 +257,10 @@ Deno.test("store: authorization codes", async (t) => {
         assert.equal(await store.getCode(code), null);
         assert.deepEqual((await store.getSession(session.id))!.value, updated);
         assert.deepEqual(await keysUnder(kv, "session"), [["session", session.id]]);
-        assert.equal((await store.findSessionByRefreshToken(token))!.value.id, session.id);
+        assert.equal((await findSessionByRefreshToken(store, token))!.value.id, session.id);
         // The same read cannot redeem twice.
         assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), false);
-        assert.equal(await store.findSessionByRefreshToken(newSessionToken(session.id)), null);
+        assert.equal(await findSessionByRefreshToken(store, newSessionToken(session.id)), null);
       },
     );
     await t.step("deleteCode deletes an unchanged code; a stale read fails", async () => {
@@ -285,10 +286,10 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       const { session: live, token } = await redeemedSession(store, clock);
       clock.current = live.value.expiresAt;
       assert.ok(await store.getSession(live.value.id), "still live at expiresAt");
-      assert.ok(await store.findSessionByRefreshToken(token));
+      assert.ok(await findSessionByRefreshToken(store, token));
       clock.advance(1);
       assert.equal(await store.getSession(live.value.id), null);
-      assert.equal(await store.findSessionByRefreshToken(token), null);
+      assert.equal(await findSessionByRefreshToken(store, token), null);
       clock.current = new FakeClock().current;
     });
     const tokens: Record<string, string> = {};
@@ -296,31 +297,32 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       const { session, token } = await redeemedSession(store, clock);
       tokens.a = token;
       assert.equal(session.value.mcpRefreshTokenHash, sha256Base64Url(token));
-      assert.equal((await store.findSessionByRefreshToken(token))!.value.id, session.value.id);
+      assert.equal((await findSessionByRefreshToken(store, token))!.value.id, session.value.id);
       // Naming another session, another token of this session, or a tampered random part:
       // nothing.
       const other = await redeemedSession(store, clock);
       assert.equal(
-        await store.findSessionByRefreshToken(
+        await findSessionByRefreshToken(
+          store,
           token.replace(session.value.id, other.session.value.id),
         ),
         null,
       );
-      assert.equal(await store.findSessionByRefreshToken(newSessionToken(session.value.id)), null);
-      assert.equal(await store.findSessionByRefreshToken(`x${token}`), null);
-      assert.equal(await store.findSessionByRefreshToken("refresh-unknown"), null);
+      assert.equal(await findSessionByRefreshToken(store, newSessionToken(session.value.id)), null);
+      assert.equal(await findSessionByRefreshToken(store, `x${token}`), null);
+      assert.equal(await findSessionByRefreshToken(store, "refresh-unknown"), null);
     });
     await t.step("rotateRefreshToken replaces the token in the session", async () => {
-      const session = (await store.findSessionByRefreshToken(tokens.a))!;
+      const session = (await findSessionByRefreshToken(store, tokens.a))!;
       const { updated, token } = withNewToken(session.value);
       tokens.b = token;
       assert.equal(await store.rotateRefreshToken(session, updated), true);
       assert.deepEqual((await kv.get(["session", session.value.id])).value, updated);
-      assert.equal(await store.findSessionByRefreshToken(tokens.a), null);
-      assert.equal((await store.findSessionByRefreshToken(tokens.b))!.value.id, session.value.id);
+      assert.equal(await findSessionByRefreshToken(store, tokens.a), null);
+      assert.equal((await findSessionByRefreshToken(store, tokens.b))!.value.id, session.value.id);
     });
     await t.step("rotateRefreshToken fails and writes nothing on a stale session", async () => {
-      const current = (await store.findSessionByRefreshToken(tokens.b))!;
+      const current = (await findSessionByRefreshToken(store, tokens.b))!;
       const next = withNewToken(current.value);
       tokens.c = next.token;
       assert.equal(await store.rotateRefreshToken(current, next.updated), true);
@@ -328,31 +330,31 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       const lost = withNewToken(current.value);
       assert.equal(await store.rotateRefreshToken(current, lost.updated), false);
       assert.deepEqual(await entries(kv), before);
-      assert.equal(await store.findSessionByRefreshToken(tokens.b), null);
-      assert.equal(await store.findSessionByRefreshToken(lost.token), null);
-      assert.ok(await store.findSessionByRefreshToken(tokens.c));
+      assert.equal(await findSessionByRefreshToken(store, tokens.b), null);
+      assert.equal(await findSessionByRefreshToken(store, lost.token), null);
+      assert.ok(await findSessionByRefreshToken(store, tokens.c));
     });
     await t.step("saveSession stores the update; a stale read fails", async () => {
-      const read = (await store.findSessionByRefreshToken(tokens.c))!;
-      const sealedGitLabTokens = await store.sealGitLabTokens({
+      const read = (await findSessionByRefreshToken(store, tokens.c))!;
+      const sealedUpstreamTokens = await store.sealUpstreamTokens({
         accessToken: "gl-access-9",
         refreshToken: "gl-refresh-9",
       });
-      const updated = { ...read.value, sealedGitLabTokens };
+      const updated = { ...read.value, sealedUpstreamTokens };
       const saved = await store.saveSession(read, updated);
       assert.ok(saved);
       assert.deepEqual(saved.value, updated);
       assert.deepEqual((await store.getSession(read.value.id))!.value, updated);
-      assert.equal(await store.saveSession(read, { ...updated, gitlabTokenExpiry: 1 }), null);
+      assert.equal(await store.saveSession(read, { ...updated, upstreamTokenExpiry: 1 }), null);
       // The refresh token still works after saveSession.
-      assert.equal((await store.findSessionByRefreshToken(tokens.c))!.value.id, read.value.id);
+      assert.equal((await findSessionByRefreshToken(store, tokens.c))!.value.id, read.value.id);
     });
     await t.step("deleteSession removes the session, and its refresh token with it", async () => {
-      const read = (await store.findSessionByRefreshToken(tokens.c))!;
+      const read = (await findSessionByRefreshToken(store, tokens.c))!;
       await store.deleteSession(read.value.id);
       assert.equal(await store.getSession(read.value.id), null);
       assert.equal((await kv.get(["session", read.value.id])).versionstamp, null);
-      assert.equal(await store.findSessionByRefreshToken(tokens.c), null);
+      assert.equal(await findSessionByRefreshToken(store, tokens.c), null);
     });
     await t.step(
       "a rotation that read the session before its deletion writes nothing",
@@ -362,7 +364,7 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
         const { updated, token } = withNewToken(session.value);
         assert.equal(await store.rotateRefreshToken(session, updated), false);
         assert.equal((await kv.get(["session", session.value.id])).versionstamp, null);
-        assert.equal(await store.findSessionByRefreshToken(token), null);
+        assert.equal(await findSessionByRefreshToken(store, token), null);
       },
     );
     await t.step("deleteSession of an unknown id does nothing", async () => {
@@ -508,10 +510,10 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
         ];
         assert.deepEqual((await sessionHashes(a.kv)).sort(), hashes.sort());
         for (const current of [secrets.refresh2, secrets.refresh4]) {
-          assert.ok(await a.store.findSessionByRefreshToken(current));
+          assert.ok(await findSessionByRefreshToken(a.store, current));
         }
         for (const old of [secrets.refresh1, secrets.refresh3]) {
-          assert.equal(await a.store.findSessionByRefreshToken(old), null);
+          assert.equal(await findSessionByRefreshToken(a.store, old), null);
         }
       },
     );
@@ -536,11 +538,11 @@ Deno.test("store: a grant that does not touch GitLab never opens the GitLab toke
     const store = createStore(kv, clock, counting);
     const { token } = await redeemedSession(store, clock);
     opened = 0;
-    const found = (await store.findSessionByRefreshToken(token))!;
+    const found = (await findSessionByRefreshToken(store, token))!;
     const { updated } = withNewToken(found.value);
     assert.equal(await store.rotateRefreshToken(found, updated), true);
     assert.equal(opened, 0, "read and rotated with the GitLab tokens sealed");
-    assert.deepEqual(await store.openGitLabTokens(updated), {
+    assert.deepEqual(await store.openUpstreamTokens(updated), {
       accessToken: "gl-access-0",
       refreshToken: "gl-refresh-0",
     });

@@ -4,8 +4,9 @@
  */
 
 import assert from "node:assert/strict";
+import { findSessionByRefreshToken } from "../src/session/life.ts";
 import { jwtVerify } from "jose";
-import { newSessionToken, sessionIdOf } from "../src/session_tokens.ts";
+import { newSessionToken, sessionIdOf } from "../src/store/session_tokens.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   exchange,
@@ -355,7 +356,7 @@ Deno.test("4.3.1 success: session tokens set and code deleted (3.2 issued → co
     assert.ok(session);
     assert.notEqual(session.value.mcpRefreshTokenHash, "", "refresh token stored");
     assert.equal(session.value.mcpTokenExpiry, now + 3600 * 1000);
-    const found = await t.store.findSessionByRefreshToken(body.refresh_token);
+    const found = await findSessionByRefreshToken(t.store, body.refresh_token);
     assert.equal(found?.value.id, sessionId);
   }));
 
@@ -460,10 +461,10 @@ Deno.test("4.3.2 success: session stores the new expiry (3.3 tokens issued → t
     const session = await t.store.getSession(sessionId);
     assert.equal(session?.value.mcpTokenExpiry, now + 3600 * 1000);
     assert.equal(
-      (await t.store.findSessionByRefreshToken(second.refresh_token))?.value.id,
+      (await findSessionByRefreshToken(t.store, second.refresh_token))?.value.id,
       sessionId,
     );
-    assert.equal(await t.store.findSessionByRefreshToken(first.refresh_token), null);
+    assert.equal(await findSessionByRefreshToken(t.store, first.refresh_token), null);
   }));
 
 Deno.test("4.3.2 step 3: upstream token expiring within 5 minutes → refreshed first and stored", () =>
@@ -480,7 +481,7 @@ Deno.test("4.3.2 step 3: upstream token expiring within 5 minutes → refreshed 
       accessToken: "gl-access-1",
       refreshToken: "gl-refresh-1",
     });
-    assert.equal(session?.value.gitlabTokenExpiry, now + 7200 * 1000);
+    assert.equal(session?.value.upstreamTokenExpiry, now + 7200 * 1000);
   }));
 
 Deno.test("4.3.2 step 3: upstream token at exactly 5 minutes left → refreshed first", () =>

@@ -7,6 +7,7 @@
  */
 
 import { createAppDeps } from "../src/deps.ts";
+import { findSessionByRefreshToken } from "../src/session/life.ts";
 import assert from "node:assert/strict";
 import {
   type SimulatedFailure,
@@ -16,8 +17,8 @@ import {
 import { createApp, type FetchHandler } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
 import { createLogger } from "../src/logger.ts";
-import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/sessions.ts";
-import { type Store } from "../src/store.ts";
+import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
+import { type Store } from "../src/store/mod.ts";
 import { loadTemplates } from "../src/templates.ts";
 import {
   authorizeQuery,
@@ -156,10 +157,10 @@ async function signIn(gitlab: SimulatedGitLab, t: GitLabApp): Promise<Record<str
 
 /** Moves the clock to within the refresh buffer of the session's GitLab token expiry. */
 async function makeGitLabTokenExpiring(t: GitLabApp, refreshToken: string): Promise<void> {
-  const session = await t.store.findSessionByRefreshToken(refreshToken);
+  const session = await findSessionByRefreshToken(t.store, refreshToken);
   assert.ok(session);
-  assert.ok(session.value.gitlabTokenExpiry > 0);
-  t.clock.current = session.value.gitlabTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 60_000;
+  assert.ok(session.value.upstreamTokenExpiry > 0);
+  t.clock.current = session.value.upstreamTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + 60_000;
 }
 
 // --- /authorize: the device start fails ------------------------------------------------------
@@ -363,7 +364,7 @@ Deno.test("upstream failures: upstream refresh fails → 400 invalid_grant; the 
         const tokens = await signIn(gitlab, app);
         const refreshToken = tokens.refresh_token as string;
         await makeGitLabTokenExpiring(app, refreshToken);
-        const before = await app.store.findSessionByRefreshToken(refreshToken);
+        const before = await findSessionByRefreshToken(app.store, refreshToken);
 
         gitlab.failNext("refresh", mode);
         assert.deepEqual(await refresh(app, refreshToken), {
@@ -374,16 +375,17 @@ Deno.test("upstream failures: upstream refresh fails → 400 invalid_grant; the 
           },
         });
         assert.equal(gitlab.calls.refresh, 1);
-        const unchanged = await app.store.findSessionByRefreshToken(refreshToken);
+        const unchanged = await findSessionByRefreshToken(app.store, refreshToken);
         assert.ok(unchanged, "the refresh token still names the session");
-        assert.equal(unchanged.value.sealedGitLabTokens, before!.value.sealedGitLabTokens);
+        assert.equal(unchanged.value.sealedUpstreamTokens, before!.value.sealedUpstreamTokens);
         assert.equal(await countKind(app.kv, "lease"), 0, "the refresh lease was released");
 
         // GitLab is back: the same refresh token works, and the GitLab token is renewed.
         const later = await refresh(app, refreshToken);
         assert.equal(later.status, 200, JSON.stringify(later.body));
         assert.equal(gitlab.calls.refresh, 2);
-        const renewed = await app.store.findSessionByRefreshToken(
+        const renewed = await findSessionByRefreshToken(
+          app.store,
           later.body.refresh_token as string,
         );
         assert.ok(renewed);
@@ -391,7 +393,7 @@ Deno.test("upstream failures: upstream refresh fails → 400 invalid_grant; the 
           await gitlabTokensOf(app.store, renewed),
           await gitlabTokensOf(app.store, before),
         );
-        assert.ok(renewed.value.gitlabTokenExpiry > app.clock.now() + UPSTREAM_REFRESH_BUFFER_MS);
+        assert.ok(renewed.value.upstreamTokenExpiry > app.clock.now() + UPSTREAM_REFRESH_BUFFER_MS);
       }));
   }
 });

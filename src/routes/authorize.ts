@@ -1,17 +1,17 @@
 /**
- * `GET /authorize`: validates the authorization request, starts a GitLab device flow and
+ * `GET /authorize`: validates the authorization request, starts an upstream device flow and
  * answers the page that shows the user code.
  *
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
 
-import { type ClientRecord, matchesRegisteredRedirect } from "../clients.ts";
-import type { RequestContext } from "../context.ts";
+import { matchesRegisteredRedirect } from "../clients.ts";
+import type { OAuthRequestContext } from "../context.ts";
 import { randomToken } from "../crypto.ts";
-import { notConfiguredError, OAuthError } from "../errors.ts";
+import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { PKCE_METHOD } from "../pkce.ts";
-import type { FlowRecord } from "../records.ts";
+import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
@@ -25,9 +25,8 @@ interface AuthorizationRequest {
 }
 
 /** Handles `GET /authorize`. */
-export async function handleAuthorize(ctx: RequestContext): Promise<Response> {
-  const { oauth, store, clock, templates, logger } = ctx.deps;
-  if (!oauth) throw notConfiguredError();
+export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Response> {
+  const { store, clock, templates, logger } = ctx.deps;
   const request = parseAuthorizationRequest(ctx.url.searchParams);
   const client = await store.getClient(request.clientId);
   if (ctx.deps.config.redirectUriPolicy === "registered") {
@@ -37,7 +36,7 @@ export async function handleAuthorize(ctx: RequestContext): Promise<Response> {
   const flowState = randomToken(FLOW_STATE_BYTES);
   let device: DeviceAuthorization;
   try {
-    device = await oauth.upstream.startDeviceAuthorization();
+    device = await ctx.oauth.upstream.startDeviceAuthorization();
     await store.createFlow(flowState, flowRecord(request, device, clock.now()));
   } catch (error) {
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });

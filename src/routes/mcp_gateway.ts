@@ -6,32 +6,28 @@
  * @see RFC 9110 §7.6.1 (hop-by-hop fields), MCP spec "Streamable HTTP" and "Authorization"
  */
 
-import type { AppDeps, RequestContext } from "../context.ts";
-import { notConfiguredError } from "../errors.ts";
-import { errorResponse, NO_STORE } from "../http.ts";
+import type { AppDeps, OAuthRequestContext } from "../context.ts";
+import { MCP_CORS } from "../cors.ts";
+import { OAuthError } from "../errors.ts";
 import {
   type AuthenticatedRequest,
-  type Authenticator,
+  authenticateRequest,
   CLOCK_TOLERANCE_SECONDS,
-  createAuthenticator,
+  type GuardDeps,
   invalidTokenChallenge,
-  MCP_TOOLS_SCOPE,
 } from "../resource_guard.ts";
+import { mcpResourceUrl } from "../resource_urls.ts";
 import type { Route } from "../router.ts";
-import { mcpResourceUrl } from "./metadata.ts";
+import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
   /** The gateway's route when `url` is the MCP resource path, else undefined. */
-  route(url: URL, baseUrl: string): Route<RequestContext> | undefined;
+  route(url: URL, baseUrl: string): Route | undefined;
 }
 
-/** Methods forwarded; OPTIONS is answered here as a CORS preflight. */
+/** Methods forwarded; OPTIONS is answered by the app as a CORS preflight. */
 const FORWARDED_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] as const;
-const CORS_ALLOW_HEADERS =
-  "Content-Type, Authorization, MCP-Protocol-Version, Mcp-Session-Id, Last-Event-ID";
-const CORS_EXPOSE_HEADERS = "WWW-Authenticate, Mcp-Session-Id";
-const CORS_MAX_AGE_SECONDS = "86400";
 
 /** Hop-by-hop fields (RFC 9110 §7.6.1) and `Host`; `Proxy-*` and fields named in `Connection` too. */
 const HOP_BY_HOP = new Set([
@@ -53,49 +49,45 @@ const DECODED_BY_FETCH = new Set(["gzip", "br"]);
 export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
   const upstreamUrl = deps.config.mcpUpstreamUrl;
   if (!upstreamUrl) return undefined;
-  let authenticate: Authenticator | undefined;
-  const handler = (ctx: RequestContext) => {
-    if (!ctx.deps.oauth) return Promise.resolve(withCors(errorResponse(notConfiguredError())));
-    authenticate ??= appAuthenticator(deps);
-    return handleGatewayRequest(ctx, authenticate, upstreamUrl);
-  };
-  const methods = Object.fromEntries(FORWARDED_METHODS.map((method) => [method, handler]));
-  const route: Route<RequestContext> = {
-    methods: { ...methods, OPTIONS: () => Promise.resolve(preflight()) },
+  const handler = (ctx: OAuthRequestContext) => handleGatewayRequest(ctx, upstreamUrl);
+  const route: Route = {
+    methods: Object.fromEntries(FORWARDED_METHODS.map((method) => [method, handler])),
+    oauth: true,
+    cors: MCP_CORS,
   };
   return {
     route: (url, baseUrl) =>
-      trimPath(url.pathname) === resourcePath({ baseUrl, deps }) ? route : undefined,
+      trimPath(url.pathname) === resourcePath(deps, baseUrl) ? route : undefined,
   };
 }
 
-/** The guard's authenticator over the service's own store, upstream and signer. */
-function appAuthenticator(deps: AppDeps): Authenticator {
-  return createAuthenticator({
-    store: deps.store,
-    clock: deps.clock,
-    logger: deps.logger,
-    upstream: deps.oauth!.upstream,
-    signer: deps.oauth!.signer,
+/** The resource guard's dependencies: the service's own store, upstream and signer. */
+function guardDeps(ctx: OAuthRequestContext): GuardDeps {
+  const { store, clock, logger } = ctx.deps;
+  return {
+    store,
+    clock,
+    logger,
+    upstream: ctx.oauth.upstream,
+    signer: ctx.oauth.signer,
     clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
     requiredScope: MCP_TOOLS_SCOPE,
-  });
+  };
 }
 
-async function handleGatewayRequest(
-  ctx: RequestContext,
-  authenticate: Authenticator,
-  upstreamUrl: URL,
-): Promise<Response> {
-  const resource = mcpResourceUrl(ctx);
-  const auth = await authenticate(ctx.request, { issuer: ctx.baseUrl, resource });
-  if (auth instanceof Response) return withCors(auth);
-  return withCors(await forward(ctx, auth, upstreamUrl, resource));
+async function handleGatewayRequest(ctx: OAuthRequestContext, upstreamUrl: URL): Promise<Response> {
+  const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
+  const auth = await authenticateRequest(guardDeps(ctx), ctx.request, {
+    issuer: ctx.baseUrl,
+    resource,
+  });
+  if (auth instanceof Response) return auth;
+  return await forward(ctx, auth, upstreamUrl, resource);
 }
 
 /** Sends the request on; the timer covers only the wait for response headers. */
 async function forward(
-  ctx: RequestContext,
+  ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
   upstreamUrl: URL,
   resource: string,
@@ -118,7 +110,7 @@ async function forward(
     });
     return relayResponse(response, resource);
   } catch (error) {
-    return upstreamFailure(ctx, auth, error, timeout.signal.aborted);
+    throw upstreamFailure(ctx, auth, error, timeout.signal.aborted);
   } finally {
     clearTimeout(timer);
   }
@@ -165,11 +157,11 @@ function relayResponse(upstream: Response, resource: string): Response {
 
 /** 504 when the response headers did not arrive in time, else 502. */
 function upstreamFailure(
-  ctx: RequestContext,
+  ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
   error: unknown,
   timedOut: boolean,
-): Response {
+): OAuthError {
   const timeoutMs = ctx.deps.config.mcpUpstreamTimeoutMs;
   ctx.deps.logger.warn(timedOut ? "MCP server timed out" : "MCP server unreachable", {
     requestId: ctx.requestId,
@@ -177,14 +169,12 @@ function upstreamFailure(
     error: error instanceof Error ? error.name : String(error),
   });
   return timedOut
-    ? Response.json({
-      error: "gateway_timeout",
-      error_description: `The MCP server did not answer within ${timeoutMs} ms`,
-    }, { status: 504, headers: NO_STORE })
-    : Response.json({
-      error: "bad_gateway",
-      error_description: "The MCP server could not be reached",
-    }, { status: 502, headers: NO_STORE });
+    ? new OAuthError(
+      504,
+      "gateway_timeout",
+      `The MCP server did not answer within ${timeoutMs} ms`,
+    )
+    : new OAuthError(502, "bad_gateway", "The MCP server could not be reached");
 }
 
 /** A copy of `source` without hop-by-hop fields (RFC 9110 §7.6.1). */
@@ -200,28 +190,9 @@ function endToEndHeaders(source: Headers): Headers {
   return headers;
 }
 
-function preflight(): Response {
-  return withCors(
-    new Response(null, {
-      status: 204,
-      headers: {
-        "Access-Control-Allow-Methods": [...FORWARDED_METHODS, "OPTIONS"].join(", "),
-        "Access-Control-Allow-Headers": CORS_ALLOW_HEADERS,
-        "Access-Control-Max-Age": CORS_MAX_AGE_SECONDS,
-      },
-    }),
-  );
-}
-
-function withCors(response: Response): Response {
-  response.headers.set("Access-Control-Allow-Origin", "*");
-  response.headers.set("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS);
-  return response;
-}
-
 /** The path of the MCP resource URL (which may be on another host). */
-function resourcePath(ctx: Pick<RequestContext, "baseUrl" | "deps">): string {
-  return trimPath(new URL(mcpResourceUrl(ctx)).pathname);
+function resourcePath(deps: AppDeps, baseUrl: string): string {
+  return trimPath(new URL(mcpResourceUrl(deps.config, baseUrl)).pathname);
 }
 
 function trimPath(pathname: string): string {

@@ -5,11 +5,11 @@
 
 import type { RequestContext } from "../context.ts";
 import { json } from "../http.ts";
+import { mcpResourceUrl, pathOf, PROTECTED_RESOURCE_METADATA_PATH } from "../resource_urls.ts";
 import { notFound } from "../router.ts";
-import { GRANTED_SCOPES } from "../sessions.ts";
+import { GRANTED_SCOPES } from "../scopes.ts";
 
 const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
-const PRM_PATH = "/.well-known/oauth-protected-resource";
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };
 
 /** Authorization server metadata. @see RFC 8414 §2, §3 (path-inserted well-known URI) */
@@ -40,8 +40,8 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
 
 /** Protected resource metadata for the MCP server. @see RFC 9728 §2, §3.1 */
 export function handleProtectedResourceMetadata(ctx: RequestContext): Promise<Response> {
-  const resource = mcpResourceUrl(ctx);
-  requireSuffix(ctx.url.pathname, PRM_PATH, pathOf(resource));
+  const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
+  requireSuffix(ctx.url.pathname, PROTECTED_RESOURCE_METADATA_PATH, pathOf(resource));
   return Promise.resolve(json(
     {
       resource,
@@ -53,21 +53,6 @@ export function handleProtectedResourceMetadata(ctx: RequestContext): Promise<Re
     200,
     CACHEABLE,
   ));
-}
-
-/** The protected MCP resource: MCP_RESOURCE_URL, or `{base}/mcp`. */
-export function mcpResourceUrl(ctx: Pick<RequestContext, "baseUrl" | "deps">): string {
-  return ctx.deps.config.mcpResourceUrl ?? `${ctx.baseUrl}/mcp`;
-}
-
-/** Where the protected resource metadata of `resource` lives (RFC 9728 §3.1). */
-export function protectedResourceMetadataUrl(resource: string): string {
-  const url = new URL(resource);
-  return `${url.origin}${PRM_PATH}${pathOf(resource)}`;
-}
-
-function pathOf(url: string): string {
-  return new URL(url).pathname.replace(/\/+$/, "");
 }
 
 /** The well-known path alone, or with exactly the path of the thing it describes. */

@@ -1,23 +1,19 @@
 /**
- * `GET /oauth/poll`: the page asks whether the user has approved at GitLab; on approval the
+ * `GET /oauth/poll`: the page asks whether the user has approved upstream; on approval the
  * session and the single-use authorization code are created in one commit.
  *
  * @see spec §3.1, §4.2, RFC 8628 §3.4–3.5
  */
 
-import type { RequestContext } from "../context.ts";
+import type { OAuthRequestContext } from "../context.ts";
 import { json, NO_STORE } from "../http.ts";
 import { redact } from "../logger.ts";
-import type { FlowRecord, UpstreamTokenSet } from "../records.ts";
-import { newSession, tokenSet } from "../sessions.ts";
-import { newSessionToken } from "../session_tokens.ts";
-import type { Versioned } from "../store.ts";
+import { newSignIn } from "../session/life.ts";
+import type { Versioned } from "../store/mod.ts";
+import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";
 import { UpstreamError, type UpstreamUser } from "../upstream/types.ts";
 
-/** Authorization code lifetime (spec §8). */
-export const CODE_TTL_MS = 10 * 60 * 1000;
-
-/** How much GitLab's `slow_down` adds to the polling interval (RFC 8628 §3.5). */
+/** How much the upstream's `slow_down` adds to the polling interval (RFC 8628 §3.5). */
 const SLOW_DOWN_STEP_SECONDS = 5;
 
 /** The poll body of spec §2.4. */
@@ -29,9 +25,8 @@ export type PollBody =
 const pending = () => answer(200, { status: "pending" });
 
 /** Handles `GET /oauth/poll`. */
-export async function handlePoll(ctx: RequestContext): Promise<Response> {
-  const { oauth, store, clock, config } = ctx.deps;
-  if (!oauth) return json({ error: "server_error" }, 500, NO_STORE);
+export async function handlePoll(ctx: OAuthRequestContext): Promise<Response> {
+  const { store, clock, config } = ctx.deps;
 
   const flowStates = ctx.url.searchParams.getAll("flow_state");
   if (flowStates.length > 1) {
@@ -67,20 +62,24 @@ export async function handlePoll(ctx: RequestContext): Promise<Response> {
   }
 }
 
-/** Polls GitLab (unless it already gave us a token), looks up the user and completes. */
-async function advanceFlow(ctx: RequestContext, flow: Versioned<FlowRecord>): Promise<Response> {
-  const { oauth, store, clock } = ctx.deps;
+/** Polls the upstream (unless it already gave us a token), looks up the user and completes. */
+async function advanceFlow(
+  ctx: OAuthRequestContext,
+  flow: Versioned<FlowRecord>,
+): Promise<Response> {
+  const { store, clock } = ctx.deps;
+  const { upstream } = ctx.oauth;
   let tokens = flow.value.upstreamTokens;
   if (!tokens) {
     if (clock.now() < (flow.value.nextPollAt ?? 0)) return pending();
-    const result = await oauth!.upstream.pollDeviceToken(flow.value.deviceCode);
+    const result = await upstream.pollDeviceToken(flow.value.deviceCode);
     if (result.kind === "slow_down") {
       // RFC 8628 §3.5: the interval grows by 5 s for this and every later request.
       const interval = flow.value.intervalSeconds + SLOW_DOWN_STEP_SECONDS;
       await store.deferFlowPolling(flow, interval, clock.now() + interval * 1000);
     }
     if (result.kind !== "token") return pending();
-    tokens = tokenSet(result.tokens, clock.now());
+    tokens = upstreamTokenSet(result.tokens, clock.now());
     // The device code is spent now; keep the token before anything else can fail.
     const saved = await store.saveFlowUpstreamTokens(flow, tokens);
     if (!saved) return pending();
@@ -88,7 +87,7 @@ async function advanceFlow(ctx: RequestContext, flow: Versioned<FlowRecord>): Pr
   }
   let user: UpstreamUser;
   try {
-    user = await oauth!.upstream.fetchUser(tokens.accessToken);
+    user = await upstream.fetchUser(tokens.accessToken);
   } catch (error) {
     // Fail the flow as saved with the tokens, not the version the caller read.
     if (!(error instanceof UpstreamError)) throw error;
@@ -98,41 +97,28 @@ async function advanceFlow(ctx: RequestContext, flow: Versioned<FlowRecord>): Pr
 }
 
 async function complete(
-  ctx: RequestContext,
+  ctx: OAuthRequestContext,
   flow: Versioned<FlowRecord>,
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
 ): Promise<Response> {
   const { store, clock, config, logger } = ctx.deps;
-  const now = clock.now();
-  const sealedTokens = await store.sealGitLabTokens(tokens);
-  const session = newSession(
+  const sealedTokens = await store.sealUpstreamTokens(tokens);
+  const signIn = newSignIn(
     flow.value,
-    { sealedTokens, expiresAt: tokens.expiresAt },
-    user,
-    now,
+    { sealedTokens, expiresAt: tokens.expiresAt, user },
+    clock.now(),
     config.sessionIdleTtlSeconds,
   );
-  const code = newSessionToken(session.id);
-  const { clientId, codeChallenge, codeChallengeMethod, redirectUri, state } = flow.value;
-  const done = await store.completeFlow(flow, {
-    code,
-    codeRecord: {
-      sessionId: session.id,
-      clientId,
-      codeChallenge,
-      codeChallengeMethod,
-      redirectUri,
-      expiresAt: now + CODE_TTL_MS,
-    },
-    session,
-  });
+  const done = await store.completeFlow(flow, signIn);
   // Only a flow changed under us fails here; the next poll tells the truth about it.
   if (!done) return pending();
+  const { code, session } = signIn;
+  const { redirectUri, state } = flow.value;
   logger.info("flow completed", {
     requestId: ctx.requestId,
     sessionId: session.id,
-    clientId,
+    clientId: session.clientId,
     gitlabUser: user.username,
     code: redact(code),
   });
@@ -145,11 +131,11 @@ async function complete(
 }
 
 /**
- * Spec §3.1: a terminal upstream error (GitLab's `access_denied`, `expired_token`, `invalid_*`)
+ * Spec §3.1: a terminal upstream error (the provider's `access_denied`, `expired_token`, `invalid_*`)
  * fails the flow; anything else leaves it pending. Decided by the error's code, not its text.
  */
 async function upstreamFailed(
-  ctx: RequestContext,
+  ctx: OAuthRequestContext,
   flow: Versioned<FlowRecord>,
   error: UpstreamError,
 ): Promise<Response> {

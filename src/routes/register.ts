@@ -4,16 +4,16 @@
  * @see RFC 7591 §3
  */
 
-import { type ClientRecord, parseClientMetadata } from "../clients.ts";
-import type { RequestContext } from "../context.ts";
+import { parseClientMetadata } from "../clients.ts";
+import type { OAuthRequestContext } from "../context.ts";
 import { randomToken } from "../crypto.ts";
-import { notConfiguredError, OAuthError } from "../errors.ts";
+import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readJson } from "../http.ts";
+import type { ClientRecord } from "../store/records.ts";
 
 /** Handles `POST /register`; answers 201 with the client id and the metadata echoed. */
-export async function handleRegister(ctx: RequestContext): Promise<Response> {
-  const { oauth, store, clock, logger } = ctx.deps;
-  if (!oauth) throw notConfiguredError();
+export async function handleRegister(ctx: OAuthRequestContext): Promise<Response> {
+  const { store, clock, logger } = ctx.deps;
   const metadata = parseClientMetadata(await readJson(ctx.request));
   const client: ClientRecord = {
     clientId: randomToken(16),

@@ -1,19 +1,19 @@
 /**
  * `POST /revoke`: ends the session a refresh token or access token belongs to, and revokes
- * the session's GitLab token (best effort).
+ * the session's upstream token (best effort).
  *
  * @see RFC 7009 §2
  */
 
-import type { RequestContext } from "../context.ts";
-import { notConfiguredError, OAuthError } from "../errors.ts";
+import type { OAuthRequestContext } from "../context.ts";
+import { OAuthError } from "../errors.ts";
 import { NO_STORE, readParams } from "../http.ts";
 import { redact } from "../logger.ts";
-import type { SessionRecord } from "../records.ts";
+import { findSessionByRefreshToken } from "../session/life.ts";
+import type { SessionRecord } from "../store/records.ts";
 
 /** Handles `POST /revoke`; 200 for known and unknown tokens alike (RFC 7009 §2.2). */
-export async function handleRevoke(ctx: RequestContext): Promise<Response> {
-  if (!ctx.deps.oauth) throw notConfiguredError();
+export async function handleRevoke(ctx: OAuthRequestContext): Promise<Response> {
   const params = await readParams(ctx.request);
   const token = params.get("token");
   if (!token) throw new OAuthError(400, "invalid_request", "token is required");
@@ -25,7 +25,7 @@ export async function handleRevoke(ctx: RequestContext): Promise<Response> {
 
 /** The session a token names; the hint only decides which kind is tried first. */
 async function findSession(
-  ctx: RequestContext,
+  ctx: OAuthRequestContext,
   token: string,
   hint: string | undefined,
 ): Promise<SessionRecord | null> {
@@ -39,32 +39,35 @@ async function findSession(
 }
 
 async function bySignedAccessToken(
-  ctx: RequestContext,
+  ctx: OAuthRequestContext,
   token: string,
 ): Promise<SessionRecord | null> {
   if (token.split(".").length !== 3) return null;
-  const claims = await ctx.deps.oauth!.signer.readSigned(token);
+  const claims = await ctx.oauth.signer.readSigned(token);
   if (typeof claims?.sid !== "string") return null;
   return (await ctx.deps.store.getSession(claims.sid))?.value ?? null;
 }
 
-async function byRefreshToken(ctx: RequestContext, token: string): Promise<SessionRecord | null> {
-  return (await ctx.deps.store.findSessionByRefreshToken(token))?.value ?? null;
+async function byRefreshToken(
+  ctx: OAuthRequestContext,
+  token: string,
+): Promise<SessionRecord | null> {
+  return (await findSessionByRefreshToken(ctx.deps.store, token))?.value ?? null;
 }
 
-async function endSession(ctx: RequestContext, session: SessionRecord): Promise<void> {
-  const { store, oauth, logger } = ctx.deps;
+async function endSession(ctx: OAuthRequestContext, session: SessionRecord): Promise<void> {
+  const { store, logger } = ctx.deps;
   await store.deleteSession(session.id);
   logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
-  const gitlab = await store.openGitLabTokens(session);
-  if (!gitlab) return;
+  const upstreamTokens = await store.openUpstreamTokens(session);
+  if (!upstreamTokens) return;
   try {
-    await oauth!.upstream.revokeToken(gitlab.accessToken);
+    await ctx.oauth.upstream.revokeToken(upstreamTokens.accessToken);
   } catch (error) {
     logger.warn("GitLab token revocation failed", {
       requestId: ctx.requestId,
       sessionId: session.id,
-      gitlabToken: redact(gitlab.accessToken),
+      gitlabToken: redact(upstreamTokens.accessToken),
       error: String(error),
     });
   }

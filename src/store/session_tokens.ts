@@ -6,7 +6,7 @@
  * unguessable, and only its SHA-256 hash is stored.
  */
 
-import { randomToken } from "./crypto.ts";
+import { randomToken, sha256Base64Url } from "../crypto.ts";
 
 const SEPARATOR = ".";
 const SESSION_ID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -20,4 +20,9 @@ export function newSessionToken(sessionId: string): string {
 export function sessionIdOf(token: string): string | undefined {
   const id = token.slice(token.lastIndexOf(SEPARATOR) + 1);
   return token.includes(SEPARATOR) && SESSION_ID.test(id) ? id : undefined;
+}
+
+/** What a session keeps of its refresh token. */
+export function refreshTokenHash(token: string): string {
+  return sha256Base64Url(token);
 }

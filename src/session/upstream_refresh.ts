@@ -1,0 +1,113 @@
+/**
+ * Keeping a session's upstream token fresh: refreshed within five minutes of its expiry, one
+ * refresh per session at a time across every instance (a KV lease), so the upstream refresh
+ * token is never spent twice.
+ *
+ * @see spec §4.3.2 step 3, §8
+ */
+
+import type { Clock } from "../clock.ts";
+import type { Store, Versioned } from "../store/mod.ts";
+import { type SessionRecord, upstreamTokenSet } from "../store/records.ts";
+import type { Upstream } from "../upstream/types.ts";
+
+/** Refresh the upstream token when it expires within this (spec §8). */
+export const UPSTREAM_REFRESH_BUFFER_MS = 5 * 60 * 1000;
+
+/** How long one instance may hold a session's upstream-refresh lease. */
+const REFRESH_LEASE_MS = 30_000;
+/** How long a caller waits for another instance's refresh of the same session. */
+const REFRESH_WAIT_MS = 35_000;
+const REFRESH_WAIT_STEP_MS = 25;
+const SAVE_ATTEMPTS = 5;
+
+/** What refreshing an upstream token needs. */
+export interface RefreshDeps {
+  store: Store;
+  clock: Clock;
+  upstream: Upstream;
+}
+
+/** The upstream token could not be refreshed (spec: `Failed to refresh underlying upstream token`). */
+export class UpstreamRefreshFailed extends Error {
+  constructor(cause: unknown) {
+    super("upstream refresh failed", { cause });
+    this.name = "UpstreamRefreshFailed";
+  }
+}
+
+/** True when the upstream token expires within the buffer or already has. */
+export function upstreamExpiring(session: SessionRecord, now: number): boolean {
+  return session.upstreamTokenExpiry !== 0 &&
+    session.upstreamTokenExpiry - now <= UPSTREAM_REFRESH_BUFFER_MS;
+}
+
+/**
+ * Returns the session with an upstream token that is not about to expire, refreshing it first
+ * if needed. Refreshes of one session are serialised through a KV lease, so parallel callers on
+ * any instance never spend the same upstream refresh token twice: the others wait and then read
+ * what the winner stored. Null when the session is gone afterwards.
+ * Throws UpstreamRefreshFailed when the upstream refuses.
+ */
+export async function ensureFreshUpstreamToken(
+  deps: RefreshDeps,
+  session: Versioned<SessionRecord>,
+): Promise<Versioned<SessionRecord> | null> {
+  const { store, clock } = deps;
+  if (!upstreamExpiring(session.value, clock.now())) return session;
+  const id = session.value.id;
+  const deadline = Date.now() + REFRESH_WAIT_MS;
+  while (Date.now() < deadline) {
+    const lease = await store.tryLease("upstream-refresh", id, REFRESH_LEASE_MS);
+    if (!lease) {
+      // Another caller is refreshing: wait, then take what it stored if it is done.
+      await new Promise((resolve) => setTimeout(resolve, REFRESH_WAIT_STEP_MS));
+      const current = await store.getSession(id);
+      if (!current || !upstreamExpiring(current.value, clock.now())) return current;
+      continue;
+    }
+    try {
+      const current = await store.getSession(id);
+      if (!current || !upstreamExpiring(current.value, clock.now())) return current;
+      return await refreshAndSave(deps, current);
+    } finally {
+      await lease.release();
+    }
+  }
+  throw new UpstreamRefreshFailed(new Error("timed out waiting for a concurrent refresh"));
+}
+
+async function refreshAndSave(
+  { store, clock, upstream }: RefreshDeps,
+  current: Versioned<SessionRecord>,
+): Promise<Versioned<SessionRecord> | null> {
+  const opened = await store.openUpstreamTokens(current.value);
+  if (!opened) throw new UpstreamRefreshFailed(new Error("upstream tokens cannot be opened"));
+  if (!opened.refreshToken) {
+    throw new UpstreamRefreshFailed(new Error("the upstream issued no refresh token"));
+  }
+  let tokens;
+  try {
+    tokens = upstreamTokenSet(await upstream.refreshTokens(opened.refreshToken), clock.now());
+  } catch (error) {
+    throw new UpstreamRefreshFailed(error);
+  }
+  const sealedUpstreamTokens = await store.sealUpstreamTokens({
+    accessToken: tokens.accessToken,
+    refreshToken: tokens.refreshToken || opened.refreshToken,
+  });
+  // The upstream has spent the old refresh token: the new one must land even if the session
+  // moved.
+  let latest: Versioned<SessionRecord> | null = current;
+  for (let attempt = 0; latest && attempt < SAVE_ATTEMPTS; attempt++) {
+    const saved = await store.saveSession(latest, {
+      ...latest.value,
+      sealedUpstreamTokens,
+      upstreamTokenExpiry: tokens.expiresAt,
+      updatedAt: clock.now(),
+    });
+    if (saved) return saved;
+    latest = await store.getSession(current.value.id);
+  }
+  return latest;
+}

@@ -1,0 +1,119 @@
+/**
+ * Device-flow records: the flow between `/authorize` and its completion, keyed by the hash of
+ * the flow state. The device code and any upstream tokens are sealed at rest.
+ */
+
+import type { SecretBox } from "../secret_box.ts";
+import type { StoreIo, Versioned } from "./io.ts";
+import { codeKey, flowKey, sessionKey } from "./keys.ts";
+import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
+
+/** What a completed sign-in writes in one commit. */
+export interface FlowCompletion {
+  code: string;
+  codeRecord: CodeRecord;
+  session: SessionRecord;
+}
+
+/** The device-flow operations of the store. */
+export interface FlowStore {
+  createFlow(flowState: string, flow: FlowRecord): Promise<void>;
+  /** The flow, even past its `expiresAt` (the caller answers "expired" then), or null. */
+  getFlow(flowState: string): Promise<Versioned<FlowRecord> | null>;
+  /** Deletes the flow if unchanged since read; false when someone else changed it first. */
+  deleteFlow(flow: Versioned<FlowRecord>): Promise<boolean>;
+  /** Keeps upstream tokens in the flow; null when the flow changed since read. */
+  saveFlowUpstreamTokens(
+    flow: Versioned<FlowRecord>,
+    tokens: UpstreamTokenSet,
+  ): Promise<Versioned<FlowRecord> | null>;
+  /**
+   * Records the upstream's `slow_down`: the new interval, and no upstream poll before
+   * `nextPollAt`; null when the flow changed since read.
+   */
+  deferFlowPolling(
+    flow: Versioned<FlowRecord>,
+    intervalSeconds: number,
+    nextPollAt: number,
+  ): Promise<Versioned<FlowRecord> | null>;
+  /** Stores code and session and deletes the flow, all or nothing; false if the flow changed. */
+  completeFlow(flow: Versioned<FlowRecord>, completion: FlowCompletion): Promise<boolean>;
+}
+
+/** A flow as stored: the device code and upstream tokens sealed (secrets at rest). */
+type StoredFlow = Omit<FlowRecord, "deviceCode" | "upstreamTokens"> & { sealed: string };
+type SealedFlowPart = Pick<FlowRecord, "deviceCode" | "upstreamTokens">;
+
+/** Flow records over the shared KV access and the box that seals secrets at rest. */
+export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
+  async function sealFlow(flow: FlowRecord): Promise<StoredFlow> {
+    const { deviceCode, upstreamTokens, ...rest } = flow;
+    return { ...rest, sealed: await secrets.seal(JSON.stringify({ deviceCode, upstreamTokens })) };
+  }
+
+  /** A flow sealed under a key we no longer hold reads as absent. */
+  async function openFlow(stored: Versioned<StoredFlow>): Promise<Versioned<FlowRecord> | null> {
+    const { sealed, ...rest } = stored.value;
+    let opened: SealedFlowPart;
+    try {
+      opened = JSON.parse(await secrets.open(sealed));
+    } catch {
+      return null;
+    }
+    const value: FlowRecord = { ...rest, deviceCode: opened.deviceCode };
+    if (opened.upstreamTokens) value.upstreamTokens = opened.upstreamTokens;
+    return { ...stored, value };
+  }
+
+  async function rewriteFlow(
+    flow: Versioned<FlowRecord>,
+    value: FlowRecord,
+  ): Promise<Versioned<FlowRecord> | null> {
+    const stored = await sealFlow(value);
+    const result = await io.atomic().check(flow)
+      .set(flow.key, stored, { expireIn: io.ttlUntil(value.expiresAt) })
+      .commit();
+    return result.ok ? { key: flow.key, value, versionstamp: result.versionstamp } : null;
+  }
+
+  return {
+    async createFlow(flowState, flow) {
+      const key = flowKey(flowState);
+      const op = io.atomic()
+        .check({ key, versionstamp: null })
+        .set(key, await sealFlow(flow), { expireIn: io.ttlUntil(flow.expiresAt) });
+      if (!await io.commit(op)) throw new Error("flow state collision");
+    },
+
+    async getFlow(flowState) {
+      const stored = await io.read<StoredFlow>(flowKey(flowState));
+      return stored && await openFlow(stored);
+    },
+
+    deleteFlow(flow) {
+      return io.commit(io.atomic().check(flow).delete(flow.key));
+    },
+
+    saveFlowUpstreamTokens(flow, tokens) {
+      return rewriteFlow(flow, { ...flow.value, upstreamTokens: tokens });
+    },
+
+    deferFlowPolling(flow, intervalSeconds, nextPollAt) {
+      return rewriteFlow(flow, { ...flow.value, intervalSeconds, nextPollAt });
+    },
+
+    completeFlow(flow, { code, codeRecord, session }) {
+      const codeAt = codeKey(code);
+      const sessionAt = sessionKey(session.id);
+      return io.commit(
+        io.atomic()
+          .check(flow)
+          .check({ key: codeAt, versionstamp: null })
+          .check({ key: sessionAt, versionstamp: null })
+          .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
+          .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
+          .delete(flow.key),
+      );
+    },
+  };
+}

@@ -1,0 +1,82 @@
+/**
+ * How every record module reaches KV: reads through the group read, writes through the group
+ * commit, "database is locked" retried, and expiry judged by the injected clock. Deno deletes
+ * expired entries only some time after `expireIn`, so every read also checks the record's
+ * `expiresAt`; `expireIn` only collects garbage.
+ */
+
+import type { Clock } from "../clock.ts";
+import { AtomicWrite, createGroupCommit } from "./group_commit.ts";
+import { createGroupRead } from "./group_read.ts";
+
+/** A record as read, with what is needed to change it atomically later. */
+export interface Versioned<T> {
+  readonly key: Deno.KvKey;
+  readonly value: T;
+  readonly versionstamp: string;
+}
+
+/** The KV operations the record modules share. */
+export interface StoreIo {
+  clock: Clock;
+  /** The entry at `key`, or null. */
+  read<T>(key: Deno.KvKey): Promise<Versioned<T> | null>;
+  /** The entries at `keys`, in their order, read as one snapshot. */
+  readMany(keys: Deno.KvKey[]): Promise<(Versioned<unknown> | null)[]>;
+  /** A write that joins the group commit when committed. */
+  atomic(): AtomicWrite;
+  /** Commits `op`; false when one of its checks failed. */
+  commit(op: AtomicWrite): Promise<boolean>;
+  /** `expireIn` for a record that lives until `expiresAt` (at least 1 ms). */
+  ttlUntil(expiresAt: number): number;
+  /** Whether a record is not yet past its `expiresAt`. */
+  isLive(record: { expiresAt: number }): boolean;
+}
+
+const LOCKED_RETRIES = 8;
+
+/** The shared KV access over an open KV and a clock. */
+export function createStoreIo(kv: Deno.Kv, clock: Clock): StoreIo {
+  const getMany = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
+  const submit = createGroupCommit(({ checks, mutations }) =>
+    retryLocked(() => kv.atomic().check(...checks).mutate(...mutations).commit())
+  );
+  return {
+    clock,
+    async read<T>(key: Deno.KvKey) {
+      const [entry] = await getMany([key]);
+      return versioned(entry as Deno.KvEntryMaybe<T>);
+    },
+    async readMany(keys) {
+      return (await getMany(keys)).map(versioned);
+    },
+    atomic: () => new AtomicWrite(submit),
+    async commit(op) {
+      return (await op.commit()).ok;
+    },
+    ttlUntil: (expiresAt) => Math.max(1, expiresAt - clock.now()),
+    isLive: (record) => clock.now() <= record.expiresAt,
+  };
+}
+
+/** An entry that exists, as a Versioned record; null for an absent one. */
+function versioned<T>(entry: Deno.KvEntryMaybe<T>): Versioned<T> | null {
+  return entry.versionstamp === null
+    ? null
+    : { key: entry.key, value: entry.value, versionstamp: entry.versionstamp };
+}
+
+/**
+ * Several processes on one SQLite-backed KV file see transient "database is locked" errors;
+ * they are retried with backoff instead of surfacing as 500s.
+ */
+async function retryLocked<T>(operation: () => Promise<T>): Promise<T> {
+  for (let attempt = 0;; attempt++) {
+    try {
+      return await operation();
+    } catch (error) {
+      if (attempt >= LOCKED_RETRIES || !/database is locked|busy/i.test(String(error))) throw error;
+      await new Promise((resolve) => setTimeout(resolve, 5 * 2 ** attempt * Math.random() + 1));
+    }
+  }
+}

@@ -1,0 +1,41 @@
+/** Rate-limit counters: one per bucket, client address and fixed window. */
+
+import type { StoreIo } from "./io.ts";
+import { rateKey } from "./keys.ts";
+
+/** The rate-limit operations of the store. */
+export interface LimitStore {
+  /**
+   * Counts one request of `ip` in the current fixed window of `bucket`; returns the count
+   * including this one (requests over the limit are not counted further).
+   */
+  countRequest(bucket: string, ip: string, limit: number, windowMs: number): Promise<number>;
+}
+
+const RATE_COUNT_ATTEMPTS = 5;
+
+/** Rate-limit counters over the shared KV access. */
+export function createLimitStore(io: StoreIo): LimitStore {
+  return {
+    async countRequest(bucket, ip, limit, windowMs) {
+      const now = io.clock.now();
+      const window = Math.floor(now / windowMs);
+      const key = rateKey(bucket, ip, window);
+      const expireIn = (window + 1) * windowMs - now + 1000;
+      // A lost race means another request was counted (only counting writes this key), so the
+      // count read next is higher: at most `limit` conflicts before the answer is "over". A
+      // fixed small number of attempts would refuse a parallel burst far below the limit.
+      for (let attempt = 0; attempt < limit + RATE_COUNT_ATTEMPTS; attempt++) {
+        const current = await io.read<number>(key);
+        const count = (current?.value ?? 0) + 1;
+        if (count > limit) return count;
+        const op = io.atomic()
+          .check({ key, versionstamp: current?.versionstamp ?? null })
+          .set(key, count, { expireIn });
+        if (await io.commit(op)) return count;
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 2));
+      }
+      return limit + 1;
+    },
+  };
+}

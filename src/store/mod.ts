@@ -1,0 +1,54 @@
+/**
+ * All persistent state, in Deno KV. `src/store/` is the only place that knows the keys
+ * (`keys.ts` lists them with their values and lifetimes); each record kind has its module,
+ * and every read and write goes through `io.ts` (group read, group commit, lock retries).
+ *
+ * There is no refresh-token index: a refresh token names its session (session_tokens.ts) and
+ * the session keeps the token's hash, so a refresh reads and writes one key. Every key touched
+ * costs SQLite a page or two, which is what grows with the number of sessions.
+ *
+ * Every single-use or rotating transition is one atomic commit guarded by the versionstamps it
+ * read.
+ */
+
+import type { Clock } from "../clock.ts";
+import type { SecretBox } from "../secret_box.ts";
+import { type ClientStore, createClientStore } from "./clients.ts";
+import { type CodeStore, createCodeStore } from "./codes.ts";
+import { createFlowStore, type FlowStore } from "./flows.ts";
+import { createStoreIo } from "./io.ts";
+import { leaseKey } from "./keys.ts";
+import { createLeaseStore, type LeaseStore } from "./leases.ts";
+import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createSessionRecords, type SessionStore } from "./sessions.ts";
+
+export type { Versioned } from "./io.ts";
+export type { CodeAndSession } from "./codes.ts";
+export type { FlowCompletion } from "./flows.ts";
+export type { Lease } from "./leases.ts";
+export type { RefreshGrace, TakenGrace } from "./sessions.ts";
+
+/** The service's storage operations. */
+export interface Store
+  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
+  /** Throws when KV cannot be read (health checks). */
+  ping(): Promise<void>;
+}
+
+/** Builds the store over an open KV, a clock, and the box that seals secrets at rest. */
+export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Store {
+  const io = createStoreIo(kv, clock);
+  const sessions = createSessionRecords(io, secrets);
+  const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
+  return {
+    ...createFlowStore(io, secrets),
+    ...createCodeStore(io, sessions),
+    ...sessionStore,
+    ...createClientStore(io),
+    ...createLimitStore(io),
+    ...createLeaseStore(io),
+    async ping() {
+      await io.read(leaseKey("health", "ping"));
+    },
+  };
+}

@@ -1,0 +1,149 @@
+/**
+ * The records the service stores. Field names follow spec §2.1–2.3; where a field would hold a
+ * secret we keep what we need of it instead (see README "Storage").
+ */
+
+/** Upstream tokens with an absolute expiry (0 when the upstream gave no `expires_in`). */
+export interface UpstreamTokenSet {
+  accessToken: string;
+  refreshToken: string;
+  /** Epoch milliseconds; 0 means unknown, never refreshed proactively. */
+  expiresAt: number;
+}
+
+/** A session's upstream tokens, opened: what is sealed in `SessionRecord.sealedUpstreamTokens`. */
+export type UpstreamTokenPair = Pick<UpstreamTokenSet, "accessToken" | "refreshToken">;
+
+/**
+ * Upstream tokens with their lifetime turned into an absolute expiry (0: none given). Takes the
+ * provider's answer structurally, so records depend on no upstream module.
+ */
+export function upstreamTokenSet(
+  tokens: { accessToken: string; refreshToken: string; expiresInSeconds?: number },
+  nowMs: number,
+): UpstreamTokenSet {
+  return {
+    accessToken: tokens.accessToken,
+    refreshToken: tokens.refreshToken,
+    expiresAt: tokens.expiresInSeconds === undefined ? 0 : nowMs + tokens.expiresInSeconds * 1000,
+  };
+}
+
+/** A device flow between `/authorize` and its completion (spec §2.1), keyed by the flow state. */
+export interface FlowRecord {
+  deviceCode: string;
+  userCode: string;
+  verificationUri: string;
+  verificationUriComplete?: string;
+  /** Epoch ms: creation plus upstream `expires_in`. */
+  expiresAt: number;
+  intervalSeconds: number;
+  /** Epoch ms before which the upstream is not polled again (set after `slow_down`, RFC 8628 §3.5). */
+  nextPollAt?: number;
+  clientId: string;
+  codeChallenge: string;
+  codeChallengeMethod: string;
+  /** Empty string when `/authorize` had none. */
+  state: string;
+  redirectUri?: string;
+  /**
+   * Set the moment the upstream returns a token, before the user lookup: the device code is spent
+   * then, so a failed lookup must be retried with these instead of polling again.
+   */
+  upstreamTokens?: UpstreamTokenSet;
+}
+
+/** A single-use authorization code (spec §2.2), keyed by the code's hash. */
+export interface CodeRecord {
+  sessionId: string;
+  clientId: string;
+  codeChallenge: string;
+  codeChallengeMethod: string;
+  redirectUri?: string;
+  /** Epoch ms: creation plus 10 minutes. */
+  expiresAt: number;
+  /** Set when REVOKE_ON_CODE_REPLAY keeps a redeemed code to recognise its replay. */
+  redeemedAt?: number;
+}
+
+/** A signed-in user's session (spec §2.3). */
+export interface SessionRecord {
+  id: string;
+  /** SHA-256 of the current refresh token; empty until the first `/token` exchange. */
+  mcpRefreshTokenHash: string;
+  /** Epoch ms expiry of the last issued access token; 0 until the first exchange. */
+  mcpTokenExpiry: number;
+  /**
+   * The upstream access and refresh token, sealed (AES-GCM, see secret_box.ts). They stay sealed
+   * in memory too, and are opened (`store.openUpstreamTokens`) only where one is used: an
+   * upstream refresh, a gateway call, a revocation. A grant that does not touch the upstream
+   * never decrypts them.
+   */
+  sealedUpstreamTokens: string;
+  /** Epoch ms; 0 when the upstream gave no `expires_in`. */
+  upstreamTokenExpiry: number;
+  upstreamUserId: number;
+  upstreamUsername: string;
+  clientId: string;
+  scopes: string[];
+  createdAt: number;
+  updatedAt: number;
+  /** Epoch ms after which the session is forgotten (inactivity lifetime, renewed on refresh). */
+  expiresAt: number;
+  /**
+   * Opt-in (REFRESH_GRACE_SECONDS): the previous refresh token's hash, and the sealed response
+   * that token may fetch once more until `untilMs`.
+   */
+  previousRefresh?: { hash: string; untilMs: number; sealedResponse: string };
+}
+
+/** A session as stored before the provider-neutral names (GitLab was the only upstream). */
+interface LegacySessionFields {
+  sealedGitLabTokens?: string;
+  gitlabTokenExpiry?: number;
+  gitlabUserId?: number;
+  gitlabUsername?: string;
+}
+
+/** A stored session under today's field names, whichever names it was written with. */
+export function sessionFromStored(stored: SessionRecord & LegacySessionFields): SessionRecord {
+  if (stored.sealedUpstreamTokens !== undefined || stored.sealedGitLabTokens === undefined) {
+    return stored;
+  }
+  const { sealedGitLabTokens, gitlabTokenExpiry, gitlabUserId, gitlabUsername, ...rest } = stored;
+  return {
+    ...rest,
+    sealedUpstreamTokens: sealedGitLabTokens,
+    upstreamTokenExpiry: gitlabTokenExpiry ?? 0,
+    upstreamUserId: gitlabUserId ?? 0,
+    upstreamUsername: gitlabUsername ?? "",
+  };
+}
+
+/** A registered client. */
+export interface ClientRecord {
+  clientId: string;
+  /** Epoch seconds. */
+  clientIdIssuedAt: number;
+  redirectUris: string[];
+  clientName?: string;
+  /** The validated metadata exactly as echoed in the registration response (wire names). */
+  metadata: ClientMetadata;
+}
+
+/** The registration metadata we accept and echo (RFC 7591 §2); unknown fields are dropped. */
+export interface ClientMetadata {
+  redirect_uris: string[];
+  token_endpoint_auth_method: "none";
+  grant_types: string[];
+  response_types: string[];
+  client_name?: string;
+  client_uri?: string;
+  logo_uri?: string;
+  tos_uri?: string;
+  policy_uri?: string;
+  scope?: string;
+  contacts?: string[];
+  software_id?: string;
+  software_version?: string;
+}
