@@ -1,0 +1,223 @@
+/**
+ * The report of a run: the markdown tables (cases, throughput ratios, gateway latency, size
+ * sweep), printed on stdout, written with the raw numbers into bench/results/<stamp>.{md,json},
+ * and into bench/README.md between the results markers.
+ */
+
+import { runCommand } from "./commands.ts";
+import { count, ms } from "./format.ts";
+import { say } from "./log.ts";
+import type { CaseResult } from "./measure.ts";
+
+/** The refresh case measured on a KV of `sessions` sessions. */
+export interface SizeResult {
+  sessions: number;
+  seedS: number;
+  kvBytes: number;
+  result: CaseResult;
+}
+
+/** How and where a run measured, for the report's first paragraph and the JSON. */
+export interface RunInfo {
+  started: Date;
+  /** The service's code: serviceRevision's answer. */
+  revision: string;
+  /** CPUs, kernel, deno and wrk versions. */
+  machine: string;
+  pinned: boolean;
+  threads: number;
+  conns: number;
+  warmup: number;
+  duration: number;
+  /** Sessions seeded for the grant cases (as many with codes). */
+  sessions: number;
+  /** The seeded KV's size and how long seeding it took. */
+  goldenBytes: number;
+  seedS: number;
+}
+
+/** Where the report goes. */
+export interface ReportTargets {
+  resultsDir: string;
+  /** bench/README.md, or undefined to leave it alone. */
+  readme?: string;
+  /** The project root, where `deno fmt` runs on the README. */
+  root: string;
+}
+
+/** The pairs of cases whose throughput ratio the report gives, when both ran. */
+const RATIOS: [string, string][] = [
+  ["refresh", "floor-jwt-kv"],
+  ["refresh", "floor-jwt-kv-rawkey"],
+  ["code", "floor-jwt-kv"],
+  ["code", "floor-jwt-kv-rawkey"],
+  ["refresh", "floor-hello"],
+  ["floor-jwt-kv", "floor-hello"],
+];
+
+const MiB = 2 ** 20;
+
+/** Prints the report and writes it into the results folder and (when asked) the README. */
+export async function publishReport(
+  info: RunInfo,
+  results: CaseResult[],
+  sizes: SizeResult[],
+  targets: ReportTargets,
+): Promise<void> {
+  const table = renderReport(info, results, sizes);
+  // deno-lint-ignore no-console -- the report
+  console.log(`\n${table}\n`);
+  const stamp = fileStamp(info.started);
+  const json = {
+    started: info.started.toISOString(),
+    revision: info.revision,
+    machine: info.machine,
+    N: info.sessions,
+    DURATION: info.duration,
+    WARMUP: info.warmup,
+    results,
+    sizes,
+  };
+  await Deno.mkdir(targets.resultsDir, { recursive: true });
+  const base = `${targets.resultsDir}/${stamp}`;
+  await Deno.writeTextFile(`${base}.json`, JSON.stringify(json, null, 2) + "\n");
+  await Deno.writeTextFile(`${base}.md`, table + "\n");
+  if (targets.readme) await writeReadme(targets.readme, table, targets.root);
+  say(`results in ${base}.{md,json}`);
+}
+
+/** The report as markdown. */
+export function renderReport(info: RunInfo, results: CaseResult[], sizes: SizeResult[]): string {
+  const sections = [
+    [runParagraph(info)],
+    caseTable(results),
+    ratioLines(results),
+    gatewayLines(results),
+    sizeLines(sizes),
+  ].filter((section) => section.length);
+  return sections.map((section) => section.join("\n")).join("\n\n");
+}
+
+/** `20261123-120200` for a run started 2026-11-23 12:02:00 UTC. */
+function fileStamp(started: Date): string {
+  return started.toISOString().replace(/[-:]/g, "").replace(/\..*/, "").replace("T", "-");
+}
+
+function runParagraph(info: RunInfo): string {
+  return `Measured ${info.started.toISOString().slice(0, 16).replace("T", " ")} UTC by ` +
+    `\`deno task bench\` (service at ${info.revision}) on ${info.machine}. ` +
+    (info.pinned
+      ? "Server pinned to CPU 0, wrk (and the simulated GitLab) to CPU 1; "
+      : "Unpinned; ") +
+    `wrk ${info.threads} threads, ${info.conns} connections, ${info.warmup} s warm-up + ` +
+    `${info.duration} s measured per case. Service KV: ${count(info.sessions)} sessions with ` +
+    `refresh tokens + ${count(info.sessions)} with codes ` +
+    `(${(info.goldenBytes / MiB).toFixed(0)} MiB file, seeded in ${info.seedS.toFixed(0)} s), ` +
+    `a fresh copy per case.`;
+}
+
+function caseTable(results: CaseResult[]): string[] {
+  const lines = [
+    "| case | req/s | p50 ms | p99 ms | server CPU µs/req (KV thread) | peak RSS MiB | " +
+    "idle RSS MiB | responses | other load (cores) | note |",
+    "|---|---:|---:|---:|---:|---:|---:|---|---:|---|",
+  ];
+  for (const r of results) {
+    if (r.skipped) {
+      lines.push(`| ${r.name} | – | – | – | – | – | – | – | – | skipped: ${r.note} |`);
+      continue;
+    }
+    lines.push(
+      `| ${r.name} | ${count(Math.round(r.rps))} | ${ms(r.p50_us)} | ${ms(r.p99_us)} | ` +
+        `${cpuCell(r)} | ${r.peakRssMiB.toFixed(0)} | ${r.idleRssMiB.toFixed(0)} | ` +
+        `${responsesCell(r)}${r.sock_err ? ` (${r.sock_err} socket errors)` : ""} | ` +
+        `${r.otherCores.toFixed(2)} | ${r.note} |`,
+    );
+  }
+  return lines;
+}
+
+/** The results by case name (the last one, should a case have run twice). */
+function resultsByName(results: CaseResult[]): Map<string, CaseResult> {
+  return new Map(results.map((r) => [r.name, r]));
+}
+
+function ratioLines(results: CaseResult[]): string[] {
+  const byName = resultsByName(results);
+  const ratio = (a: string, b: string) => {
+    const x = byName.get(a), y = byName.get(b);
+    return x && y && !x.skipped && !y.skipped && y.rps ? x.rps / y.rps : undefined;
+  };
+  const ratioText = RATIOS.map(([a, b]) => [a, b, ratio(a, b)] as const)
+    .filter(([, , x]) => x !== undefined)
+    .map(([a, b, x]) => `${a} ÷ ${b} = **${x!.toFixed(2)}**`);
+  return ratioText.length ? [`Throughput ratios in this run: ${ratioText.join(", ")}.`] : [];
+}
+
+function gatewayLines(results: CaseResult[]): string[] {
+  const byName = resultsByName(results);
+  const direct = byName.get("mcp-direct"), gateway = byName.get("gateway");
+  if (!direct || !gateway || direct.skipped || gateway.skipped) return [];
+  const added = (key: "p50_us" | "p99_us") => ms(gateway[key] - direct[key]);
+  return [
+    `Gateway's added latency over a direct call to the MCP server, one request at a time: ` +
+    `**${added("p50_us")} ms** at p50, **${added("p99_us")} ms** at p99 ` +
+    `(server CPU ${gateway.cpuUsPerReq.toFixed(0)} µs per proxied request).`,
+  ];
+}
+
+function sizeLines(sizes: SizeResult[]): string[] {
+  if (!sizes.length) return [];
+  const lines = [
+    "Refresh at several session counts (a KV with only that many sessions, seeded by " +
+    "`bench/seed.ts`; chained refresh tokens so the load can outlast the seeded set):",
+    "",
+    "| sessions | seeding s | KV file MiB | KV bytes/session | idle RSS MiB | peak RSS MiB | " +
+    "req/s | server CPU µs/req (KV thread) | p50 ms | p99 ms | responses | other load |",
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+  ];
+  for (const s of sizes) {
+    const r = s.result;
+    lines.push(
+      `| ${count(s.sessions)} | ${s.seedS.toFixed(0)} | ${(s.kvBytes / MiB).toFixed(0)} | ` +
+        `${(s.kvBytes / s.sessions).toFixed(0)} | ${r.idleRssMiB.toFixed(0)} | ` +
+        `${r.peakRssMiB.toFixed(0)} | ${count(Math.round(r.rps))} | ${cpuCell(r)} | ` +
+        `${ms(r.p50_us)} | ${ms(r.p99_us)} | ${responsesCell(r)} | ${r.otherCores.toFixed(2)} |`,
+    );
+  }
+  if (sizes.length > 1) {
+    const first = sizes[0], last = sizes[sizes.length - 1];
+    lines.push(
+      "",
+      `Refresh cost ${count(first.sessions)} → ${count(last.sessions)} sessions: req/s ×` +
+        `${(last.result.rps / first.result.rps).toFixed(2)}, CPU µs/req ×` +
+        `${(last.result.cpuUsPerReq / first.result.cpuUsPerReq).toFixed(2)}.`,
+    );
+  }
+  return lines;
+}
+
+/** Server CPU per request, the KV thread's part in parentheses. */
+function cpuCell(r: CaseResult): string {
+  return `${r.cpuUsPerReq.toFixed(0)} (${r.kvThreadUsPerReq.toFixed(0)})`;
+}
+
+/** The response counts by status, "200:3000 400:12". */
+function responsesCell(r: CaseResult): string {
+  return r.statuses.replaceAll(",", " ");
+}
+
+/** Replaces what is between the results markers of `path` (or appends them) with `table`. */
+async function writeReadme(path: string, table: string, root: string): Promise<void> {
+  const start = "<!-- results:start -->", end = "<!-- results:end -->";
+  const text = await Deno.readTextFile(path).catch(() => `# Benchmarks\n\n${start}\n${end}\n`);
+  const a = text.indexOf(start), b = text.indexOf(end);
+  const block = `${start}\n\n${table}\n\n${end}`;
+  const next = a >= 0 && b > a
+    ? text.slice(0, a) + block + text.slice(b + end.length)
+    : `${text.trimEnd()}\n\n${block}\n`;
+  await Deno.writeTextFile(path, next);
+  // Keep `deno fmt --check` green: the tables are written unaligned.
+  await runCommand(Deno.execPath(), ["fmt", path], { cwd: root });
+  say(`wrote the results into ${path}`);
+}

@@ -1,0 +1,113 @@
+/**
+ * The servers the cases measure and the helpers beside them: the service as `deno task start`
+ * runs it, the Deno floors (floor.ts), the bench's MCP server (mcp_server.ts) and the simulated
+ * GitLab (sim_gitlab.ts). The measured server is pinned to CPU 0 on the bench's port.
+ */
+
+import type { Proc, ProcessGroup } from "./processes.ts";
+
+/** What the servers of a run share. */
+export interface ServerOptions {
+  processes: ProcessGroup;
+  /** The project root, whose deno.json holds `deno task start`. */
+  root: string;
+  /** The folder of floor.ts, mcp_server.ts and sim_gitlab.ts. */
+  benchDir: string;
+  /** The folder for logs and the floors' KV. */
+  dir: string;
+  /** The port of the measured server; the simulated GitLab listens on the next. */
+  port: number;
+  secret: string;
+  gitlabClientId: string;
+  /** Extra environment for the service (BENCH_SERVICE_ENV), over the bench's own. */
+  serviceEnv: Record<string, string>;
+}
+
+/** Starts the servers of a run. */
+export interface Servers {
+  /** The KV file of the jwt-kv floor. */
+  floorKv: string;
+  /** The service, logging to `<name>.log`, with GitLab at `gitlabUrl`. */
+  service(
+    name: string,
+    kvPath: string,
+    gitlabUrl: string,
+    extraEnv?: Record<string, string>,
+  ): Promise<Proc>;
+  /** A floor (FLOOR=`floor`, KEY_MODE=`keyMode`), logging to `<name>.log`. */
+  floor(name: string, floor: string, keyMode?: string): Promise<Proc>;
+  /** The bench's MCP server on `port`, pinned to `cpu`. */
+  mcpServer(cpu: number, port: number): Promise<Proc>;
+  /** The simulated GitLab on the port after the bench's, pinned to CPU 1. */
+  simulatedGitLab(): Promise<Proc>;
+}
+
+/** The Servers of one run. */
+export function createServers(options: ServerOptions): Servers {
+  const { processes, benchDir, dir, port } = options;
+  const deno = Deno.execPath();
+  const v8Flags = startV8Flags(options.root);
+  const floorKv = `${dir}/floor-kv.sqlite`;
+  return {
+    floorKv,
+    service: (name, kvPath, gitlabUrl, extraEnv = {}) =>
+      processes.start({
+        name,
+        cpu: 0,
+        cmd: [deno, "run", ...v8Flags, "-A", "main.ts"],
+        env: {
+          PORT: String(port),
+          HOSTNAME: "127.0.0.1",
+          KV_PATH: kvPath,
+          JWT_SECRET: options.secret,
+          GITLAB_CLIENT_ID: options.gitlabClientId,
+          GITLAB_URL: gitlabUrl,
+          ...options.serviceEnv,
+          ...extraEnv,
+        },
+        port,
+        log: `${dir}/${name}.log`,
+      }),
+    floor: (name, floor, keyMode = "cryptokey") =>
+      processes.start({
+        name,
+        cpu: 0,
+        cmd: [deno, "run", "-A", `${benchDir}floor.ts`],
+        env: {
+          PORT: String(port),
+          HOSTNAME: "127.0.0.1",
+          FLOOR: floor,
+          KEY_MODE: keyMode,
+          KV_PATH: floorKv,
+          JWT_SECRET: options.secret,
+        },
+        port,
+        log: `${dir}/${name}.log`,
+      }),
+    mcpServer: (cpu, mcpPort) =>
+      processes.start({
+        name: `mcp-server-${mcpPort}`,
+        cpu,
+        cmd: [deno, "run", "-A", `${benchDir}mcp_server.ts`],
+        env: { PORT: String(mcpPort) },
+        port: mcpPort,
+        log: `${dir}/mcp-server-${mcpPort}.log`,
+      }),
+    simulatedGitLab: () =>
+      processes.start({
+        name: "sim-gitlab",
+        cpu: 1,
+        cmd: [deno, "run", "-A", `${benchDir}sim_gitlab.ts`],
+        env: { PORT: String(port + 1), GITLAB_CLIENT_ID: options.gitlabClientId },
+        port: port + 1,
+        log: `${dir}/sim-gitlab.log`,
+      }),
+  };
+}
+
+/** The V8 flags `deno task start` gives the service, so that the bench measures that process. */
+function startV8Flags(root: string): string[] {
+  return String(JSON.parse(Deno.readTextFileSync(`${root}deno.json`)).tasks.start)
+    .split(" ")
+    .filter((arg) => arg.startsWith("--v8-flags="));
+}
