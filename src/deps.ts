@@ -2,7 +2,7 @@
  * Turns a validated configuration and the process's resources (KV, clock, logger) into the
  * app's dependencies. main.ts and the tests wire the service through this one function, so a
  * test app differs from production only in what it overrides (an in-memory KV, a fake clock,
- * a scripted GitLab).
+ * a scripted upstream).
  */
 
 import type { Clock } from "./clock.ts";
@@ -16,7 +16,7 @@ import type { Templates } from "./templates.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
 import type { Upstream } from "./upstream/types.ts";
 
-/** What the process provides; `upstream` replaces the GitLab client (tests, the demo). */
+/** What the process provides; `upstream` replaces the configured client (tests, the demo). */
 export interface Resources {
   kv: Deno.Kv;
   clock: Clock;

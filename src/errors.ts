@@ -45,7 +45,7 @@ export class OAuthError extends Error {
 /** The description spec §7 fixes for a service without OAuth configuration. */
 export const NOT_CONFIGURED = "OAuth not configured";
 
-/** The 500 every operation answers when GitLab client id or JWT secret is missing (spec §1.7). */
+/** The 500 every operation answers when the upstream client id or JWT secret is missing (spec §1.7). */
 export function notConfiguredError(): OAuthError {
   return new OAuthError(500, "server_error", NOT_CONFIGURED);
 }

@@ -1,5 +1,5 @@
 /**
- * Authenticated encryption of secrets at rest (GitLab tokens, device codes) with AES-256-GCM.
+ * Authenticated encryption of secrets at rest (upstream tokens, device codes) with AES-256-GCM.
  * Keys come from ENCRYPTION_KEY, or from JWT_SECRET through HKDF; a previous secret stays
  * readable so rotating one does not log everyone out.
  */
@@ -68,7 +68,7 @@ export function createSecretBox(secrets: readonly string[]): SecretBox {
 }
 
 /**
- * The secrets GitLab tokens are sealed with: ENCRYPTION_KEY when set, else JWT_SECRET (and
+ * The secrets upstream tokens are sealed with: ENCRYPTION_KEY when set, else JWT_SECRET (and
  * JWT_SECRET_PREVIOUS, which still opens). Empty without either.
  */
 export function sealingSecrets(

@@ -1,6 +1,6 @@
 /**
  * Gateway mode (MCP_UPSTREAM_URL set): every request to the MCP resource path is authenticated
- * with the resource guard and forwarded to the MCP server with the user's GitLab token in place
+ * with the resource guard and forwarded to the MCP server with the user's upstream token in place
  * of ours. Bodies stream both ways, so Server-Sent Events reach the client event by event.
  *
  * @see RFC 9110 §7.6.1 (hop-by-hop fields), MCP spec "Streamable HTTP" and "Authorization"
@@ -116,16 +116,16 @@ async function forward(
   }
 }
 
-/** The client's headers minus hop-by-hop ones and our token, plus the GitLab token. */
-function upstreamRequestHeaders(incoming: Headers, gitlabToken: string, deps: AppDeps): Headers {
+/** The client's headers minus hop-by-hop ones and our token, plus the upstream token. */
+function upstreamRequestHeaders(incoming: Headers, upstreamToken: string, deps: AppDeps): Headers {
   const headers = endToEndHeaders(incoming);
   for (const name of REPLACED_REQUEST_HEADERS) headers.delete(name);
   // Deno's fetch decodes only what it asks for itself; see relayResponse.
   headers.delete("accept-encoding");
   if (deps.config.mcpUpstreamTokenHeader === "private-token") {
-    headers.set("PRIVATE-TOKEN", gitlabToken);
+    headers.set("PRIVATE-TOKEN", upstreamToken);
   } else {
-    headers.set("Authorization", `Bearer ${gitlabToken}`);
+    headers.set("Authorization", `Bearer ${upstreamToken}`);
   }
   return headers;
 }

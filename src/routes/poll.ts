@@ -47,7 +47,7 @@ export async function handlePoll(ctx: OAuthRequestContext): Promise<Response> {
   if (!lease) return pending();
   try {
     // What we read may predate a poll that held the lease and finished since: the device code
-    // may be spent (GitLab would answer invalid_grant) and the flow completed. Work on the
+    // may be spent (the upstream would answer invalid_grant) and the flow completed. Work on the
     // version current under the lease.
     const current = await store.getFlow(flowState);
     if (!current) return answer(400, { status: "expired", error: "Flow not found" });

@@ -1,6 +1,16 @@
 /**
- * The upstream identity provider, as the routes see it. The GitLab client implements it over
- * HTTP; tests and the demo swap in fakes.
+ * The upstream identity provider, as the routes see it. The GitLab client (`gitlab.ts`)
+ * implements it over HTTP; tests and the demo swap in fakes. Nothing above this folder knows
+ * which provider it talks to: records, the store and sessions say `upstream*`.
+ *
+ * Adding a second provider (GitHub has the same device flow, RFC 8628):
+ * 1. `src/upstream/github.ts`: `createGitHubUpstream(options): Upstream`, request builders and
+ *    `processX(response)` validators like gitlab.ts, mapping the provider's `error` codes onto
+ *    `UpstreamError` ("terminal" / "transient") and its user onto `UpstreamUser`;
+ * 2. `src/config.ts`: a variable choosing the provider and its URL, client id and scopes;
+ * 3. `src/deps.ts`: one branch building that client where `createGitLabUpstream` is built.
+ * Routes, sessions and storage stay as they are; the page's words and the `gitlab_user` claim
+ * (fixed by the spec) are the only other places that name GitLab.
  *
  * @see RFC 8628 (device authorization grant)
  */
