@@ -25,14 +25,13 @@ export function createGroupRead(readMany: ReadMany, maxKeys = MAX_KEYS): ReadMan
 
   /** The next reads, in arrival order, up to maxKeys keys (a larger read goes alone). */
   function takeGroup(queue: Pending[]): Pending[] {
-    const group = [queue.shift()!];
-    let keys = group[0].keys.length;
-    while (queue.length > 0 && keys + queue[0].keys.length <= maxKeys) {
-      const next = queue.shift()!;
-      group.push(next);
-      keys += next.keys.length;
+    let taken = 1;
+    let keys = queue[0].keys.length;
+    while (taken < queue.length && keys + queue[taken].keys.length <= maxKeys) {
+      keys += queue[taken].keys.length;
+      taken++;
     }
-    return group;
+    return queue.splice(0, taken);
   }
 
   async function readGroup(group: Pending[]): Promise<void> {
