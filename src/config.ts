@@ -5,64 +5,10 @@
  * @see README.md "Configuration"
  */
 
-/** Everything the service is configured with. */
-export interface Config {
-  port: number;
-  hostname: string;
-  gitlabUrl: URL;
-  /** Absent: the service starts but every operation answers 500 (spec §1.7). */
-  gitlabClientId?: string;
-  gitlabScopes: string;
-  /** Absent: as gitlabClientId. */
-  jwtSecret?: string;
-  accessTokenTtlSeconds: number;
-  /** Sessions unused this long are forgotten; renewed by every refresh. */
-  sessionIdleTtlSeconds: number;
-  upstreamTimeoutMs: number;
-  /** Undefined: Deno's default KV location. */
-  kvPath?: string;
-  /** Overrides the base URL (issuer) otherwise derived from each request. No trailing slash. */
-  baseUrl?: string;
-  trustProxy: boolean;
-  /**
-   * The protected MCP resource (RFC 9728 `resource`), without a trailing slash. Undefined:
-   * `{base}/mcp`, derived like the issuer.
-   */
-  mcpResourceUrl?: string;
-  /** `any`: the spec's behaviour; `registered`: redirect URIs must be registered (RFC 7591). */
-  redirectUriPolicy: "any" | "registered";
-  /** Gateway mode: where authenticated MCP requests are forwarded. Undefined: no gateway. */
-  mcpUpstreamUrl?: URL;
-  /** How the gateway hands the MCP server the user's GitLab token. */
-  mcpUpstreamTokenHeader: "authorization" | "private-token";
-  /** How long the gateway waits for the MCP server's response headers. */
-  mcpUpstreamTimeoutMs: number;
-  /** Per-client-IP limits; undefined when `off`. */
-  rateLimits: RateLimits;
-  /** `exempt`: loopback clients are never limited; `limit`: they are, like everyone. */
-  rateLimitLoopback: "exempt" | "limit";
-  /** Key for GitLab tokens at rest (AES-GCM); undefined: derived from JWT_SECRET with HKDF. */
-  encryptionKey?: string;
-  /** A retired signing secret whose tokens are still accepted while they live. */
-  jwtSecretPrevious?: string;
-  /** Opt-in: a client that lost a refresh response may retry the old token this long. 0: off. */
-  refreshGraceSeconds: number;
-  /** Opt-in: replaying a used authorization code revokes the session it created. */
-  revokeOnCodeReplay: boolean;
-}
-
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
 export interface RateLimit {
   limit: number;
   windowSeconds: number;
-}
-
-/** The limit of each rate-limited endpoint family. */
-export interface RateLimits {
-  authorize?: RateLimit;
-  poll?: RateLimit;
-  token?: RateLimit;
-  register?: RateLimit;
 }
 
 /** The parts of Config that make OAuth work; both must be present. */
@@ -81,96 +27,296 @@ export class ConfigError extends Error {
 
 const MIN_SECRET_BYTES = 32;
 
-/** Reads and validates the configuration from an environment map. Throws ConfigError. */
-export function loadConfig(env: Record<string, string | undefined>): Config {
-  const value = (name: string) => {
-    const raw = env[name]?.trim();
-    return raw === "" ? undefined : raw;
-  };
-  const jwtSecret = optional(value("JWT_SECRET"), (raw) => parseSecret("JWT_SECRET", raw));
+/** The environment as given to loadConfig: a variable may be absent. */
+export type Env = Record<string, string | undefined>;
+
+/** Turns a variable's text into its value, or throws a ConfigError naming the variable. */
+type Parser<T> = (name: string, raw: string) => T;
+
+/** One environment variable: its name, default, meaning, and how it is read. */
+export interface ConfigVariable<T> {
+  readonly name: string;
+  /** The text used when the variable is unset or blank; undefined: none. */
+  readonly defaultValue: string | undefined;
+  /** The default exactly as README.md's configuration table shows it. */
+  readonly shownDefault: string;
+  /** One line, as in README.md's configuration table. */
+  readonly meaning: string;
+  /** The value in `env`, the default when unset or blank. Throws ConfigError. */
+  read(env: Env): T;
+}
+
+/** Config fields, each an environment variable or a group of them (a nested object). */
+type ConfigTable = { readonly [field: string]: ConfigVariable<unknown> | ConfigTable };
+
+type ValueOf<Entry> = Entry extends ConfigVariable<infer T> ? T
+  : Entry extends ConfigTable ? ValuesOf<Entry>
+  : never;
+
+/** What a table reads to: a field may be left out exactly when its value may be undefined. */
+type ValuesOf<Table extends ConfigTable> = Flatten<
+  & { -readonly [K in keyof Table as RequiredKey<Table, K>]: ValueOf<Table[K]> }
+  & { -readonly [K in keyof Table as OptionalKey<Table, K>]?: ValueOf<Table[K]> }
+>;
+
+type OptionalKey<Table, K extends keyof Table> = undefined extends ValueOf<Table[K]> ? K : never;
+type RequiredKey<Table, K extends keyof Table> = undefined extends ValueOf<Table[K]> ? never : K;
+
+type Flatten<T> = { [K in keyof T]: T[K] };
+
+/** A variable with a default: never undefined. */
+function variable<T>(
+  name: string,
+  defaultValue: string,
+  parse: Parser<T>,
+  meaning: string,
+  shownDefault?: string,
+): ConfigVariable<T>;
+/** A variable without a default: undefined when unset or blank. */
+function variable<T>(
+  name: string,
+  defaultValue: undefined,
+  parse: Parser<T>,
+  meaning: string,
+  shownDefault?: string,
+): ConfigVariable<T | undefined>;
+function variable<T>(
+  name: string,
+  defaultValue: string | undefined,
+  parse: Parser<T>,
+  meaning: string,
+  shownDefault = defaultValue === undefined ? "none" : `\`${defaultValue}\``,
+): ConfigVariable<T | undefined> {
   return {
-    port: parseInteger("PORT", value("PORT") ?? "8000", 0, 65535),
-    hostname: value("HOSTNAME") ?? "0.0.0.0",
-    gitlabUrl: parseHttpUrl("GITLAB_URL", value("GITLAB_URL") ?? "https://gitlab.com"),
-    gitlabClientId: value("GITLAB_CLIENT_ID"),
-    gitlabScopes: value("GITLAB_SCOPES") ?? "api",
-    jwtSecret,
-    accessTokenTtlSeconds: parseInteger(
-      "ACCESS_TOKEN_TTL",
-      value("ACCESS_TOKEN_TTL") ?? "3600",
-      1,
-      86_400 * 365,
-    ),
-    sessionIdleTtlSeconds: parseInteger(
-      "SESSION_IDLE_TTL",
-      value("SESSION_IDLE_TTL") ?? String(30 * 86_400),
-      60,
-      86_400 * 3650,
-    ),
-    upstreamTimeoutMs: parseInteger(
-      "UPSTREAM_TIMEOUT_MS",
-      value("UPSTREAM_TIMEOUT_MS") ?? "10000",
-      1,
-      600_000,
-    ),
-    kvPath: value("KV_PATH"),
-    baseUrl: parseBaseUrl(value("BASE_URL")),
-    trustProxy: parseBoolean("TRUST_PROXY", value("TRUST_PROXY") ?? "false"),
-    mcpResourceUrl: optional(
-      value("MCP_RESOURCE_URL"),
-      (raw) => parseHttpUrl("MCP_RESOURCE_URL", raw).href.replace(/\/+$/, ""),
-    ),
-    redirectUriPolicy: parseChoice(
-      "REDIRECT_URI_POLICY",
-      value("REDIRECT_URI_POLICY") ?? "any",
-      ["any", "registered"] as const,
-    ),
-    mcpUpstreamUrl: optional(
-      value("MCP_UPSTREAM_URL"),
-      (raw) => parseHttpUrl("MCP_UPSTREAM_URL", raw),
-    ),
-    mcpUpstreamTokenHeader: parseChoice(
-      "MCP_UPSTREAM_TOKEN_HEADER",
-      (value("MCP_UPSTREAM_TOKEN_HEADER") ?? "authorization").toLowerCase(),
-      ["authorization", "private-token"] as const,
-    ),
-    mcpUpstreamTimeoutMs: parseInteger(
-      "MCP_UPSTREAM_TIMEOUT_MS",
-      value("MCP_UPSTREAM_TIMEOUT_MS") ?? "30000",
-      1,
-      3_600_000,
-    ),
-    rateLimits: {
-      authorize: parseRateLimit("RATE_LIMIT_AUTHORIZE", value("RATE_LIMIT_AUTHORIZE") ?? "30/600"),
-      poll: parseRateLimit("RATE_LIMIT_POLL", value("RATE_LIMIT_POLL") ?? "120/60"),
-      token: parseRateLimit("RATE_LIMIT_TOKEN", value("RATE_LIMIT_TOKEN") ?? "300/600"),
-      register: parseRateLimit("RATE_LIMIT_REGISTER", value("RATE_LIMIT_REGISTER") ?? "20/3600"),
+    name,
+    defaultValue,
+    shownDefault,
+    meaning,
+    read(env) {
+      const raw = env[name]?.trim() || defaultValue;
+      return raw === undefined ? undefined : parse(name, raw);
     },
-    rateLimitLoopback: parseChoice(
-      "RATE_LIMIT_LOOPBACK",
-      value("RATE_LIMIT_LOOPBACK") ?? "exempt",
-      ["exempt", "limit"] as const,
-    ),
-    encryptionKey: optional(value("ENCRYPTION_KEY"), (raw) => parseSecret("ENCRYPTION_KEY", raw)),
-    jwtSecretPrevious: optional(
-      value("JWT_SECRET_PREVIOUS"),
-      (raw) => parseSecret("JWT_SECRET_PREVIOUS", raw),
-    ),
-    refreshGraceSeconds: parseInteger(
-      "REFRESH_GRACE_SECONDS",
-      value("REFRESH_GRACE_SECONDS") ?? "0",
-      0,
-      3600,
-    ),
-    revokeOnCodeReplay: parseBoolean(
-      "REVOKE_ON_CODE_REPLAY",
-      value("REVOKE_ON_CODE_REPLAY") ?? "false",
-    ),
   };
 }
 
-function optional<T>(raw: string | undefined, parse: (raw: string) => T): T | undefined {
-  return raw === undefined ? undefined : parse(raw);
+const text: Parser<string> = (_name, raw) => raw;
+
+function integerBetween(min: number, max: number): Parser<number> {
+  return (name, raw) => parseInteger(name, raw, min, max);
+}
+
+function oneOf<T extends string>(...choices: T[]): Parser<T> {
+  return (name, raw) => parseChoice(name, raw, choices);
+}
+
+function caseInsensitive<T>(parse: Parser<T>): Parser<T> {
+  return (name, raw) => parse(name, raw.toLowerCase());
+}
+
+function urlWithoutTrailingSlash(name: string, raw: string): string {
+  return parseHttpUrl(name, raw).href.replace(/\/+$/, "");
+}
+
+/**
+ * Every environment variable the service reads, keyed by its Config field. Adding a variable is
+ * one entry here and one row in README.md's configuration table (a test compares the two).
+ */
+export const CONFIG_VARIABLES = {
+  // The OAuth settings first: when several values are wrong, JWT_SECRET's error is reported.
+  /** Absent: the service starts but every operation answers 500 (spec §1.7). */
+  gitlabClientId: variable("GITLAB_CLIENT_ID", undefined, text, "GitLab OAuth application id"),
+  /** Absent: as gitlabClientId. */
+  jwtSecret: variable(
+    "JWT_SECRET",
+    undefined,
+    parseSecret,
+    "HS256 signing secret, at least 32 bytes",
+  ),
+  port: variable("PORT", "8000", integerBetween(0, 65535), "port to listen on"),
+  hostname: variable("HOSTNAME", "0.0.0.0", text, "address to listen on"),
+  gitlabUrl: variable(
+    "GITLAB_URL",
+    "https://gitlab.com",
+    parseHttpUrl,
+    "GitLab instance (self-hosted too, with or without a sub-path)",
+  ),
+  gitlabScopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
+  accessTokenTtlSeconds: variable(
+    "ACCESS_TOKEN_TTL",
+    "3600",
+    integerBetween(1, 86_400 * 365),
+    "access-token lifetime in seconds (`expires_in`)",
+  ),
+  /** Sessions unused this long are forgotten; renewed by every refresh. */
+  sessionIdleTtlSeconds: variable(
+    "SESSION_IDLE_TTL",
+    String(30 * 86_400),
+    integerBetween(60, 86_400 * 3650),
+    "a session unused this long is forgotten; every refresh renews it",
+    "`2592000` (30 days)",
+  ),
+  upstreamTimeoutMs: variable(
+    "UPSTREAM_TIMEOUT_MS",
+    "10000",
+    integerBetween(1, 600_000),
+    "time limit of every call to GitLab",
+  ),
+  /** Undefined: Deno's default KV location. */
+  kvPath: variable(
+    "KV_PATH",
+    undefined,
+    text,
+    "file path, `:memory:`, or a KV Connect URL",
+    "Deno's default `Deno.openKv()`",
+  ),
+  /** Overrides the base URL (issuer) otherwise derived from each request. No trailing slash. */
+  baseUrl: variable(
+    "BASE_URL",
+    undefined,
+    urlWithoutTrailingSlash,
+    "issuer and base URL override (no trailing slash needed)",
+    "from the request",
+  ),
+  trustProxy: variable(
+    "TRUST_PROXY",
+    "false",
+    parseBoolean,
+    "honour `X-Forwarded-Proto` / `X-Forwarded-Host` / `X-Forwarded-For`",
+  ),
+  /**
+   * The protected MCP resource (RFC 9728 `resource`), without a trailing slash. Undefined:
+   * `{base}/mcp`, derived like the issuer.
+   */
+  mcpResourceUrl: variable(
+    "MCP_RESOURCE_URL",
+    undefined,
+    urlWithoutTrailingSlash,
+    "the protected MCP server (RFC 9728 `resource`)",
+    "`{base}/mcp`",
+  ),
+  /** `any`: the spec's behaviour; `registered`: redirect URIs must be registered (RFC 7591). */
+  redirectUriPolicy: variable(
+    "REDIRECT_URI_POLICY",
+    "any",
+    oneOf("any", "registered"),
+    "`registered`: only registered clients and their redirect URIs ([why](#redirect-uri-policy))",
+  ),
+  /** Gateway mode: where authenticated MCP requests are forwarded. Undefined: no gateway. */
+  mcpUpstreamUrl: variable(
+    "MCP_UPSTREAM_URL",
+    undefined,
+    parseHttpUrl,
+    "gateway mode: where authenticated MCP requests go",
+  ),
+  /** How the gateway hands the MCP server the user's GitLab token. */
+  mcpUpstreamTokenHeader: variable(
+    "MCP_UPSTREAM_TOKEN_HEADER",
+    "authorization",
+    caseInsensitive(oneOf("authorization", "private-token")),
+    "gateway: `private-token` sends `PRIVATE-TOKEN` instead of a Bearer",
+  ),
+  /** How long the gateway waits for the MCP server's response headers. */
+  mcpUpstreamTimeoutMs: variable(
+    "MCP_UPSTREAM_TIMEOUT_MS",
+    "30000",
+    integerBetween(1, 3_600_000),
+    "gateway: time limit for the MCP server's response headers",
+  ),
+  /** Per-client-IP limits; undefined when `off`. */
+  rateLimits: {
+    authorize: variable(
+      "RATE_LIMIT_AUTHORIZE",
+      "30/600",
+      parseRateLimit,
+      "per client IP: requests / seconds, or `off`",
+    ),
+    poll: variable("RATE_LIMIT_POLL", "120/60", parseRateLimit, "the same for `/oauth/poll`"),
+    token: variable(
+      "RATE_LIMIT_TOKEN",
+      "300/600",
+      parseRateLimit,
+      "the same for `/token` and `/revoke`",
+    ),
+    register: variable(
+      "RATE_LIMIT_REGISTER",
+      "20/3600",
+      parseRateLimit,
+      "the same for `/register`",
+    ),
+  },
+  /** `exempt`: loopback clients are never limited; `limit`: they are, like everyone. */
+  rateLimitLoopback: variable(
+    "RATE_LIMIT_LOOPBACK",
+    "exempt",
+    oneOf("exempt", "limit"),
+    "`limit`: loopback clients are limited too",
+  ),
+  /** Key for GitLab tokens at rest (AES-GCM); undefined: derived from JWT_SECRET with HKDF. */
+  encryptionKey: variable(
+    "ENCRYPTION_KEY",
+    undefined,
+    parseSecret,
+    "key (≥ 32 bytes) for GitLab tokens at rest",
+    "derived from `JWT_SECRET`",
+  ),
+  /** A retired signing secret whose tokens are still accepted while they live. */
+  jwtSecretPrevious: variable(
+    "JWT_SECRET_PREVIOUS",
+    undefined,
+    parseSecret,
+    "the secret before a rotation: its tokens and stored sessions stay valid",
+  ),
+  /** Opt-in: a client that lost a refresh response may retry the old token this long. 0: off. */
+  refreshGraceSeconds: variable(
+    "REFRESH_GRACE_SECONDS",
+    "0",
+    integerBetween(0, 3600),
+    "opt-in, see [Opt-in policies](#opt-in-policies)",
+    "`0` (off)",
+  ),
+  /** Opt-in: replaying a used authorization code revokes the session it created. */
+  revokeOnCodeReplay: variable(
+    "REVOKE_ON_CODE_REPLAY",
+    "false",
+    parseBoolean,
+    "opt-in, see [Opt-in policies](#opt-in-policies)",
+  ),
+} satisfies ConfigTable;
+
+/** Everything the service is configured with: one field per entry of CONFIG_VARIABLES. */
+export type Config = ValuesOf<typeof CONFIG_VARIABLES>;
+
+/** The limit of each rate-limited endpoint family. */
+export type RateLimits = Config["rateLimits"];
+
+/** Reads and validates the configuration from an environment map. Throws ConfigError. */
+export function loadConfig(env: Env): Config {
+  return readTable(CONFIG_VARIABLES, env);
+}
+
+/** Every variable of CONFIG_VARIABLES, groups flattened, in table order. */
+export function listConfigVariables(): ConfigVariable<unknown>[] {
+  return variablesOf(CONFIG_VARIABLES);
+}
+
+function variablesOf(table: ConfigTable): ConfigVariable<unknown>[] {
+  return Object.values(table).flatMap((entry) => isVariable(entry) ? [entry] : variablesOf(entry));
+}
+
+function readTable<Table extends ConfigTable>(table: Table, env: Env): ValuesOf<Table> {
+  const fields = Object.entries(table).map(([field, entry]) => [field, readEntry(entry, env)]);
+  // Object.fromEntries cannot carry per-field types; each field is read by its own entry.
+  return Object.fromEntries(fields) as ValuesOf<Table>;
+}
+
+function readEntry(entry: ConfigVariable<unknown> | ConfigTable, env: Env): unknown {
+  return isVariable(entry) ? entry.read(env) : readTable(entry, env);
+}
+
+function isVariable(
+  entry: ConfigVariable<unknown> | ConfigTable,
+): entry is ConfigVariable<unknown> {
+  return typeof entry.read === "function";
 }
 
 function parseSecret(name: string, raw: string): string {
@@ -237,11 +383,6 @@ function parseHttpUrl(name: string, raw: string): URL {
   }
   if (url.search || url.hash) throw new ConfigError(name, "must not have a query or fragment");
   return url;
-}
-
-function parseBaseUrl(raw: string | undefined): string | undefined {
-  if (raw === undefined) return undefined;
-  return parseHttpUrl("BASE_URL", raw).href.replace(/\/+$/, "");
 }
 
 function parseBoolean(name: string, raw: string): boolean {

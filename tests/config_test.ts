@@ -1,5 +1,11 @@
 import assert from "node:assert/strict";
-import { ConfigError, loadConfig, missingOAuthSettings, oauthSettings } from "../src/config.ts";
+import {
+  ConfigError,
+  listConfigVariables,
+  loadConfig,
+  missingOAuthSettings,
+  oauthSettings,
+} from "../src/config.ts";
 
 const SECRET = "config-test-secret-value-of-at-least-32-bytes";
 const CONFIGURED = { GITLAB_CLIENT_ID: "gitlab-app-id", JWT_SECRET: SECRET };
@@ -189,3 +195,47 @@ Deno.test("OAuth settings", async (t) => {
     assert.deepEqual(missingOAuthSettings(config), []);
   });
 });
+
+Deno.test("README's configuration table matches CONFIG_VARIABLES", async (t) => {
+  const readme = await Deno.readTextFile(new URL("../README.md", import.meta.url));
+  const variables = listConfigVariables();
+
+  await t.step("each variable appears once in CONFIG_VARIABLES", () => {
+    const names = variables.map((variable) => variable.name);
+    assert.deepEqual(names, [...new Set(names)]);
+  });
+  await t.step("a shown default starts with the actual default", () => {
+    for (const { name, defaultValue, shownDefault } of variables) {
+      if (defaultValue === undefined) continue;
+      assert.ok(shownDefault.startsWith(`\`${defaultValue}\``), `${name}: ${shownDefault}`);
+    }
+  });
+  await t.step("same variables, same defaults", () => {
+    const inCode = variables.map(({ name, shownDefault }) => `${name}: ${shownDefault}`);
+    const inReadme = configurationRows(readme).map(([name, shownDefault]) =>
+      `${variableName(name)}: ${shownDefault}`
+    );
+    assert.deepEqual(inReadme.toSorted(), inCode.toSorted());
+  });
+});
+
+/** The body rows of the markdown table in README's "## Configuration" section, as cells. */
+function configurationRows(readme: string): string[][] {
+  const section = readme.split(/^## /m).find((part) => part.startsWith("Configuration\n"));
+  assert.ok(section, 'README has a "## Configuration" section');
+  const rows = section.split("\n").filter((line) => line.startsWith("|")).map(tableCells);
+  assert.deepEqual(rows[0], ["variable", "default", "meaning"], "the table's header");
+  return rows.slice(2);
+}
+
+/** The trimmed cells of one markdown table row; `\|` inside a cell is not a separator. */
+function tableCells(row: string): string[] {
+  return row.replace(/^\|/, "").replace(/\|\s*$/, "").split(/(?<!\\)\|/).map((cell) => cell.trim());
+}
+
+/** `NAME` in backticks, as the README's variable column writes it. */
+function variableName(cell: string): string {
+  const match = cell.match(/^`([A-Z0-9_]+)`$/);
+  assert.ok(match, `a variable cell is one \`NAME\`: ${cell}`);
+  return match[1];
+}
