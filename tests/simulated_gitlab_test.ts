@@ -153,7 +153,7 @@ Deno.test("verification page", async (t) => {
 
     await t.step("everything put in the page is escaped", async () => {
       const weird = `"><script>alert('x')</script>&amp;`;
-      const escaped = "&#34;&#62;&#60;script&#62;alert(&#39;x&#39;)&#60;/script&#62;&#38;amp;";
+      const escaped = "&quot;&gt;&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;amp;";
       const form = await send(gitlab, `/oauth/device?user_code=${encodeURIComponent(weird)}`);
       assert.ok(!form.text.includes("<script>"));
       assert.ok(form.text.includes(`value="${escaped}"`));

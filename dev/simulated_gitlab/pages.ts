@@ -1,5 +1,6 @@
 /** The HTML of the simulated GitLab's "Device authorization" page and the answers it leads to. */
 
+import { escapeHtml } from "../../src/templates.ts";
 import type { Decision } from "./state.ts";
 
 const TITLE = "Device authorization";
@@ -116,9 +117,4 @@ function layout(title: string, body: string): string {
   </body>
 </html>
 `;
-}
-
-/** Escapes text for HTML element content and quoted attribute values. */
-function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (char) => `&#${char.charCodeAt(0)};`);
 }
