@@ -4,7 +4,12 @@
  */
 
 import assert from "node:assert/strict";
-import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import {
+  type SimulatedGitLab,
+  type SimulatedGitLabOptions,
+  startSimulatedGitLab,
+} from "../dev/simulated_gitlab.ts";
+import { FakeClock } from "./_helpers.ts";
 
 const DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code";
 
@@ -32,8 +37,11 @@ async function send(
   };
 }
 
-async function withGitLab(fn: (gitlab: SimulatedGitLab) => Promise<void>): Promise<void> {
-  const gitlab = startSimulatedGitLab();
+async function withGitLab(
+  fn: (gitlab: SimulatedGitLab) => Promise<void>,
+  options: SimulatedGitLabOptions = {},
+): Promise<void> {
+  const gitlab = startSimulatedGitLab(options);
   try {
     await fn(gitlab);
   } finally {
@@ -153,7 +161,7 @@ Deno.test("verification page", async (t) => {
 
     await t.step("everything put in the page is escaped", async () => {
       const weird = `"><script>alert('x')</script>&amp;`;
-      const escaped = "&#34;&#62;&#60;script&#62;alert(&#39;x&#39;)&#60;/script&#62;&#38;amp;";
+      const escaped = "&quot;&gt;&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;amp;";
       const form = await send(gitlab, `/oauth/device?user_code=${encodeURIComponent(weird)}`);
       assert.ok(!form.text.includes("<script>"));
       assert.ok(form.text.includes(`value="${escaped}"`));
@@ -304,4 +312,32 @@ Deno.test("a fixed port and custom lifetimes", async () => {
   } finally {
     await gitlab.close();
   }
+});
+
+Deno.test("lifetimes run on the injected clock", async (t) => {
+  const clock = new FakeClock();
+  await withGitLab(async (gitlab) => {
+    await t.step("a device code expires when the clock passes its lifetime", async () => {
+      const device = await startDevice(gitlab);
+      clock.advance(60_000 - 1);
+      assert.equal((await poll(gitlab, device.device_code)).body.error, "authorization_pending");
+      clock.advance(1);
+      const expired = await poll(gitlab, device.device_code);
+      assert.equal(expired.status, 400);
+      assert.equal(expired.body.error, "expired_token");
+      assert.throws(() => gitlab.approve(device.user_code), /expired/);
+    });
+
+    await t.step("tokens carry the clock's time and die with it", async () => {
+      const device = await startDevice(gitlab);
+      gitlab.approve(device.user_code);
+      const granted = await poll(gitlab, device.device_code);
+      assert.equal(granted.body.created_at, Math.floor(clock.now() / 1000));
+      const auth = { Authorization: `Bearer ${granted.body.access_token}` };
+      clock.advance(120_000 - 1);
+      assert.equal((await send(gitlab, "/api/v4/user", { headers: auth })).status, 200);
+      clock.advance(1);
+      assert.equal((await send(gitlab, "/api/v4/user", { headers: auth })).status, 401);
+    });
+  }, { clock, deviceExpiresInSeconds: 60, accessTokenTtlSeconds: 120 });
 });

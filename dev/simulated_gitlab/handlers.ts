@@ -1,0 +1,226 @@
+/**
+ * The simulated GitLab's routes: the device authorization grant, the refresh-token grant with
+ * rotation, revocation, `GET /api/v4/user` and the verification page, each counting its calls
+ * and honouring the failures a test queued.
+ */
+
+import { decisionPage, deviceFormPage } from "./pages.ts";
+import { invalidClient, invalidGrant, json, oauthError, readForm } from "./responses.ts";
+import type { StalledBodies } from "./stalled_bodies.ts";
+import type { SimulatedGitLabState, TokenRecord } from "./state.ts";
+import type { SimulatedEndpoint, SimulatedFailure } from "./types.ts";
+
+/** What the handlers need besides the state. */
+export interface SimulatedGitLabHandlerOptions {
+  /** The origin the server listens on, for `verification_uri` and `web_url`. */
+  url: URL;
+  /** Polling interval announced by the device authorization endpoint, in seconds. */
+  interval: number;
+  /** Where `timeout` failures get their never-ending bodies. */
+  stalls: StalledBodies;
+}
+
+/** A request handler for `Deno.serve`. */
+export type SimulatedGitLabHandler = (request: Request) => Promise<Response>;
+
+const DEVICE_CODE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
+
+/** Creates the handler that answers every request to the simulated GitLab from `state`. */
+export function createSimulatedGitLabHandler(
+  state: SimulatedGitLabState,
+  { url, interval, stalls }: SimulatedGitLabHandlerOptions,
+): SimulatedGitLabHandler {
+  const { calls } = state;
+
+  async function route(request: Request): Promise<Response> {
+    const { pathname } = new URL(request.url);
+    const method = request.method;
+    if (pathname === "/oauth/authorize_device" && method === "POST") {
+      return await authorizeDevice(request);
+    }
+    if (pathname === "/oauth/token" && method === "POST") return await token(request);
+    if (pathname === "/oauth/revoke" && method === "POST") return await revokeEndpoint(request);
+    if (pathname === "/api/v4/user" && method === "GET") return currentUser(request);
+    if (pathname === "/oauth/device" && method === "GET") return devicePage(request);
+    if (pathname === "/oauth/device" && method === "POST") return await deviceDecision(request);
+    await request.body?.cancel();
+    return json(404, { message: "404 Not Found" });
+  }
+
+  /** Answers an injected failure, or undefined when none is queued (or it is handled later). */
+  function injected(
+    endpoint: SimulatedEndpoint,
+    handledLater: readonly SimulatedFailure[] = [],
+  ): Response | SimulatedFailure | undefined {
+    const mode = state.takeFailure(endpoint);
+    switch (mode) {
+      case undefined:
+        return undefined;
+      case "500":
+        return json(500, { message: "500 Internal Server Error" });
+      case "429":
+        return new Response("Retry later\n", {
+          status: 429,
+          headers: { "Content-Type": "text/plain", "Retry-After": "1" },
+        });
+      case "malformed":
+        return new Response("<!DOCTYPE html><p>We're sorry, something went wrong.</p>", {
+          status: 200,
+          headers: { "Content-Type": "text/html; charset=utf-8" },
+        });
+      case "timeout":
+        return stalls.response();
+      default:
+        if (handledLater.includes(mode)) return mode;
+        return json(500, { message: "500 Internal Server Error" });
+    }
+  }
+
+  async function authorizeDevice(request: Request): Promise<Response> {
+    calls.authorizeDevice++;
+    const form = await readForm(request);
+    const failure = injected("authorize_device");
+    if (failure instanceof Response) return failure;
+    const clientId = form.get("client_id") ?? "";
+    if (!state.isKnownClient(clientId)) return invalidClient();
+    const device = state.startDevice(clientId, form.get("scope") ?? undefined);
+    const verificationUri = new URL("/oauth/device", url);
+    const verificationUriComplete = new URL(verificationUri);
+    verificationUriComplete.searchParams.set("user_code", device.userCode);
+    return json(200, {
+      device_code: device.deviceCode,
+      user_code: device.userCode,
+      verification_uri: verificationUri.href,
+      verification_uri_complete: verificationUriComplete.href,
+      expires_in: state.deviceExpiresInSeconds,
+      interval,
+    });
+  }
+
+  async function token(request: Request): Promise<Response> {
+    const form = await readForm(request);
+    const grantType = form.get("grant_type");
+    if (grantType === DEVICE_CODE_GRANT_TYPE) {
+      calls.deviceToken++;
+      return deviceCodeGrant(form);
+    }
+    if (grantType === "refresh_token") {
+      calls.refresh++;
+      return refreshGrant(form);
+    }
+    return oauthError(
+      400,
+      "unsupported_grant_type",
+      "The authorization grant type is not supported by the authorization server.",
+    );
+  }
+
+  function deviceCodeGrant(form: URLSearchParams): Response {
+    const failure = injected("token", ["no_refresh_token", "slow_down"]);
+    if (failure instanceof Response) return failure;
+    if (failure === "slow_down") {
+      return oauthError(400, "slow_down", "The client is polling too quickly.");
+    }
+    const clientId = form.get("client_id") ?? "";
+    if (!state.isKnownClient(clientId)) return invalidClient();
+    const deviceCode = form.get("device_code");
+    if (!deviceCode) {
+      return oauthError(400, "invalid_request", "Missing required parameter: device_code.");
+    }
+    const device = state.deviceByCode(deviceCode);
+    if (device === undefined || device.status === "consumed" || device.clientId !== clientId) {
+      return invalidGrant();
+    }
+    if (state.isExpired(device)) {
+      return oauthError(400, "expired_token", "The device_code has expired.");
+    }
+    if (device.status === "denied") {
+      return oauthError(400, "access_denied", "The end-user denied the authorization request.");
+    }
+    if (device.status === "pending") {
+      return oauthError(
+        400,
+        "authorization_pending",
+        "The authorization request is still pending.",
+      );
+    }
+    return tokenResponse(state.consumeDevice(device, failure !== "no_refresh_token"));
+  }
+
+  function refreshGrant(form: URLSearchParams): Response {
+    const failure = injected("refresh", ["no_refresh_token"]);
+    if (failure instanceof Response) return failure;
+    const clientId = form.get("client_id") ?? "";
+    if (!state.isKnownClient(clientId)) return invalidClient();
+    const refreshToken = form.get("refresh_token");
+    if (!refreshToken) {
+      return oauthError(400, "invalid_request", "Missing required parameter: refresh_token.");
+    }
+    const old = state.tokensByRefreshToken(refreshToken);
+    if (old === undefined || old.revoked) return invalidGrant();
+    if (old.clientId !== "" && old.clientId !== clientId) return invalidGrant();
+    // GitLab rotates: the used refresh token and its access token die with this answer.
+    return tokenResponse(state.rotate(old, clientId, failure !== "no_refresh_token"));
+  }
+
+  async function revokeEndpoint(request: Request): Promise<Response> {
+    calls.revoke++;
+    const form = await readForm(request);
+    const value = form.get("token");
+    if (value) state.revoke(value);
+    return json(200, {});
+  }
+
+  function currentUser(request: Request): Response {
+    calls.user++;
+    const failure = injected("user");
+    if (failure instanceof Response) return failure;
+    const match = /^Bearer\s+(\S+)$/i.exec(request.headers.get("Authorization") ?? "");
+    const record = match === null ? undefined : state.liveAccessToken(match[1]);
+    const user = record === undefined ? undefined : state.userById(record.userId);
+    if (user === undefined) return json(401, { message: "401 Unauthorized" });
+    return json(200, {
+      id: user.id,
+      username: user.username,
+      name: user.name,
+      state: "active",
+      avatar_url: null,
+      web_url: new URL(`/${encodeURIComponent(user.username)}`, url).href,
+    });
+  }
+
+  function devicePage(request: Request): Response {
+    calls.devicePage++;
+    const userCode = new URL(request.url).searchParams.get("user_code") ?? "";
+    return deviceFormPage(200, state.defaultUser().username, userCode);
+  }
+
+  async function deviceDecision(request: Request): Promise<Response> {
+    calls.devicePage++;
+    const form = await readForm(request);
+    const userCode = (form.get("user_code") ?? "").trim();
+    const action = form.get("action");
+    const user = state.defaultUser();
+    if (userCode === "") {
+      return deviceFormPage(400, user.username, "", "Enter the code shown on your device.");
+    }
+    if (action !== "approve" && action !== "deny") {
+      return deviceFormPage(400, user.username, userCode, "Choose Approve or Deny.");
+    }
+    const outcome = state.decide(userCode, action === "approve", user.id);
+    return decisionPage(outcome, user.username, userCode);
+  }
+
+  function tokenResponse(record: TokenRecord): Response {
+    return json(200, {
+      access_token: record.accessToken,
+      token_type: "Bearer",
+      expires_in: state.accessTokenTtlSeconds,
+      ...(record.refreshToken === "" ? {} : { refresh_token: record.refreshToken }),
+      created_at: Math.floor(record.createdAt / 1000),
+      scope: record.scope,
+    });
+  }
+
+  return route;
+}

@@ -1,0 +1,105 @@
+/** The public types of the simulated GitLab: its options, its test controls and what they report. */
+
+import type { Clock } from "../../src/clock.ts";
+
+/** An endpoint `failNext` can make fail; `token` is the device-code grant, `refresh` the other. */
+export type SimulatedEndpoint = "authorize_device" | "token" | "refresh" | "user";
+
+/**
+ * How the next request to an endpoint fails: an HTTP 500 or 429, a 200 whose body is not JSON,
+ * a 200 whose body never comes so the client times out (`timeout`), a token response without
+ * `refresh_token` (`token`/`refresh` only), or an RFC 8628 `slow_down` (`token` only).
+ */
+export type SimulatedFailure =
+  | "500"
+  | "429"
+  | "malformed"
+  | "timeout"
+  | "no_refresh_token"
+  | "slow_down";
+
+/** A GitLab account known to the simulation. */
+export interface SimulatedUser {
+  id: number;
+  username: string;
+  name: string;
+}
+
+/** A token pair the simulation issued. */
+export interface SimulatedTokens {
+  accessToken: string;
+  refreshToken: string;
+  /** Lifetime of the access token, in seconds. */
+  expiresIn: number;
+}
+
+/** How many requests each endpoint has received, failed ones included. */
+export interface SimulatedGitLabCalls {
+  /** `POST /oauth/authorize_device` */
+  authorizeDevice: number;
+  /** `POST /oauth/token` with the device-code grant. */
+  deviceToken: number;
+  /** `POST /oauth/token` with the refresh-token grant. */
+  refresh: number;
+  /** `GET /api/v4/user` */
+  user: number;
+  /** `POST /oauth/revoke` */
+  revoke: number;
+  /** `GET` or `POST /oauth/device` (the verification page). */
+  devicePage: number;
+}
+
+/** Options of `startSimulatedGitLab`. */
+export interface SimulatedGitLabOptions {
+  /** 0 (the default) picks a free port. */
+  port?: number;
+  /** Defaults to 127.0.0.1. */
+  hostname?: string;
+  /** Lifetime of issued access tokens; defaults to 7200 like GitLab. */
+  accessTokenTtlSeconds?: number;
+  /** Lifetime of device codes; defaults to 300. */
+  deviceExpiresInSeconds?: number;
+  /** Polling interval announced by the device authorization endpoint; defaults to 5. */
+  interval?: number;
+  /** When set, only this OAuth application id is accepted; otherwise any non-empty one. */
+  clientId?: string;
+  /** Accounts; the first one approves on the verification page. Defaults to ada (4242). */
+  users?: SimulatedUser[];
+  /** What device-code and token expiry is measured against; defaults to the wall clock. */
+  clock?: Clock;
+}
+
+/** The test controls over the simulation's state, without the server around it. */
+export interface SimulatedGitLabControls {
+  /** Requests received per endpoint. */
+  readonly calls: SimulatedGitLabCalls;
+  /** Known accounts (mutable); `users[0]` is the default. */
+  readonly users: SimulatedUser[];
+  /** Every token revoked through `POST /oauth/revoke` or `revoke()`. */
+  readonly revokedTokens: Set<string>;
+  /** Approves a pending user code as `userId` (default: the first user); throws if it cannot. */
+  approve(userCode: string, userId?: number): void;
+  /** Denies a pending user code; throws if it cannot. */
+  deny(userCode: string): void;
+  /** Makes a user code's device code expired at once; throws if the code is unknown. */
+  expireDevice(userCode: string): void;
+  /** The user code of the most recent device authorization, if any. */
+  lastUserCode(): string | undefined;
+  /** Queues a failure for the next request to `endpoint` (first queued, first used). */
+  failNext(endpoint: SimulatedEndpoint, mode: SimulatedFailure): void;
+  /**
+   * Issues a token pair directly, as if `userId` (default: the first user) had signed in; any
+   * accepted client id may refresh it.
+   */
+  issueTokens(userId?: number): SimulatedTokens;
+  /** Revokes an access or refresh token (and its pair), as `POST /oauth/revoke` does. */
+  revoke(token: string): void;
+}
+
+/** A running simulated GitLab and its test controls. */
+export interface SimulatedGitLab extends SimulatedGitLabControls {
+  /** The origin it listens on, e.g. `http://127.0.0.1:40123`. */
+  readonly url: URL;
+  /** Stops the server; requests left hanging by `timeout` are ended first. Idempotent. */
+  close(): Promise<void>;
+}
