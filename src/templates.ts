@@ -5,10 +5,18 @@
  * Template syntax (mustache-like; blanks inside the braces are allowed, as `deno fmt` adds
  * them): `{{name}}` is HTML-escaped, `{{{name}}}` is inserted raw (only values built
  * here as script-safe JSON may be), `{{#name}}…{{/name}}` is kept when the value is non-empty
- * and `{{^name}}…{{/name}}` when it is empty. HTML comments are dropped at load.
+ * and `{{^name}}…{{/name}}` when it is empty. HTML comments are dropped at load, and
+ * `{{> device.js}}` is replaced by `templates/device.js`, the page's script.
+ *
+ * The templates are imported as text, so they are part of the module graph: `deno compile` and
+ * Deno Deploy embed them, and nothing is read from disk at start-up.
  *
  * @see spec §4.1 and §8, RFC 9207 (the `iss` the page adds to the redirect)
  */
+
+import deviceHtml from "../templates/device.html" with { type: "text" };
+import deviceJs from "../templates/device.js" with { type: "text" };
+import homeHtml from "../templates/home.html" with { type: "text" };
 
 /** What the device page shows and what its script needs. */
 export interface DevicePageValues {
@@ -35,6 +43,16 @@ export interface RenderedPage {
   contentSecurityPolicy: string;
 }
 
+/** The texts the renderer is built from: the files of `templates/`, or test variants. */
+export interface TemplateSources {
+  /** The device page, with `{{> device.js}}` as the whole content of its nonce'd script. */
+  deviceHtml: string;
+  /** The device page's script, inlined where device.html says `{{> device.js}}`. */
+  deviceJs: string;
+  /** The static page at `/`, served as is. */
+  homeHtml: string;
+}
+
 /** Renders the service's HTML pages; rendering does no I/O. */
 export interface Templates {
   /** The device-flow page of spec §4.1. Throws TypeError on a non-http(s) URL or bad expiry. */
@@ -51,8 +69,6 @@ export const PAGE_TIMINGS = {
   /** A poll request still unanswered after this long is abandoned and the next one scheduled. */
   pollTimeoutMs: 30_000,
 } as const;
-
-const DEFAULT_DIR = new URL("../templates/", import.meta.url);
 
 /** Every placeholder device.html must use, and the only ones it may use. */
 const DEVICE_PLACEHOLDERS = {
@@ -79,15 +95,29 @@ const NONCE_ATTRIBUTE = /\snonce="\{\{\s*nonce\s*\}\}"/;
 const FLOW_DATA_SCRIPT =
   /<script type="application\/json" id="flow-data"[^>]*>\{\{\{\s*flowDataJson\s*\}\}\}<\/script>/;
 const COMMENT = /<!--[\s\S]*?-->/g;
+const SCRIPT_INCLUDE = /\{\{>\s*device\.js\s*\}\}/g;
+const SCRIPT_INCLUDE_ELEMENT =
+  /<script nonce="\{\{\s*nonce\s*\}\}">\{\{>\s*device\.js\s*\}\}<\/script>/;
+/** What would end, or change the parsing of, the script element the script is inlined into. */
+const UNSAFE_IN_SCRIPT = /<\/script|<!--/i;
 
-/** Reads the templates once (default: the repository's `templates/`) and returns a renderer. */
-export async function loadTemplates(dir: URL = DEFAULT_DIR): Promise<Templates> {
-  const file = new URL("device.html", dir);
-  const device = compile(await Deno.readTextFile(file), file.href);
-  const home = await Deno.readTextFile(new URL("home.html", dir));
+/** The renderer for the repository's `templates/`, which are embedded in the module graph. */
+export function loadTemplates(): Templates {
+  return createTemplates({ deviceHtml, deviceJs, homeHtml });
+}
+
+/**
+ * Checks the template sources and returns a renderer; a broken template throws here, at load,
+ * rather than when a page is rendered.
+ */
+export function createTemplates(sources: TemplateSources): Templates {
+  const device = compile(
+    inlineScript(sources.deviceHtml.replace(COMMENT, ""), sources.deviceJs),
+    "device.html",
+  );
   return {
     homePage: {
-      html: home,
+      html: sources.homeHtml,
       contentSecurityPolicy:
         "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; " +
         "frame-ancestors 'none'",
@@ -189,12 +219,28 @@ function contentSecurityPolicy(nonce: string, pollOrigin: string): string {
 }
 
 /**
+ * Puts the page's script where the page says `{{> device.js}}`. The script becomes part of the
+ * template, so it must neither close its element early nor hold placeholder syntax.
+ */
+function inlineScript(html: string, script: string): string {
+  if (UNSAFE_IN_SCRIPT.test(script)) {
+    throw new Error("device.js: contains </script or <!--, which would break its script element");
+  }
+  if (script.includes("{{")) throw new Error("device.js: {{ would be read as a placeholder");
+  if (html.match(SCRIPT_INCLUDE)?.length !== 1 || !SCRIPT_INCLUDE_ELEMENT.test(html)) {
+    throw new Error(
+      `device.html: {{> device.js}} must appear once, as the whole content of <script nonce="{{nonce}}">`,
+    );
+  }
+  return html.replace(SCRIPT_INCLUDE, () => script);
+}
+
+/**
  * Checks a template against the placeholders it must use and returns its render function:
  * a template missing one, or using an unknown one, or with a script or style element without
  * the nonce, is a programming error reported at load.
  */
-function compile(source: string, name: string): (slots: DeviceSlots) => string {
-  const template = source.replace(COMMENT, "");
+function compile(template: string, name: string): (slots: DeviceSlots) => string {
   const escaped = new Set<string>(DEVICE_PLACEHOLDERS.escaped);
   const raw = new Set<string>(DEVICE_PLACEHOLDERS.raw);
   const seen = new Set<string>();

@@ -1,6 +1,7 @@
 /**
- * Dev tool for the device page (`templates/device.html`): serves it with a fake
- * `/oauth/poll`, drives it in the system Chromium and writes screenshots to /tmp.
+ * Dev tool for the device page (`templates/device.html` and its script `templates/device.js`):
+ * serves it with a fake `/oauth/poll`, drives it in the system Chromium and writes screenshots
+ * to /tmp.
  *
  *   deno run -A tests/_page_preview.ts           run the checks; screenshots: /tmp/device-page-*.png
  *   deno run -A tests/_page_preview.ts --serve   only serve, and print URLs to open by hand
@@ -38,7 +39,7 @@ interface Flow {
   renderedAt: number;
 }
 
-const templates = await loadTemplates();
+const templates = loadTemplates();
 const flows = new Map<string, Flow>();
 let flowCounter = 0;
 

@@ -1,11 +1,16 @@
 import assert from "node:assert/strict";
 import {
+  createTemplates,
   type DevicePageValues,
   escapeHtml,
   jsonForScript,
   loadTemplates,
   PAGE_TIMINGS,
+  type TemplateSources,
 } from "../src/templates.ts";
+import deviceHtml from "../templates/device.html" with { type: "text" };
+import deviceJs from "../templates/device.js" with { type: "text" };
+import homeHtml from "../templates/home.html" with { type: "text" };
 
 const BASE: DevicePageValues = {
   userCode: "ABCD-1234",
@@ -65,7 +70,7 @@ Deno.test("jsonForScript", async (t) => {
 });
 
 Deno.test("renderDevicePage", async (t) => {
-  const templates = await loadTemplates();
+  const templates = loadTemplates();
 
   await t.step("escapes hostile values in markup and in the data block", () => {
     const xssRedirect = `https://app.example/cb?a="><script>alert(1)</script>`;
@@ -212,44 +217,71 @@ Deno.test("renderDevicePage", async (t) => {
   });
 });
 
-Deno.test({
-  name: "loadTemplates checks the template it reads",
-  // Writes broken templates to a temporary directory: runs under `deno task test`.
-  ignore: Deno.permissions.querySync({ name: "write" }).state !== "granted",
-}, async (t) => {
-  const dir = await Deno.makeTempDir();
-  const good = await Deno.readTextFile(new URL("../templates/device.html", import.meta.url));
-  const dirUrl = new URL(`file://${dir}/`);
-  const write = (text: string) => Deno.writeTextFile(`${dir}/device.html`, text);
-  await Deno.copyFile(new URL("../templates/home.html", import.meta.url), `${dir}/home.html`);
+Deno.test("createTemplates checks the templates it is given", async (t) => {
+  const good: TemplateSources = { deviceHtml, deviceJs, homeHtml };
+  const withPage = (html: string) => () => createTemplates({ ...good, deviceHtml: html });
+  const withScript = (js: string) => () => createTemplates({ ...good, deviceJs: js });
 
-  try {
-    await t.step("loads a template from another directory", async () => {
-      await write(good);
-      const templates = await loadTemplates(dirUrl);
-      assert.ok(templates.renderDevicePage(BASE).html.includes("ABCD-1234"));
-    });
+  await t.step("builds a renderer from given sources", () => {
+    const templates = createTemplates(good);
+    assert.ok(templates.renderDevicePage(BASE).html.includes("ABCD-1234"));
+    assert.equal(templates.homePage.html, homeHtml);
+  });
 
-    await t.step("throws when a placeholder is missing", async () => {
-      await write(good.replaceAll(/\{\{\s*userCode\s*\}\}/g, "CODE"));
-      await assert.rejects(() => loadTemplates(dirUrl), /userCode/);
-    });
+  await t.step("inlines the script into the nonce'd script element", () => {
+    const { html } = createTemplates({ ...good, deviceJs: "void 0;\n" })
+      .renderDevicePage(BASE);
+    assert.match(html, /<script nonce="[^"]+">void 0;\n<\/script>/);
+  });
 
-    await t.step("throws on an unknown placeholder", async () => {
-      await write(good.replace("</main>", "{{secret}}</main>"));
-      await assert.rejects(() => loadTemplates(dirUrl), /secret/);
-    });
+  await t.step("throws when a placeholder is missing", () => {
+    assert.throws(withPage(deviceHtml.replaceAll(/\{\{\s*userCode\s*\}\}/g, "CODE")), /userCode/);
+  });
 
-    await t.step("throws when a value would be inserted raw", async () => {
-      await write(good.replace(/\{\{\s*userCode\s*\}\}/, "{{{userCode}}}"));
-      await assert.rejects(() => loadTemplates(dirUrl), /userCode/);
-    });
+  await t.step("throws on an unknown placeholder", () => {
+    assert.throws(withPage(deviceHtml.replace("</main>", "{{secret}}</main>")), /secret/);
+  });
 
-    await t.step("throws when a script lacks the nonce", async () => {
-      await write(good.replace(`<script nonce="{{nonce}}">`, "<script>"));
-      await assert.rejects(() => loadTemplates(dirUrl), /nonce/);
-    });
-  } finally {
-    await Deno.remove(dir, { recursive: true });
-  }
+  await t.step("throws when a value would be inserted raw", () => {
+    assert.throws(
+      withPage(deviceHtml.replace(/\{\{\s*userCode\s*\}\}/, "{{{userCode}}}")),
+      /userCode/,
+    );
+  });
+
+  await t.step("throws when a script lacks the nonce", () => {
+    assert.throws(
+      withPage(
+        deviceHtml.replace(
+          `<script type="application/json" id="flow-data" nonce="{{nonce}}">`,
+          `<script type="application/json" id="flow-data">`,
+        ),
+      ),
+      /nonce/,
+    );
+    assert.throws(withPage(deviceHtml.replace(`<script nonce="{{nonce}}">`, "<script>")), /nonce/);
+  });
+
+  await t.step("throws unless the script is included once, as a whole script element", () => {
+    const element = `<script nonce="{{nonce}}">{{> device.js}}</script>`;
+    assert.ok(deviceHtml.includes(element));
+    assert.throws(withPage(deviceHtml.replace(element, "")), /device\.js/);
+    assert.throws(withPage(deviceHtml.replace("</main>", "{{> device.js}}</main>")), /device\.js/);
+    assert.throws(
+      withPage(
+        deviceHtml.replace(element, `<script nonce="{{nonce}}">1; {{> device.js}}</script>`),
+      ),
+      /device\.js/,
+    );
+  });
+
+  await t.step("throws when the script would end or confuse its element", () => {
+    assert.throws(withScript(`${deviceJs}\n// "</script>"\n`), /<\/script/);
+    assert.throws(withScript(`${deviceJs}\n// "</SCRIPT >"\n`), /<\/script/);
+    assert.throws(withScript(`${deviceJs}\n// <!-- <script>\n`), /<!--/);
+  });
+
+  await t.step("throws when the script holds placeholder syntax", () => {
+    assert.throws(withScript(`${deviceJs}\n// {{nonce}}\n`), /placeholder/);
+  });
 });
