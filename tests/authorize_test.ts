@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import type { Store } from "../src/store.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  assertError,
   authorizeQuery,
   exchange,
   flowDataFromPage,
@@ -31,25 +32,6 @@ async function kvEntries(t: TestApp): Promise<unknown[]> {
   const entries = [];
   for await (const entry of t.kv.list({ prefix: [] })) entries.push(entry);
   return entries;
-}
-
-/** Asserts a spec §2.7 JSON error body and returns it. */
-async function assertError(
-  response: Response,
-  status: number,
-  error: string,
-  description?: string | RegExp,
-): Promise<{ error: string; error_description: string }> {
-  const text = await response.text();
-  assert.equal(response.status, status, text);
-  assert.match(response.headers.get("content-type") ?? "", /^application\/json/);
-  const body = JSON.parse(text);
-  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"]);
-  assert.equal(body.error, error);
-  assert.equal(typeof body.error_description, "string");
-  if (typeof description === "string") assert.equal(body.error_description, description);
-  else if (description) assert.match(body.error_description, description);
-  return body;
 }
 
 const HTML_ESCAPES: Record<string, string> = {

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  assertError,
   authorizeQuery,
   exchange,
   issueCode,
@@ -47,26 +48,6 @@ async function seed(t: TestApp) {
   const code = await issueCode(t);
   const flowState = await startFlow(t);
   return { refreshToken: tokens.refresh_token, code, flowState };
-}
-
-/** Asserts a spec §2.7 JSON error body, never a 500 unless expected. */
-async function assertError(
-  response: Response,
-  status: number,
-  error?: string,
-  description?: string | RegExp,
-): Promise<Json> {
-  const text = await response.text();
-  assert.equal(response.status, status, text);
-  assert.match(response.headers.get("content-type") ?? "", /^application\/json/);
-  const body = JSON.parse(text);
-  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"], text);
-  assert.equal(typeof body.error, "string");
-  assert.equal(typeof body.error_description, "string");
-  if (error !== undefined) assert.equal(body.error, error);
-  if (typeof description === "string") assert.equal(body.error_description, description);
-  else if (description) assert.match(body.error_description, description);
-  return body;
 }
 
 async function pollBody(response: Response): Promise<{ status: number; body: Json }> {

@@ -15,12 +15,8 @@ import {
   PKCE,
   TEST_BASE,
   TEST_SECRET,
-  type TestApp,
-  withApp,
+  withEnv,
 } from "./_helpers.ts";
-
-const withEnv = (env: Record<string, string>, fn: (t: TestApp) => Promise<void>) =>
-  withApp(fn, { env });
 import { spawnService } from "./_service.ts";
 
 const CLIENT = "203.0.113.9";

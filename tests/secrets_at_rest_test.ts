@@ -26,11 +26,8 @@ import {
   TEST_BASE,
   TEST_SECRET,
   type TestApp,
-  withApp,
+  withEnv,
 } from "./_helpers.ts";
-
-const withEnv = (env: Record<string, string>, fn: (t: TestApp) => Promise<void>) =>
-  withApp(fn, { env });
 import { postToken, signInOverHttp, spawnService } from "./_service.ts";
 
 const ENCRYPTION_KEY = "a-separate-encryption-key-of-at-least-32-bytes";

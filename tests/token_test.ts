@@ -8,6 +8,7 @@ import { jwtVerify } from "jose";
 import { newSessionToken, sessionIdOf } from "../src/session_tokens.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  assertError,
   exchange,
   gitlabTokensOf,
   issueCode,
@@ -36,23 +37,6 @@ async function call(response: Response): Promise<{ status: number; body: Json; h
   const text = await response.text();
   assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
   return { status: response.status, body: JSON.parse(text), headers: response.headers };
-}
-
-/** Asserts a spec §2.7 error body. */
-async function assertError(
-  response: Response,
-  status: number,
-  error: string,
-  description?: string | RegExp,
-): Promise<Json> {
-  const { status: actual, body } = await call(response);
-  assert.equal(actual, status, JSON.stringify(body));
-  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"]);
-  assert.equal(body.error, error);
-  assert.equal(typeof body.error_description, "string");
-  if (typeof description === "string") assert.equal(body.error_description, description);
-  else if (description) assert.match(body.error_description, description);
-  return body;
 }
 
 /** Asserts a spec §2.5 token response and returns it. */
