@@ -12,7 +12,7 @@ import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { GitLabTokens, SessionRecord } from "../src/records.ts";
 import { type Store } from "../src/store.ts";
-import { recordsOf } from "../src/store/keys.ts";
+import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
 import {
   type DeviceAuthorization,
@@ -233,6 +233,11 @@ export async function kvText(kv: Deno.Kv): Promise<string> {
       return value;
     },
   );
+}
+
+/** How many records of `kind` the KV holds. */
+export async function countRecords(kv: Deno.Kv, kind: RecordKind): Promise<number> {
+  return (await recordsOf(kv, kind)).length;
 }
 
 /** A PKCE pair (RFC 7636 Appendix B). */

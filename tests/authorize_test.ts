@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import type { Store } from "../src/store.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { recordsOf } from "../src/store/keys.ts";
 import {
   assertError,
   authorizeQuery,
@@ -26,12 +27,6 @@ function authorize(t: TestApp, overrides: Record<string, string | null> = {}): P
 
 function authorizeRaw(t: TestApp, query: string): Promise<Response> {
   return t.app(new Request(`${TEST_BASE}/authorize?${query}`));
-}
-
-async function kvEntries(t: TestApp): Promise<unknown[]> {
-  const entries = [];
-  for await (const entry of t.kv.list({ prefix: [] })) entries.push(entry);
-  return entries;
 }
 
 const HTML_ESCAPES: Record<string, string> = {
@@ -66,10 +61,10 @@ async function completeFlow(t: TestApp, flowState: string): Promise<Record<strin
 
 Deno.test("4.1 check 1: OAuth configuration missing → 500 server_error 'OAuth not configured'", () =>
   withApp(async (t) => {
-    const before = await kvEntries(t);
+    const before = await recordsOf(t.kv);
     await assertError(await authorize(t), 500, "server_error", "OAuth not configured");
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), before);
+    assert.deepEqual(await recordsOf(t.kv), before);
   }, { configured: false }));
 
 Deno.test("4.1 check 2: response_type is not code → 400 unsupported_response_type", () =>
@@ -82,7 +77,7 @@ Deno.test("4.1 check 2: response_type is not code → 400 unsupported_response_t
       );
     }
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check 3: client_id missing → 400 invalid_request", () =>
@@ -96,7 +91,7 @@ Deno.test("4.1 check 3: client_id missing → 400 invalid_request", () =>
       );
     }
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check 4: code_challenge missing → 400 invalid_request", () =>
@@ -110,7 +105,7 @@ Deno.test("4.1 check 4: code_challenge missing → 400 invalid_request", () =>
       );
     }
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check 5: code_challenge_method is not S256 → 400 invalid_request", () =>
@@ -124,7 +119,7 @@ Deno.test("4.1 check 5: code_challenge_method is not S256 → 400 invalid_reques
       );
     }
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check 6: upstream device-flow start fails → 500 server_error 'Failed to initiate authentication'", () =>
@@ -144,7 +139,7 @@ Deno.test("4.1 check 6: upstream device-flow start fails → 500 server_error 'F
       );
     }
     assert.equal(t.upstream.calls.start, 2);
-    assert.deepEqual(await kvEntries(t), [], "no flow record stored");
+    assert.deepEqual(await recordsOf(t.kv), [], "no flow record stored");
   }));
 
 Deno.test("4.1 check 6: storing the device flow record fails → 500 server_error 'Failed to initiate authentication'", () =>
@@ -156,7 +151,7 @@ Deno.test("4.1 check 6: storing the device flow record fails → 500 server_erro
     t.deps.store = failing;
     await assertError(await authorize(t), 500, "server_error", "Failed to initiate authentication");
     assert.equal(t.upstream.calls.start, 1);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check order: configuration missing beats bad response_type", () =>

@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { recordsOf } from "../src/store/keys.ts";
 import {
   assertError,
   authorizeQuery,
@@ -27,18 +28,11 @@ const MAX_BODY = 64 * 1024;
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
 
-/** Every KV entry (key, value, versionstamp). */
-async function kvSnapshot(t: TestApp): Promise<Deno.KvEntry<unknown>[]> {
-  const entries = [];
-  for await (const entry of t.kv.list({ prefix: [] })) entries.push(entry);
-  return entries;
-}
-
 /** Runs `request` and asserts that KV is exactly as before it. */
 async function withoutWrites(t: TestApp, request: () => Promise<Response>): Promise<Response> {
-  const before = await kvSnapshot(t);
+  const before = await recordsOf(t.kv);
   const response = await request();
-  assert.deepEqual(await kvSnapshot(t), before, "nothing written to KV");
+  assert.deepEqual(await recordsOf(t.kv), before, "nothing written to KV");
   return response;
 }
 
@@ -131,7 +125,7 @@ Deno.test("7: configuration missing beats bad input on every endpoint", () =>
       "server_error",
       "OAuth not configured",
     );
-    assert.deepEqual(await kvSnapshot(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }, { configured: false }));
 
 Deno.test("7: 500 server_error on /authorize when the upstream device-flow start failed → 'Failed to initiate authentication'", () =>

@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import type { LogFields, Logger } from "../src/logger.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { kindOfKey, recordsOf } from "../src/store/keys.ts";
 import {
   gitlabTokensOf,
   PKCE,
@@ -36,9 +37,7 @@ async function pollQuery(t: TestApp, query: string): Promise<Polled> {
 }
 
 async function kvKinds(t: TestApp): Promise<string[]> {
-  const kinds = [];
-  for await (const entry of t.kv.list({ prefix: [] })) kinds.push(String(entry.key[0]));
-  return kinds.sort();
+  return (await recordsOf(t.kv)).map((entry) => String(kindOfKey(entry.key))).sort();
 }
 
 function recordingLogger(): Logger & { lines: { level: string; message: string }[] } {

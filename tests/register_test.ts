@@ -4,6 +4,7 @@
  */
 
 import assert from "node:assert/strict";
+import { recordsOf } from "../src/store/keys.ts";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import {
   assertError,
@@ -211,7 +212,7 @@ Deno.test("register: wrong content type, malformed JSON, non-UTF-8 → 400 JSON;
     const huge = JSON.stringify({ ...TYPICAL, padding: "x".repeat(64 * 1024) });
     await assertError(await register(t, huge), 413, "invalid_request");
     // Nothing was stored by any of them.
-    const clients = await Array.fromAsync(t.kv.list({ prefix: ["client"] }));
+    const clients = await recordsOf(t.kv, "client");
     assert.equal(clients.length, 0);
   }));
 
