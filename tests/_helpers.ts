@@ -12,8 +12,8 @@ import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { GitLabTokens, SessionRecord } from "../src/records.ts";
 import { type Store } from "../src/store.ts";
-import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
+import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {
   type DeviceAuthorization,
   type DevicePollResult,
