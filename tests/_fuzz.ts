@@ -4,9 +4,8 @@
  * run has been handed so the stateful paths are reached.
  */
 
+import { MAX_BODY_BYTES } from "../src/http.ts";
 import { PKCE, TEST_BASE, TEST_REDIRECT as REDIRECT } from "./_helpers.ts";
-
-const MAX_BODY = 64 * 1024;
 
 /** The endpoints the fuzz sends to (`unknown`: paths the service does not serve). */
 export const ENDPOINTS = [
@@ -202,7 +201,7 @@ function anyString(g: Gen, seen: Seen): string {
 /** A long string, built cheaply: up to ~100 KiB. */
 function huge(g: Gen): string {
   const chunk = asciiString(g, 1 + g.int(32)) + (g.chance(0.3) ? g.pick(ODD_CHARS) : "");
-  const target = g.chance(0.5) ? MAX_BODY - 64 + g.int(128) : g.int(100 * 1024);
+  const target = g.chance(0.5) ? MAX_BODY_BYTES - 64 + g.int(128) : g.int(100 * 1024);
   return chunk.repeat(Math.max(1, Math.floor(target / chunk.length)));
 }
 

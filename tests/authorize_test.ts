@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import type { Store } from "../src/store.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import { recordsOf } from "../src/store/keys.ts";
+import { escapeHtml } from "../src/templates.ts";
 import {
   assertError,
   authorizeQuery,
@@ -15,11 +16,10 @@ import {
   PKCE,
   poll,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   type TestApp,
   withApp,
 } from "./_helpers.ts";
-
-const REDIRECT = "http://127.0.0.1:9999/callback";
 
 function authorize(t: TestApp, overrides: Record<string, string | null> = {}): Promise<Response> {
   return t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
@@ -27,18 +27,6 @@ function authorize(t: TestApp, overrides: Record<string, string | null> = {}): P
 
 function authorizeRaw(t: TestApp, query: string): Promise<Response> {
   return t.app(new Request(`${TEST_BASE}/authorize?${query}`));
-}
-
-const HTML_ESCAPES: Record<string, string> = {
-  "&": "&amp;",
-  "<": "&lt;",
-  ">": "&gt;",
-  '"': "&quot;",
-  "'": "&#39;",
-};
-
-function escapeHtml(s: string): string {
-  return s.replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
 }
 
 /** The `<a …>` element whose href is `url` (HTML-escaped), or null. */

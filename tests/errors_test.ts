@@ -17,12 +17,12 @@ import {
   refresh,
   startFlow,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   type TestApp,
   token,
   withApp,
 } from "./_helpers.ts";
 
-const REDIRECT = "http://127.0.0.1:9999/callback";
 const MAX_BODY = 64 * 1024;
 
 // deno-lint-ignore no-explicit-any

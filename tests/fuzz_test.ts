@@ -10,6 +10,7 @@
  */
 
 import assert from "node:assert/strict";
+import { MAX_QUERY_PARAMETER_LENGTH } from "../src/http.ts";
 import type { Logger } from "../src/logger.ts";
 import { sessionIdOf } from "../src/session_tokens.ts";
 import { kindOfKey, recordsOf, sessionKey } from "../src/store/keys.ts";
@@ -446,7 +447,7 @@ Deno.test("fuzz regressions: oversized /authorize parameters → 400, the longes
 
     // At the limit, in two-byte characters, the stored parameters at once: a whole sign-in
     // works.
-    const long = (char: string) => char.repeat(4096);
+    const long = (char: string) => char.repeat(MAX_QUERY_PARAMETER_LENGTH);
     const longChallenge = await authorizeWith({ code_challenge: long("c"), state: long("ß") });
     assert.equal(longChallenge.status, 200);
     await longChallenge.body?.cancel();

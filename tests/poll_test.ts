@@ -12,11 +12,11 @@ import {
   poll,
   startFlow,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   type TestApp,
   withApp,
 } from "./_helpers.ts";
 
-const REDIRECT = "http://127.0.0.1:9999/callback";
 const TEN_MINUTES = 10 * 60 * 1000;
 
 interface Polled {

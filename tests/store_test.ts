@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { sha256Base64Url } from "../src/crypto.ts";
+import { type RecordKind, recordsOf, sessionKey } from "../src/store/keys.ts";
 import type { CodeRecord, FlowRecord, SessionRecord } from "../src/records.ts";
 import { newSessionToken } from "../src/session_tokens.ts";
 import { createSecretBox, type SecretBox } from "../src/secret_box.ts";
 import { createStore, type Store } from "../src/store.ts";
-import { type RecordKind, recordsOf, sessionKey } from "../src/store/keys.ts";
 import {
   exchange,
   FakeClock,
@@ -15,12 +15,12 @@ import {
   poll,
   refresh,
   startFlow,
+  TEST_REDIRECT as REDIRECT,
   TEST_SECRET,
   type TestApp,
 } from "./_helpers.ts";
 
 const MINUTE = 60_000;
-const REDIRECT = "http://127.0.0.1:9999/callback";
 
 function flowRecord(clock: FakeClock, overrides: Partial<FlowRecord> = {}): FlowRecord {
   return {

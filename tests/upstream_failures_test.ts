@@ -28,11 +28,11 @@ import {
   gitlabTokensOf,
   PKCE,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   TEST_SECRET,
 } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
 
-const REDIRECT = "http://127.0.0.1:9999/callback";
 /** Small, so that `timeout` failures are quick; the simulated GitLab answers in ~1 ms. */
 const TIMEOUT_MS = 500;
 
