@@ -1,20 +1,22 @@
 /**
  * Launches the system Chromium for browser tests through playwright-core (which never
- * downloads a browser of its own). Where Chromium is not installed a test skips, except
- * under CI (env `CI` set), where a missing browser is a broken machine and fails loudly.
+ * downloads a browser of its own). Where Chromium is not installed the browser tests are
+ * reported as ignored, except under CI (env `CI` set), where a missing browser is a broken
+ * machine and the tests fail loudly.
  *
  * Usage:
- *   const browser = await launchBrowserOrSkip(t);
- *   if (!browser) return;
- *   try { ... } finally { await browser.close(); }
+ *   Deno.test({ name, ignore: ignoreBrowserTests, async fn() {
+ *     const browser = await launchBrowser();
+ *     try { ... } finally { await browser.close(); }
+ *   } });
  *
  * Needs --allow-read --allow-env --allow-run --allow-write --allow-net --allow-sys.
  */
 
 import { type Browser, chromium } from "playwright-core";
 
-/** Where the Debian `chromium` package installs the browser. */
-export const CHROMIUM_PATH = "/usr/bin/chromium";
+/** The browser: env `CHROMIUM_PATH`, else where the Debian `chromium` package installs it. */
+export const CHROMIUM_PATH = Deno.env.get("CHROMIUM_PATH") ?? "/usr/bin/chromium";
 
 /** Flags for a quiet, headless, offline-friendly Chromium inside a container. */
 export const CHROMIUM_ARGS: readonly string[] = [
@@ -28,26 +30,29 @@ export const CHROMIUM_ARGS: readonly string[] = [
   "--disable-sync",
 ];
 
-/** A launched Chromium, or `{skip: reason}` when none is installed and `CI` is not set. */
-export async function launchBrowser(): Promise<Browser | { skip: string }> {
+/** Whether a file exists at `path`. */
+function exists(path: string): boolean {
   try {
-    await Deno.stat(CHROMIUM_PATH);
+    Deno.statSync(path);
+    return true;
   } catch (error) {
-    if (!(error instanceof Deno.errors.NotFound)) throw error;
-    const reason = `${CHROMIUM_PATH} not found (apt-get install chromium)`;
-    if (Deno.env.get("CI")) throw new Error(`browser tests cannot run under CI: ${reason}`);
-    return { skip: reason };
+    if (error instanceof Deno.errors.NotFound) return false;
+    throw error;
   }
-  return await chromium.launch({ executablePath: CHROMIUM_PATH, args: [...CHROMIUM_ARGS] });
 }
 
-/** A launched Chromium, or `undefined` after printing why test `t` skips (never under CI). */
-export async function launchBrowserOrSkip(t: Deno.TestContext): Promise<Browser | undefined> {
-  const browser = await launchBrowser();
-  if (!("skip" in browser)) return browser;
-  // deno-lint-ignore no-console -- the reason a test did not run must be visible.
-  console.log(`skipping ${t.name}: ${browser.skip}`);
-  return undefined;
+/** Why browser tests cannot run here, or undefined when Chromium is installed. */
+export const chromiumMissing: string | undefined = exists(CHROMIUM_PATH)
+  ? undefined
+  : `${CHROMIUM_PATH} not found (apt-get install chromium)`;
+
+/** The `ignore` of every browser test: no Chromium, and not under CI. */
+export const ignoreBrowserTests: boolean = chromiumMissing !== undefined && !Deno.env.get("CI");
+
+/** A launched Chromium; throws when none is installed (a test that is not ignored must fail). */
+export async function launchBrowser(): Promise<Browser> {
+  if (chromiumMissing) throw new Error(`browser tests cannot run: ${chromiumMissing}`);
+  return await chromium.launch({ executablePath: CHROMIUM_PATH, args: [...CHROMIUM_ARGS] });
 }
 
 /** A client's page on loopback, where the browser lands after sign-in. */

@@ -13,6 +13,7 @@ import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
 import { type Store } from "../src/store/mod.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
+import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {
   type DeviceAuthorization,
   type DevicePollResult,
@@ -174,6 +175,69 @@ export async function withApp(
   } finally {
     t.close();
   }
+}
+
+/** Runs `fn` with a fresh test app whose environment adds `env`, and closes it afterwards. */
+export function withEnv(env: Record<string, string>, fn: (t: TestApp) => Promise<void>) {
+  return withApp(fn, { env });
+}
+
+/** An error answer's body (spec §2.7). */
+export interface OAuthErrorBody {
+  error: string;
+  error_description: string;
+}
+
+/**
+ * Asserts a spec §2.7 JSON error: `status`, a JSON body of exactly `error` and
+ * `error_description`, the `error` code when given, and the description when given (exact or a
+ * pattern). Returns the body.
+ */
+export async function assertError(
+  response: Response,
+  status: number,
+  error?: string,
+  description?: string | RegExp,
+): Promise<OAuthErrorBody> {
+  const text = await response.text();
+  assert.equal(response.status, status, text);
+  assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
+  const body = JSON.parse(text);
+  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"], text);
+  assert.equal(typeof body.error, "string");
+  assert.equal(typeof body.error_description, "string");
+  if (error !== undefined) assert.equal(body.error, error);
+  if (typeof description === "string") assert.equal(body.error_description, description);
+  else if (description) assert.match(body.error_description, description);
+  return body;
+}
+
+/**
+ * Every KV entry, keys and values, as one text to search for secrets in (bytes spelled out as
+ * UTF-8, base64 and hex; bigints and u64s as digits).
+ */
+export async function kvText(kv: Deno.Kv): Promise<string> {
+  const entries = await recordsOf(kv);
+  return JSON.stringify(
+    entries.map(({ key, value, versionstamp }) => ({ key, value, versionstamp })),
+    (_name, value) => {
+      if (value instanceof Uint8Array) {
+        return {
+          utf8: new TextDecoder().decode(value),
+          base64: value.toBase64(),
+          hex: value.toHex(),
+        };
+      }
+      if (typeof value === "bigint") return value.toString();
+      if (value instanceof Deno.KvU64) return value.value.toString();
+      return value;
+    },
+  );
+}
+
+/** How many records of `kind` the KV holds. */
+export async function countRecords(kv: Deno.Kv, kind: RecordKind): Promise<number> {
+  return (await recordsOf(kv, kind)).length;
 }
 
 /** A PKCE pair (RFC 7636 Appendix B). */

@@ -6,18 +6,20 @@
 import assert from "node:assert/strict";
 import type { Store } from "../src/store/mod.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { recordsOf } from "../src/store/keys.ts";
+import { escapeHtml } from "../src/templates.ts";
 import {
+  assertError,
   authorizeQuery,
   exchange,
   flowDataFromPage,
   PKCE,
   poll,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   type TestApp,
   withApp,
 } from "./_helpers.ts";
-
-const REDIRECT = "http://127.0.0.1:9999/callback";
 
 function authorize(t: TestApp, overrides: Record<string, string | null> = {}): Promise<Response> {
   return t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
@@ -25,43 +27,6 @@ function authorize(t: TestApp, overrides: Record<string, string | null> = {}): P
 
 function authorizeRaw(t: TestApp, query: string): Promise<Response> {
   return t.app(new Request(`${TEST_BASE}/authorize?${query}`));
-}
-
-async function kvEntries(t: TestApp): Promise<unknown[]> {
-  const entries = [];
-  for await (const entry of t.kv.list({ prefix: [] })) entries.push(entry);
-  return entries;
-}
-
-/** Asserts a spec §2.7 JSON error body and returns it. */
-async function assertError(
-  response: Response,
-  status: number,
-  error: string,
-  description?: string | RegExp,
-): Promise<{ error: string; error_description: string }> {
-  const text = await response.text();
-  assert.equal(response.status, status, text);
-  assert.match(response.headers.get("content-type") ?? "", /^application\/json/);
-  const body = JSON.parse(text);
-  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"]);
-  assert.equal(body.error, error);
-  assert.equal(typeof body.error_description, "string");
-  if (typeof description === "string") assert.equal(body.error_description, description);
-  else if (description) assert.match(body.error_description, description);
-  return body;
-}
-
-const HTML_ESCAPES: Record<string, string> = {
-  "&": "&amp;",
-  "<": "&lt;",
-  ">": "&gt;",
-  '"': "&quot;",
-  "'": "&#39;",
-};
-
-function escapeHtml(s: string): string {
-  return s.replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
 }
 
 /** The `<a …>` element whose href is `url` (HTML-escaped), or null. */
@@ -84,10 +49,10 @@ async function completeFlow(t: TestApp, flowState: string): Promise<Record<strin
 
 Deno.test("4.1 check 1: OAuth configuration missing → 500 server_error 'OAuth not configured'", () =>
   withApp(async (t) => {
-    const before = await kvEntries(t);
+    const before = await recordsOf(t.kv);
     await assertError(await authorize(t), 500, "server_error", "OAuth not configured");
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), before);
+    assert.deepEqual(await recordsOf(t.kv), before);
   }, { configured: false }));
 
 Deno.test("4.1 check 2: response_type is not code → 400 unsupported_response_type", () =>
@@ -100,7 +65,7 @@ Deno.test("4.1 check 2: response_type is not code → 400 unsupported_response_t
       );
     }
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check 3: client_id missing → 400 invalid_request", () =>
@@ -114,7 +79,7 @@ Deno.test("4.1 check 3: client_id missing → 400 invalid_request", () =>
       );
     }
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check 4: code_challenge missing → 400 invalid_request", () =>
@@ -128,7 +93,7 @@ Deno.test("4.1 check 4: code_challenge missing → 400 invalid_request", () =>
       );
     }
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check 5: code_challenge_method is not S256 → 400 invalid_request", () =>
@@ -142,7 +107,7 @@ Deno.test("4.1 check 5: code_challenge_method is not S256 → 400 invalid_reques
       );
     }
     assert.equal(t.upstream.calls.start, 0);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check 6: upstream device-flow start fails → 500 server_error 'Failed to initiate authentication'", () =>
@@ -162,7 +127,7 @@ Deno.test("4.1 check 6: upstream device-flow start fails → 500 server_error 'F
       );
     }
     assert.equal(t.upstream.calls.start, 2);
-    assert.deepEqual(await kvEntries(t), [], "no flow record stored");
+    assert.deepEqual(await recordsOf(t.kv), [], "no flow record stored");
   }));
 
 Deno.test("4.1 check 6: storing the device flow record fails → 500 server_error 'Failed to initiate authentication'", () =>
@@ -174,7 +139,7 @@ Deno.test("4.1 check 6: storing the device flow record fails → 500 server_erro
     t.deps.store = failing;
     await assertError(await authorize(t), 500, "server_error", "Failed to initiate authentication");
     assert.equal(t.upstream.calls.start, 1);
-    assert.deepEqual(await kvEntries(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }));
 
 Deno.test("4.1 check order: configuration missing beats bad response_type", () =>

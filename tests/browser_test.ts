@@ -1,12 +1,12 @@
 /**
  * The device page in a real browser (Chromium through playwright-core): countdown, polling,
  * approval at the simulated GitLab in a new tab, redirect to the client with code and state.
- * Skips with a printed reason when Chromium is absent, never under CI.
+ * Reported as ignored when Chromium is absent, except under CI, where they fail.
  */
 
 import assert from "node:assert/strict";
 import type { Browser, Page } from "playwright-core";
-import { launchBrowserOrSkip, startCallbackServer } from "./_browser.ts";
+import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
 import { authorizeQuery } from "./_helpers.ts";
 import { exchangeOverHttp, type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
 
@@ -16,9 +16,8 @@ interface Rig extends ServiceWithGitLab {
   callback: string;
 }
 
-async function rig(t: Deno.TestContext): Promise<Rig | undefined> {
-  const browser = await launchBrowserOrSkip(t);
-  if (!browser) return undefined;
+async function rig(): Promise<Rig> {
+  const browser = await launchBrowser();
   const started = await spawnWithGitLab("browser-app");
   const client = startCallbackServer();
   return {
@@ -44,15 +43,15 @@ function authorizeUrl(r: Rig, params: Record<string, string> = {}): string {
   }`;
 }
 
-/** A browser test: skips without Chromium, else runs `body` on a new page of a fresh rig. */
+/** A browser test: ignored without Chromium, else runs `body` on a new page of a fresh rig. */
 function browserTest(name: string, body: (r: Rig, page: Page) => Promise<void>): void {
   Deno.test({
     name,
+    ignore: ignoreBrowserTests,
     sanitizeResources: false,
     sanitizeOps: false,
-    async fn(t) {
-      const r = await rig(t);
-      if (!r) return;
+    async fn() {
+      const r = await rig();
       try {
         await body(r, await r.browser.newPage());
       } finally {

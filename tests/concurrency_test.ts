@@ -10,9 +10,11 @@ import { sha256Base64Url } from "../src/crypto.ts";
 import type { SessionRecord } from "../src/store/records.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import type { UpstreamTokens, UpstreamUser } from "../src/upstream/types.ts";
+import { recordsOf } from "../src/store/keys.ts";
 import {
   assertOneComplete,
   assertOneWinner,
+  countRecords,
   exchange,
   gitlabTokensOf,
   issueCode,
@@ -50,13 +52,9 @@ async function settle(responses: Response[]): Promise<Result[]> {
   );
 }
 
-async function count(kv: Deno.Kv, prefix: string): Promise<number> {
-  return (await Array.fromAsync(kv.list({ prefix: [prefix] }))).length;
-}
-
 /** The KV holds one session, and the refresh token it accepts is the winner's. */
 async function assertOneSessionHolding(app: TestApp, refreshToken: string): Promise<void> {
-  const sessions = await Array.fromAsync(app.kv.list<SessionRecord>({ prefix: ["session"] }));
+  const sessions = await recordsOf<SessionRecord>(app.kv, "session");
   assert.equal(sessions.length, 1);
   assert.equal(sessions[0].value.mcpRefreshTokenHash, sha256Base64Url(refreshToken));
 }
@@ -70,7 +68,7 @@ Deno.test("concurrency: one authorization code, 20 parallel exchanges", async (t
           await Promise.all(Array.from({ length: PARALLEL }, () => exchange(app, code))),
         );
         const winner = assertOneWinner(results).body;
-        assert.equal(await count(app.kv, "code"), 0);
+        assert.equal(await countRecords(app.kv, "code"), 0);
         await assertOneSessionHolding(app, winner.refresh_token!);
         // The winner's refresh token is the one that works.
         assert.equal((await refresh(app, winner.refresh_token!)).status, 200);
@@ -131,7 +129,7 @@ Deno.test("concurrency: 20 parallel refreshes of an expiring GitLab token", asyn
           refreshToken: "gl-refresh-new",
         });
         assert.equal(session.value.upstreamTokenExpiry, app.clock.now() + 7200_000);
-        assert.equal(await count(app.kv, "lease"), 0, "the refresh lease was released");
+        assert.equal(await countRecords(app.kv, "lease"), 0, "the refresh lease was released");
       });
     });
   }
@@ -155,9 +153,9 @@ async function raceApprovedPolls(parallel: number): Promise<void> {
       await Promise.all(Array.from({ length: parallel }, () => poll(app, flowState))),
     );
     const complete = assertOneComplete(results);
-    assert.equal(await count(app.kv, "session"), 1);
-    assert.equal(await count(app.kv, "code"), 1);
-    assert.equal(await count(app.kv, "flow"), 0);
+    assert.equal(await countRecords(app.kv, "session"), 1);
+    assert.equal(await countRecords(app.kv, "code"), 1);
+    assert.equal(await countRecords(app.kv, "flow"), 0);
     assert.equal(app.upstream.calls.user, 1);
 
     // The one code works; the flow is done.

@@ -5,7 +5,9 @@
 
 import assert from "node:assert/strict";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { recordsOf } from "../src/store/keys.ts";
 import {
+  assertError,
   authorizeQuery,
   exchange,
   issueCode,
@@ -15,29 +17,22 @@ import {
   refresh,
   startFlow,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   type TestApp,
   token,
   withApp,
 } from "./_helpers.ts";
 
-const REDIRECT = "http://127.0.0.1:9999/callback";
 const MAX_BODY = 64 * 1024;
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
 
-/** Every KV entry (key, value, versionstamp). */
-async function kvSnapshot(t: TestApp): Promise<Deno.KvEntry<unknown>[]> {
-  const entries = [];
-  for await (const entry of t.kv.list({ prefix: [] })) entries.push(entry);
-  return entries;
-}
-
 /** Runs `request` and asserts that KV is exactly as before it. */
 async function withoutWrites(t: TestApp, request: () => Promise<Response>): Promise<Response> {
-  const before = await kvSnapshot(t);
+  const before = await recordsOf(t.kv);
   const response = await request();
-  assert.deepEqual(await kvSnapshot(t), before, "nothing written to KV");
+  assert.deepEqual(await recordsOf(t.kv), before, "nothing written to KV");
   return response;
 }
 
@@ -47,26 +42,6 @@ async function seed(t: TestApp) {
   const code = await issueCode(t);
   const flowState = await startFlow(t);
   return { refreshToken: tokens.refresh_token, code, flowState };
-}
-
-/** Asserts a spec §2.7 JSON error body, never a 500 unless expected. */
-async function assertError(
-  response: Response,
-  status: number,
-  error?: string,
-  description?: string | RegExp,
-): Promise<Json> {
-  const text = await response.text();
-  assert.equal(response.status, status, text);
-  assert.match(response.headers.get("content-type") ?? "", /^application\/json/);
-  const body = JSON.parse(text);
-  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"], text);
-  assert.equal(typeof body.error, "string");
-  assert.equal(typeof body.error_description, "string");
-  if (error !== undefined) assert.equal(body.error, error);
-  if (typeof description === "string") assert.equal(body.error_description, description);
-  else if (description) assert.match(body.error_description, description);
-  return body;
 }
 
 async function pollBody(response: Response): Promise<{ status: number; body: Json }> {
@@ -150,7 +125,7 @@ Deno.test("7: configuration missing beats bad input on every endpoint", () =>
       "server_error",
       "OAuth not configured",
     );
-    assert.deepEqual(await kvSnapshot(t), []);
+    assert.deepEqual(await recordsOf(t.kv), []);
   }, { configured: false }));
 
 Deno.test("7: 500 server_error on /authorize when the upstream device-flow start failed → 'Failed to initiate authentication'", () =>

@@ -20,7 +20,7 @@ import type {
 } from "@modelcontextprotocol/sdk/shared/auth.js";
 import type { Browser } from "playwright-core";
 import type { SimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { launchBrowserOrSkip, startCallbackServer } from "./_browser.ts";
+import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
 import { followPageWithoutBrowser, type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
 
 /** What the SDK fetched, in order. */
@@ -222,11 +222,11 @@ Deno.test("MCP SDK: auth() — PRM discovery, metadata, registration, page flow,
 
 Deno.test({
   name: "MCP SDK + Chromium: auth() signs in through the real device page and refreshes",
+  ignore: ignoreBrowserTests,
   sanitizeResources: false,
   sanitizeOps: false,
-  async fn(t) {
-    const browser = await launchBrowserOrSkip(t);
-    if (!browser) return;
+  async fn() {
+    const browser = await launchBrowser();
     const r = await rig();
     const client = startCallbackServer("/oauth/callback");
     try {

@@ -5,10 +5,7 @@
 
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
-import { issueTokens, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
-
-const withEnv = (fn: (t: TestApp) => Promise<void>, env?: Record<string, string>) =>
-  withApp(fn, { env });
+import { issueTokens, TEST_BASE, type TestApp, withApp, withEnv } from "./_helpers.ts";
 
 const AS_PATH = "/.well-known/oauth-authorization-server";
 const PRM_PATH = "/.well-known/oauth-protected-resource";
@@ -42,7 +39,7 @@ function expectedAsMetadata(issuer: string): Json {
 }
 
 Deno.test("AS metadata: exactly the documented fields, endpoints under the issuer", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const response = await t.app(new Request(`${TEST_BASE}${AS_PATH}`));
     assert.equal(response.status, 200);
     assert.match(response.headers.get("cache-control") ?? "", /max-age=\d+/);
@@ -52,7 +49,7 @@ Deno.test("AS metadata: exactly the documented fields, endpoints under the issue
   }));
 
 Deno.test("AS metadata: issuer equals the iss of issued access tokens and PRM's authorization server", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const { body: metadata } = await getJson(t, `${TEST_BASE}${AS_PATH}`);
     const { body: prm } = await getJson(t, `${TEST_BASE}${PRM_PATH}`);
     const tokens = await issueTokens(t);
@@ -61,7 +58,7 @@ Deno.test("AS metadata: issuer equals the iss of issued access tokens and PRM's 
   }));
 
 Deno.test("AS metadata: without BASE_URL the issuer is the request origin, byte for byte as in tokens", () =>
-  withEnv(async (t) => {
+  withEnv({ BASE_URL: "" }, async (t) => {
     const origin = "http://127.0.0.1:43210";
     const { body } = await getJson(t, `${origin}${AS_PATH}`);
     assert.deepEqual(body, expectedAsMetadata(origin));
@@ -73,35 +70,35 @@ Deno.test("AS metadata: without BASE_URL the issuer is the request origin, byte 
     const { body: other } = await getJson(t, `${TEST_BASE}${AS_PATH}`);
     assert.equal(decodeJwt(tokens.access_token).iss, other.issuer);
     assert.equal(other.issuer, TEST_BASE);
-  }, { BASE_URL: "" }));
+  }));
 
 Deno.test("AS metadata: BASE_URL with a path is served at the path-inserted well-known URI", () =>
-  withEnv(async (t) => {
+  withEnv({ BASE_URL: "https://x.test/auth/" }, async (t) => {
     const issuer = "https://x.test/auth";
     const { status, body } = await getJson(t, `https://x.test${AS_PATH}/auth`);
     assert.equal(status, 200);
     assert.deepEqual(body, expectedAsMetadata(issuer));
     assert.equal(body.authorization_endpoint, "https://x.test/auth/authorize");
-  }, { BASE_URL: "https://x.test/auth/" }));
+  }));
 
 Deno.test("AS metadata: a path suffix that is not the issuer's path → 404 JSON", () =>
-  withEnv(async (t) => {
+  withEnv({ BASE_URL: "https://x.test/auth" }, async (t) => {
     for (const path of [`${AS_PATH}/other`, `${AS_PATH}/auth/extra`, `${AS_PATH}/au`]) {
       const { status, body } = await getJson(t, `https://x.test${path}`);
       assert.equal(status, 404, path);
       assert.equal(body.error, "invalid_request");
     }
-  }, { BASE_URL: "https://x.test/auth" }));
+  }));
 
 Deno.test("AS metadata: issuer without a path refuses any path suffix with 404 JSON", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const { status, body } = await getJson(t, `${TEST_BASE}${AS_PATH}/mcp`);
     assert.equal(status, 404);
     assert.equal(body.error, "invalid_request");
   }));
 
 Deno.test("AS metadata: POST → 405 with Allow", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const response = await t.app(new Request(`${TEST_BASE}${AS_PATH}`, { method: "POST" }));
     assert.equal(response.status, 405);
     assert.equal(response.headers.get("allow"), "GET, OPTIONS");
@@ -109,7 +106,7 @@ Deno.test("AS metadata: POST → 405 with Allow", () =>
   }));
 
 Deno.test("PRM: at the root and at the resource's path, exactly the documented fields", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const expected = {
       resource: `${TEST_BASE}/mcp`,
       authorization_servers: [TEST_BASE],
@@ -125,7 +122,7 @@ Deno.test("PRM: at the root and at the resource's path, exactly the documented f
   }));
 
 Deno.test("PRM: a path suffix other than the resource's path → 404 JSON", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     for (const path of [`${PRM_PATH}/other`, `${PRM_PATH}/mcp/extra`, `${PRM_PATH}/mc`]) {
       const { status, body } = await getJson(t, `${TEST_BASE}${path}`);
       assert.equal(status, 404, path);
@@ -135,19 +132,19 @@ Deno.test("PRM: a path suffix other than the resource's path → 404 JSON", () =
   }));
 
 Deno.test("PRM: MCP_RESOURCE_URL is the resource, its trailing slash removed, its path served", () =>
-  withEnv(async (t) => {
+  withEnv({ MCP_RESOURCE_URL: "https://mcp.example/api/v1/" }, async (t) => {
     const { status, body } = await getJson(t, `${TEST_BASE}${PRM_PATH}/api/v1`);
     assert.equal(status, 200);
     assert.equal(body.resource, "https://mcp.example/api/v1");
     assert.deepEqual(body.authorization_servers, [TEST_BASE]);
     assert.equal((await getJson(t, `${TEST_BASE}${PRM_PATH}`)).body.resource, body.resource);
     assert.equal((await getJson(t, `${TEST_BASE}${PRM_PATH}/mcp`)).status, 404);
-  }, { MCP_RESOURCE_URL: "https://mcp.example/api/v1/" }));
+  }));
 
 Deno.test("PRM: an MCP_RESOURCE_URL without a path is served only at the bare well-known URI", () =>
-  withEnv(async (t) => {
+  withEnv({ MCP_RESOURCE_URL: "https://mcp.example/" }, async (t) => {
     const { status, body } = await getJson(t, `${TEST_BASE}${PRM_PATH}`);
     assert.equal(status, 200);
     assert.equal(body.resource, "https://mcp.example");
     assert.equal((await getJson(t, `${TEST_BASE}${PRM_PATH}/mcp`)).status, 404);
-  }, { MCP_RESOURCE_URL: "https://mcp.example/" }));
+  }));

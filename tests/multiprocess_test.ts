@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { kindOfKey, recordsOf } from "../src/store/keys.ts";
 import { assertNo500, assertOneComplete, assertOneWinner, TEST_SECRET } from "./_helpers.ts";
 import {
   assertFlowComplete,
@@ -149,8 +150,8 @@ async function inspectKv(kvPath: string): Promise<Record<string, number>> {
   const kv = await Deno.openKv(kvPath);
   try {
     const counts: Record<string, number> = {};
-    for await (const entry of kv.list<{ mcpRefreshTokenHash?: string }>({ prefix: [] })) {
-      const kind = String(entry.key[0]);
+    for (const entry of await recordsOf<{ mcpRefreshTokenHash?: string }>(kv)) {
+      const kind = String(kindOfKey(entry.key));
       counts[kind] = (counts[kind] ?? 0) + 1;
       if (kind === "session" && entry.value.mcpRefreshTokenHash) {
         counts.sessionsWithRefreshToken = (counts.sessionsWithRefreshToken ?? 0) + 1;

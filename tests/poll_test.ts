@@ -5,17 +5,18 @@
 import assert from "node:assert/strict";
 import type { LogFields, Logger } from "../src/logger.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { kindOfKey, recordsOf } from "../src/store/keys.ts";
 import {
   gitlabTokensOf,
   PKCE,
   poll,
   startFlow,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   type TestApp,
   withApp,
 } from "./_helpers.ts";
 
-const REDIRECT = "http://127.0.0.1:9999/callback";
 const TEN_MINUTES = 10 * 60 * 1000;
 
 interface Polled {
@@ -36,9 +37,7 @@ async function pollQuery(t: TestApp, query: string): Promise<Polled> {
 }
 
 async function kvKinds(t: TestApp): Promise<string[]> {
-  const kinds = [];
-  for await (const entry of t.kv.list({ prefix: [] })) kinds.push(String(entry.key[0]));
-  return kinds.sort();
+  return (await recordsOf(t.kv)).map((entry) => String(kindOfKey(entry.key))).sort();
 }
 
 function recordingLogger(): Logger & { lines: { level: string; message: string }[] } {

@@ -15,10 +15,8 @@ import {
   type TestApp,
   token,
   withApp,
+  withEnv,
 } from "./_helpers.ts";
-
-const withEnv = (fn: (t: TestApp) => Promise<void>, env?: Record<string, string>) =>
-  withApp(fn, { env });
 
 const REGISTERED = { REDIRECT_URI_POLICY: "registered" };
 
@@ -63,7 +61,7 @@ async function assertRejected(
 }
 
 Deno.test("registered policy: /authorize with an unregistered client_id → 400 invalid_request, no device flow", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     await assertRejected(
       await authorize(t, { client_id: "never-registered" }),
       400,
@@ -71,10 +69,10 @@ Deno.test("registered policy: /authorize with an unregistered client_id → 400 
       "unknown client",
     );
     assert.equal(t.upstream.calls.start, 0);
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: /authorize with a redirect_uri not registered for the client → 400 invalid_request", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const clientId = await registerClient(t, ["https://app.example/cb"]);
     const other = await registerClient(t, ["https://other.example/cb"]);
     for (
@@ -100,10 +98,10 @@ Deno.test("registered policy: /authorize with a redirect_uri not registered for 
       "the other client's own URI",
     );
     assert.equal(t.upstream.calls.start, 1);
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: /authorize with exactly a registered redirect_uri → page", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const uris = ["https://app.example/cb", "com.example.app:/oauth2redirect"];
     const clientId = await registerClient(t, uris);
     for (const redirect of uris) {
@@ -112,10 +110,10 @@ Deno.test("registered policy: /authorize with exactly a registered redirect_uri 
         redirect,
       );
     }
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: loopback redirect URIs match on any port for 127.0.0.1, [::1] and localhost", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const clientId = await registerClient(t, [
       "http://127.0.0.1/callback",
       "http://[::1]:8080/callback",
@@ -136,10 +134,10 @@ Deno.test("registered policy: loopback redirect URIs match on any port for 127.0
         redirect,
       );
     }
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: loopback port freedom keeps host, path and query exact", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const clientId = await registerClient(t, ["http://127.0.0.1:8080/callback"]);
     for (
       const redirect of [
@@ -157,10 +155,10 @@ Deno.test("registered policy: loopback port freedom keeps host, path and query e
         redirect,
       );
     }
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: non-loopback hosts get no port freedom", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const clientId = await registerClient(t, ["https://app.example/cb"]);
     await assertRejected(
       await authorize(t, { client_id: clientId, redirect_uri: "https://app.example:8443/cb" }),
@@ -175,10 +173,10 @@ Deno.test("registered policy: non-loopback hosts get no port freedom", () =>
       "invalid_request",
       "https without the registered port",
     );
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: the sole registered redirect URI may be omitted and is then used", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const clientId = await registerClient(t, ["https://app.example/cb"]);
     const flowState = await startFlow(t, { client_id: clientId, redirect_uri: null });
     assert.equal((await t.store.getFlow(flowState))?.value.redirectUri, "https://app.example/cb");
@@ -196,10 +194,10 @@ Deno.test("registered policy: the sole registered redirect URI may be omitted an
     });
     assert.equal(exchanged.status, 200, await exchanged.clone().text());
     await exchanged.body?.cancel();
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: redirect_uri omitted with several registered → 400 invalid_request", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const clientId = await registerClient(t, ["https://app.example/a", "https://app.example/b"]);
     await assertRejected(
       await authorize(t, { client_id: clientId, redirect_uri: null }),
@@ -207,17 +205,17 @@ Deno.test("registered policy: redirect_uri omitted with several registered → 4
       "invalid_request",
       "ambiguous",
     );
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: a loopback redirect on another port is what the flow returns to", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const clientId = await registerClient(t, ["http://127.0.0.1/callback"]);
     const redirect = "http://127.0.0.1:51234/callback";
     const flowState = await startFlow(t, { client_id: clientId, redirect_uri: redirect });
     t.upstream.approve();
     const body = await (await poll(t, flowState)).json();
     assert.equal(body.redirect_uri, redirect);
-  }, REGISTERED));
+  }));
 
 async function codeFor(t: TestApp, clientId: string, redirect: string): Promise<string> {
   return await issueCode(t, { client_id: clientId, redirect_uri: redirect });
@@ -234,25 +232,25 @@ function exchange(t: TestApp, code: string, redirect: string, clientId?: string)
 }
 
 Deno.test("registered policy: /token with the code's own client_id → 200", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const response = await exchange(t, await codeFor(t, clientId, redirect), redirect, clientId);
     assert.equal(response.status, 200);
     assert.equal((await response.json()).token_type, "Bearer");
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: /token with another registered client_id → 400 invalid_grant", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const thief = await registerClient(t, [redirect]);
     const code = await codeFor(t, clientId, redirect);
     await assertRejected(await exchange(t, code, redirect, thief), 400, "invalid_grant", "thief");
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: /token with an unknown client_id → 400 invalid_client", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const code = await codeFor(t, clientId, redirect);
@@ -262,10 +260,10 @@ Deno.test("registered policy: /token with an unknown client_id → 400 invalid_c
       "invalid_client",
       "unknown",
     );
-  }, REGISTERED));
+  }));
 
 Deno.test("registered policy: /token without client_id → 400 invalid_request", () =>
-  withEnv(async (t) => {
+  withEnv(REGISTERED, async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const code = await codeFor(t, clientId, redirect);
@@ -274,10 +272,10 @@ Deno.test("registered policy: /token without client_id → 400 invalid_request",
     const response = await exchange(t, code, redirect, clientId);
     assert.equal(response.status, 200);
     await response.body?.cancel();
-  }, REGISTERED));
+  }));
 
 Deno.test("default policy any: unregistered clients and any redirect URI are accepted", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     assert.equal(t.config.redirectUriPolicy, "any");
     for (
       const redirect of [
@@ -305,7 +303,7 @@ Deno.test("default policy any: unregistered clients and any redirect URI are acc
   }));
 
 Deno.test("default policy any: /token checks no client_id (absent, unknown or different all work)", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     for (const clientId of [undefined, "never-registered", "someone-else"]) {
       const code = await issueCode(t, { client_id: "client-1", redirect_uri: redirect });

@@ -4,18 +4,18 @@
  */
 
 import assert from "node:assert/strict";
+import { recordsOf } from "../src/store/keys.ts";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import {
+  assertError,
   authorizeQuery,
   makeTestApp,
   TEST_BASE,
   TEST_SECRET,
   type TestApp,
   withApp,
+  withEnv,
 } from "./_helpers.ts";
-
-const withEnv = (fn: (t: TestApp) => Promise<void>, env?: Record<string, string>) =>
-  withApp(fn, { env });
 import { spawnService } from "./_service.ts";
 
 // deno-lint-ignore no-explicit-any
@@ -41,15 +41,6 @@ async function call(response: Response): Promise<{ status: number; body: Json; h
   return { status: response.status, body: JSON.parse(text), headers: response.headers };
 }
 
-async function assertError(response: Response, status: number, error: string): Promise<Json> {
-  const { status: actual, body } = await call(response);
-  assert.equal(actual, status, JSON.stringify(body));
-  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"]);
-  assert.equal(body.error, error);
-  assert.equal(typeof body.error_description, "string");
-  return body;
-}
-
 /** What MCP clients in the wild send (shape of Claude Code / the TypeScript SDK's request). */
 const TYPICAL = {
   redirect_uris: ["http://localhost:6274/oauth/callback"],
@@ -66,7 +57,7 @@ const TYPICAL = {
 };
 
 Deno.test("register: standard metadata → 201 with client_id, client_id_issued_at and the metadata echoed", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const { status, body, headers } = await call(await register(t, TYPICAL));
     assert.equal(status, 201);
     assert.equal(headers.get("cache-control"), "no-store");
@@ -81,7 +72,7 @@ Deno.test("register: standard metadata → 201 with client_id, client_id_issued_
   }));
 
 Deno.test("register: only redirect_uris → public-client defaults echoed", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const { status, body } = await call(
       await register(t, { redirect_uris: ["https://app.example/cb"] }),
     );
@@ -96,7 +87,7 @@ Deno.test("register: only redirect_uris → public-client defaults echoed", () =
   }));
 
 Deno.test("register: unknown fields are ignored and not echoed", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const { status, body } = await call(
       await register(t, {
         ...TYPICAL,
@@ -113,7 +104,7 @@ Deno.test("register: unknown fields are ignored and not echoed", () =>
   }));
 
 Deno.test("register: the same client registering twice gets two distinct client_ids", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const first = await call(await register(t, TYPICAL));
     const second = await call(await register(t, TYPICAL));
     assert.equal(first.status, 201);
@@ -124,7 +115,7 @@ Deno.test("register: the same client registering twice gets two distinct client_
   }));
 
 Deno.test("register: loopback http, https and private-use scheme redirect URIs are accepted", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const redirect_uris = [
       "http://127.0.0.1:33418/callback",
       "http://[::1]/callback",
@@ -138,7 +129,7 @@ Deno.test("register: loopback http, https and private-use scheme redirect URIs a
   }));
 
 Deno.test("register: bad redirect_uris → 400 invalid_redirect_uri", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const cases: [string, unknown][] = [
       ["missing", undefined],
       ["empty", []],
@@ -162,7 +153,7 @@ Deno.test("register: bad redirect_uris → 400 invalid_redirect_uri", () =>
   }));
 
 Deno.test("register: unsupported metadata → 400 invalid_client_metadata", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const redirect_uris = ["https://app.example/cb"];
     const cases: Json[] = [
       { token_endpoint_auth_method: "client_secret_basic" },
@@ -193,7 +184,7 @@ Deno.test("register: unsupported metadata → 400 invalid_client_metadata", () =
   }));
 
 Deno.test("register: wrong content type, malformed JSON, non-UTF-8 → 400 JSON; over 64 KiB → 413 JSON", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const json = JSON.stringify(TYPICAL);
     await assertError(
       await register(t, json, { "Content-Type": "application/x-www-form-urlencoded" }),
@@ -221,12 +212,12 @@ Deno.test("register: wrong content type, malformed JSON, non-UTF-8 → 400 JSON;
     const huge = JSON.stringify({ ...TYPICAL, padding: "x".repeat(64 * 1024) });
     await assertError(await register(t, huge), 413, "invalid_request");
     // Nothing was stored by any of them.
-    const clients = await Array.fromAsync(t.kv.list({ prefix: ["client"] }));
+    const clients = await recordsOf(t.kv, "client");
     assert.equal(clients.length, 0);
   }));
 
 Deno.test("register: application/json with a charset parameter is accepted", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const response = await register(t, TYPICAL, {
       "Content-Type": "application/json; charset=utf-8",
     });
@@ -235,7 +226,7 @@ Deno.test("register: application/json with a charset parameter is accepted", () 
   }));
 
 Deno.test("register: GET → 405 with Allow: POST, OPTIONS", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const response = await t.app(new Request(`${TEST_BASE}/register`));
     assert.equal(response.headers.get("allow"), "POST, OPTIONS");
     await assertError(response, 405, "invalid_request");
@@ -258,7 +249,7 @@ async function authorizePage(t: TestApp, overrides: Record<string, string | null
 }
 
 Deno.test("page: names a registered client by its client_name (escaped) and shows the redirect host", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const { body } = await call(
       await register(t, {
         redirect_uris: ["http://127.0.0.1:9999/callback"],
@@ -272,7 +263,7 @@ Deno.test("page: names a registered client by its client_name (escaped) and show
   }));
 
 Deno.test("page: an unregistered client is shown by its client_id, and the redirect host still shown", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const html = await authorizePage(t, {
       client_id: "some-unregistered-client",
       redirect_uri: "https://app.example:8443/cb",
@@ -282,7 +273,7 @@ Deno.test("page: an unregistered client is shown by its client_id, and the redir
   }));
 
 Deno.test("page: a registered client without client_name is shown by its client_id", () =>
-  withEnv(async (t) => {
+  withApp(async (t) => {
     const { body } = await call(
       await register(t, { redirect_uris: ["http://127.0.0.1:9999/callback"] }),
     );
@@ -291,14 +282,14 @@ Deno.test("page: a registered client without client_name is shown by its client_
   }));
 
 Deno.test("page: under the registered policy, an omitted redirect_uri still shows the registered host", () =>
-  withEnv(async (t) => {
+  withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
     const { body } = await call(
       await register(t, { redirect_uris: ["https://app.example/cb"], client_name: "App" }),
     );
     const html = await authorizePage(t, { client_id: body.client_id, redirect_uri: null });
     assert.match(html, /<strong><bdi>App<\/bdi><\/strong>/);
     assert.match(html, /return to: <strong><bdi>app\.example<\/bdi><\/strong>/);
-  }, { REDIRECT_URI_POLICY: "registered" }));
+  }));
 
 Deno.test("register: a registration survives a restart on a file KV and authorizes under the registered policy", async () => {
   const gitlab = startSimulatedGitLab();

@@ -8,6 +8,7 @@ import { decodeJwt } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createResourceGuard, type ResourceGuardOptions, UpstreamError } from "../mod.ts";
 import { createLogger } from "../src/logger.ts";
+import { CLOCK_TOLERANCE_SECONDS } from "../src/resource_guard.ts";
 import {
   FakeUpstream,
   issueTokens,
@@ -105,7 +106,7 @@ Deno.test("guard: failures are ready responses pointing at the resource's metada
     assert.equal(needsAdmin.status, 403);
     assert.match(needsAdmin.headers.get("www-authenticate") ?? "", /scope="admin"/);
 
-    t.clock.advance(3600_000 + 31_000);
+    t.clock.advance(3600_000 + (CLOCK_TOLERANCE_SECONDS + 1) * 1000);
     const expired = await guard.authenticate(withToken(access_token));
     assert.ok(expired instanceof Response);
     assert.equal(expired.status, 401);

@@ -18,44 +18,23 @@ import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  countRecords,
   exchange,
   gitlabTokensOf,
   issueTokens,
+  kvText,
   poll,
   refresh,
   startFlow,
   TEST_BASE,
   TEST_SECRET,
   type TestApp,
-  withApp,
+  withEnv,
 } from "./_helpers.ts";
-
-const withEnv = (env: Record<string, string>, fn: (t: TestApp) => Promise<void>) =>
-  withApp(fn, { env });
 import { postToken, signInOverHttp, spawnService } from "./_service.ts";
 
 const ENCRYPTION_KEY = "a-separate-encryption-key-of-at-least-32-bytes";
 const NEW_SECRET = "the-rotated-jwt-secret-also-at-least-32-bytes!!";
-
-/** Every KV entry, keys and values, as one string (bytes, bigints and u64s spelled out). */
-async function dumpKv(kv: Deno.Kv): Promise<string> {
-  const entries = await Array.fromAsync(kv.list({ prefix: [] }));
-  return JSON.stringify(
-    entries.map(({ key, value, versionstamp }) => ({ key, value, versionstamp })),
-    (_name, value) => {
-      if (value instanceof Uint8Array) {
-        return {
-          utf8: new TextDecoder().decode(value),
-          base64: value.toBase64(),
-          hex: value.toHex(),
-        };
-      }
-      if (typeof value === "bigint") return value.toString();
-      if (value instanceof Deno.KvU64) return value.value.toString();
-      return value;
-    },
-  );
-}
 
 /** The forms a secret could be stored in without being protected. */
 function encodings(secret: string): string[] {
@@ -70,7 +49,7 @@ function encodings(secret: string): string[] {
 
 /** Asserts that no secret appears in KV; `label` says at which point. */
 async function assertNoSecretsInKv(kv: Deno.Kv, secrets: Map<string, string>, label: string) {
-  const dump = await dumpKv(kv);
+  const dump = await kvText(kv);
   for (const [name, secret] of secrets) {
     assert.ok(secret.length >= 8, `${name} is long enough to be searched for`);
     for (const form of encodings(secret)) {
@@ -94,7 +73,7 @@ async function fullFlowLeavesNoSecrets(t: TestApp, signingSecret: string): Promi
 
   const flowState = await startFlow(t);
   secrets.set("flow_state", flowState);
-  assert.equal((await Array.fromAsync(t.kv.list({ prefix: ["flow"] }))).length, 1);
+  assert.equal(await countRecords(t.kv, "flow"), 1);
   await assertNoSecretsInKv(t.kv, secrets, "after /authorize");
 
   // GitLab answers with a token, the user lookup fails: the flow keeps the GitLab tokens.
@@ -292,7 +271,7 @@ Deno.test("secrets at rest: rotation across service restarts on one KV file", as
 
     const kv = await Deno.openKv(kvPath);
     try {
-      const dump = await dumpKv(kv);
+      const dump = await kvText(kv);
       for (const secret of [TEST_SECRET, NEW_SECRET, first.refresh_token, second.refresh_token]) {
         assert.ok(!dump.includes(secret));
       }

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { findSessionByRefreshToken } from "../src/session/life.ts";
 import { sha256Base64Url } from "../src/crypto.ts";
+import { type RecordKind, recordsOf, sessionKey } from "../src/store/keys.ts";
 import type { CodeRecord, FlowRecord, SessionRecord } from "../src/store/records.ts";
 import { newSessionToken } from "../src/store/session_tokens.ts";
 import { createSecretBox, type SecretBox } from "../src/secret_box.ts";
@@ -9,17 +10,18 @@ import {
   exchange,
   FakeClock,
   issueTokens,
+  kvText,
   makeTestApp,
   PKCE,
   poll,
   refresh,
   startFlow,
+  TEST_REDIRECT as REDIRECT,
   TEST_SECRET,
   type TestApp,
 } from "./_helpers.ts";
 
 const MINUTE = 60_000;
-const REDIRECT = "http://127.0.0.1:9999/callback";
 
 function flowRecord(clock: FakeClock, overrides: Partial<FlowRecord> = {}): FlowRecord {
   return {
@@ -72,18 +74,14 @@ function codeRecord(clock: FakeClock, sessionId: string): CodeRecord {
   };
 }
 
-async function entries(kv: Deno.Kv, prefix: Deno.KvKey = []): Promise<Deno.KvEntry<unknown>[]> {
-  return await Array.fromAsync(kv.list({ prefix }));
-}
-
 /** The refresh token hash each stored session holds. */
 async function sessionHashes(kv: Deno.Kv): Promise<string[]> {
-  const sessions = await entries(kv, ["session"]);
+  const sessions = await recordsOf(kv, "session");
   return sessions.map((entry) => (entry.value as SessionRecord).mcpRefreshTokenHash);
 }
 
-async function keysUnder(kv: Deno.Kv, prefix: string): Promise<Deno.KvKey[]> {
-  return (await entries(kv, [prefix])).map((entry) => entry.key);
+async function keysUnder(kv: Deno.Kv, kind: RecordKind): Promise<Deno.KvKey[]> {
+  return (await recordsOf(kv, kind)).map((entry) => entry.key);
 }
 
 /** Runs `fn` with a store over a fresh in-memory KV, closed afterwards. */
@@ -133,6 +131,7 @@ Deno.test("store: device flows", async (t) => {
     await t.step("createFlow stores the record under the flow state's hash", async () => {
       const flow = flowRecord(clock);
       await store.createFlow("state-a", flow);
+      // Spelled out rather than flowKey(): the key must hold the hash, never the state.
       assert.deepEqual(await keysUnder(kv, "flow"), [["flow", sha256Base64Url("state-a")]]);
       const read = await store.getFlow("state-a");
       assert.ok(read);
@@ -190,7 +189,7 @@ Deno.test("store: completeFlow", async (t) => {
       assert.deepEqual(read.value, codeRecord(clock, session.id));
       assert.deepEqual((await store.getSession(session.id))!.value, session);
       assert.deepEqual(await keysUnder(kv, "code"), [["code", sha256Base64Url(code)]]);
-      assert.deepEqual(await keysUnder(kv, "session"), [["session", session.id]]);
+      assert.deepEqual(await keysUnder(kv, "session"), [sessionKey(session.id)]);
     });
     await t.step("fails and writes nothing when the flow changed since read", async () => {
       await store.createFlow("flow-2", flowRecord(clock));
@@ -200,7 +199,7 @@ Deno.test("store: completeFlow", async (t) => {
         refreshToken: "",
         expiresAt: 0,
       });
-      const before = await entries(kv);
+      const before = await recordsOf(kv);
       const session = sessionRecord(clock);
       const done = await store.completeFlow(stale, {
         code: "code-2",
@@ -208,7 +207,7 @@ Deno.test("store: completeFlow", async (t) => {
         session,
       });
       assert.equal(done, false);
-      assert.deepEqual(await entries(kv), before);
+      assert.deepEqual(await recordsOf(kv), before);
       assert.equal(await store.getCode("code-2"), null);
       assert.equal(await store.getSession(session.id), null);
       assert.ok(await store.getFlow("flow-2"));
@@ -216,7 +215,7 @@ Deno.test("store: completeFlow", async (t) => {
     await t.step("fails and writes nothing when the flow is already gone", async () => {
       const flow = (await store.getFlow("flow-2"))!;
       assert.equal(await store.deleteFlow(flow), true);
-      const before = await entries(kv);
+      const before = await recordsOf(kv);
       const session = sessionRecord(clock);
       const done = await store.completeFlow(flow, {
         code: "code-3",
@@ -224,7 +223,7 @@ Deno.test("store: completeFlow", async (t) => {
         session,
       });
       assert.equal(done, false);
-      assert.deepEqual(await entries(kv), before);
+      assert.deepEqual(await recordsOf(kv), before);
     });
   });
 });
@@ -256,7 +255,7 @@ Deno.test("store: authorization codes", async (t) => {
         assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
         assert.equal(await store.getCode(code), null);
         assert.deepEqual((await store.getSession(session.id))!.value, updated);
-        assert.deepEqual(await keysUnder(kv, "session"), [["session", session.id]]);
+        assert.deepEqual(await keysUnder(kv, "session"), [sessionKey(session.id)]);
         assert.equal((await findSessionByRefreshToken(store, token))!.value.id, session.id);
         // The same read cannot redeem twice.
         assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), false);
@@ -317,7 +316,7 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       const { updated, token } = withNewToken(session.value);
       tokens.b = token;
       assert.equal(await store.rotateRefreshToken(session, updated), true);
-      assert.deepEqual((await kv.get(["session", session.value.id])).value, updated);
+      assert.deepEqual((await kv.get(sessionKey(session.value.id))).value, updated);
       assert.equal(await findSessionByRefreshToken(store, tokens.a), null);
       assert.equal((await findSessionByRefreshToken(store, tokens.b))!.value.id, session.value.id);
     });
@@ -326,10 +325,10 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       const next = withNewToken(current.value);
       tokens.c = next.token;
       assert.equal(await store.rotateRefreshToken(current, next.updated), true);
-      const before = await entries(kv);
+      const before = await recordsOf(kv);
       const lost = withNewToken(current.value);
       assert.equal(await store.rotateRefreshToken(current, lost.updated), false);
-      assert.deepEqual(await entries(kv), before);
+      assert.deepEqual(await recordsOf(kv), before);
       assert.equal(await findSessionByRefreshToken(store, tokens.b), null);
       assert.equal(await findSessionByRefreshToken(store, lost.token), null);
       assert.ok(await findSessionByRefreshToken(store, tokens.c));
@@ -353,7 +352,7 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
       const read = (await findSessionByRefreshToken(store, tokens.c))!;
       await store.deleteSession(read.value.id);
       assert.equal(await store.getSession(read.value.id), null);
-      assert.equal((await kv.get(["session", read.value.id])).versionstamp, null);
+      assert.equal((await kv.get(sessionKey(read.value.id))).versionstamp, null);
       assert.equal(await findSessionByRefreshToken(store, tokens.c), null);
     });
     await t.step(
@@ -363,14 +362,14 @@ Deno.test("store: sessions and refresh tokens", async (t) => {
         await store.deleteSession(session.value.id);
         const { updated, token } = withNewToken(session.value);
         assert.equal(await store.rotateRefreshToken(session, updated), false);
-        assert.equal((await kv.get(["session", session.value.id])).versionstamp, null);
+        assert.equal((await kv.get(sessionKey(session.value.id))).versionstamp, null);
         assert.equal(await findSessionByRefreshToken(store, token), null);
       },
     );
     await t.step("deleteSession of an unknown id does nothing", async () => {
-      const before = await entries(kv);
+      const before = await recordsOf(kv);
       await store.deleteSession("no-such-session");
-      assert.deepEqual(await entries(kv), before);
+      assert.deepEqual(await recordsOf(kv), before);
     });
   });
 });
@@ -431,19 +430,9 @@ Deno.test("store: leases", async (t) => {
   });
 });
 
-/** Every key part and the JSON of every value in the KV. */
-async function dump(kv: Deno.Kv): Promise<string[]> {
-  return (await entries(kv)).flatMap((entry) => [
-    ...entry.key.map(String),
-    JSON.stringify(entry.value),
-  ]);
-}
-
-function assertNoneContain(texts: string[], secrets: Record<string, string>): void {
+function assertNoneContain(text: string, secrets: Record<string, string>): void {
   for (const [name, secret] of Object.entries(secrets)) {
-    for (const text of texts) {
-      assert.ok(!text.includes(secret), `${name} found in KV: ${text}`);
-    }
+    assert.ok(!text.includes(secret), `${name} found in KV: ${text}`);
   }
 }
 
@@ -456,10 +445,11 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
 
     await t.step("a stored flow is keyed by the flow state's hash", async () => {
       secrets.flowState = await startFlow(a);
+      // Keys spelled out rather than built: they must hold hashes, never the secrets.
       assert.deepEqual(await keysUnder(a.kv, "flow"), [
         ["flow", sha256Base64Url(secrets.flowState)],
       ]);
-      assertNoneContain(await dump(a.kv), secrets);
+      assertNoneContain(await kvText(a.kv), secrets);
     });
     await t.step("a stored code is keyed by the code's hash", async () => {
       a.upstream.approve();
@@ -468,7 +458,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       secrets.code = body.code;
       assert.deepEqual(await keysUnder(a.kv, "code"), [["code", sha256Base64Url(body.code)]]);
       assert.deepEqual(await keysUnder(a.kv, "flow"), []);
-      assertNoneContain(await dump(a.kv), secrets);
+      assertNoneContain(await kvText(a.kv), secrets);
     });
     await t.step("a refresh token is kept as its hash, in its session", async () => {
       const response = await exchange(a, secrets.code);
@@ -478,7 +468,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       secrets.access1 = body.access_token;
       assert.deepEqual(await sessionHashes(a.kv), [sha256Base64Url(body.refresh_token)]);
       assert.deepEqual(await keysUnder(a.kv, "code"), []);
-      assertNoneContain(await dump(a.kv), secrets);
+      assertNoneContain(await kvText(a.kv), secrets);
     });
     await t.step("after a refresh only the new token's hash is kept", async () => {
       const response = await refresh(a, secrets.refresh1);
@@ -487,7 +477,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
       secrets.refresh2 = body.refresh_token;
       secrets.access2 = body.access_token;
       assert.deepEqual(await sessionHashes(a.kv), [sha256Base64Url(body.refresh_token)]);
-      assertNoneContain(await dump(a.kv), secrets);
+      assertNoneContain(await kvText(a.kv), secrets);
     });
     await t.step(
       "with issueTokens and a refresh, each session holds only its newest token's hash",
@@ -502,7 +492,7 @@ Deno.test("store: secrets appear in KV only as SHA-256 hashes", async (t) => {
           refresh4: body.refresh_token,
           access4: body.access_token,
         });
-        assertNoneContain(await dump(a.kv), secrets);
+        assertNoneContain(await kvText(a.kv), secrets);
 
         const hashes = [
           sha256Base64Url(secrets.refresh2),

@@ -8,7 +8,9 @@ import { findSessionByRefreshToken } from "../src/session/life.ts";
 import { jwtVerify } from "jose";
 import { newSessionToken, sessionIdOf } from "../src/store/session_tokens.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { recordsOf } from "../src/store/keys.ts";
 import {
+  assertError,
   exchange,
   gitlabTokensOf,
   issueCode,
@@ -37,23 +39,6 @@ async function call(response: Response): Promise<{ status: number; body: Json; h
   const text = await response.text();
   assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
   return { status: response.status, body: JSON.parse(text), headers: response.headers };
-}
-
-/** Asserts a spec §2.7 error body. */
-async function assertError(
-  response: Response,
-  status: number,
-  error: string,
-  description?: string | RegExp,
-): Promise<Json> {
-  const { status: actual, body } = await call(response);
-  assert.equal(actual, status, JSON.stringify(body));
-  assert.deepEqual(Object.keys(body).sort(), ["error", "error_description"]);
-  assert.equal(body.error, error);
-  assert.equal(typeof body.error_description, "string");
-  if (typeof description === "string") assert.equal(body.error_description, description);
-  else if (description) assert.match(body.error_description, description);
-  return body;
 }
 
 /** Asserts a spec §2.5 token response and returns it. */
@@ -401,7 +386,7 @@ Deno.test("4.3.2 check 2: no session holds that refresh token → 400 invalid_gr
     const other = await issueTokens(t);
     const gone = await issueTokens(t);
     await t.store.deleteSession(sessionIdOf(gone.refresh_token)!);
-    const before = await Array.fromAsync(t.kv.list({ prefix: [] }));
+    const before = await recordsOf(t.kv);
     const tokens = [
       "not-a-refresh-token",
       issued.access_token,
@@ -416,7 +401,7 @@ Deno.test("4.3.2 check 2: no session holds that refresh token → 400 invalid_gr
     for (const refreshToken of tokens) {
       await assertError(await refresh(t, refreshToken), 400, "invalid_grant");
     }
-    assert.deepEqual(await Array.fromAsync(t.kv.list({ prefix: [] })), before, "nothing written");
+    assert.deepEqual(await recordsOf(t.kv), before, "nothing written");
     assert.equal((await refresh(t, issued.refresh_token)).status, 200, "the real one still works");
   }));
 

@@ -20,18 +20,20 @@ import { createLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import { type Store } from "../src/store/mod.ts";
 import { loadTemplates } from "../src/templates.ts";
+import { recordsOf } from "../src/store/keys.ts";
 import {
   authorizeQuery,
+  countRecords,
   FakeClock,
   flowDataFromPage,
   gitlabTokensOf,
   PKCE,
   TEST_BASE,
+  TEST_REDIRECT as REDIRECT,
   TEST_SECRET,
 } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
 
-const REDIRECT = "http://127.0.0.1:9999/callback";
 /** Small, so that `timeout` failures are quick; the simulated GitLab answers in ~1 ms. */
 const TIMEOUT_MS = 500;
 
@@ -131,14 +133,6 @@ function refresh(t: GitLabApp, refreshToken: string): Promise<Result> {
   return postToken(t, { grant_type: "refresh_token", refresh_token: refreshToken });
 }
 
-async function kvEntries(kv: Deno.Kv): Promise<Deno.KvEntry<unknown>[]> {
-  return await Array.fromAsync(kv.list({ prefix: [] }));
-}
-
-async function countKind(kv: Deno.Kv, kind: string): Promise<number> {
-  return (await Array.fromAsync(kv.list({ prefix: [kind] }))).length;
-}
-
 const START_FAILED = {
   status: 500,
   body: { error: "server_error", error_description: "Failed to initiate authentication" },
@@ -174,10 +168,10 @@ Deno.test("upstream failures: device start fails → 500 'Failed to initiate aut
         gitlab.failNext("authorize_device", mode);
         assert.deepEqual(await call(app, `/authorize?${authorizeQuery()}`), START_FAILED);
         assert.equal(gitlab.calls.authorizeDevice, 1);
-        assert.deepEqual(await kvEntries(app.kv), [], "nothing half-written");
+        assert.deepEqual(await recordsOf(app.kv), [], "nothing half-written");
         // GitLab is back: the next authorization works.
         await authorize(app);
-        assert.equal(await countKind(app.kv, "flow"), 1);
+        assert.equal(await countRecords(app.kv, "flow"), 1);
         assert.ok(app.logs.some((line) => line.includes("device flow start failed")));
       }, 1));
   }
@@ -189,7 +183,7 @@ Deno.test("upstream failures: GitLab unreachable (connection refused) → 500, n
   const app = await makeGitLabApp(gitlab.url);
   try {
     assert.deepEqual(await call(app, `/authorize?${authorizeQuery()}`), START_FAILED);
-    assert.deepEqual(await kvEntries(app.kv), []);
+    assert.deepEqual(await recordsOf(app.kv), []);
     // Operations that need no GitLab answer as usual.
     const unknown = await poll(app, "no-such-flow");
     assert.deepEqual(unknown, {
@@ -231,7 +225,7 @@ Deno.test("upstream failures: device start fails in a service process → 500, i
       assert.deepEqual(service.logs.filter((line) => line.includes("unhandled error")), []);
       const kv = await Deno.openKv(kvPath);
       try {
-        assert.deepEqual(await kvEntries(kv), [], `${mode}: nothing half-written`);
+        assert.deepEqual(await recordsOf(kv), [], `${mode}: nothing half-written`);
       } finally {
         kv.close();
       }
@@ -255,10 +249,10 @@ Deno.test("upstream failures: device-token poll fails → 200 pending, flow kept
         gitlab.failNext("token", mode);
         assert.deepEqual(await poll(app, flowState), { status: 200, body: { status: "pending" } });
         assert.equal(gitlab.calls.deviceToken, 1);
-        assert.equal(await countKind(app.kv, "flow"), 1, "the flow survives");
-        assert.equal(await countKind(app.kv, "session"), 0);
-        assert.equal(await countKind(app.kv, "code"), 0);
-        assert.equal(await countKind(app.kv, "lease"), 0, "the poll lease was released");
+        assert.equal(await countRecords(app.kv, "flow"), 1, "the flow survives");
+        assert.equal(await countRecords(app.kv, "session"), 0);
+        assert.equal(await countRecords(app.kv, "code"), 0);
+        assert.equal(await countRecords(app.kv, "lease"), 0, "the poll lease was released");
         if (mode === "slow_down") {
           // RFC 8628 §3.5: not polled again before the grown interval (5 + 5 s) has passed.
           assert.deepEqual(await poll(app, flowState), {
@@ -272,7 +266,7 @@ Deno.test("upstream failures: device-token poll fails → 200 pending, flow kept
         assert.equal(done.status, 200, JSON.stringify(done.body));
         assert.equal(done.body.status, "complete");
         assert.equal(gitlab.calls.deviceToken, 2);
-        assert.equal(await countKind(app.kv, "flow"), 0);
+        assert.equal(await countRecords(app.kv, "flow"), 0);
         const tokens = await exchange(app, done.body.code as string);
         assert.equal(tokens.status, 200, JSON.stringify(tokens.body));
       }));
@@ -310,8 +304,8 @@ Deno.test("upstream failures: user lookup fails transiently → pending; next po
         assert.deepEqual(await poll(app, flowState), { status: 200, body: { status: "pending" } });
         assert.equal(gitlab.calls.deviceToken, 1);
         assert.equal(gitlab.calls.user, 1);
-        assert.equal(await countKind(app.kv, "flow"), 1, "the flow keeps the GitLab token");
-        assert.equal(await countKind(app.kv, "session"), 0);
+        assert.equal(await countRecords(app.kv, "flow"), 1, "the flow keeps the GitLab token");
+        assert.equal(await countRecords(app.kv, "session"), 0);
 
         const done = await poll(app, flowState);
         assert.equal(done.body.status, "complete", JSON.stringify(done.body));
@@ -350,7 +344,7 @@ Deno.test("upstream failures: device token without refresh_token → completes; 
         error_description: "Failed to refresh underlying upstream token",
       },
     });
-    assert.equal(await countKind(app.kv, "lease"), 0);
+    assert.equal(await countRecords(app.kv, "lease"), 0);
   }));
 
 // --- POST /token refresh: the upstream refresh fails -------------------------------------
@@ -378,7 +372,7 @@ Deno.test("upstream failures: upstream refresh fails → 400 invalid_grant; the 
         const unchanged = await findSessionByRefreshToken(app.store, refreshToken);
         assert.ok(unchanged, "the refresh token still names the session");
         assert.equal(unchanged.value.sealedUpstreamTokens, before!.value.sealedUpstreamTokens);
-        assert.equal(await countKind(app.kv, "lease"), 0, "the refresh lease was released");
+        assert.equal(await countRecords(app.kv, "lease"), 0, "the refresh lease was released");
 
         // GitLab is back: the same refresh token works, and the GitLab token is renewed.
         const later = await refresh(app, refreshToken);
@@ -426,7 +420,7 @@ Deno.test("upstream failures: GitLab gone during a poll (connection refused) →
     const flowState = await authorize(app);
     await gitlab.close();
     assert.deepEqual(await poll(app, flowState), { status: 200, body: { status: "pending" } });
-    assert.equal(await countKind(app.kv, "flow"), 1);
+    assert.equal(await countRecords(app.kv, "flow"), 1);
     assertNoUnhandled(app.logs);
   } finally {
     app.close();
