@@ -7,12 +7,12 @@
 
 import { OAuthError } from "./errors.ts";
 import type { ClientMetadata } from "./store/records.ts";
+import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
 
 const MAX_REDIRECT_URIS = 20;
 const MAX_URI_LENGTH = 2000;
 const MAX_TEXT_LENGTH = 500;
 const SUPPORTED_GRANTS = ["authorization_code", "refresh_token"];
-const FORBIDDEN_SCHEMES = ["javascript:", "data:", "vbscript:", "file:", "blob:"];
 const LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "localhost"];
 const TEXT_FIELDS = ["client_name", "scope", "software_id", "software_version"] as const;
 const URL_FIELDS = ["client_uri", "logo_uri", "tos_uri", "policy_uri"] as const;
@@ -82,7 +82,7 @@ function validateRedirectUri(uri: string): void {
   if (uri.length > MAX_URI_LENGTH) throw invalidRedirect("A redirect URI is too long");
   const url = parseUrl(uri);
   if (!url) throw invalidRedirect(`Not an absolute URI: ${uri.slice(0, 100)}`);
-  if (FORBIDDEN_SCHEMES.includes(url.protocol)) {
+  if (UNSAFE_REDIRECT_SCHEMES.includes(url.protocol)) {
     throw invalidRedirect(`The ${url.protocol} scheme is not allowed for redirect URIs`);
   }
   if (url.hash || uri.includes("#")) {

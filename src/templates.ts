@@ -17,6 +17,7 @@
 import deviceHtml from "../templates/device.html" with { type: "text" };
 import deviceJs from "../templates/device.js" with { type: "text" };
 import homeHtml from "../templates/home.html" with { type: "text" };
+import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
 
 /** What the device page shows and what its script needs. */
 export interface DevicePageValues {
@@ -176,20 +177,31 @@ function deviceSlots(values: DevicePageValues, nonce: string): DeviceSlots {
     verificationUrl,
     clientId: values.clientId,
     clientName: values.clientName ?? "",
-    returnHost: values.redirectUri ? returnHost(values.redirectUri) : "",
+    returnHost: values.redirectUri ? returnTarget(values.redirectUri) : "",
     expiresIn: `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")}`,
     flowDataJson: jsonForScript(flowData),
   };
 }
 
-/** What the user is told they return to: the host, or for a host-less URL its scheme. */
-function returnHost(redirectUri: string): string {
+/**
+ * What the user is told they return to: scheme and host of a web address
+ * (`https://claude.ai`, `http://127.0.0.1:33418`); for any other scheme, that an app on this
+ * device will get the code (`cursor://`), never a bare word that reads like a host.
+ */
+export function returnTarget(redirectUri: string): string {
+  let url: URL;
   try {
-    const url = new URL(redirectUri);
-    return url.host || url.protocol;
+    url = new URL(redirectUri);
   } catch {
     return redirectUri;
   }
+  if (url.protocol === "https:" || url.protocol === "http:") return `${url.protocol}//${url.host}`;
+  const scheme = redirectUri.slice(url.protocol.length).startsWith("//")
+    ? `${url.protocol}//`
+    : url.protocol;
+  return UNSAFE_REDIRECT_SCHEMES.includes(url.protocol)
+    ? `an address this page will not open (${scheme})`
+    : `an app on this device (${scheme})`;
 }
 
 function httpUrl(raw: string, name: string): string {

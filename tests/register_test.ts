@@ -259,7 +259,7 @@ Deno.test("page: names a registered client by its client_name (escaped) and show
     const html = await authorizePage(t, { client_id: body.client_id });
     assert.ok(html.includes("Claude &lt;Desktop&gt; &amp; &quot;friends&quot;"));
     assert.ok(!html.includes("<Desktop>"));
-    assert.match(html, /return to: <strong><bdi>127\.0\.0\.1:9999<\/bdi><\/strong>/);
+    assert.match(html, /return to: <strong><bdi>http:\/\/127\.0\.0\.1:9999<\/bdi><\/strong>/);
   }));
 
 Deno.test("page: an unregistered client is shown by its client_id, and the redirect host still shown", () =>
@@ -269,7 +269,7 @@ Deno.test("page: an unregistered client is shown by its client_id, and the redir
       redirect_uri: "https://app.example:8443/cb",
     });
     assert.match(html, /<code><bdi>some-unregistered-client<\/bdi><\/code>/);
-    assert.match(html, /return to: <strong><bdi>app\.example:8443<\/bdi><\/strong>/);
+    assert.match(html, /return to: <strong><bdi>https:\/\/app\.example:8443<\/bdi><\/strong>/);
   }));
 
 Deno.test("page: a registered client without client_name is shown by its client_id", () =>
@@ -288,7 +288,7 @@ Deno.test("page: under the registered policy, an omitted redirect_uri still show
     );
     const html = await authorizePage(t, { client_id: body.client_id, redirect_uri: null });
     assert.match(html, /<strong><bdi>App<\/bdi><\/strong>/);
-    assert.match(html, /return to: <strong><bdi>app\.example<\/bdi><\/strong>/);
+    assert.match(html, /return to: <strong><bdi>https:\/\/app\.example<\/bdi><\/strong>/);
   }));
 
 Deno.test("register: a registration survives a restart on a file KV and authorizes under the registered policy", async () => {

@@ -141,10 +141,36 @@ Deno.test("renderDevicePage", async (t) => {
     assert.ok(named.includes("Acme Tool"));
     assert.ok(!named.includes("client-123"));
     assert.match(named, /wants to sign you in/);
-    assert.match(named, /After sign-in you will return to: <strong><bdi>app\.example<\/bdi>/);
+    assert.match(
+      named,
+      /After sign-in you will return to: <strong><bdi>https:\/\/app\.example<\/bdi>/,
+    );
 
     const unnamed = elementText(templates.renderDevicePage(BASE).html, "div", "client");
     assert.ok(unnamed.includes("client-123"));
+  });
+
+  await t.step("the page says where the code goes: scheme and host, or an app", () => {
+    const shown = (redirectUri: string) =>
+      elementText(templates.renderDevicePage({ ...BASE, redirectUri }).html, "div", "client")
+        .match(/return to: <strong><bdi>([^<]*)<\/bdi>/)?.[1];
+    assert.equal(shown("https://claude.ai/api/mcp/auth_callback"), "https://claude.ai");
+    assert.equal(shown("http://127.0.0.1:33418/callback"), "http://127.0.0.1:33418");
+    assert.equal(shown("http://[::1]:8080/cb"), "http://[::1]:8080");
+    assert.equal(
+      shown("cursor://anysphere.cursor-mcp/oauth/callback"),
+      "an app on this device (cursor://)",
+    );
+    assert.equal(shown("vscode://vscode.mcp/callback"), "an app on this device (vscode://)");
+    assert.equal(shown("ms-word:ofe|u|https://x"), "an app on this device (ms-word:)");
+    assert.equal(
+      shown("com.example.app:/oauth2redirect"),
+      "an app on this device (com.example.app:)",
+    );
+    assert.equal(
+      shown("javascript:alert(1)"),
+      "an address this page will not open (javascript:)",
+    );
   });
 
   await t.step("omits the return line without a redirect_uri", () => {
