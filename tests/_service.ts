@@ -68,6 +68,37 @@ export async function spawnService(env: Record<string, string>): Promise<Service
   };
 }
 
+/** What a command-line run printed, and how it exited. */
+export interface CommandRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `main.ts admin …args` to completion with `env`, as an operator would. */
+export async function runAdminCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<CommandRun> {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-net",
+      "--allow-env",
+      "--allow-read",
+      "--allow-write",
+      MAIN,
+      "admin",
+      ...args,
+    ],
+    env: { ...inheritedEnv(), ...env },
+    clearEnv: true,
+    stdin: "null",
+  }).output();
+  const decoder = new TextDecoder();
+  return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };
+}
+
 /** A simulated GitLab and a service using it, stopped together. */
 export interface ServiceWithGitLab {
   gitlab: SimulatedGitLab;
@@ -229,6 +260,8 @@ export interface SignInOptions {
   state?: string;
   /** Poll once before approving at GitLab and expect `pending`. */
   pollBeforeApproval?: boolean;
+  /** The GitLab account that approves; default the simulated GitLab's first. */
+  userId?: number;
 }
 
 /**
@@ -248,7 +281,7 @@ export async function signInOverHttp(
   if (options.pollBeforeApproval) {
     assert.deepEqual((await pollOverHttp(serviceUrl, flowState)).body, { status: "pending" });
   }
-  gitlab.approve(gitlab.lastUserCode()!);
+  gitlab.approve(gitlab.lastUserCode()!, options.userId);
   const done = await pollOverHttp(serviceUrl, flowState);
   assertFlowComplete(done);
   const exchanged = await exchangeOverHttp(serviceUrl, done.body.code, redirectUri);
