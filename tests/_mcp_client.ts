@@ -3,6 +3,7 @@
  * a service's request log says it was asked.
  */
 
+import assert from "node:assert/strict";
 // @ts-types="@modelcontextprotocol/sdk/client/auth"
 import type { OAuthClientProvider } from "@modelcontextprotocol/sdk/client/auth.js";
 // @ts-types="@modelcontextprotocol/sdk/shared/auth"
@@ -57,7 +58,7 @@ export class MemoryOAuthProvider implements OAuthClientProvider {
 }
 
 /** `METHOD path status` of every request the service logged. */
-export function requestLines(logs: string[]): string[] {
+function requestLines(logs: string[]): string[] {
   return logs.flatMap((line) => {
     try {
       const { message, method, path, status } = JSON.parse(line);
@@ -66,4 +67,24 @@ export function requestLines(logs: string[]): string[] {
       return [];
     }
   });
+}
+
+/**
+ * Asserts the service's log shows an MCP client's whole sign-in: refused at `/mcp`, discovery
+ * (RFC 9728, RFC 8414), registration, the token exchange and an accepted `/mcp` request.
+ */
+export function assertMcpSignInRequests(logs: string[]): void {
+  const requests = requestLines(logs);
+  for (
+    const expected of [
+      "POST /mcp 401",
+      "GET /.well-known/oauth-protected-resource/mcp 200",
+      "GET /.well-known/oauth-authorization-server 200",
+      "POST /register 201",
+      "POST /token 200",
+      "POST /mcp 200",
+    ]
+  ) {
+    assert.ok(requests.includes(expected), `${expected} in ${requests.join(", ")}`);
+  }
 }

@@ -11,11 +11,13 @@ import { PKCE, TEST_SECRET } from "./_helpers.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import {
   authorizeOverHttp,
+  type CommandRun,
   fetchJson,
   type Json,
   pollOverHttp,
   postToken,
   runAdminCli,
+  type ServiceWithGitLab,
   signInOverHttp,
   spawnWithGitLab,
 } from "./_service.ts";
@@ -51,99 +53,115 @@ async function gatewayStatus(serviceUrl: string, accessToken: string): Promise<n
   return response.status;
 }
 
+/** A live service (child process) on a file KV, and the CLI run on that KV. */
+interface Live extends ServiceWithGitLab {
+  /** Runs `main.ts admin …args` with the service's configuration. */
+  admin(args: string[]): Promise<CommandRun>;
+}
+
+/** Runs `fn` against a live service on a fresh file KV, `env` added to its configuration. */
+async function withLiveService(
+  env: Record<string, string>,
+  fn: (live: Live) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir();
+  const shared = {
+    GITLAB_CLIENT_ID: "admin-test-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: `${dir}/kv.sqlite3`,
+  };
+  const started = await spawnWithGitLab(shared.GITLAB_CLIENT_ID, { ...shared, ...env });
+  const cliEnv = { ...shared, GITLAB_URL: started.gitlab.url.href };
+  try {
+    await fn({ ...started, admin: (args) => runAdminCli(args, cliEnv) });
+  } finally {
+    await started.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
 Deno.test({
   name: "admin: sessions revoke --user ends a live service's sessions at once, GitLab tokens too",
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const dir = await Deno.makeTempDir();
     const mcp = startMcpUpstream();
-    const env = {
-      GITLAB_CLIENT_ID: "admin-test-app",
-      JWT_SECRET: TEST_SECRET,
-      KV_PATH: `${dir}/kv.sqlite3`,
-    };
-    const { gitlab, service, close } = await spawnWithGitLab(env.GITLAB_CLIENT_ID, {
-      ...env,
-      MCP_UPSTREAM_URL: mcp.url,
-    });
-    const cliEnv = { ...env, GITLAB_URL: gitlab.url.href };
     try {
-      gitlab.users.push(GRACE);
-      const adaTokens = [
-        await signInOverHttp(service.url, gitlab),
-        await signInOverHttp(service.url, gitlab),
-      ];
-      const graceTokens = await signInOverHttp(service.url, gitlab, { userId: GRACE.id });
-      for (const tokens of [...adaTokens, graceTokens]) {
-        assert.equal(await gatewayStatus(service.url, tokens.access_token), 200);
-      }
-
-      const listed = await runAdminCli(["sessions", "list", "--user", "ADA", "--json"], cliEnv);
-      assert.equal(listed.code, 0, listed.stderr);
-      const sessions = jsonLines(listed.stdout);
-      assert.equal(sessions.length, 2);
-      assert.deepEqual(sessions.map((s) => s.username), ["ada", "ada"]);
-      const table = await runAdminCli(["sessions", "list"], cliEnv);
-      assert.equal(table.code, 0, table.stderr);
-      assert.match(table.stdout, /grace \(77\)/);
-      assert.match(table.stdout, /3 session\(s\)/);
-      for (const tokens of [...adaTokens, graceTokens]) {
-        for (const output of [listed.stdout, table.stdout]) {
-          assert.ok(!output.includes(tokens.refresh_token), "no refresh token listed");
-          assert.ok(!output.includes(tokens.access_token), "no access token listed");
+      await withLiveService({ MCP_UPSTREAM_URL: mcp.url }, async ({ gitlab, service, admin }) => {
+        gitlab.users.push(GRACE);
+        const adaTokens = [
+          await signInOverHttp(service.url, gitlab),
+          await signInOverHttp(service.url, gitlab),
+        ];
+        const graceTokens = await signInOverHttp(service.url, gitlab, { userId: GRACE.id });
+        for (const tokens of [...adaTokens, graceTokens]) {
+          assert.equal(await gatewayStatus(service.url, tokens.access_token), 200);
         }
-      }
-      const revokedBefore = gitlab.revokedTokens.size;
 
-      const revoked = await runAdminCli(["sessions", "revoke", "--user", "ada"], cliEnv);
-      assert.equal(revoked.code, 0, revoked.stderr);
-      const [action] = jsonLines(revoked.stdout).filter((l) => l.message === "operator action");
-      assert.deepEqual(
-        {
-          action: action.action,
-          user: action.user,
-          sessions: action.sessions,
-          revoked: action.gitlabTokensRevoked,
-        },
-        { action: "sessions revoke", user: "ada", sessions: 2, revoked: 2 },
-      );
-      assert.equal(gitlab.revokedTokens.size, revokedBefore + 2, "both GitLab tokens revoked");
+        const listed = await admin(["sessions", "list", "--user", "ADA", "--json"]);
+        assert.equal(listed.code, 0, listed.stderr);
+        const sessions = jsonLines(listed.stdout);
+        assert.equal(sessions.length, 2);
+        assert.deepEqual(sessions.map((s) => s.username), ["ada", "ada"]);
+        const table = await admin(["sessions", "list"]);
+        assert.equal(table.code, 0, table.stderr);
+        assert.match(table.stdout, /grace \(77\)/);
+        assert.match(table.stdout, /3 session\(s\)/);
+        for (const tokens of [...adaTokens, graceTokens]) {
+          for (const output of [listed.stdout, table.stdout]) {
+            assert.ok(!output.includes(tokens.refresh_token), "no refresh token listed");
+            assert.ok(!output.includes(tokens.access_token), "no access token listed");
+          }
+        }
+        const revokedBefore = gitlab.revokedTokens.size;
 
-      for (const tokens of adaTokens) {
-        const refreshed = await postToken(service.url, {
+        const revoked = await admin(["sessions", "revoke", "--user", "ada"]);
+        assert.equal(revoked.code, 0, revoked.stderr);
+        const [action] = jsonLines(revoked.stdout).filter((l) => l.message === "operator action");
+        assert.deepEqual(
+          {
+            action: action.action,
+            user: action.user,
+            sessions: action.sessions,
+            revoked: action.gitlabTokensRevoked,
+          },
+          { action: "sessions revoke", user: "ada", sessions: 2, revoked: 2 },
+        );
+        assert.equal(gitlab.revokedTokens.size, revokedBefore + 2, "both GitLab tokens revoked");
+
+        for (const tokens of adaTokens) {
+          const refreshed = await postToken(service.url, {
+            grant_type: "refresh_token",
+            refresh_token: tokens.refresh_token,
+          });
+          assert.equal(refreshed.status, 400);
+          assert.equal(refreshed.body.error, "invalid_grant");
+          assert.equal(await gatewayStatus(service.url, tokens.access_token), 401);
+        }
+        assert.equal(await gatewayStatus(service.url, graceTokens.access_token), 200);
+        const graceRefresh = await postToken(service.url, {
           grant_type: "refresh_token",
-          refresh_token: tokens.refresh_token,
+          refresh_token: graceTokens.refresh_token,
         });
-        assert.equal(refreshed.status, 400);
-        assert.equal(refreshed.body.error, "invalid_grant");
-        assert.equal(await gatewayStatus(service.url, tokens.access_token), 401);
-      }
-      assert.equal(await gatewayStatus(service.url, graceTokens.access_token), 200);
-      const graceRefresh = await postToken(service.url, {
-        grant_type: "refresh_token",
-        refresh_token: graceTokens.refresh_token,
+        assert.equal(graceRefresh.status, 200, "another user's session is untouched");
+
+        const byId = await admin(["sessions", "list", "--user", "77", "--json"]);
+        const [graceSession] = jsonLines(byId.stdout);
+        assert.equal(graceSession.username, "grace");
+        const one = await admin(["sessions", "revoke", "--id", graceSession.id]);
+        assert.equal(one.code, 0, one.stderr);
+        assert.equal(await gatewayStatus(service.url, graceRefresh.body.access_token), 401);
+        const again = await admin(["sessions", "revoke", "--id", graceSession.id]);
+        assert.equal(again.code, 1, "an ended session is not there to end");
+
+        const stats = await admin(["stats", "--json"]);
+        assert.equal(stats.code, 0, stats.stderr);
+        const [counts] = jsonLines(stats.stdout);
+        assert.equal(counts.sessions, 0);
+        assert.ok(counts.kvFileBytes > 0, JSON.stringify(counts));
       });
-      assert.equal(graceRefresh.status, 200, "another user's session is untouched");
-
-      const byId = await runAdminCli(["sessions", "list", "--user", "77", "--json"], cliEnv);
-      const [graceSession] = jsonLines(byId.stdout);
-      assert.equal(graceSession.username, "grace");
-      const one = await runAdminCli(["sessions", "revoke", "--id", graceSession.id], cliEnv);
-      assert.equal(one.code, 0, one.stderr);
-      assert.equal(await gatewayStatus(service.url, graceRefresh.body.access_token), 401);
-      const again = await runAdminCli(["sessions", "revoke", "--id", graceSession.id], cliEnv);
-      assert.equal(again.code, 1, "an ended session is not there to end");
-
-      const stats = await runAdminCli(["stats", "--json"], cliEnv);
-      assert.equal(stats.code, 0, stats.stderr);
-      const [counts] = jsonLines(stats.stdout);
-      assert.equal(counts.sessions, 0);
-      assert.ok(counts.kvFileBytes > 0, JSON.stringify(counts));
     } finally {
-      await close();
       await mcp.close();
-      await Deno.remove(dir, { recursive: true });
     }
   },
 });
@@ -153,72 +171,61 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const dir = await Deno.makeTempDir();
-    const env = {
-      GITLAB_CLIENT_ID: "admin-test-app",
-      JWT_SECRET: TEST_SECRET,
-      KV_PATH: `${dir}/kv.sqlite3`,
-    };
-    const { gitlab, service, close } = await spawnWithGitLab(env.GITLAB_CLIENT_ID, {
-      ...env,
-      REDIRECT_URI_POLICY: "registered",
-    });
-    const cliEnv = { ...env, GITLAB_URL: gitlab.url.href };
-    try {
-      const redirectUri = "http://127.0.0.1:9999/callback";
-      const registered = await fetchJson(`${service.url}/register`, {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ client_name: "Doomed", redirect_uris: [redirectUri] }),
-      });
-      assert.equal(registered.status, 201, JSON.stringify(registered.body));
-      const clientId: string = registered.body.client_id;
-      const { flowState } = await authorizeOverHttp(service.url, {
-        client_id: clientId,
-        redirect_uri: redirectUri,
-      });
-      gitlab.approve(gitlab.lastUserCode()!);
-      const done = await pollOverHttp(service.url, flowState);
-      const { body: tokens } = await postToken(service.url, {
-        grant_type: "authorization_code",
-        client_id: clientId,
-        code: done.body.code,
-        code_verifier: PKCE.verifier,
-        redirect_uri: redirectUri,
-      });
-      assert.ok(tokens.refresh_token, JSON.stringify(tokens));
+    await withLiveService(
+      { REDIRECT_URI_POLICY: "registered" },
+      async ({ gitlab, service, admin }) => {
+        const redirectUri = "http://127.0.0.1:9999/callback";
+        const registered = await fetchJson(`${service.url}/register`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ client_name: "Doomed", redirect_uris: [redirectUri] }),
+        });
+        assert.equal(registered.status, 201, JSON.stringify(registered.body));
+        const clientId: string = registered.body.client_id;
+        const { flowState } = await authorizeOverHttp(service.url, {
+          client_id: clientId,
+          redirect_uri: redirectUri,
+        });
+        gitlab.approve(gitlab.lastUserCode()!);
+        const done = await pollOverHttp(service.url, flowState);
+        const { body: tokens } = await postToken(service.url, {
+          grant_type: "authorization_code",
+          client_id: clientId,
+          code: done.body.code,
+          code_verifier: PKCE.verifier,
+          redirect_uri: redirectUri,
+        });
+        assert.ok(tokens.refresh_token, JSON.stringify(tokens));
 
-      const listed = await runAdminCli(["clients", "list", "--json"], cliEnv);
-      assert.equal(listed.code, 0, listed.stderr);
-      assert.deepEqual(
-        jsonLines(listed.stdout).map(({ clientId, name }) => ({ clientId, name })),
-        [{ clientId, name: "Doomed" }],
-      );
+        const listed = await admin(["clients", "list", "--json"]);
+        assert.equal(listed.code, 0, listed.stderr);
+        assert.deepEqual(
+          jsonLines(listed.stdout).map(({ clientId, name }) => ({ clientId, name })),
+          [{ clientId, name: "Doomed" }],
+        );
 
-      const deleted = await runAdminCli(["clients", "delete", clientId], cliEnv);
-      assert.equal(deleted.code, 0, deleted.stderr);
-      const [action] = jsonLines(deleted.stdout).filter((l) => l.message === "operator action");
-      assert.equal(action.action, "clients delete");
-      assert.equal(action.sessions, 1, "the client's session ended with it");
-      const refreshed = await postToken(service.url, {
-        grant_type: "refresh_token",
-        refresh_token: tokens.refresh_token,
-      });
-      assert.equal(refreshed.body.error, "invalid_grant");
-      const authorize = await fetch(
-        `${service.url}/authorize?response_type=code&client_id=${clientId}` +
-          `&redirect_uri=${encodeURIComponent(redirectUri)}&code_challenge=${"a".repeat(43)}` +
-          "&code_challenge_method=S256",
-      );
-      await authorize.body?.cancel();
-      assert.equal(authorize.status, 400, "an unregistered client is refused");
+        const deleted = await admin(["clients", "delete", clientId]);
+        assert.equal(deleted.code, 0, deleted.stderr);
+        const [action] = jsonLines(deleted.stdout).filter((l) => l.message === "operator action");
+        assert.equal(action.action, "clients delete");
+        assert.equal(action.sessions, 1, "the client's session ended with it");
+        const refreshed = await postToken(service.url, {
+          grant_type: "refresh_token",
+          refresh_token: tokens.refresh_token,
+        });
+        assert.equal(refreshed.body.error, "invalid_grant");
+        const authorize = await fetch(
+          `${service.url}/authorize?response_type=code&client_id=${clientId}` +
+            `&redirect_uri=${encodeURIComponent(redirectUri)}&code_challenge=${"a".repeat(43)}` +
+            "&code_challenge_method=S256",
+        );
+        await authorize.body?.cancel();
+        assert.equal(authorize.status, 400, "an unregistered client is refused");
 
-      const missing = await runAdminCli(["clients", "delete", clientId], cliEnv);
-      assert.equal(missing.code, 1);
-    } finally {
-      await close();
-      await Deno.remove(dir, { recursive: true });
-    }
+        const missing = await admin(["clients", "delete", clientId]);
+        assert.equal(missing.code, 1);
+      },
+    );
   },
 });
 

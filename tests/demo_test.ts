@@ -11,7 +11,7 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { MemoryOAuthProvider, requestLines } from "./_mcp_client.ts";
+import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
 import { followPageWithoutBrowser, spawnService } from "./_service.ts";
 
 const DEMO = new URL("../dev/demo.ts", import.meta.url).pathname;
@@ -60,19 +60,7 @@ Deno.test({
       });
       assert.match(textOf(await client.callTool({ name: "list_projects" })), /^ada\/handbook /);
 
-      const requests = requestLines(demo.logs);
-      for (
-        const expected of [
-          "POST /mcp 401",
-          "GET /.well-known/oauth-protected-resource/mcp 200",
-          "GET /.well-known/oauth-authorization-server 200",
-          "POST /register 201",
-          "POST /token 200",
-          "POST /mcp 200",
-        ]
-      ) {
-        assert.ok(requests.includes(expected), `${expected} in ${requests.join(", ")}`);
-      }
+      assertMcpSignInRequests(demo.logs);
     } finally {
       await client.close();
       assert.equal(await demo.stop(), 0, "the demo stops cleanly on SIGTERM");

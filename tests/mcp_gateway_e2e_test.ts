@@ -13,7 +13,7 @@ import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
-import { MemoryOAuthProvider, requestLines } from "./_mcp_client.ts";
+import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
 import { startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
 import { spawnWithGitLab } from "./_service.ts";
 
@@ -77,19 +77,7 @@ Deno.test({
         }
       }
       assert.ok(service.logs.every((line) => !line.includes(gitlabToken)), "no token in logs");
-      const requests = requestLines(service.logs);
-      for (
-        const expected of [
-          "POST /mcp 401",
-          "GET /.well-known/oauth-protected-resource/mcp 200",
-          "GET /.well-known/oauth-authorization-server 200",
-          "POST /register 201",
-          "POST /token 200",
-          "POST /mcp 200",
-        ]
-      ) {
-        assert.ok(requests.includes(expected), `${expected} in ${requests.join(", ")}`);
-      }
+      assertMcpSignInRequests(service.logs);
     } finally {
       await client.close();
       await browser.close();

@@ -4,7 +4,7 @@
  * JSON line naming the operator action.
  */
 
-import { type Logger, redact } from "../logger.ts";
+import { type LogFields, type Logger, redact } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
 import type { ClientRecord, SessionRecord } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
@@ -113,30 +113,18 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
 /** Offboarding: every session of the user ends, and their GitLab tokens are revoked. */
 async function revokeUserSessions(user: string, deps: AdminDeps): Promise<number> {
   const sessions = await deps.store.listSessions({ user });
-  const revocations = await endSessions(sessions, deps);
-  deps.logger.info("operator action", {
-    action: "sessions revoke",
-    user,
-    sessions: sessions.length,
-    ...revocations,
-  });
+  await endSessions(sessions, { action: "sessions revoke", user }, deps);
   return 0;
 }
 
-async function revokeSession(id: string, deps: AdminDeps): Promise<number> {
-  const session = await deps.store.getSession(id);
+async function revokeSession(sessionId: string, deps: AdminDeps): Promise<number> {
+  const session = await deps.store.getSession(sessionId);
   if (!session) {
-    deps.logger.warn("no such session", { action: "sessions revoke", sessionId: id });
+    deps.logger.warn("no such session", { action: "sessions revoke", sessionId });
     return 1;
   }
-  const revocations = await endSessions([session.value], deps);
-  deps.logger.info("operator action", {
-    action: "sessions revoke",
-    sessionId: id,
-    user: session.value.upstreamUsername,
-    sessions: 1,
-    ...revocations,
-  });
+  const user = session.value.upstreamUsername;
+  await endSessions([session.value], { action: "sessions revoke", sessionId, user }, deps);
   return 0;
 }
 
@@ -147,46 +135,40 @@ async function deleteClient(clientId: string, deps: AdminDeps): Promise<number> 
     return 1;
   }
   const sessions = await deps.store.listSessions({ clientId });
-  const revocations = await endSessions(sessions, deps);
-  deps.logger.info("operator action", {
-    action: "clients delete",
-    clientId,
-    sessions: sessions.length,
-    ...revocations,
-  });
+  await endSessions(sessions, { action: "clients delete", clientId }, deps);
   return 0;
-}
-
-/** How the upstream revocations of ended sessions went. */
-interface Revocations {
-  gitlabTokensRevoked: number;
-  gitlabRevocationsFailed: number;
 }
 
 /**
  * Deletes the sessions first (their tokens stop working at once), then revokes their upstream
- * tokens, best effort: a failure is logged and counted, never retried.
+ * tokens, best effort (a failure is logged and counted, never retried), and logs the operator
+ * action: `named` (the action and what it named), the sessions ended, the revocations.
  */
-async function endSessions(sessions: SessionRecord[], deps: AdminDeps): Promise<Revocations> {
+async function endSessions(
+  sessions: SessionRecord[],
+  named: LogFields & { action: string },
+  deps: AdminDeps,
+): Promise<void> {
   await deps.store.deleteSessions(sessions.map((session) => session.id));
-  const outcome: Revocations = { gitlabTokensRevoked: 0, gitlabRevocationsFailed: 0 };
+  let gitlabTokensRevoked = 0;
   const { upstream } = deps;
-  if (!upstream) {
-    if (sessions.length > 0) {
-      deps.logger.warn("OAuth is not configured: GitLab tokens were not revoked");
-    }
-    return outcome;
+  if (upstream) {
+    let next = 0;
+    const worker = async () => {
+      while (next < sessions.length) {
+        if (await revokeUpstream(sessions[next++], upstream, deps)) gitlabTokensRevoked++;
+      }
+    };
+    await Promise.all(Array.from({ length: REVOCATION_CONCURRENCY }, worker));
+  } else if (sessions.length > 0) {
+    deps.logger.warn("OAuth is not configured: GitLab tokens were not revoked");
   }
-  let next = 0;
-  const worker = async () => {
-    while (next < sessions.length) {
-      const session = sessions[next++];
-      if (await revokeUpstream(session, upstream, deps)) outcome.gitlabTokensRevoked++;
-      else outcome.gitlabRevocationsFailed++;
-    }
-  };
-  await Promise.all(Array.from({ length: REVOCATION_CONCURRENCY }, worker));
-  return outcome;
+  deps.logger.info("operator action", {
+    ...named,
+    sessions: sessions.length,
+    gitlabTokensRevoked,
+    gitlabRevocationsFailed: upstream ? sessions.length - gitlabTokensRevoked : 0,
+  });
 }
 
 async function revokeUpstream(
