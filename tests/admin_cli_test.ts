@@ -229,7 +229,7 @@ Deno.test({
   },
 });
 
-Deno.test("admin: bad arguments print the usage and exit 2; help exits 0", async () => {
+Deno.test("admin: bad arguments print the usage and exit 2, a bad setup one line and 1", async () => {
   for (
     const args of [
       [],
@@ -247,6 +247,12 @@ Deno.test("admin: bad arguments print the usage and exit 2; help exits 0", async
     assert.match(run.stderr, /^usage: admin sessions list/m, args.join(" "));
     assert.equal(run.stdout, "");
   }
+  const badConfig = await runAdminCli(["stats"], { JWT_SECRET: "short" });
+  assert.equal(badConfig.code, 1);
+  assert.match(badConfig.stderr, /^admin: configuration error: JWT_SECRET/);
+  const noKv = await runAdminCli(["stats"], { KV_PATH: "/nonexistent/dir/kv.sqlite3" });
+  assert.equal(noKv.code, 1);
+  assert.match(noKv.stderr, /^admin: cannot open KV \/nonexistent/);
   const help = await runAdminCli(["help"], {});
   assert.equal(help.code, 0);
   assert.match(help.stdout, /^usage: admin/);

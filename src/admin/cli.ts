@@ -66,7 +66,13 @@ export async function runAdmin(
     output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
-  const kv = await Deno.openKv(config.kvPath);
+  let kv: Deno.Kv;
+  try {
+    kv = await Deno.openKv(config.kvPath);
+  } catch (error) {
+    output.err(`admin: cannot open KV ${config.kvPath ?? "(Deno's default)"}: ${error}`);
+    return 1;
+  }
   try {
     const logger = createLogger(output.out);
     const deps = createAppDeps(config, {
