@@ -20,6 +20,7 @@ import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
 
 export type { Versioned } from "./io.ts";
@@ -27,10 +28,11 @@ export type { CodeAndSession } from "./codes.ts";
 export type { FlowCompletion } from "./flows.ts";
 export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
+export type { RecordCounts, SessionFilter } from "./operators.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
+  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore, OperatorStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -47,6 +49,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createOperatorStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },
