@@ -14,8 +14,8 @@ export interface ServiceProcess {
   url: string;
   /** Every line it printed so far (stdout and stderr). */
   logs: string[];
-  /** SIGTERM, then waits for the exit; returns the exit code. */
-  stop(): Promise<number>;
+  /** Sends `signal` (SIGTERM unless given), then waits for the exit; returns the exit code. */
+  stop(signal?: Deno.Signal): Promise<number>;
 }
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
@@ -55,9 +55,9 @@ export async function spawnService(env: Record<string, string>): Promise<Service
   return {
     url,
     logs,
-    async stop() {
+    async stop(signal: Deno.Signal = "SIGTERM") {
       try {
-        child.kill("SIGTERM");
+        child.kill(signal);
       } catch {
         // already exited
       }
