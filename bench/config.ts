@@ -25,6 +25,8 @@ export const ALL_CASES = [
   "metadata",
   "mcp-direct",
   "gateway",
+  "floor-proxy",
+  "gateway-32",
 ] as const;
 
 /** The name of one case of ALL_CASES. */
