@@ -25,6 +25,7 @@ export const ALL_CASES = [
   "metadata",
   "mcp-direct",
   "gateway",
+  "floor-proxy-1",
   "floor-proxy",
   "gateway-32",
 ] as const;

@@ -268,7 +268,8 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
     metadata: () => metadata(run),
     "mcp-direct": () => mcpDirect(run),
     gateway: () => gateway(run, "gateway", LATENCY_LOAD),
-    "floor-proxy": () => proxyFloor(run),
+    "floor-proxy": () => proxyFloor(run, "floor-proxy"),
+    "floor-proxy-1": () => proxyFloor(run, "floor-proxy-1", LATENCY_LOAD),
     "gateway-32": () => gateway(run, "gateway-32"),
   };
 }
@@ -371,23 +372,25 @@ async function mcpDirect(run: RunContext): Promise<Target> {
 
 /**
  * The gateway's floor: Deno.serve forwarding each POST to the bench's MCP server with fetch and
- * streaming the answer back, no authentication, under the bench's full load (BENCH_CONNS).
+ * streaming the answer back, no authentication; under the bench's full load (BENCH_CONNS), or
+ * one request at a time (`load` LATENCY_LOAD), like the gateway cases.
  */
-async function proxyFloor(run: RunContext): Promise<Target> {
+async function proxyFloor(run: RunContext, name: CaseName, load?: WrkLoad): Promise<Target> {
   const mcpPort = run.config.port + 2;
   const mcp = await run.servers.mcpServer(1, mcpPort);
-  const target = `${run.files.dir}/floor-proxy.txt`;
+  const target = `${run.files.dir}/${name}.txt`;
   await Deno.writeTextFile(target, "/mcp -\n");
+  const concurrency = load ? "one at a time" : `${run.config.conns} connections`;
   return {
-    server: await run.servers.floor("floor-proxy", "proxy", undefined, {
+    server: await run.servers.floor(name, "proxy", undefined, {
       UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp`,
     }),
     helpers: [mcp],
     source: target,
     mode: "mcp",
     split: false,
-    note:
-      `Deno.serve + fetch to the MCP server, no authentication, ${run.config.conns} connections`,
+    load,
+    note: `Deno.serve + fetch to the MCP server, no authentication, ${concurrency}`,
   };
 }
 
