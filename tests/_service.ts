@@ -16,8 +16,8 @@ export interface ServiceProcess {
   listening: Json;
   /** Every line it printed so far (stdout and stderr). */
   logs: string[];
-  /** SIGTERM, then waits for the exit; returns the exit code. */
-  stop(): Promise<number>;
+  /** Sends `signal` (SIGTERM unless given), then waits for the exit; returns the exit code. */
+  stop(signal?: Deno.Signal): Promise<number>;
 }
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
@@ -64,9 +64,9 @@ export async function spawnService(
     url: started.url,
     listening: started,
     logs,
-    async stop() {
+    async stop(signal: Deno.Signal = "SIGTERM") {
       try {
-        child.kill("SIGTERM");
+        child.kill(signal);
       } catch {
         // already exited
       }
