@@ -20,6 +20,7 @@ import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
 
 export type { Versioned } from "./io.ts";
@@ -30,7 +31,7 @@ export type { RefreshGrace, TakenGrace } from "./sessions.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
+  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore, McpSessionStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -47,6 +48,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createMcpSessionStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },
