@@ -53,7 +53,12 @@ function forwardedOrigin(headers: Headers, url: URL): string {
   if (proto !== undefined && proto !== "http" && proto !== "https") {
     throw malformed("X-Forwarded-Proto must be http or https");
   }
-  return new URL(`${proto ?? url.protocol.slice(0, -1)}://${host ?? url.host}`).origin;
+  try {
+    return new URL(`${proto ?? url.protocol.slice(0, -1)}://${host ?? url.host}`).origin;
+  } catch {
+    // A name the URL parser still refuses, such as `1.2.3.4.5` (it ends in a number).
+    throw malformed("X-Forwarded-Host is not a valid host[:port]");
+  }
 }
 
 /** Throws unless `value` is a host name, an IPv4 address or a bracketed IPv6, with a port. */

@@ -8,7 +8,19 @@ import assert from "node:assert/strict";
 import { assertError, TEST_BASE, TEST_SECRET, withEnv } from "./_helpers.ts";
 import { rawRequest, spawnService } from "./_service.ts";
 
-const BAD_HOSTS = ["x/mcp?", "a:99999", "[::1", "a b", "a@b", "a:", "a:0", "[::1]x", "a:1:2"];
+const BAD_HOSTS = [
+  "x/mcp?",
+  "a:99999",
+  "[::1",
+  "a b",
+  "a@b",
+  "a:",
+  "a:0",
+  "[::1]x",
+  "a:1:2",
+  "1.2.3.4.5",
+  "[fe80::1%25eth0]",
+];
 
 /** Waits until the service has printed `count` lines (its stdout arrives on its own time). */
 async function linesAfter(logs: string[], count: number): Promise<string[]> {
