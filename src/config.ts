@@ -186,7 +186,7 @@ export const CONFIG_VARIABLES = {
     "TRUST_PROXY",
     "false",
     parseTrustProxy,
-    "`true` (loopback proxies) or CIDRs (`10.0.0.0/8,fd00::/8`) whose `X-Forwarded-*` count; needs `BASE_URL`",
+    "proxies whose `X-Forwarded-*` count: `true` (loopback) or CIDRs; needs `BASE_URL`",
   ),
   /**
    * The protected MCP resource (RFC 9728 `resource`), without a trailing slash. Undefined:
