@@ -843,7 +843,11 @@ Deno.test("gateway: an Mcp-Session-Id handed to one session, presented with anot
     const madeUp = await toolsList(t, alice, crypto.randomUUID());
     assert.equal(madeUp.status, 404);
     await madeUp.body?.cancel();
-    assert.equal(upstream.requests.length, reached, "the MCP server saw neither request");
+    // Without a valid token the answer is the 401 challenge, whatever the session id.
+    const anonymous = await toolsList(t, "not-a-token", mcpSessionId);
+    assert.equal(anonymous.status, 401);
+    await anonymous.body?.cancel();
+    assert.equal(upstream.requests.length, reached, "the MCP server saw none of them");
 
     // Its own session goes on; ending it forgets the binding.
     const own = await toolsList(t, alice, mcpSessionId);

@@ -23,6 +23,7 @@ import {
 import { mcpResourceUrl } from "../resource_urls.ts";
 import type { Route } from "../router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
+import type { Store } from "../store/mod.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -66,15 +67,13 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
 async function handleGatewayRequest(ctx: OAuthRequestContext, upstreamUrl: URL): Promise<Response> {
   const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
   const mcpSessionId = ctx.request.headers.get("mcp-session-id");
-  // Read while the token is checked, so the binding adds no wait of its own.
-  const owner = mcpSessionId === null ? null : ctx.deps.store.mcpSessionOwner(mcpSessionId);
-  owner?.catch(() => {}); // awaited below unless authentication answers first
-  const auth = await authenticateRequest(guardDeps(ctx), ctx.request, {
-    issuer: ctx.baseUrl,
-    resource,
-  });
+  const binding: { owner: string | null } = { owner: null };
+  const deps = mcpSessionId === null
+    ? guardDeps(ctx)
+    : { ...guardDeps(ctx), store: storeReadingOwner(ctx.deps.store, mcpSessionId, binding) };
+  const auth = await authenticateRequest(deps, ctx.request, { issuer: ctx.baseUrl, resource });
   if (auth instanceof Response) return auth;
-  if (owner && await owner !== auth.sessionId) throw unknownMcpSession();
+  if (mcpSessionId !== null && binding.owner !== auth.sessionId) throw unknownMcpSession();
   const upstream = await forward(ctx, auth, upstreamUrl);
   try {
     await trackMcpSession(ctx, auth, mcpSessionId, upstream);
@@ -83,6 +82,26 @@ async function handleGatewayRequest(ctx: OAuthRequestContext, upstreamUrl: URL):
     throw error;
   }
   return relayResponse(upstream, resource);
+}
+
+/**
+ * The store as the resource guard sees it for a request with an `Mcp-Session-Id`: every session
+ * read also reads whom that id is bound to, in the same KV read (only once the access token's
+ * signature holds, so a request without a valid token costs no KV read).
+ */
+function storeReadingOwner(
+  store: Store,
+  mcpSessionId: string,
+  binding: { owner: string | null },
+): Store {
+  return {
+    ...store,
+    async getSession(id) {
+      const { session, mcpSessionOwner } = await store.getSessionWithMcpOwner(id, mcpSessionId);
+      binding.owner = mcpSessionOwner;
+      return session;
+    },
+  };
 }
 
 /**

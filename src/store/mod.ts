@@ -48,7 +48,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
-    ...createMcpSessionStore(io),
+    ...createMcpSessionStore(io, sessions),
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },
