@@ -1,7 +1,7 @@
 /**
  * What the MCP session binding costs the gateway's hot path: one POST /mcp through the real app
  * (in process, in-memory KV) to an MCP server on loopback, without `Mcp-Session-Id` and with a
- * bound one (one more KV read, issued while the access token is checked).
+ * bound one (one more key in the session's KV read).
  *
  * deno bench -A bench/gateway_session_bench.ts
  */
