@@ -45,36 +45,3 @@ export interface RequestContext {
   /** Fields a route adds to the request's one log line (what it issued, to whom). */
   logFields: LogFields;
 }
-
-/**
- * The base URL (issuer): BASE_URL when configured, else the request's origin, or the
- * forwarded origin when TRUST_PROXY is on.
- *
- * @see spec §2.6 (`iss` derived from the incoming request)
- */
-export function deriveBaseUrl(request: Request, url: URL, config: Config): string {
-  if (config.baseUrl) return config.baseUrl;
-  if (config.trustProxy) {
-    const proto = firstForwarded(request.headers.get("x-forwarded-proto"));
-    const host = firstForwarded(request.headers.get("x-forwarded-host"));
-    const origin = forwardedOrigin(proto ?? url.protocol.slice(0, -1), host ?? url.host);
-    if (origin) return origin;
-  }
-  return url.origin;
-}
-
-function firstForwarded(header: string | null): string | undefined {
-  const first = header?.split(",")[0].trim();
-  return first ? first : undefined;
-}
-
-function forwardedOrigin(proto: string, host: string): string | undefined {
-  if (proto !== "http" && proto !== "https") return undefined;
-  try {
-    const parsed = new URL(`${proto}://${host}`);
-    // Anything beyond a host and port (userinfo, a path) is not a host header.
-    return parsed.host === host.toLowerCase() ? parsed.origin : undefined;
-  } catch {
-    return undefined;
-  }
-}

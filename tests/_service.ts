@@ -318,3 +318,39 @@ export async function signInOverHttp(
   assert.equal(exchanged.status, 200, JSON.stringify(exchanged.body));
   return exchanged.body;
 }
+
+/** A response read off the wire. */
+export interface RawResponse {
+  status: number;
+  headers: Headers;
+  body: string;
+}
+
+/**
+ * Sends `head` (the request line and header lines, without the blank line) over a plain TCP
+ * connection to `serviceUrl` and reads the answer: for what fetch refuses to send, such as a
+ * `Host` header of the test's choosing.
+ */
+export async function rawRequest(serviceUrl: string, head: string[]): Promise<RawResponse> {
+  const { hostname, port } = new URL(serviceUrl);
+  const conn = await Deno.connect({ hostname, port: Number(port) });
+  try {
+    const request = [...head, "Connection: close", "", ""].join("\r\n");
+    await conn.write(new TextEncoder().encode(request));
+    const raw = await new Response(conn.readable).text();
+    const [headText, ...bodyParts] = raw.split("\r\n\r\n");
+    const [statusLine, ...headerLines] = headText.split("\r\n");
+    const headers = new Headers();
+    for (const line of headerLines) {
+      const colon = line.indexOf(":");
+      headers.append(line.slice(0, colon).trim(), line.slice(colon + 1).trim());
+    }
+    return { status: Number(statusLine.split(" ")[1]), headers, body: bodyParts.join("\r\n\r\n") };
+  } finally {
+    try {
+      conn.close();
+    } catch {
+      // the readable side closed it already
+    }
+  }
+}

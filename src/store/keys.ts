@@ -10,14 +10,23 @@
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | kept                          |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
+ * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
  *
- * Secrets (flow states, codes) appear in keys only as SHA-256 hashes.
+ * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
 
 import { sha256Base64Url } from "../crypto.ts";
 
 /** The kinds of record, each the first part of its keys. */
-export const RECORD_KINDS = ["flow", "code", "session", "lease", "client", "rate"] as const;
+export const RECORD_KINDS = [
+  "flow",
+  "code",
+  "session",
+  "lease",
+  "client",
+  "rate",
+  "mcp_session",
+] as const;
 
 /** One kind of record. */
 export type RecordKind = (typeof RECORD_KINDS)[number];
@@ -50,6 +59,11 @@ export function clientKey(clientId: string): Deno.KvKey {
 /** The key of one rate-limit counter: a bucket, an address, a fixed window. */
 export function rateKey(bucket: string, ip: string, window: number): Deno.KvKey {
   return ["rate", bucket, ip, window];
+}
+
+/** The key of the binding of an MCP server's `Mcp-Session-Id` to one of our sessions. */
+export function mcpSessionKey(mcpSessionId: string): Deno.KvKey {
+  return ["mcp_session", sha256Base64Url(mcpSessionId)];
 }
 
 /** The prefix under which every record of `kind` lives (`[]`: everything). */

@@ -20,6 +20,7 @@ import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
 import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
 
@@ -32,7 +33,15 @@ export type { RecordCounts, SessionFilter } from "./operators.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore, OperatorStore {
+  extends
+    FlowStore,
+    CodeStore,
+    SessionStore,
+    ClientStore,
+    LimitStore,
+    LeaseStore,
+    McpSessionStore,
+    OperatorStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -49,6 +58,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createMcpSessionStore(io, sessions),
     ...createOperatorStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
