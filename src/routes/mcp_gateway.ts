@@ -68,13 +68,13 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
 async function handleGatewayRequest(ctx: OAuthRequestContext, upstreamUrl: URL): Promise<Response> {
   const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
   const mcpSessionId = ctx.request.headers.get("mcp-session-id");
-  const binding: { owner: string | null } = { owner: null };
-  const deps = mcpSessionId === null
+  const owner = rememberedOwner(ctx, mcpSessionId);
+  const deps = mcpSessionId === null || owner.read
     ? guardDeps(ctx)
-    : { ...guardDeps(ctx), store: storeReadingOwner(ctx.deps.store, mcpSessionId, binding) };
+    : { ...guardDeps(ctx), store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
   const auth = await authenticateRequest(deps, ctx.request, { issuer: ctx.baseUrl, resource });
   if (auth instanceof Response) return auth;
-  if (mcpSessionId !== null && binding.owner !== auth.sessionId) throw unknownMcpSession();
+  if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
   const upstream = await forward(ctx, auth, upstreamUrl);
   try {
     await trackMcpSession(ctx, auth, mcpSessionId, upstream);
@@ -85,21 +85,47 @@ async function handleGatewayRequest(ctx: OAuthRequestContext, upstreamUrl: URL):
   return relayResponse(upstream, resource);
 }
 
+/** Whom an `Mcp-Session-Id` is bound to, once read (from memory, or beside the session). */
+interface McpSessionOwner {
+  read: boolean;
+  sessionId: string | null;
+}
+
+function rememberedOwner(ctx: OAuthRequestContext, mcpSessionId: string | null): McpSessionOwner {
+  const remembered = mcpSessionId === null
+    ? undefined
+    : ctx.deps.verifiedTokens.mcpSessionOwner(mcpSessionId, ctx.deps.clock.now());
+  return { read: remembered !== undefined, sessionId: remembered ?? null };
+}
+
+/**
+ * 404 unless `mcpSessionId` was handed to this request's session. Read here only when the
+ * token came from memory, so the session was not read (and the binding not beside it).
+ */
+async function requireOwnMcpSession(
+  ctx: OAuthRequestContext,
+  auth: AuthenticatedRequest,
+  mcpSessionId: string,
+  owner: McpSessionOwner,
+): Promise<void> {
+  const { store, verifiedTokens, clock } = ctx.deps;
+  const sessionId = owner.read ? owner.sessionId : await store.mcpSessionOwner(mcpSessionId);
+  if (sessionId !== auth.sessionId) throw unknownMcpSession();
+  verifiedTokens.rememberMcpSession(mcpSessionId, sessionId, clock.now());
+}
+
 /**
  * The store as the resource guard sees it for a request with an `Mcp-Session-Id`: every session
  * read also reads whom that id is bound to, in the same KV read (only once the access token's
  * signature holds, so a request without a valid token costs no KV read).
  */
-function storeReadingOwner(
-  store: Store,
-  mcpSessionId: string,
-  binding: { owner: string | null },
-): Store {
+function storeReadingOwner(store: Store, mcpSessionId: string, owner: McpSessionOwner): Store {
   return {
     ...store,
     async getSession(id) {
       const { session, mcpSessionOwner } = await store.getSessionWithMcpOwner(id, mcpSessionId);
-      binding.owner = mcpSessionOwner;
+      owner.read = true;
+      owner.sessionId = mcpSessionOwner;
       return session;
     },
   };
@@ -115,11 +141,13 @@ async function trackMcpSession(
   sent: string | null,
   upstream: Response,
 ): Promise<void> {
-  const { store, clock, config } = ctx.deps;
+  const { store, clock, config, verifiedTokens } = ctx.deps;
   const issued = upstream.headers.get("mcp-session-id");
   if (issued !== null && issued !== sent) {
     const expiresAt = clock.now() + config.sessionIdleTtlSeconds * 1000;
-    if (!await store.bindMcpSession(issued, auth.sessionId, expiresAt)) {
+    if (await store.bindMcpSession(issued, auth.sessionId, expiresAt)) {
+      verifiedTokens.rememberMcpSession(issued, auth.sessionId, clock.now());
+    } else {
       ctx.deps.logger.warn("MCP server handed out a session id bound to another session", {
         requestId: ctx.requestId,
         sessionId: auth.sessionId,
@@ -129,6 +157,7 @@ async function trackMcpSession(
   }
   if (ctx.request.method === "DELETE" && sent !== null && upstream.ok) {
     await store.unbindMcpSession(sent);
+    verifiedTokens.forgetMcpSession(sent);
   }
 }
 
