@@ -55,7 +55,9 @@ export async function spawnService(
     if (buffered) logs.push(buffered);
   };
   const readers = Promise.all([collect(child.stdout), collect(child.stderr)]);
-  const status = child.status.then((s) => {
+  const status = child.status.then(async (s) => {
+    // The exit can be seen before the last lines are read: the error names them.
+    await readers;
     reject(new Error(`service exited with ${s.code} before listening:\n${logs.join("\n")}`));
     return s;
   });
