@@ -7,6 +7,8 @@
 import { OAUTH_CORS } from "../cors.ts";
 import type { Routes } from "../router.ts";
 import { handleAuthorize } from "./authorize.ts";
+import { handleCallback } from "./callback.ts";
+import { handleConsent } from "./consent.ts";
 import { handleHealth } from "./health.ts";
 import { handleHome } from "./home.ts";
 import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
@@ -35,6 +37,9 @@ export const ROUTES: Routes = {
     bareNotConfigured: true,
     rateLimit: "poll",
   },
+  // The redirect sign-in (GITLAB_SIGN_IN=redirect); in device mode nothing leads here.
+  "/oauth/consent": { methods: { POST: handleConsent }, oauth: true, rateLimit: "authorize" },
+  "/oauth/callback": { methods: { GET: handleCallback }, oauth: true, rateLimit: "authorize" },
   "/token": { methods: { POST: handleToken }, oauth: true, rateLimit: "token", cors: OAUTH_CORS },
   "/register": {
     methods: { POST: handleRegister },

@@ -21,6 +21,7 @@ import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
+import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 
 export type { Versioned } from "./io.ts";
 export type { CodeAndSession } from "./codes.ts";
@@ -30,7 +31,7 @@ export type { RefreshGrace, TakenGrace } from "./sessions.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
+  extends FlowStore, SignInStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -42,6 +43,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
   return {
     ...createFlowStore(io, secrets),
+    ...createSignInStore(io, secrets),
     ...createCodeStore(io, sessions),
     ...sessionStore,
     ...createClientStore(io),
