@@ -437,3 +437,35 @@ export function assertOneComplete<R extends RaceResult>(results: R[]): R {
   }
   return complete[0];
 }
+
+// ---- browsers without a browser --------------------------------------------------------------
+
+/** The cookies one browser holds for the service: what `Set-Cookie` set, sent back as `Cookie`. */
+export class CookieJar {
+  readonly cookies = new Map<string, string>();
+
+  /** Keeps the cookies a response sets. */
+  store(response: Response): void {
+    for (const line of response.headers.getSetCookie()) {
+      const [pair] = line.split(";");
+      const at = pair.indexOf("=");
+      this.cookies.set(pair.slice(0, at).trim(), pair.slice(at + 1).trim());
+    }
+  }
+
+  /** The `Cookie` header to send, or `{}` without cookies. */
+  headers(): Record<string, string> {
+    if (this.cookies.size === 0) return {};
+    return { Cookie: [...this.cookies].map(([name, value]) => `${name}=${value}`).join("; ") };
+  }
+}
+
+/** The hidden fields of the redirect sign-in's consent page (its form's fields). */
+export function consentFormOf(html: string): { sign_in: string; csrf_token: string } {
+  const field = (name: string) => {
+    const match = html.match(new RegExp(`name="${name}" value="([^"]*)"`));
+    if (!match) throw new Error(`consent page has no ${name} field`);
+    return match[1];
+  };
+  return { sign_in: field("sign_in"), csrf_token: field("csrf_token") };
+}

@@ -282,6 +282,8 @@ Deno.test("simulated endpoints", async (t) => {
         user: 3,
         revoke: 2,
         devicePage: 0,
+        authorizePage: 0,
+        authorizationCode: 0,
       });
     });
   });
