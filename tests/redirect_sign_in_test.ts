@@ -236,7 +236,7 @@ Deno.test("redirect mode: cookies are __Host- prefixed and Secure under an https
 Deno.test("redirect mode: Cancel → client with access_denied, state and iss; the step is spent", async () => {
   await withRedirectApp(async (t) => {
     const jar = new CookieJar();
-    const { form, response: page } = await consentPage(t, jar);
+    const { form } = await consentPage(t, jar);
     const landed = clientLocation(await postConsent(t, jar, { ...form, action: "cancel" }));
     assert.deepEqual(Object.fromEntries(landed), {
       error: "access_denied",
@@ -267,7 +267,7 @@ Deno.test("redirect mode: GitLab's access_denied → client with access_denied, 
 Deno.test("redirect mode: a consent POST without or with a wrong CSRF token, or from another browser, is refused", async (s) => {
   await withRedirectApp(async (t) => {
     const jar = new CookieJar();
-    const { form, response: page } = await consentPage(t, jar);
+    const { form } = await consentPage(t, jar);
     await s.step("without the token", async () => {
       const response = await postConsent(t, jar, { sign_in: form.sign_in, action: "continue" });
       await assertRefusedPage(response, /cross-site request forgery/);
@@ -343,7 +343,7 @@ Deno.test("redirect mode: a replayed callback gets the 400 page; parallel callba
 Deno.test("redirect mode: steps live 10 minutes", async () => {
   await withRedirectApp(async (t) => {
     const jar = new CookieJar();
-    const { form, response: page } = await consentPage(t, jar);
+    const { form } = await consentPage(t, jar);
     t.clock.advance(10 * 60_000 + 1);
     await assertRefusedPage(await postConsent(t, jar, { ...form, action: "continue" }), /expired/);
 
