@@ -183,7 +183,7 @@ export function createSimulatedGitLabHandler(
     calls.authorizePage++;
     const checked = checkAuthorizationRequest(params);
     if (typeof checked === "string") return authorizeErrorPage(checked);
-    return authorizeApplicationPage(state.defaultUser().username, params, checked.origin);
+    return authorizeApplicationPage(state.defaultUser().username, params);
   }
 
   /** Approve: a code back to the redirect URI; Deny: `access_denied` (RFC 6749 §4.1.2.1). */

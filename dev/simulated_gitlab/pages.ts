@@ -71,14 +71,11 @@ function deviceForm(username: string, userCode: string, message?: string): strin
 
 /**
  * GitLab's "Authorize application" page of the authorization code grant: Approve or Deny,
- * posting the request's parameters back. The form may lead on to `returnOrigin` (the
- * application's redirect URI), where the answer sends the browser.
+ * posting the request's parameters back. Its answer sends the browser to the application's
+ * redirect URI, which may send it on anywhere (Chromium applies `form-action` to every redirect
+ * that follows), so this page does not restrict where forms lead, as GitLab's does not.
  */
-export function authorizeApplicationPage(
-  username: string,
-  params: URLSearchParams,
-  returnOrigin: string,
-): Response {
+export function authorizeApplicationPage(username: string, params: URLSearchParams): Response {
   const hidden = [...params].map(([name, value]) =>
     `<input type="hidden" name="${escapeHtml(name)}" value="${escapeHtml(value)}">`
   ).join("\n        ");
@@ -95,7 +92,7 @@ export function authorizeApplicationPage(
           <button type="submit" name="action" value="deny" class="secondary">Deny</button>
         </div>
       </form>`,
-    returnOrigin,
+    "",
   );
 }
 
@@ -108,16 +105,20 @@ export function authorizeErrorPage(message: string): Response {
   );
 }
 
-/** `body` is HTML the caller has escaped; forms may post here and lead on to `formOrigin`. */
-function page(status: number, title: string, body: string, formOrigin = ""): Response {
+/** `body` is HTML the caller has escaped; `formAction` is the CSP directive for its forms. */
+function page(
+  status: number,
+  title: string,
+  body: string,
+  formAction = "form-action 'self'; ",
+): Response {
   return new Response(layout(title, body), {
     status,
     headers: {
       "Content-Type": "text/html; charset=utf-8",
       "Cache-Control": "no-store",
       "Content-Security-Policy":
-        `default-src 'none'; style-src 'unsafe-inline'; form-action 'self' ${formOrigin}; ` +
-        "frame-ancestors 'none'",
+        `default-src 'none'; style-src 'unsafe-inline'; ${formAction}frame-ancestors 'none'`,
     },
   });
 }
