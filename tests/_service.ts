@@ -6,7 +6,15 @@
 
 import assert from "node:assert/strict";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { authorizeQuery, flowDataFromPage, PKCE, TEST_REDIRECT, TEST_SECRET } from "./_helpers.ts";
+import {
+  authorizeQuery,
+  consentFormOf,
+  CookieJar,
+  flowDataFromPage,
+  PKCE,
+  TEST_REDIRECT,
+  TEST_SECRET,
+} from "./_helpers.ts";
 
 /** A service process under test. */
 export interface ServiceProcess {
@@ -254,4 +262,54 @@ export async function signInOverHttp(
   const exchanged = await exchangeOverHttp(serviceUrl, done.body.code, redirectUri);
   assert.equal(exchanged.status, 200, JSON.stringify(exchanged.body));
   return exchanged.body;
+}
+
+/**
+ * What a browser does in the redirect sign-in (GITLAB_SIGN_IN=redirect), without one: loads
+ * `url` (the service's /authorize) holding `jar`'s cookies, clicks "Continue with GitLab" on the
+ * consent page (unless the consent is remembered), approves (or denies) on the simulated GitLab's
+ * page and follows GitLab's redirect to the service's callback. Returns where the callback sends
+ * the browser: the client's redirect URI with code (or error), state and iss.
+ */
+export async function redirectSignInWithoutBrowser(
+  url: string | URL,
+  jar = new CookieJar(),
+  decision: "approve" | "deny" = "approve",
+): Promise<URL> {
+  const visit = async (target: string | URL, init: RequestInit = {}) => {
+    const response = await fetch(target, {
+      ...init,
+      headers: { ...jar.headers(), ...init.headers },
+      redirect: "manual",
+    });
+    jar.store(response);
+    return response;
+  };
+  let answer = await visit(url);
+  if (answer.status === 200) {
+    const form = consentFormOf(await answer.text());
+    answer = await visit(new URL("/oauth/consent", url), {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ ...form, action: "continue" }),
+    });
+  }
+  const gitlab = new URL(locationOf(answer));
+  // GitLab is another site: the service's cookies stay in the jar.
+  const page = await fetch(gitlab);
+  assert.equal(page.status, 200, await page.text());
+  const approved = await fetch(new URL("/oauth/authorize", gitlab), {
+    method: "POST",
+    body: new URLSearchParams([...gitlab.searchParams, ["action", decision]]),
+    redirect: "manual",
+  });
+  return new URL(locationOf(await visit(locationOf(approved))));
+}
+
+/** The `Location` of a 302, asserting it is one. */
+function locationOf(response: Response): string {
+  assert.equal(response.status, 302, `expected a redirect, got ${response.status}`);
+  const location = response.headers.get("location");
+  assert.ok(location);
+  return location;
 }
