@@ -1,6 +1,7 @@
 /**
  * `deno task demo`: the service, a simulated GitLab and a tiny example client, all on
  * loopback, so a newcomer can watch a whole sign-in without a GitLab account.
+ * `GITLAB_SIGN_IN=redirect deno task demo` shows the redirect sign-in instead of the device flow.
  *
  * Development only. Production starts with `deno task start` and a real GitLab.
  */
@@ -106,9 +107,18 @@ const banner = [
   "",
   `  1. Open the example client:   ${clientUrl}`,
   "     It sends you to the service's /authorize page with a fresh PKCE challenge.",
-  `  2. Click "Open GitLab" on that page: a simulated GitLab (${gitlab.url.origin}) asks for`,
-  "     the code; click Approve (or Deny to see a failure).",
-  "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
+  ...(service.config.gitlabSignIn === "redirect"
+    ? [
+      '  2. Click "Continue with GitLab" on the consent page (Cancel to see a refusal): a',
+      `     simulated GitLab (${gitlab.url.origin}) asks; click Approve (or Deny).`,
+      "  3. GitLab returns you to the service, which sends you on to the client with a code.",
+      "     Sign in again: the consent is remembered, you go straight to GitLab.",
+    ]
+    : [
+      `  2. Click "Open GitLab" on that page: a simulated GitLab (${gitlab.url.origin}) asks for`,
+      "     the code; click Approve (or Deny to see a failure).",
+      "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
+    ]),
   "",
   `  Service: ${service.url}   Simulated GitLab: ${gitlab.url.origin}   Ctrl-C stops all.`,
   "",
