@@ -294,16 +294,24 @@ export async function redirectSignInWithoutBrowser(
       body: new URLSearchParams({ ...form, action: "continue" }),
     });
   }
-  const gitlab = new URL(locationOf(answer));
   // GitLab is another site: the service's cookies stay in the jar.
-  const page = await fetch(gitlab);
+  const back = await decideAtGitLab(new URL(locationOf(answer)), decision);
+  return new URL(locationOf(await visit(back)));
+}
+
+/**
+ * A person's answer on the simulated GitLab's authorization page at `url`: loads the page,
+ * clicks Approve or Deny, and returns where GitLab sends the browser.
+ */
+export async function decideAtGitLab(url: URL, decision: "approve" | "deny"): Promise<string> {
+  const page = await fetch(url);
   assert.equal(page.status, 200, await page.text());
-  const approved = await fetch(new URL("/oauth/authorize", gitlab), {
+  const answer = await fetch(new URL("/oauth/authorize", url), {
     method: "POST",
-    body: new URLSearchParams([...gitlab.searchParams, ["action", decision]]),
+    body: new URLSearchParams([...url.searchParams, ["action", decision]]),
     redirect: "manual",
   });
-  return new URL(locationOf(await visit(locationOf(approved))));
+  return locationOf(answer);
 }
 
 /** The `Location` of a 302, asserting it is one. */

@@ -8,32 +8,12 @@
  */
 
 import assert from "node:assert/strict";
-import type { Browser, Page } from "playwright-core";
-import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
+import type { Page } from "playwright-core";
+import { type BrowserRig, browserRigTest } from "./_browser.ts";
 import { authorizeQuery, consentFormOf } from "./_helpers.ts";
-import { exchangeOverHttp, type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
+import { exchangeOverHttp } from "./_service.ts";
 
-interface Rig extends ServiceWithGitLab {
-  browser: Browser;
-  /** A client's redirect target on loopback. */
-  callback: string;
-}
-
-async function rig(): Promise<Rig> {
-  const browser = await launchBrowser();
-  const started = await spawnWithGitLab("browser-app", { GITLAB_SIGN_IN: "redirect" });
-  const client = startCallbackServer();
-  return {
-    ...started,
-    browser,
-    callback: client.url,
-    async close() {
-      await browser.close();
-      await started.close();
-      await client.close();
-    },
-  };
-}
+type Rig = BrowserRig;
 
 function authorizeUrl(r: Rig, state = "st-42"): string {
   return `${r.service.url}/authorize?${
@@ -41,22 +21,9 @@ function authorizeUrl(r: Rig, state = "st-42"): string {
   }`;
 }
 
-/** A browser test: ignored without Chromium, else runs `body` on a new page of a fresh rig. */
+/** A browser test in redirect mode: ignored without Chromium. */
 function browserTest(name: string, body: (r: Rig, page: Page) => Promise<void>): void {
-  Deno.test({
-    name,
-    ignore: ignoreBrowserTests,
-    sanitizeResources: false,
-    sanitizeOps: false,
-    async fn() {
-      const r = await rig();
-      try {
-        await body(r, await r.browser.newPage());
-      } finally {
-        await r.close();
-      }
-    },
-  });
+  browserRigTest(name, body, { GITLAB_SIGN_IN: "redirect" });
 }
 
 async function clickAndWaitFor(page: Page, button: string, origin: string): Promise<void> {
@@ -98,15 +65,21 @@ browserTest(
   },
 );
 
-browserTest("redirect browser: Cancel → client with access_denied, state, iss", async (r, page) => {
-  await page.goto(authorizeUrl(r));
-  await clickAndWaitFor(page, "Cancel", r.callback);
+/** Asserts the browser landed at the client with `access_denied`, the state and the issuer. */
+function assertDenied(page: Page, r: Rig): void {
   assert.deepEqual(Object.fromEntries(landedAt(page, r)), {
     error: "access_denied",
     state: "st-42",
     iss: r.service.url,
   });
-  assert.equal(r.gitlab.calls.authorizePage, 0);
+  assert.equal(r.gitlab.calls.authorizationCode, 0);
+}
+
+browserTest("redirect browser: Cancel → client with access_denied, state, iss", async (r, page) => {
+  await page.goto(authorizeUrl(r));
+  await clickAndWaitFor(page, "Cancel", r.callback);
+  assertDenied(page, r);
+  assert.equal(r.gitlab.calls.authorizePage, 0, "GitLab never asked");
 });
 
 browserTest(
@@ -115,12 +88,7 @@ browserTest(
     await page.goto(authorizeUrl(r));
     await clickAndWaitFor(page, "Continue with GitLab", r.gitlab.url.origin);
     await clickAndWaitFor(page, "Deny", r.callback);
-    assert.deepEqual(Object.fromEntries(landedAt(page, r)), {
-      error: "access_denied",
-      state: "st-42",
-      iss: r.service.url,
-    });
-    assert.equal(r.gitlab.calls.authorizationCode, 0);
+    assertDenied(page, r);
   },
 );
 

@@ -9,6 +9,7 @@ import { sha256Base64Url } from "../src/crypto.ts";
 import { createGitLabUpstream } from "../src/upstream/gitlab.ts";
 import { type Upstream, UpstreamError } from "../src/upstream/types.ts";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { decideAtGitLab } from "./_service.ts";
 
 const CLIENT_ID = "code-client";
 const SECRET = "gitlab-application-secret-value";
@@ -26,17 +27,9 @@ function client(gitlabUrl: URL, clientSecret?: string, logs: string[] = []): Ups
   });
 }
 
-/** Approves at the simulated GitLab's page for `url`; returns the code it sends back. */
-async function approve(url: URL, action = "approve"): Promise<URLSearchParams> {
-  const page = await fetch(url);
-  assert.equal(page.status, 200, await page.text());
-  const answer = await fetch(new URL("/oauth/authorize", url), {
-    method: "POST",
-    body: new URLSearchParams([...url.searchParams, ["action", action]]),
-    redirect: "manual",
-  });
-  assert.equal(answer.status, 302);
-  const back = new URL(answer.headers.get("location") ?? "");
+/** Answers at the simulated GitLab's page for `url`; returns what it sends back. */
+async function approve(url: URL, decision: "approve" | "deny" = "approve") {
+  const back = new URL(await decideAtGitLab(url, decision));
   assert.equal(`${back.origin}${back.pathname}`, CALLBACK);
   return back.searchParams;
 }
