@@ -37,9 +37,11 @@ export const ROUTES: Routes = {
     bareNotConfigured: true,
     rateLimit: "poll",
   },
-  // The redirect sign-in (GITLAB_SIGN_IN=redirect); in device mode nothing leads here.
-  "/oauth/consent": { methods: { POST: handleConsent }, oauth: true, rateLimit: "authorize" },
-  "/oauth/callback": { methods: { GET: handleCallback }, oauth: true, rateLimit: "authorize" },
+  // The redirect sign-in (GITLAB_SIGN_IN=redirect; 404 in device mode). They follow an
+  // /authorize, which counts in its own bucket, as the page's polls do in device mode, so they
+  // count with those: a sign-in costs one request of the authorize bucket in either mode.
+  "/oauth/consent": { methods: { POST: handleConsent }, oauth: true, rateLimit: "poll" },
+  "/oauth/callback": { methods: { GET: handleCallback }, oauth: true, rateLimit: "poll" },
   "/token": { methods: { POST: handleToken }, oauth: true, rateLimit: "token", cors: OAUTH_CORS },
   "/register": {
     methods: { POST: handleRegister },
