@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { sha256Base64Url } from "../src/crypto.ts";
 import { recordsOf } from "../src/store/keys.ts";
 import {
+  authorizeQuery,
   consentFormOf,
   CookieJar,
   countRecords,
@@ -20,8 +21,11 @@ import {
   type TestApp,
   withApp,
 } from "./_helpers.ts";
-import { authorizeQuery } from "./_helpers.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { createTemplates } from "../src/templates.ts";
+import deviceHtml from "../templates/device.html" with { type: "text" };
+import deviceJs from "../templates/device.js" with { type: "text" };
+import homeHtml from "../templates/home.html" with { type: "text" };
 
 const REDIRECT_MODE = { env: { GITLAB_SIGN_IN: "redirect" } };
 const CALLBACK = `${TEST_BASE}/oauth/callback`;
@@ -393,4 +397,37 @@ Deno.test("device mode (the default): the redirect sign-in's routes do not exist
   } finally {
     t.close();
   }
+});
+
+Deno.test("redirect mode: an app's return address is named as an app, and the page's forms may lead there", async () => {
+  await withRedirectApp(async (t) => {
+    const { html, response } = await consentPage(t, new CookieJar(), {
+      redirect_uri: "cursor://anysphere.cursor-retrieval/oauth/callback",
+    });
+    assert.match(html, /an app on this device \(cursor:\/\/\)/);
+    assert.match(
+      response.headers.get("content-security-policy") ?? "",
+      /form-action [^;]* cursor:;/,
+    );
+  });
+});
+
+Deno.test("the sign-in template is checked at load", () => {
+  const base = { deviceHtml, deviceJs, homeHtml };
+  const page = (body: string) => `<style nonce="{{nonce}}"></style>${body}`;
+  const all = "{{title}}{{message}}{{clientId}}{{clientName}}{{returnHost}}{{scopes}}" +
+    "{{signInId}}{{csrfToken}}{{actionUrl}}";
+  assert.ok(createTemplates({ ...base, signInHtml: page(all) }));
+  assert.throws(
+    () => createTemplates({ ...base, signInHtml: page(all.replace("{{csrfToken}}", "")) }),
+    /missing placeholder for "csrfToken"/,
+  );
+  assert.throws(
+    () => createTemplates({ ...base, signInHtml: page(`${all}{{{title}}}`) }),
+    /not a raw placeholder/,
+  );
+  assert.throws(
+    () => createTemplates({ ...base, signInHtml: `<style></style>${all}{{nonce}}` }),
+    /lacks the nonce/,
+  );
 });
