@@ -288,6 +288,9 @@ Deno.test("redirect mode: a consent POST without or with a wrong CSRF token, or 
       const response = await postConsent(t, new CookieJar(), { ...form, action: "continue" });
       await assertRefusedPage(response, /not started in this browser/);
     });
+    await s.step("with the token but neither Continue nor Cancel", async () => {
+      await assertRefusedPage(await postConsent(t, jar, form), /Choose Continue with GitLab/);
+    });
     await s.step("none of these spent the step: the right browser continues", async () => {
       gitlabLocation(await postConsent(t, jar, { ...form, action: "continue" }));
     });

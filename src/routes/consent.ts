@@ -15,6 +15,7 @@ import {
   isCsrfToken,
   isSameBrowser,
   liveStep,
+  notice,
   otherBrowser,
   rememberConsent,
   returnToClient,
@@ -36,7 +37,9 @@ export async function handleConsent(ctx: OAuthRequestContext): Promise<Response>
     if (!await ctx.deps.store.takeSignIn(signIn)) return alreadyUsed(ctx);
     return returnToClient(ctx, signIn.value, { error: "access_denied" });
   }
-  if (action !== "continue") return alreadyUsed(ctx);
+  if (action !== "continue") {
+    return notice(ctx, 400, "Sign-in failed", "Choose Continue with GitLab or Cancel.");
+  }
   const headers = new Headers();
   rememberConsent(ctx, signIn.value, headers);
   return await sendUpstream(ctx, signIn.value, headers, signIn);

@@ -10,7 +10,8 @@
  */
 
 import { createHmac, hkdfSync } from "node:crypto";
-import { timingSafeEqual } from "../crypto.ts";
+import { LOOPBACK_HOSTS } from "../clients.ts";
+import { sha256Base64Url, timingSafeEqual } from "../crypto.ts";
 
 /** How long a consent is remembered: 30 days. */
 export const CONSENT_MAX_AGE_SECONDS = 30 * 86_400;
@@ -59,7 +60,7 @@ export function createConsentSigner(secrets: readonly string[]): ConsentSigner {
 export function consentTarget(redirectUri: string): string {
   if (!URL.canParse(redirectUri)) return redirectUri;
   const url = new URL(redirectUri);
-  if (url.protocol === "http:" && ["127.0.0.1", "[::1]", "localhost"].includes(url.hostname)) {
+  if (url.protocol === "http:" && LOOPBACK_HOSTS.includes(url.hostname)) {
     url.port = "";
     return url.href;
   }
@@ -83,9 +84,7 @@ export function signInCookies(baseUrl: string): SignInCookies {
   return {
     browser: `${prefix}mcp-auth-browser`,
     consentName(clientId, redirectUri) {
-      const id = createHmac("sha256", "consent cookie name")
-        .update(JSON.stringify([clientId, consentTarget(redirectUri)]))
-        .digest("base64url")
+      const id = sha256Base64Url(JSON.stringify([clientId, consentTarget(redirectUri)]))
         .slice(0, 16);
       return `${prefix}mcp-auth-consent-${id}`;
     },
