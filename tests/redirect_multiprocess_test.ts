@@ -2,7 +2,8 @@
  * The redirect sign-in across service processes (`main.ts`) sharing one KV file and one
  * simulated GitLab, as behind a load balancer: the consent page from one, its form posted to
  * another, GitLab's callback raced over both. Every step is a KV record, so any process serves
- * any step, and a raced callback completes exactly once.
+ * any step, and a raced callback completes exactly once. The GitLab application is confidential
+ * here: the exchange succeeds only with GITLAB_CLIENT_SECRET, which no log line shows.
  */
 
 import assert from "node:assert/strict";
@@ -14,6 +15,8 @@ import { decideAtGitLab, exchangeOverHttp, type ServiceProcess, spawnService } f
 const BASE = "http://auth.test";
 const REDIRECT_URI = "http://127.0.0.1:9/callback";
 const PARALLEL = 10;
+/** A confidential GitLab application: GitLab refuses the code exchange without its secret. */
+const CLIENT_SECRET = "confidential-gitlab-application-secret";
 
 /** `url` (under BASE) as sent to the process at `processUrl`. */
 function at(processUrl: string, url: string | URL): string {
@@ -22,8 +25,8 @@ function at(processUrl: string, url: string | URL): string {
   return `${processUrl}${target.pathname}${target.search}`;
 }
 
-Deno.test("redirect sign-in over two processes on one KV file: consent on one, form on the other, a raced callback completes once", async () => {
-  const gitlab = startSimulatedGitLab();
+Deno.test("redirect sign-in over two processes on one KV file, confidential GitLab application: consent on one, form on the other, a raced callback completes once", async () => {
+  const gitlab = startSimulatedGitLab({ clientSecret: CLIENT_SECRET });
   const dir = await Deno.makeTempDir({ prefix: "redirect-multiprocess-" });
   const env = {
     GITLAB_URL: gitlab.url.href,
@@ -32,6 +35,7 @@ Deno.test("redirect sign-in over two processes on one KV file: consent on one, f
     KV_PATH: `${dir}/kv.sqlite`,
     BASE_URL: BASE,
     GITLAB_SIGN_IN: "redirect",
+    GITLAB_CLIENT_SECRET: CLIENT_SECRET,
   };
   const services: ServiceProcess[] = [];
   try {
@@ -88,6 +92,7 @@ Deno.test("redirect sign-in over two processes on one KV file: consent on one, f
       const logs = service.logs.join("\n");
       assert.equal(await service.stop(), 0, logs);
       assert.doesNotMatch(logs, /"level":"error"/, logs);
+      assert.ok(!logs.includes(CLIENT_SECRET), "the GitLab application's secret is never logged");
     }
     await gitlab.close();
     await Deno.remove(dir, { recursive: true });
