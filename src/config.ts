@@ -145,6 +145,20 @@ export const CONFIG_VARIABLES = {
     "GitLab instance (self-hosted too, with or without a sub-path)",
   ),
   gitlabScopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
+  /** `device`: the spec's device flow; `redirect`: consent page and GitLab's redirect sign-in. */
+  gitlabSignIn: variable(
+    "GITLAB_SIGN_IN",
+    "device",
+    caseInsensitive(oneOf("device", "redirect")),
+    "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
+  ),
+  /** A confidential GitLab application's secret (redirect sign-in only); a secret: never logged. */
+  gitlabClientSecret: variable(
+    "GITLAB_CLIENT_SECRET",
+    undefined,
+    text,
+    "redirect sign-in: the secret of a confidential GitLab application",
+  ),
   accessTokenTtlSeconds: variable(
     "ACCESS_TOKEN_TTL",
     "3600",

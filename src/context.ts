@@ -5,6 +5,7 @@ import type { Config } from "./config.ts";
 import type { TokenSigner } from "./jwt.ts";
 import type { LogFields, Logger } from "./logger.ts";
 import type { VerifiedTokens } from "./session/verified_tokens.ts";
+import type { ConsentSigner } from "./sign_in/cookies.ts";
 import type { Store } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import type { Upstream } from "./upstream/types.ts";
@@ -13,6 +14,8 @@ import type { Upstream } from "./upstream/types.ts";
 export interface OAuthDeps {
   upstream: Upstream;
   signer: TokenSigner;
+  /** Signs the remembered consents of the redirect sign-in. */
+  consentSigner: ConsentSigner;
 }
 
 /** Everything createApp needs, passed explicitly. */

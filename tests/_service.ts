@@ -6,7 +6,15 @@
 
 import assert from "node:assert/strict";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { authorizeQuery, flowDataFromPage, PKCE, TEST_REDIRECT, TEST_SECRET } from "./_helpers.ts";
+import {
+  authorizeQuery,
+  consentFormOf,
+  CookieJar,
+  flowDataFromPage,
+  PKCE,
+  TEST_REDIRECT,
+  TEST_SECRET,
+} from "./_helpers.ts";
 
 /** A service process under test. */
 export interface ServiceProcess {
@@ -355,4 +363,62 @@ export async function rawRequest(serviceUrl: string, head: string[]): Promise<Ra
       // the readable side closed it already
     }
   }
+}
+
+/**
+ * What a browser does in the redirect sign-in (GITLAB_SIGN_IN=redirect), without one: loads
+ * `url` (the service's /authorize) holding `jar`'s cookies, clicks "Continue with GitLab" on the
+ * consent page (unless the consent is remembered), approves (or denies) on the simulated GitLab's
+ * page and follows GitLab's redirect to the service's callback. Returns where the callback sends
+ * the browser: the client's redirect URI with code (or error), state and iss.
+ */
+export async function redirectSignInWithoutBrowser(
+  url: string | URL,
+  jar = new CookieJar(),
+  decision: "approve" | "deny" = "approve",
+): Promise<URL> {
+  const visit = async (target: string | URL, init: RequestInit = {}) => {
+    const response = await fetch(target, {
+      ...init,
+      headers: { ...jar.headers(), ...init.headers },
+      redirect: "manual",
+    });
+    jar.store(response);
+    return response;
+  };
+  let answer = await visit(url);
+  if (answer.status === 200) {
+    const form = consentFormOf(await answer.text());
+    answer = await visit(new URL("/oauth/consent", url), {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ ...form, action: "continue" }),
+    });
+  }
+  // GitLab is another site: the service's cookies stay in the jar.
+  const back = await decideAtGitLab(new URL(locationOf(answer)), decision);
+  return new URL(locationOf(await visit(back)));
+}
+
+/**
+ * A person's answer on the simulated GitLab's authorization page at `url`: loads the page,
+ * clicks Approve or Deny, and returns where GitLab sends the browser.
+ */
+export async function decideAtGitLab(url: URL, decision: "approve" | "deny"): Promise<string> {
+  const page = await fetch(url);
+  assert.equal(page.status, 200, await page.text());
+  const answer = await fetch(new URL("/oauth/authorize", url), {
+    method: "POST",
+    body: new URLSearchParams([...url.searchParams, ["action", decision]]),
+    redirect: "manual",
+  });
+  return locationOf(answer);
+}
+
+/** The `Location` of a 302, asserting it is one. */
+function locationOf(response: Response): string {
+  assert.equal(response.status, 302, `expected a redirect, got ${response.status}`);
+  const location = response.headers.get("location");
+  assert.ok(location);
+  return location;
 }

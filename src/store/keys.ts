@@ -5,6 +5,7 @@
  * | key                                 | value             | lifetime (expireIn = GC only) |
  * |-------------------------------------|-------------------|-------------------------------|
  * | ["flow", sha256(flow_state)]        | StoredFlow        | upstream `expires_in`         |
+ * | ["signin", sha256(id or state)]     | StoredSignIn      | 10 minutes                    |
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
  * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
@@ -20,6 +21,7 @@ import { sha256Base64Url } from "../crypto.ts";
 /** The kinds of record, each the first part of its keys. */
 export const RECORD_KINDS = [
   "flow",
+  "signin",
   "code",
   "session",
   "lease",
@@ -34,6 +36,14 @@ export type RecordKind = (typeof RECORD_KINDS)[number];
 /** The key of the device flow a page polls with `flowState`. */
 export function flowKey(flowState: string): Deno.KvKey {
   return ["flow", sha256Base64Url(flowState)];
+}
+
+/**
+ * The key of a redirect sign-in: by the id on its consent page, then by the `state` sent to the
+ * upstream.
+ */
+export function signInKey(idOrState: string): Deno.KvKey {
+  return ["signin", sha256Base64Url(idOrState)];
 }
 
 /** The key of an authorization code. */

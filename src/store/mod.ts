@@ -23,6 +23,7 @@ import { createLimitStore, type LimitStore } from "./limits.ts";
 import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
 import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
+import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 
 export type { Versioned } from "./io.ts";
 export type { CodeAndSession } from "./codes.ts";
@@ -35,6 +36,7 @@ export type { RecordCounts, SessionFilter } from "./operators.ts";
 export interface Store
   extends
     FlowStore,
+    SignInStore,
     CodeStore,
     SessionStore,
     ClientStore,
@@ -53,6 +55,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
   return {
     ...createFlowStore(io, secrets),
+    ...createSignInStore(io, secrets),
     ...createCodeStore(io, sessions),
     ...sessionStore,
     ...createClientStore(io),
