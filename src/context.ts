@@ -1,5 +1,6 @@
 /** The dependencies a request handler works with, and what each request knows of itself. */
 
+import type { ClientMetadataFetcher } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
 import type { Config } from "./config.ts";
 import type { TokenSigner } from "./jwt.ts";
@@ -21,6 +22,8 @@ export interface AppDeps {
   clock: Clock;
   templates: Templates;
   logger: Logger;
+  /** Fetches Client ID Metadata Documents (with the SSRF guard unless configured off). */
+  clientMetadataFetcher: ClientMetadataFetcher;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */
   oauth?: OAuthDeps;
 }

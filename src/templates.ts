@@ -34,6 +34,11 @@ export interface DevicePageValues {
   clientId: string;
   /** Shown instead of the client id when known. */
   clientName?: string;
+  /**
+   * The host of a metadata document client id, shown as verified; without it a client name
+   * (from `/register`) is shown as unverified.
+   */
+  clientVerifiedHost?: string;
   /** When set, the page adds `iss` to the redirect (RFC 9207). */
   issuer?: string;
 }
@@ -79,6 +84,8 @@ const DEVICE_PLACEHOLDERS = {
     "verificationUrl",
     "clientId",
     "clientName",
+    "verifiedHost",
+    "unverifiedName",
     "returnHost",
     "expiresIn",
   ],
@@ -177,6 +184,8 @@ function deviceSlots(values: DevicePageValues, nonce: string): DeviceSlots {
     verificationUrl,
     clientId: values.clientId,
     clientName: values.clientName ?? "",
+    verifiedHost: values.clientVerifiedHost ?? "",
+    unverifiedName: values.clientName && !values.clientVerifiedHost ? "unverified" : "",
     returnHost: values.redirectUri ? returnTarget(values.redirectUri) : "",
     expiresIn: `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")}`,
     flowDataJson: jsonForScript(flowData),

@@ -10,6 +10,7 @@
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | kept                          |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
+ * | ["client_metadata", sha256(url)]    | ClientDocumentRecord | its cache lifetime         |
  *
  * Secrets (flow states, codes) appear in keys only as SHA-256 hashes.
  */
@@ -17,7 +18,15 @@
 import { sha256Base64Url } from "../crypto.ts";
 
 /** The kinds of record, each the first part of its keys. */
-export const RECORD_KINDS = ["flow", "code", "session", "lease", "client", "rate"] as const;
+export const RECORD_KINDS = [
+  "flow",
+  "code",
+  "session",
+  "lease",
+  "client",
+  "rate",
+  "client_metadata",
+] as const;
 
 /** One kind of record. */
 export type RecordKind = (typeof RECORD_KINDS)[number];
@@ -45,6 +54,11 @@ export function leaseKey(kind: string, id: string): Deno.KvKey {
 /** The key of a registered client. */
 export function clientKey(clientId: string): Deno.KvKey {
   return ["client", clientId];
+}
+
+/** The key of a cached Client ID Metadata Document (the URL may be long, so hashed). */
+export function clientDocumentKey(url: string): Deno.KvKey {
+  return ["client_metadata", sha256Base64Url(url)];
 }
 
 /** The key of one rate-limit counter: a bucket, an address, a fixed window. */

@@ -13,6 +13,7 @@
 
 import type { Clock } from "../clock.ts";
 import type { SecretBox } from "../secret_box.ts";
+import { type ClientDocumentStore, createClientDocumentStore } from "./client_documents.ts";
 import { type ClientStore, createClientStore } from "./clients.ts";
 import { type CodeStore, createCodeStore } from "./codes.ts";
 import { createFlowStore, type FlowStore } from "./flows.ts";
@@ -30,7 +31,14 @@ export type { RefreshGrace, TakenGrace } from "./sessions.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
+  extends
+    FlowStore,
+    CodeStore,
+    SessionStore,
+    ClientStore,
+    ClientDocumentStore,
+    LimitStore,
+    LeaseStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -45,6 +53,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createCodeStore(io, sessions),
     ...sessionStore,
     ...createClientStore(io),
+    ...createClientDocumentStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
     async ping() {
