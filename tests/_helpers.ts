@@ -8,6 +8,7 @@ import { createAppDeps } from "../src/deps.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import type { Clock } from "../src/clock.ts";
 import { type Config, loadConfig } from "../src/config.ts";
+import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
@@ -132,7 +133,12 @@ let templates: Templates | undefined;
 
 /** The real app over `:memory:` KV; `env` as the environment would give it. */
 export async function makeTestApp(
-  options: { env?: Record<string, string>; logger?: Logger; configured?: boolean } = {},
+  options: {
+    env?: Record<string, string>;
+    logger?: Logger;
+    configured?: boolean;
+    clientMetadataFetcher?: ClientMetadataFetcher;
+  } = {},
 ): Promise<TestApp> {
   const env = {
     GITLAB_CLIENT_ID: "gitlab-app-id",
@@ -150,7 +156,15 @@ export async function makeTestApp(
   const upstream = new FakeUpstream();
   templates ??= await loadTemplates();
   const logger = options.logger ?? silentLogger;
-  const deps = createAppDeps(config, { kv, clock, logger, templates, upstream });
+  const { clientMetadataFetcher } = options;
+  const deps = createAppDeps(config, {
+    kv,
+    clock,
+    logger,
+    templates,
+    upstream,
+    clientMetadataFetcher,
+  });
   const { store } = deps;
   return {
     app: createApp(deps),
