@@ -9,77 +9,13 @@
 import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client";
 // @ts-types="@modelcontextprotocol/sdk/client/auth"
-import {
-  type OAuthClientProvider,
-  UnauthorizedError,
-} from "@modelcontextprotocol/sdk/client/auth.js";
+import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-// @ts-types="@modelcontextprotocol/sdk/shared/auth"
-import type {
-  OAuthClientInformationMixed,
-  OAuthClientMetadata,
-  OAuthTokens,
-} from "@modelcontextprotocol/sdk/shared/auth.js";
 import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
+import { MemoryOAuthProvider, requestLines } from "./_mcp_client.ts";
 import { startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
 import { spawnWithGitLab } from "./_service.ts";
-
-/** An MCP client's OAuth state, in memory; hands the authorization URL to the test. */
-class MemoryOAuthProvider implements OAuthClientProvider {
-  authorizationUrl?: URL;
-  #client?: OAuthClientInformationMixed;
-  #tokens?: OAuthTokens;
-  #verifier = "";
-
-  constructor(readonly callback: string) {}
-
-  get redirectUrl(): string {
-    return this.callback;
-  }
-  get clientMetadata(): OAuthClientMetadata {
-    return {
-      client_name: "gateway e2e client",
-      redirect_uris: [this.callback],
-      grant_types: ["authorization_code", "refresh_token"],
-      response_types: ["code"],
-      token_endpoint_auth_method: "none",
-    };
-  }
-  clientInformation() {
-    return this.#client;
-  }
-  saveClientInformation(client: OAuthClientInformationMixed) {
-    this.#client = client;
-  }
-  tokens() {
-    return this.#tokens;
-  }
-  saveTokens(tokens: OAuthTokens) {
-    this.#tokens = tokens;
-  }
-  redirectToAuthorization(url: URL) {
-    this.authorizationUrl = url;
-  }
-  saveCodeVerifier(verifier: string) {
-    this.#verifier = verifier;
-  }
-  codeVerifier() {
-    return this.#verifier;
-  }
-}
-
-/** `METHOD path status` of every request the service logged. */
-function requestLines(logs: string[]): string[] {
-  return logs.flatMap((line) => {
-    try {
-      const { message, method, path, status } = JSON.parse(line);
-      return message === "request" ? [`${method} ${path} ${status}`] : [];
-    } catch {
-      return [];
-    }
-  });
-}
 
 Deno.test({
   name: "mcp e2e: SDK client → 401 → discovery → registration → device sign-in → tool call",
