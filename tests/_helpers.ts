@@ -8,6 +8,7 @@ import { createAppDeps } from "../src/deps.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import type { Clock } from "../src/clock.ts";
 import { type Config, loadConfig } from "../src/config.ts";
+import { ClientMetadataError } from "../src/client_metadata/document.ts";
 import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
@@ -131,6 +132,11 @@ export interface TestApp {
 
 let templates: Templates | undefined;
 
+const OFFLINE_METADATA_FETCHER: ClientMetadataFetcher = {
+  fetchDocument: () =>
+    Promise.reject(new ClientMetadataError("this test app fetches no metadata documents")),
+};
+
 /** The real app over `:memory:` KV; `env` as the environment would give it. */
 export async function makeTestApp(
   options: {
@@ -156,7 +162,8 @@ export async function makeTestApp(
   const upstream = new FakeUpstream();
   templates ??= await loadTemplates();
   const logger = options.logger ?? silentLogger;
-  const { clientMetadataFetcher } = options;
+  // Test traffic stays on loopback: documents only from a fetcher a test hands in.
+  const clientMetadataFetcher = options.clientMetadataFetcher ?? OFFLINE_METADATA_FETCHER;
   const deps = createAppDeps(config, {
     kv,
     clock,
