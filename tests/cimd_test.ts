@@ -13,6 +13,7 @@ import {
   type FetcherOptions,
   MAX_DOCUMENT_BYTES,
 } from "../src/client_metadata/fetcher.ts";
+import { isPublicAddress } from "../src/client_metadata/address.ts";
 import { loadConfig } from "../src/config.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
@@ -384,3 +385,39 @@ Deno.test("cimd: with ALLOWED_REDIRECT_URIS a document listing no allowed redire
     // Listed in the document but not allowed: still refused.
     await assertError(await authorize(t, clientId), 400, "invalid_request", /not allowed/);
   }, { env: { ALLOWED_REDIRECT_URIS: "https://ok.example/*" } }));
+
+Deno.test("cimd: SSRF guard: only public unicast addresses count as public", () => {
+  const publicAddresses = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "93.184.215.14",
+    "2606:4700::1111",
+    "::ffff:8.8.8.8",
+  ];
+  const blocked = [
+    "127.0.0.1",
+    "10.1.2.3",
+    "172.31.0.1",
+    "192.168.1.1",
+    "100.64.0.1",
+    "100.100.100.200",
+    "169.254.169.254",
+    "0.0.0.0",
+    "224.0.0.1",
+    "255.255.255.255",
+    "::",
+    "::1",
+    "[::1]",
+    "::ffff:127.0.0.1",
+    "::ffff:169.254.169.254",
+    "64:ff9b::10.0.0.1",
+    "2002:a00:1::1",
+    "fe80::1",
+    "fd00:ec2::254",
+    "ff02::1",
+    "2001:db8::1",
+    "not an address",
+  ];
+  for (const address of publicAddresses) assert.ok(isPublicAddress(address), address);
+  for (const address of blocked) assert.ok(!isPublicAddress(address), address);
+});

@@ -7,7 +7,7 @@
  *   §6 (server-side request forgery)
  */
 
-/** IPv4 ranges that are not public: [first octets as a number, prefix length]. */
+/** IPv4 ranges that are not public: [network, prefix length (1–32)]. */
 const IPV4_BLOCKED: readonly [string, number][] = [
   ["0.0.0.0", 8], // "this network"
   ["10.0.0.0", 8], // private
@@ -43,8 +43,9 @@ export function isIpLiteral(host: string): boolean {
 
 function isPublicIpv4(address: number): boolean {
   return !IPV4_BLOCKED.some(([network, prefix]) => {
-    const mask = prefix === 0 ? 0 : (~0 << (32 - prefix)) >>> 0;
-    return ((address & mask) >>> 0) === ((parseIpv4(network)! & mask) >>> 0);
+    const mask = (~0 << (32 - prefix)) >>> 0;
+    // The table's entries are valid addresses; `?? 0` only satisfies the type.
+    return ((address & mask) >>> 0) === (((parseIpv4(network) ?? 0) & mask) >>> 0);
   });
 }
 
