@@ -84,6 +84,8 @@ export interface DocumentServer {
   origin: string;
   /** The PEM of the CA that signed its certificate. */
   caPem: string;
+  /** A file holding `caPem` (for `DENO_CERT`), written on first use, removed by `close`. */
+  caFile(): Promise<string>;
   /** Requests received, by path. */
   hits: Map<string, number>;
   /** Accept headers received, in order. */
@@ -109,12 +111,21 @@ export async function startDocumentServer(): Promise<DocumentServer> {
       return answer ? answer(request) : new Response("not found", { status: 404 });
     },
   );
+  let caFile: Promise<string> | undefined;
   return {
     origin: `https://127.0.0.1:${server.addr.port}`,
     caPem,
+    caFile: () =>
+      caFile ??= Deno.makeTempFile({ suffix: ".pem" }).then(async (path) => {
+        await Deno.writeTextFile(path, caPem);
+        return path;
+      }),
     hits,
     accepts,
     route: (path, answer) => void routes.set(path, answer),
-    close: () => server.shutdown(),
+    async close() {
+      await server.shutdown();
+      if (caFile) await Deno.remove(await caFile);
+    },
   };
 }

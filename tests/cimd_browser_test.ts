@@ -20,8 +20,6 @@ Deno.test({
   sanitizeOps: false,
   async fn() {
     const docs = await startDocumentServer();
-    const caFile = await Deno.makeTempFile({ suffix: ".pem" });
-    await Deno.writeTextFile(caFile, docs.caPem);
     const clientId = `${docs.origin}${DOC_PATH}`;
     docs.route(DOC_PATH, () =>
       Response.json({
@@ -32,7 +30,7 @@ Deno.test({
     const browser = await launchBrowser();
     const { service, close } = await spawnWithGitLab("cimd-browser-app", {
       CLIENT_METADATA_ALLOW_PRIVATE: "true",
-      DENO_CERT: caFile,
+      DENO_CERT: await docs.caFile(),
     });
     try {
       const page = await browser.newPage();
@@ -59,7 +57,6 @@ Deno.test({
       await browser.close();
       await close();
       await docs.close();
-      await Deno.remove(caFile);
     }
   },
 });

@@ -30,8 +30,6 @@ Deno.test({
   sanitizeOps: false,
   async fn() {
     const docs = await startDocumentServer();
-    const caFile = await Deno.makeTempFile({ suffix: ".pem" });
-    await Deno.writeTextFile(caFile, docs.caPem);
     const callback = startCallbackServer();
     const clientId = `${docs.origin}${DOC_PATH}`;
     docs.route(DOC_PATH, () =>
@@ -48,7 +46,7 @@ Deno.test({
       MCP_UPSTREAM_URL: mcp.url,
       REDIRECT_URI_POLICY: "registered",
       CLIENT_METADATA_ALLOW_PRIVATE: "true",
-      DENO_CERT: caFile,
+      DENO_CERT: await docs.caFile(),
     });
     const provider = new MemoryOAuthProvider(callback.url, clientId);
     const serverUrl = new URL(`${service.url}/mcp`);
@@ -104,7 +102,6 @@ Deno.test({
       await mcp.close();
       await callback.close();
       await docs.close();
-      await Deno.remove(caFile);
     }
   },
 });

@@ -138,9 +138,12 @@ async function readDocument(response: Response, maxBytes: number): Promise<Fetch
   };
 }
 
-async function readCapped(body: ReadableStream<Uint8Array> | null, maxBytes: number) {
+async function readCapped(
+  body: ReadableStream<Uint8Array<ArrayBuffer>> | null,
+  maxBytes: number,
+): Promise<string> {
   if (!body) return "";
-  const chunks: Uint8Array[] = [];
+  const chunks: Uint8Array<ArrayBuffer>[] = [];
   let size = 0;
   for await (const chunk of body) {
     size += chunk.byteLength;
@@ -148,12 +151,7 @@ async function readCapped(body: ReadableStream<Uint8Array> | null, maxBytes: num
     if (size > maxBytes) throw tooLarge(maxBytes);
     chunks.push(chunk);
   }
-  const bytes = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
+  const bytes = await new Blob(chunks).bytes();
   try {
     return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
   } catch {
