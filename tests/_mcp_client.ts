@@ -24,8 +24,8 @@ export class MemoryOAuthProvider implements OAuthClientProvider {
   /** With `clientMetadataUrl`, the SDK uses it as the client id instead of registering. */
   constructor(
     readonly callback: string,
-    readonly clientName = "MCP test client",
-    readonly clientMetadataUrl?: string,
+    readonly clientName: string = "MCP test client",
+    readonly clientMetadataUrl: string | undefined = undefined,
   ) {}
 
   get redirectUrl(): string {
