@@ -17,6 +17,7 @@ export const CLIENT_ID = "bench-client";
 /** Every case the bench knows, in the order it runs them by default. */
 export const ALL_CASES = [
   "floor-hello",
+  "floor-jwt",
   "floor-jwt-kv",
   "floor-jwt-kv-rawkey",
   "refresh",

@@ -47,6 +47,7 @@ export interface ReportTargets {
 
 /** The pairs of cases whose throughput ratio the report gives, when both ran. */
 const RATIOS: [string, string][] = [
+  ["refresh", "floor-jwt"],
   ["refresh", "floor-jwt-kv"],
   ["refresh", "floor-jwt-kv-rawkey"],
   ["code", "floor-jwt-kv"],

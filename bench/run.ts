@@ -236,6 +236,13 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
       split: false,
       note: "Deno.serve, fixed JSON",
     }),
+    "floor-jwt": async () => ({
+      server: await run.servers.floor("floor-jwt", "jwt"),
+      source: run.files.randomTokens,
+      mode: "refresh",
+      split: false,
+      note: "form + jose HS256 (key imported once), no storage: the refresh grant's floor",
+    }),
     "floor-jwt-kv": () =>
       jwtKvFloor(
         run,
