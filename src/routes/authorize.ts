@@ -1,21 +1,19 @@
 /**
- * `GET /authorize`: validates the authorization request, starts an upstream device flow and
- * answers the page that shows the user code.
+ * `GET /authorize`: validates the authorization request, starts an upstream device flow (or
+ * shows the one an identical request started moments ago, see device_flow.ts) and answers the
+ * page that shows the user code.
  *
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
 
 import { matchesRegisteredRedirect } from "../clients.ts";
 import type { OAuthRequestContext } from "../context.ts";
-import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { PKCE_METHOD } from "../pkce.ts";
 import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
-
-/** Flow state size parameter (spec §8): 32 random bytes. */
-const FLOW_STATE_BYTES = 32;
+import { deviceFlowFor, type ShownFlow } from "../device_flow.ts";
 
 interface AuthorizationRequest {
   clientId: string;
@@ -33,20 +31,20 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     request.redirectUri = registeredRedirectUri(request, client);
   }
 
-  const flowState = randomToken(FLOW_STATE_BYTES);
-  let device: DeviceAuthorization;
+  let shown: ShownFlow;
   try {
-    device = await ctx.oauth.upstream.startDeviceAuthorization();
-    await store.createFlow(flowState, flowRecord(request, device, clock.now()));
+    shown = await deviceFlowFor(ctx, (device, nowMs) => flowRecord(request, device, nowMs));
   } catch (error) {
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Failed to initiate authentication");
   }
+  const { flowState, flow } = shown;
 
   const page = templates.renderDevicePage({
-    userCode: device.userCode,
-    verificationUrl: device.verificationUriComplete ?? device.verificationUri,
-    expiresInSeconds: device.expiresInSeconds,
+    userCode: flow.userCode,
+    verificationUrl: flow.verificationUriComplete ?? flow.verificationUri,
+    // A repeated request shows the first one's flow, with what is left of its lifetime.
+    expiresInSeconds: Math.max(0, Math.ceil((flow.expiresAt - clock.now()) / 1000)),
     flowState,
     pollUrl: `${ctx.baseUrl}/oauth/poll`,
     redirectUri: request.redirectUri,

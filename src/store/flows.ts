@@ -28,8 +28,8 @@ export interface FlowStore {
     tokens: UpstreamTokenSet,
   ): Promise<Versioned<FlowRecord> | null>;
   /**
-   * Records the upstream's `slow_down`: the new interval, and no upstream poll before
-   * `nextPollAt`; null when the flow changed since read.
+   * Records when the upstream may next be polled for this flow (`nextPollAt`) and the interval
+   * (grown after `slow_down`); null when the flow changed since read.
    */
   deferFlowPolling(
     flow: Versioned<FlowRecord>,

@@ -10,6 +10,8 @@
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | kept                          |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
+ * | ["pause", "upstream"]               | { until }         | until the upstream's pause ends |
+ * | ["repeat", sha256(request)]         | StoredRepeat      | 60 seconds                    |
  *
  * Secrets (flow states, codes) appear in keys only as SHA-256 hashes.
  */
@@ -17,7 +19,16 @@
 import { sha256Base64Url } from "../crypto.ts";
 
 /** The kinds of record, each the first part of its keys. */
-export const RECORD_KINDS = ["flow", "code", "session", "lease", "client", "rate"] as const;
+export const RECORD_KINDS = [
+  "flow",
+  "code",
+  "session",
+  "lease",
+  "client",
+  "rate",
+  "pause",
+  "repeat",
+] as const;
 
 /** One kind of record. */
 export type RecordKind = (typeof RECORD_KINDS)[number];
@@ -50,6 +61,16 @@ export function clientKey(clientId: string): Deno.KvKey {
 /** The key of one rate-limit counter: a bucket, an address, a fixed window. */
 export function rateKey(bucket: string, ip: string, window: number): Deno.KvKey {
   return ["rate", bucket, ip, window];
+}
+
+/** The key of the one service-wide pause of upstream polling (the upstream's rate limit). */
+export function upstreamPauseKey(): Deno.KvKey {
+  return ["pause", "upstream"];
+}
+
+/** The key of a recent `/authorize` request, by the hash of its whole query. */
+export function repeatKey(requestHash: string): Deno.KvKey {
+  return ["repeat", requestHash];
 }
 
 /** The prefix under which every record of `kind` lives (`[]`: everything). */

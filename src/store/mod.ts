@@ -20,17 +20,28 @@ import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createRepeatStore, type RepeatStore } from "./repeats.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
+import { createUpstreamPauseStore, type UpstreamPauseStore } from "./upstream_pause.ts";
 
 export type { Versioned } from "./io.ts";
 export type { CodeAndSession } from "./codes.ts";
 export type { FlowCompletion } from "./flows.ts";
 export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
+export type { RepeatRecord } from "./repeats.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
+  extends
+    FlowStore,
+    CodeStore,
+    SessionStore,
+    ClientStore,
+    LimitStore,
+    LeaseStore,
+    UpstreamPauseStore,
+    RepeatStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -47,6 +58,8 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createUpstreamPauseStore(io),
+    ...createRepeatStore(io, secrets),
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },

@@ -38,7 +38,7 @@ export interface FlowRecord {
   /** Epoch ms: creation plus upstream `expires_in`. */
   expiresAt: number;
   intervalSeconds: number;
-  /** Epoch ms before which the upstream is not polled again (set after `slow_down`, RFC 8628 §3.5). */
+  /** Epoch ms before which the upstream is not polled again: `interval` after its last answer. */
   nextPollAt?: number;
   clientId: string;
   codeChallenge: string;
