@@ -64,7 +64,7 @@ export async function deviceFlowFor(
     });
     // Another identical request claimed it between our read and write: show theirs.
     if (!claim) continue;
-    return await startClaimed(ctx, claim, recordOf);
+    return await startClaimed(ctx, claim, requestHash, recordOf);
   }
   return await startFlow(ctx, randomToken(FLOW_STATE_BYTES), recordOf);
 }
@@ -73,11 +73,16 @@ export async function deviceFlowFor(
 async function startClaimed(
   ctx: OAuthRequestContext,
   claim: Versioned<RepeatRecord>,
+  requestHash: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
   let shown: ShownFlow;
   try {
-    shown = await startFlow(ctx, claim.value.flowState, recordOf);
+    shown = await startFlow(
+      ctx,
+      claim.value.flowState,
+      (device, nowMs) => ({ ...recordOf(device, nowMs), requestHash }),
+    );
   } catch (error) {
     await ctx.deps.store.dropRepeat(claim);
     throw error;

@@ -130,9 +130,20 @@ export interface TestApp {
 
 let templates: Templates | undefined;
 
-/** The real app over `:memory:` KV; `env` as the environment would give it. */
+/**
+ * The real app over `:memory:` KV (or the KV file `kvPath`, to stand for one of several
+ * processes sharing it, with the `clock` and `upstream` they share); `env` as the environment
+ * would give it.
+ */
 export async function makeTestApp(
-  options: { env?: Record<string, string>; logger?: Logger; configured?: boolean } = {},
+  options: {
+    env?: Record<string, string>;
+    logger?: Logger;
+    configured?: boolean;
+    kvPath?: string;
+    clock?: FakeClock;
+    upstream?: FakeUpstream;
+  } = {},
 ): Promise<TestApp> {
   const env = {
     GITLAB_CLIENT_ID: "gitlab-app-id",
@@ -145,9 +156,9 @@ export async function makeTestApp(
     delete (env as Record<string, string>).JWT_SECRET;
   }
   const config = loadConfig(env);
-  const kv = await Deno.openKv(":memory:");
-  const clock = new FakeClock();
-  const upstream = new FakeUpstream();
+  const kv = await Deno.openKv(options.kvPath ?? ":memory:");
+  const clock = options.clock ?? new FakeClock();
+  const upstream = options.upstream ?? new FakeUpstream();
   templates ??= await loadTemplates();
   const logger = options.logger ?? silentLogger;
   const deps = createAppDeps(config, { kv, clock, logger, templates, upstream });

@@ -85,7 +85,7 @@ Deno.test("slow_down: every slow_down adds another 5 s", () =>
 Deno.test("slow_down: only the flow GitLab slowed down waits", () =>
   withApp(async (t) => {
     const slowed = await startFlow(t);
-    const other = await startFlow(t);
+    const other = await startFlow(t, { state: "other" });
     t.upstream.polls.push({ kind: "slow_down" });
     await pollBody(t, slowed);
     assert.equal(t.upstream.calls.poll, 1);
@@ -131,7 +131,8 @@ Deno.test("slow_down: 10 concurrent polls of one flow share one upstream call", 
     assert.equal(t.upstream.calls.poll, 1);
     assert.equal(await countRecords(t.kv, "lease"), 0);
 
-    // The lease is gone: the next poll asks GitLab again.
+    // The lease is gone: once the interval has passed, the next poll asks GitLab again.
+    t.clock.advance(5_000);
     await pollBody(t, flowState);
     assert.equal(t.upstream.calls.poll, 2);
   }));

@@ -5,7 +5,8 @@
 
 import type { SecretBox } from "../secret_box.ts";
 import type { StoreIo, Versioned } from "./io.ts";
-import { codeKey, flowKey, sessionKey } from "./keys.ts";
+import { codeKey, flowKey, repeatKey, sessionKey } from "./keys.ts";
+import type { AtomicWrite } from "./group_commit.ts";
 import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
 
 /** What a completed sign-in writes in one commit. */
@@ -91,7 +92,7 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
     },
 
     deleteFlow(flow) {
-      return io.commit(io.atomic().check(flow).delete(flow.key));
+      return io.commit(forgetRepeat(io.atomic().check(flow).delete(flow.key), flow.value));
     },
 
     saveFlowUpstreamTokens(flow, tokens) {
@@ -105,7 +106,7 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
     completeFlow(flow, { code, codeRecord, session }) {
       const codeAt = codeKey(code);
       const sessionAt = sessionKey(session.id);
-      return io.commit(
+      return io.commit(forgetRepeat(
         io.atomic()
           .check(flow)
           .check({ key: codeAt, versionstamp: null })
@@ -113,7 +114,13 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
           .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
           .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
           .delete(flow.key),
-      );
+        flow.value,
+      ));
     },
   };
+}
+
+/** A flow that ends takes the record of the request that started it along (see repeats.ts). */
+function forgetRepeat(op: AtomicWrite, flow: FlowRecord): AtomicWrite {
+  return flow.requestHash === undefined ? op : op.delete(repeatKey(flow.requestHash));
 }

@@ -46,6 +46,8 @@ export interface FlowRecord {
   /** Empty string when `/authorize` had none. */
   state: string;
   redirectUri?: string;
+  /** The hash of the `/authorize` request that started it, when identical ones may share it. */
+  requestHash?: string;
   /**
    * Set the moment the upstream returns a token, before the user lookup: the device code is spent
    * then, so a failed lookup must be retried with these instead of polling again.
