@@ -21,12 +21,12 @@
  */
 
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { BENCH_DIR, GITLAB_CLIENT_ID, ROOT, SECRET } from "./config.ts";
+import { BENCH_DIR, GITLAB_CLIENT_ID, ROOT } from "./config.ts";
 import { count } from "./format.ts";
 import { say } from "./log.ts";
 import { canPin, cpuCount, cpuModel, pinner, serviceRevision } from "./machine.ts";
 import { createProcessGroup } from "./processes.ts";
-import { createServers } from "./servers.ts";
+import { createBenchServers } from "./servers.ts";
 import { sleep } from "./timing.ts";
 
 const INTERVAL_S = 5;
@@ -310,16 +310,7 @@ async function main(): Promise<void> {
     clientId: GITLAB_CLIENT_ID,
   });
   try {
-    const servers = createServers({
-      processes,
-      root: ROOT,
-      benchDir: BENCH_DIR,
-      dir,
-      port: config.port,
-      secret: SECRET,
-      gitlabClientId: GITLAB_CLIENT_ID,
-      serviceEnv: {},
-    });
+    const servers = createBenchServers(processes, dir, config.port, {});
     await servers.service("poll-economy", `${dir}/kv.sqlite`, gitlab.url.href);
     const base = `http://127.0.0.1:${config.port}`;
     const started = new Date();

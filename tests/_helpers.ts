@@ -300,6 +300,23 @@ export async function poll(t: AppLike, flowState: string): Promise<Response> {
   );
 }
 
+/** GET /oauth/poll, asserting 200; the body. */
+export async function pollOk(t: AppLike, flowState: string): Promise<Record<string, unknown>> {
+  const response = await poll(t, flowState);
+  const body = await response.json();
+  assert.equal(response.status, 200, JSON.stringify(body));
+  return body;
+}
+
+/** One poll that completes the flow, and the code it gives exchanged (both asserted). */
+export async function pollCompletesAndExchanges(t: TestApp, flowState: string): Promise<void> {
+  const done = await pollOk(t, flowState);
+  assert.equal(done.status, "complete", JSON.stringify(done));
+  const exchanged = await exchange(t, done.code as string);
+  assert.equal(exchanged.status, 200);
+  await exchanged.body?.cancel();
+}
+
 /** Runs a flow to completion and returns the authorization code. */
 export async function issueCode(
   t: TestApp,

@@ -10,22 +10,16 @@ import assert from "node:assert/strict";
 import { recordsOf } from "../src/store/keys.ts";
 import { type DevicePollResult, UpstreamError } from "../src/upstream/types.ts";
 import {
-  exchange,
   FakeClock,
   FakeUpstream,
   makeTestApp,
   poll,
+  pollCompletesAndExchanges,
+  pollOk as pollBody,
   startFlow,
   type TestApp,
   withApp,
 } from "./_helpers.ts";
-
-async function pollBody(t: TestApp, flowState: string): Promise<Record<string, unknown>> {
-  const response = await poll(t, flowState);
-  const body = await response.json();
-  assert.equal(response.status, 200, JSON.stringify(body));
-  return body;
-}
 
 async function assertPending(t: TestApp, flowState: string, what: string): Promise<void> {
   assert.deepEqual(await pollBody(t, flowState), { status: "pending" }, what);
@@ -85,12 +79,8 @@ Deno.test("poll economy: a sign-in approved at GitLab completes at the page's fi
     }
     assert.equal(t.upstream.calls.poll, 1, "GitLab not asked within the interval");
     t.clock.advance(1000);
-    const done = await pollBody(t, flowState);
-    assert.equal(done.status, "complete");
+    await pollCompletesAndExchanges(t, flowState);
     assert.equal(t.upstream.calls.poll, 2);
-    const exchanged = await exchange(t, done.code as string);
-    assert.equal(exchanged.status, 200);
-    await exchanged.body?.cancel();
   }));
 
 Deno.test("poll economy: the interval counts from GitLab's answer, not from our request", () =>

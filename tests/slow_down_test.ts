@@ -6,16 +6,17 @@
 
 import assert from "node:assert/strict";
 import type { DevicePollResult } from "../src/upstream/types.ts";
-import { countRecords, exchange, poll, startFlow, type TestApp, withApp } from "./_helpers.ts";
+import {
+  countRecords,
+  poll,
+  pollCompletesAndExchanges,
+  pollOk as pollBody,
+  startFlow,
+  type TestApp,
+  withApp,
+} from "./_helpers.ts";
 
 const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-async function pollBody(t: TestApp, flowState: string): Promise<Record<string, unknown>> {
-  const response = await poll(t, flowState);
-  const body = await response.json();
-  assert.equal(response.status, 200, JSON.stringify(body));
-  return body;
-}
 
 async function storedFlow(t: TestApp, flowState: string) {
   const flow = await t.store.getFlow(flowState);
@@ -49,12 +50,8 @@ Deno.test("slow_down: the flow is not polled upstream again for interval + 5 s, 
 
     // Once the interval has passed it is polled again, and completes.
     t.clock.current = slowedAt + 10_000;
-    const done = await pollBody(t, flowState);
-    assert.equal(done.status, "complete");
+    await pollCompletesAndExchanges(t, flowState);
     assert.equal(t.upstream.calls.poll, 2);
-    const exchanged = await exchange(t, done.code as string);
-    assert.equal(exchanged.status, 200);
-    await exchanged.body?.cancel();
   }));
 
 Deno.test("slow_down: every slow_down adds another 5 s", () =>
