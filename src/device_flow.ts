@@ -46,17 +46,17 @@ export async function deviceFlowFor(
   // long as that can take, then start a flow of our own rather than fail.
   const waitSteps = Math.ceil(config.upstreamTimeoutMs / REPEAT_WAIT_STEP_MS) + 1;
   for (let step = 0; step < waitSteps; step++) {
-    const repeat = await store.getRepeat(requestHash);
-    if (repeat) {
-      const shown = await liveFlowOf(ctx, repeat.value);
+    const { live, versionstamp } = await store.getRepeat(requestHash);
+    if (live) {
+      const shown = await liveFlowOf(ctx, live.value);
       if (shown) return shown;
-      if (isStarting(ctx, repeat.value)) {
+      if (isStarting(ctx, live.value)) {
         await new Promise((resolve) => setTimeout(resolve, REPEAT_WAIT_STEP_MS));
         continue;
       }
     }
     const now = clock.now();
-    const claim = await store.claimRepeat(requestHash, repeat, {
+    const claim = await store.claimRepeat(requestHash, versionstamp, {
       flowState: randomToken(FLOW_STATE_BYTES),
       started: false,
       claimedAt: now,

@@ -152,6 +152,8 @@ Deno.test("repeat: once the first flow expired (within the 60 s), the same reque
     assert.notEqual(again.flowState, first.flowState);
     assert.equal(t.upstream.calls.start, 2);
     assert.equal(again.expiresInSeconds, 30);
+    assert.equal((await loadPage(t)).flowState, again.flowState, "shared from now on");
+    assert.equal(t.upstream.calls.start, 2);
   }));
 
 Deno.test("repeat: after 60 s the same request starts a fresh flow; the first one lives on", () =>
@@ -162,6 +164,10 @@ Deno.test("repeat: after 60 s the same request starts a fresh flow; the first on
     t.clock.advance(2);
     const later = await loadPage(t);
     assert.notEqual(later.flowState, first.flowState);
+    assert.equal(t.upstream.calls.start, 2);
+    // …and the next 60 s share that new flow.
+    t.clock.advance(1_000);
+    assert.equal((await loadPage(t)).flowState, later.flowState);
     assert.equal(t.upstream.calls.start, 2);
     assert.deepEqual(await (await poll(t, first.flowState)).json(), { status: "pending" });
   }));

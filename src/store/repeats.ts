@@ -19,17 +19,25 @@ export interface RepeatRecord {
   expiresAt: number;
 }
 
+/** What is stored for a request: the live record, and what a claim must replace. */
+export interface RepeatLookup {
+  /** The live record, opened; null when absent, expired, or sealed under a key we no longer hold. */
+  live: Versioned<RepeatRecord> | null;
+  /** The versionstamp of whatever is stored, live or not (null: nothing). */
+  versionstamp: string | null;
+}
+
 /** The repeated-authorization operations of the store. */
 export interface RepeatStore {
-  /** The live record of an identical recent request, or null. */
-  getRepeat(requestHash: string): Promise<Versioned<RepeatRecord> | null>;
+  /** The record of an identical recent request. */
+  getRepeat(requestHash: string): Promise<RepeatLookup>;
   /**
-   * Claims `requestHash` for a flow about to start, replacing `previous` (as read) when given;
-   * null when another request changed the record first.
+   * Claims `requestHash` for a flow about to start, replacing what was stored at `versionstamp`
+   * (null: nothing); null when another request changed the record first.
    */
   claimRepeat(
     requestHash: string,
-    previous: Versioned<RepeatRecord> | null,
+    versionstamp: string | null,
     record: RepeatRecord,
   ): Promise<Versioned<RepeatRecord> | null>;
   /** Marks a claimed record's flow as started (stored and showable). */
@@ -59,18 +67,22 @@ export function createRepeatStore(io: StoreIo, secrets: SecretBox): RepeatStore 
   return {
     async getRepeat(requestHash) {
       const stored = await io.read<StoredRepeat>(repeatKey(requestHash));
-      if (!stored || !io.isLive(stored.value)) return null;
+      if (!stored) return { live: null, versionstamp: null };
+      const { versionstamp } = stored;
+      // Deno deletes an expired entry only some time later: it is still there to replace.
+      if (!io.isLive(stored.value)) return { live: null, versionstamp };
       const { sealed, ...rest } = stored.value;
       try {
-        return { ...stored, value: { ...rest, flowState: await secrets.open(sealed) } };
+        const value = { ...rest, flowState: await secrets.open(sealed) };
+        return { live: { ...stored, value }, versionstamp };
       } catch {
-        // Sealed under a key we no longer hold: as if absent.
-        return null;
+        // Sealed under a key we no longer hold: as if expired.
+        return { live: null, versionstamp };
       }
     },
 
-    claimRepeat(requestHash, previous, record) {
-      return write(repeatKey(requestHash), previous?.versionstamp ?? null, record);
+    claimRepeat(requestHash, versionstamp, record) {
+      return write(repeatKey(requestHash), versionstamp, record);
     },
 
     async markRepeatStarted(claim) {
