@@ -26,6 +26,7 @@ import { count } from "./format.ts";
 import { say } from "./log.ts";
 import { canPin, cpuCount, cpuModel, pinner, serviceRevision } from "./machine.ts";
 import { createProcessGroup } from "./processes.ts";
+import { writeReadme } from "./report.ts";
 import { createBenchServers } from "./servers.ts";
 import { sleep } from "./timing.ts";
 
@@ -35,7 +36,6 @@ const FAST_PAGE_MS = 1_000;
 /** Pages open over the first half of this, and nothing is counted before it has passed. */
 const WARM_UP_MS = 2 * INTERVAL_S * 1000;
 const CHALLENGE = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
-const MARKERS = ["<!-- poll-economy:start -->", "<!-- poll-economy:end -->"] as const;
 
 interface Settings {
   flows: number;
@@ -287,17 +287,6 @@ function report(
   return lines.join("\n");
 }
 
-async function writeReadme(text: string): Promise<void> {
-  const path = `${BENCH_DIR}README.md`;
-  const readme = await Deno.readTextFile(path);
-  const [start, end] = MARKERS.map((marker) => readme.indexOf(marker));
-  if (start < 0 || end < start) throw new Error(`${path} lacks the poll-economy markers`);
-  await Deno.writeTextFile(
-    path,
-    `${readme.slice(0, start + MARKERS[0].length)}\n\n${text}\n\n${readme.slice(end)}`,
-  );
-}
-
 async function main(): Promise<void> {
   const config = settings();
   const pinned = await canPin(!config.pin);
@@ -326,7 +315,7 @@ async function main(): Promise<void> {
     const text = report(started, await serviceRevision(ROOT), pinned, pending, signIns);
     // deno-lint-ignore no-console -- the report is this tool's output
     console.log(text);
-    if (config.writeReadme) await writeReadme(text);
+    if (config.writeReadme) await writeReadme(`${BENCH_DIR}README.md`, text, ROOT, "poll-economy");
   } finally {
     await processes.stopAll();
     await gitlab.close();
