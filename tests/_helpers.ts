@@ -300,6 +300,14 @@ export async function poll(t: AppLike, flowState: string): Promise<Response> {
   );
 }
 
+/** A device poll that takes `ms` (real time) to answer `result`: for concurrent polls. */
+export function slowPoll(ms: number, result: DevicePollResult): () => Promise<DevicePollResult> {
+  return async () => {
+    await new Promise((resolve) => setTimeout(resolve, ms));
+    return result;
+  };
+}
+
 /** GET /oauth/poll, asserting 200; the body. */
 export async function pollOk(t: AppLike, flowState: string): Promise<Record<string, unknown>> {
   const response = await poll(t, flowState);

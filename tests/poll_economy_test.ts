@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { recordsOf } from "../src/store/keys.ts";
-import { type DevicePollResult, UpstreamError } from "../src/upstream/types.ts";
+import { UpstreamError } from "../src/upstream/types.ts";
 import {
   FakeClock,
   FakeUpstream,
@@ -16,6 +16,7 @@ import {
   poll,
   pollCompletesAndExchanges,
   pollOk as pollBody,
+  slowPoll,
   startFlow,
   type TestApp,
   withApp,
@@ -42,14 +43,6 @@ async function withTwoInstances(fn: (a: TestApp, b: TestApp) => Promise<void>): 
     b.close();
     await Deno.remove(dir, { recursive: true });
   }
-}
-
-/** A device poll that takes `ms` (real time) to answer `result`. */
-function slowPoll(ms: number, result: DevicePollResult): () => Promise<DevicePollResult> {
-  return async () => {
-    await new Promise((resolve) => setTimeout(resolve, ms));
-    return result;
-  };
 }
 
 for (const interval of [5, 2]) {

@@ -5,18 +5,16 @@
  */
 
 import assert from "node:assert/strict";
-import type { DevicePollResult } from "../src/upstream/types.ts";
 import {
   countRecords,
   poll,
   pollCompletesAndExchanges,
   pollOk as pollBody,
+  slowPoll,
   startFlow,
   type TestApp,
   withApp,
 } from "./_helpers.ts";
-
-const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 async function storedFlow(t: TestApp, flowState: string) {
   const flow = await t.store.getFlow(flowState);
@@ -108,14 +106,6 @@ Deno.test("slow_down: a flow waiting out its interval still expires on time", ()
     assert.equal(t.upstream.calls.poll, 1);
     assert.equal(await t.store.getFlow(flowState), null);
   }));
-
-/** A device poll that takes `ms` to answer `result`. */
-function slowPoll(ms: number, result: DevicePollResult): () => Promise<DevicePollResult> {
-  return async () => {
-    await delay(ms);
-    return result;
-  };
-}
 
 Deno.test("slow_down: 10 concurrent polls of one flow share one upstream call", () =>
   withApp(async (t) => {
