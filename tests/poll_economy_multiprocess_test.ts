@@ -27,48 +27,59 @@ Deno.test("poll economy, two processes: one device flow for a double /authorize;
   };
   const services: ServiceProcess[] = [];
   let limitedAt = 0;
+  let codes: number[] = [];
   try {
-    services.push(await spawnService(env));
-    services.push(await spawnService(env));
-    const [a, b] = services.map((service) => service.url);
+    try {
+      services.push(await spawnService(env));
+      services.push(await spawnService(env));
+      const [a, b] = services.map((service) => service.url);
 
-    // The same authorization URL opened twice at once, each time on another process.
-    const [pageA, pageB] = await Promise.all([
-      authorizeOverHttp(a, { state: "first" }),
-      authorizeOverHttp(b, { state: "first" }),
-    ]);
-    assert.equal(pageA.flowState, pageB.flowState, "both pages show the same flow");
-    assert.equal(gitlab.calls.authorizeDevice, 1, "one device flow at GitLab");
-    const firstUserCode = gitlab.lastUserCode()!;
-    const second = await authorizeOverHttp(b, { state: "second" });
-    assert.equal(gitlab.calls.authorizeDevice, 2);
+      // The same authorization URL opened twice at once, each time on another process.
+      const [pageA, pageB] = await Promise.all([
+        authorizeOverHttp(a, { state: "first" }),
+        authorizeOverHttp(b, { state: "first" }),
+      ]);
+      assert.equal(pageA.flowState, pageB.flowState, "both pages show the same flow");
+      assert.equal(gitlab.calls.authorizeDevice, 1, "one device flow at GitLab");
+      const firstUserCode = gitlab.lastUserCode()!;
+      const second = await authorizeOverHttp(b, { state: "second" });
+      assert.equal(gitlab.calls.authorizeDevice, 2);
 
-    gitlab.rateLimit(30);
-    limitedAt = Date.now();
-    assert.deepEqual(await pollOverHttp(a, pageA.flowState), {
-      status: 200,
-      body: { status: "pending" },
-    });
-    assert.equal(gitlab.calls.deviceToken, 1, "GitLab answered 429");
+      gitlab.rateLimit(30);
+      limitedAt = Date.now();
+      assert.deepEqual(await pollOverHttp(a, pageA.flowState), {
+        status: 200,
+        body: { status: "pending" },
+      });
+      assert.equal(gitlab.calls.deviceToken, 1, "GitLab answered 429");
 
-    gitlab.approve(firstUserCode);
-    for (let round = 0; round < 3; round++) {
-      for (const url of [a, b]) {
-        for (const flowState of [pageA.flowState, second.flowState]) {
-          assert.deepEqual(await pollOverHttp(url, flowState), {
-            status: 200,
-            body: { status: "pending" },
-          });
+      gitlab.approve(firstUserCode);
+      for (let round = 0; round < 3; round++) {
+        for (const url of [a, b]) {
+          for (const flowState of [pageA.flowState, second.flowState]) {
+            assert.deepEqual(await pollOverHttp(url, flowState), {
+              status: 200,
+              body: { status: "pending" },
+            });
+          }
         }
       }
+      assert.equal(gitlab.calls.deviceToken, 1, "no process polled GitLab during the pause");
+    } finally {
+      codes = await Promise.all(services.map((service) => service.stop()));
+      await gitlab.close();
     }
-    assert.equal(gitlab.calls.deviceToken, 1, "no process polled GitLab during the pause");
-  } finally {
-    const codes = await Promise.all(services.map((service) => service.stop()));
-    await gitlab.close();
     assert.deepEqual(codes, codes.map(() => 0));
-  }
-  try {
+    for (const service of services) {
+      assert.deepEqual(
+        service.logs.filter((line) => /unhandled error|"status":500/.test(line)),
+        [],
+      );
+    }
+    const paused = services.flatMap((service) =>
+      service.logs.filter((line) => line.includes("upstream rate limit: polling paused"))
+    );
+    assert.equal(paused.length, 1, "the one 429 paused the service, once");
     const kv = await Deno.openKv(kvPath);
     try {
       const pauses = await recordsOf<{ expiresAt: number }>(kv, "pause");
