@@ -1,7 +1,8 @@
 /**
  * `GET /authorize`: validates the authorization request, starts an upstream device flow (or
  * shows the one an identical request started moments ago, see device_flow.ts) and answers the
- * page that shows the user code.
+ * page that shows the user code (or, with GITLAB_SIGN_IN=redirect, answers the consent page of
+ * the redirect sign-in: `sign_in/redirect_flow.ts`).
  *
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
@@ -11,6 +12,7 @@ import type { OAuthRequestContext } from "../context.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { PKCE_METHOD } from "../pkce.ts";
+import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
 import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
 import { deviceFlowFor, type ShownFlow } from "../device_flow.ts";
@@ -29,6 +31,9 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
   const client = await store.getClient(request.clientId);
   if (ctx.deps.config.redirectUriPolicy === "registered") {
     request.redirectUri = registeredRedirectUri(request, client);
+  }
+  if (ctx.deps.config.gitlabSignIn === "redirect") {
+    return await answerRedirectSignIn(ctx, request, client);
   }
 
   let shown: ShownFlow;

@@ -4,9 +4,9 @@
  */
 
 import type { SecretBox } from "../secret_box.ts";
+import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
 import { codeKey, flowKey, repeatKey, sessionKey } from "./keys.ts";
-import type { AtomicWrite } from "./group_commit.ts";
 import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
 
 /** What a completed sign-in writes in one commit. */
@@ -103,19 +103,14 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
       return rewriteFlow(flow, { ...flow.value, intervalSeconds, nextPollAt });
     },
 
-    completeFlow(flow, { code, codeRecord, session }) {
-      const codeAt = codeKey(code);
-      const sessionAt = sessionKey(session.id);
-      return io.commit(forgetRepeat(
-        io.atomic()
-          .check(flow)
-          .check({ key: codeAt, versionstamp: null })
-          .check({ key: sessionAt, versionstamp: null })
-          .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
-          .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
-          .delete(flow.key),
-        flow.value,
-      ));
+    completeFlow(flow, completion) {
+      return io.commit(
+        withCompletion(
+          io,
+          forgetRepeat(io.atomic().check(flow).delete(flow.key), flow.value),
+          completion,
+        ),
+      );
     },
   };
 }
@@ -123,4 +118,19 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
 /** A flow that ends takes the record of the request that started it along (see repeats.ts). */
 function forgetRepeat(op: AtomicWrite, flow: FlowRecord): AtomicWrite {
   return flow.requestHash === undefined ? op : op.delete(repeatKey(flow.requestHash));
+}
+
+/** `op` that also stores a completed sign-in's new code and new session. */
+export function withCompletion(
+  io: StoreIo,
+  op: AtomicWrite,
+  { code, codeRecord, session }: FlowCompletion,
+): AtomicWrite {
+  const codeAt = codeKey(code);
+  const sessionAt = sessionKey(session.id);
+  return op
+    .check({ key: codeAt, versionstamp: null })
+    .check({ key: sessionAt, versionstamp: null })
+    .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
+    .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) });
 }

@@ -5,15 +5,17 @@
  * | key                                 | value             | lifetime (expireIn = GC only) |
  * |-------------------------------------|-------------------|-------------------------------|
  * | ["flow", sha256(flow_state)]        | StoredFlow        | upstream `expires_in`         |
+ * | ["signin", sha256(id or state)]     | StoredSignIn      | 10 minutes                    |
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
  * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | kept                          |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
- * | ["pause", "upstream"]               | { until }         | until the upstream's pause ends |
+ * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
+ * | ["pause", "upstream"]               | { expiresAt }     | the pause (at most 15 min)    |
  * | ["repeat", sha256(request)]         | StoredRepeat      | 60 seconds                    |
  *
- * Secrets (flow states, codes) appear in keys only as SHA-256 hashes.
+ * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
 
 import { sha256Base64Url } from "../crypto.ts";
@@ -21,11 +23,13 @@ import { sha256Base64Url } from "../crypto.ts";
 /** The kinds of record, each the first part of its keys. */
 export const RECORD_KINDS = [
   "flow",
+  "signin",
   "code",
   "session",
   "lease",
   "client",
   "rate",
+  "mcp_session",
   "pause",
   "repeat",
 ] as const;
@@ -36,6 +40,14 @@ export type RecordKind = (typeof RECORD_KINDS)[number];
 /** The key of the device flow a page polls with `flowState`. */
 export function flowKey(flowState: string): Deno.KvKey {
   return ["flow", sha256Base64Url(flowState)];
+}
+
+/**
+ * The key of a redirect sign-in: by the id on its consent page, then by the `state` sent to the
+ * upstream.
+ */
+export function signInKey(idOrState: string): Deno.KvKey {
+  return ["signin", sha256Base64Url(idOrState)];
 }
 
 /** The key of an authorization code. */
@@ -71,6 +83,11 @@ export function upstreamPauseKey(): Deno.KvKey {
 /** The key of a recent `/authorize` request, by the hash of its whole query. */
 export function repeatKey(requestHash: string): Deno.KvKey {
   return ["repeat", requestHash];
+}
+
+/** The key of the binding of an MCP server's `Mcp-Session-Id` to one of our sessions. */
+export function mcpSessionKey(mcpSessionId: string): Deno.KvKey {
+  return ["mcp_session", sha256Base64Url(mcpSessionId)];
 }
 
 /** The prefix under which every record of `kind` lives (`[]`: everything). */

@@ -20,8 +20,11 @@ import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
+import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createRepeatStore, type RepeatStore } from "./repeats.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
+import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 import { createUpstreamPauseStore, type UpstreamPauseStore } from "./upstream_pause.ts";
 
 export type { Versioned } from "./io.ts";
@@ -29,17 +32,21 @@ export type { CodeAndSession } from "./codes.ts";
 export type { FlowCompletion } from "./flows.ts";
 export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
+export type { RecordCounts, SessionFilter } from "./operators.ts";
 export type { RepeatRecord } from "./repeats.ts";
 
 /** The service's storage operations. */
 export interface Store
   extends
     FlowStore,
+    SignInStore,
     CodeStore,
     SessionStore,
     ClientStore,
     LimitStore,
     LeaseStore,
+    McpSessionStore,
+    OperatorStore,
     UpstreamPauseStore,
     RepeatStore {
   /** Throws when KV cannot be read (health checks). */
@@ -53,11 +60,14 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
   return {
     ...createFlowStore(io, secrets),
+    ...createSignInStore(io, secrets),
     ...createCodeStore(io, sessions),
     ...sessionStore,
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createMcpSessionStore(io, sessions),
+    ...createOperatorStore(io),
     ...createUpstreamPauseStore(io),
     ...createRepeatStore(io, secrets),
     async ping() {
