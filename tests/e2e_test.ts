@@ -34,8 +34,14 @@ async function authorize(service: ServiceProcess): Promise<string> {
   return (await authorizeOverHttp(service.url, AUTHORIZE)).flowState;
 }
 
+/**
+ * A GitLab announcing `interval: 0`: the service may ask again at once, so a poll right after
+ * the approval reaches GitLab without the test waiting out an interval on the wall clock.
+ */
+const NO_INTERVAL = { interval: 0 };
+
 Deno.test("e2e: authorize → approve at GitLab → poll → code exchange → refresh, over HTTP", async () => {
-  const gitlab = startSimulatedGitLab();
+  const gitlab = startSimulatedGitLab(NO_INTERVAL);
   const service = await spawnService(serviceEnv(gitlab.url));
   try {
     const flowState = await authorize(service);
@@ -100,7 +106,7 @@ Deno.test("e2e: denied at GitLab → poll answers failed with access_denied", as
 });
 
 Deno.test("e2e: a refresh token survives a restart on a file-backed KV", async () => {
-  const gitlab = startSimulatedGitLab();
+  const gitlab = startSimulatedGitLab(NO_INTERVAL);
   const dir = await Deno.makeTempDir();
   const env = serviceEnv(gitlab.url, { KV_PATH: `${dir}/kv.sqlite` });
   try {

@@ -1,7 +1,8 @@
 /**
- * `GET /authorize`: validates the authorization request, starts an upstream device flow and
- * answers the page that shows the user code (or, with GITLAB_SIGN_IN=redirect, answers the
- * consent page of the redirect sign-in: `sign_in/redirect_flow.ts`).
+ * `GET /authorize`: validates the authorization request, starts an upstream device flow (or
+ * shows the one an identical request started moments ago, see device_flow.ts) and answers the
+ * page that shows the user code (or, with GITLAB_SIGN_IN=redirect, answers the consent page of
+ * the redirect sign-in: `sign_in/redirect_flow.ts`).
  *
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
@@ -10,7 +11,6 @@ import { ClientMetadataError, isClientMetadataUrl } from "../client_metadata/doc
 import { resolveClientMetadata } from "../client_metadata/resolver.ts";
 import { matchesRegisteredRedirect } from "../clients.ts";
 import type { OAuthRequestContext } from "../context.ts";
-import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { PKCE_METHOD } from "../pkce.ts";
@@ -20,9 +20,7 @@ import { mcpResourceUrl } from "../resource_urls.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
 import type { FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
-
-/** Flow state size parameter (spec §8): 32 random bytes. */
-const FLOW_STATE_BYTES = 32;
+import { deviceFlowFor, type ShownFlow } from "../device_flow.ts";
 
 interface AuthorizationRequest {
   clientId: string;
@@ -43,7 +41,7 @@ export interface IdentifiedClient {
 
 /** Handles `GET /authorize`. */
 export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Response> {
-  const { store, clock, templates, logger } = ctx.deps;
+  const { clock, templates, logger } = ctx.deps;
   const request = parseAuthorizationRequest(ctx.url.searchParams);
   const resource = requireProtectedResource(
     request.resource,
@@ -59,20 +57,23 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     );
   }
 
-  const flowState = randomToken(FLOW_STATE_BYTES);
-  let device: DeviceAuthorization;
+  let shown: ShownFlow;
   try {
-    device = await ctx.oauth.upstream.startDeviceAuthorization();
-    await store.createFlow(flowState, flowRecord(request, client, resource, device, clock.now()));
+    shown = await deviceFlowFor(
+      ctx,
+      (device, nowMs) => flowRecord(request, client, resource, device, nowMs),
+    );
   } catch (error) {
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Failed to initiate authentication");
   }
+  const { flowState, flow } = shown;
 
   const page = templates.renderDevicePage({
-    userCode: device.userCode,
-    verificationUrl: device.verificationUriComplete ?? device.verificationUri,
-    expiresInSeconds: device.expiresInSeconds,
+    userCode: flow.userCode,
+    verificationUrl: flow.verificationUriComplete ?? flow.verificationUri,
+    // A repeated request shows the first one's flow, with what is left of its lifetime.
+    expiresInSeconds: Math.max(0, Math.ceil((flow.expiresAt - clock.now()) / 1000)),
     flowState,
     pollUrl: `${ctx.baseUrl}/oauth/poll`,
     redirectUri: client.redirectUri,

@@ -6,7 +6,7 @@
 import type { SecretBox } from "../secret_box.ts";
 import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
-import { codeKey, flowKey, sessionKey } from "./keys.ts";
+import { codeKey, flowKey, repeatKey, sessionKey } from "./keys.ts";
 import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
 
 /** What a completed sign-in writes in one commit. */
@@ -29,8 +29,8 @@ export interface FlowStore {
     tokens: UpstreamTokenSet,
   ): Promise<Versioned<FlowRecord> | null>;
   /**
-   * Records the upstream's `slow_down`: the new interval, and no upstream poll before
-   * `nextPollAt`; null when the flow changed since read.
+   * Records when the upstream may next be polled for this flow (`nextPollAt`) and the interval
+   * (grown after `slow_down`); null when the flow changed since read.
    */
   deferFlowPolling(
     flow: Versioned<FlowRecord>,
@@ -92,7 +92,7 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
     },
 
     deleteFlow(flow) {
-      return io.commit(io.atomic().check(flow).delete(flow.key));
+      return io.commit(forgetRepeat(io.atomic().check(flow).delete(flow.key), flow.value));
     },
 
     saveFlowUpstreamTokens(flow, tokens) {
@@ -104,9 +104,20 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
     },
 
     completeFlow(flow, completion) {
-      return io.commit(withCompletion(io, io.atomic().check(flow).delete(flow.key), completion));
+      return io.commit(
+        withCompletion(
+          io,
+          forgetRepeat(io.atomic().check(flow).delete(flow.key), flow.value),
+          completion,
+        ),
+      );
     },
   };
+}
+
+/** A flow that ends takes the record of the request that started it along (see repeats.ts). */
+function forgetRepeat(op: AtomicWrite, flow: FlowRecord): AtomicWrite {
+  return flow.requestHash === undefined ? op : op.delete(repeatKey(flow.requestHash));
 }
 
 /** `op` that also stores a completed sign-in's new code and new session. */

@@ -13,6 +13,8 @@
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
  * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
  * | ["client_metadata", sha256(url)]    | ClientDocumentRecord | its cache lifetime         |
+ * | ["pause", "upstream"]               | { expiresAt }     | the pause (at most 15 min)    |
+ * | ["repeat", sha256(request)]         | StoredRepeat      | 60 seconds                    |
  *
  * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
@@ -30,6 +32,8 @@ export const RECORD_KINDS = [
   "rate",
   "mcp_session",
   "client_metadata",
+  "pause",
+  "repeat",
 ] as const;
 
 /** One kind of record. */
@@ -76,6 +80,16 @@ export function clientDocumentKey(url: string): Deno.KvKey {
 /** The key of one rate-limit counter: a bucket, an address, a fixed window. */
 export function rateKey(bucket: string, ip: string, window: number): Deno.KvKey {
   return ["rate", bucket, ip, window];
+}
+
+/** The key of the one service-wide pause of upstream polling (the upstream's rate limit). */
+export function upstreamPauseKey(): Deno.KvKey {
+  return ["pause", "upstream"];
+}
+
+/** The key of a recent `/authorize` request, by the hash of its whole query. */
+export function repeatKey(requestHash: string): Deno.KvKey {
+  return ["repeat", requestHash];
 }
 
 /** The key of the binding of an MCP server's `Mcp-Session-Id` to one of our sessions. */

@@ -38,7 +38,7 @@ export interface FlowRecord {
   /** Epoch ms: creation plus upstream `expires_in`. */
   expiresAt: number;
   intervalSeconds: number;
-  /** Epoch ms before which the upstream is not polled again (set after `slow_down`, RFC 8628 §3.5). */
+  /** Epoch ms before which the upstream is not polled again: `interval` after its last answer. */
   nextPollAt?: number;
   clientId: string;
   codeChallenge: string;
@@ -48,6 +48,8 @@ export interface FlowRecord {
   redirectUri?: string;
   /** The MCP server the client asked a token for (RFC 8707); absent in flows from before. */
   resource?: string;
+  /** The hash of the `/authorize` request that started it, when identical ones may share it. */
+  requestHash?: string;
   /**
    * Set the moment the upstream returns a token, before the user lookup: the device code is spent
    * then, so a failed lookup must be retried with these instead of polling again.

@@ -47,11 +47,35 @@ export interface UpstreamUser {
  * never from message text.
  */
 export type DevicePollResult =
-  | { kind: "token"; tokens: UpstreamTokens }
-  /** `authorization_pending`: the user has not approved yet. */
-  | { kind: "pending" }
-  /** `slow_down`: still pending, and the provider wants a longer interval. */
-  | { kind: "slow_down" };
+  & (
+    | { kind: "token"; tokens: UpstreamTokens }
+    /** `authorization_pending`: the user has not approved yet. */
+    | { kind: "pending" }
+    /** `slow_down`: still pending, and the provider wants a longer interval. */
+    | { kind: "slow_down" }
+    /** HTTP 429: the provider refuses calls for a while; the flow itself is unchanged. */
+    | { kind: "rate_limited" }
+  )
+  & {
+    /**
+     * Set when the provider asks for a pause of all calls: on HTTP 429, or on any answer that
+     * says `RateLimit-Remaining: 0`.
+     */
+    backoff?: UpstreamBackoff;
+  };
+
+/**
+ * How long the provider wants to be left alone, from its `Retry-After` (seconds or an HTTP
+ * date) or `RateLimit-Reset` (GitLab: a Unix time) headers. Both empty: it did not say.
+ *
+ * @see RFC 9110 §10.2.3, https://docs.gitlab.com/security/rate_limits/
+ */
+export interface UpstreamBackoff {
+  /** From `Retry-After: <seconds>`. */
+  retryAfterSeconds?: number;
+  /** Epoch seconds, from `Retry-After: <HTTP date>` or `RateLimit-Reset`. */
+  resumeAtEpochSeconds?: number;
+}
 
 /**
  * Why an upstream call failed. `terminal` means the flow or grant can never succeed
