@@ -32,6 +32,7 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
   if (ctx.deps.config.redirectUriPolicy === "registered") {
     request.redirectUri = registeredRedirectUri(request, client);
   }
+  if (client) await store.recordClientUse(client);
 
   const flowState = randomToken(FLOW_STATE_BYTES);
   let device: DeviceAuthorization;

@@ -10,7 +10,9 @@ import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readParams } from "../http.ts";
 import { redact } from "../logger.ts";
 import { verifyPkce } from "../pkce.ts";
+import { revokeUpstreamTokens } from "../session/end.ts";
 import {
+  endSessionOnRefreshReplay,
   findSessionByRefreshToken,
   isCurrentRefreshToken,
   issueTokens,
@@ -24,7 +26,7 @@ import type { SessionRecord } from "../store/records.ts";
 
 /** Handles `POST /token`. */
 export async function handleToken(ctx: OAuthRequestContext): Promise<Response> {
-  const params = await readParams(ctx.request);
+  const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const grantType = params.get("grant_type");
   if (grantType === "authorization_code") return await exchangeCode(ctx, params);
   if (grantType === "refresh_token") return await refresh(ctx, params);
@@ -86,7 +88,10 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
   const found = await findSessionByRefreshToken(store, refreshToken);
   if (!found) {
     const replayed = await takeRefreshGrace(ctx.deps, refreshToken);
-    if (!replayed) throw invalidGrant("Invalid refresh token");
+    if (!replayed) {
+      await endReplayedSession(ctx, refreshToken);
+      throw invalidGrant("Invalid refresh token");
+    }
     logger.info("refresh retried within grace", { requestId: ctx.requestId });
     return json(replayed, 200, NO_STORE);
   }
@@ -129,6 +134,24 @@ async function revokeReplayedCodeSession(
   ctx.deps.logger.warn("authorization code replayed; session revoked", {
     requestId: ctx.requestId,
     sessionId,
+  });
+}
+
+/**
+ * Opt-in (REVOKE_ON_REFRESH_REPLAY): a rotated refresh token presented again ends its session
+ * and its GitLab token (RFC 9700 §4.14.2); the replay is still answered invalid_grant.
+ */
+async function endReplayedSession(ctx: OAuthRequestContext, refreshToken: string): Promise<void> {
+  const { store, logger } = ctx.deps;
+  const ended = await endSessionOnRefreshReplay(ctx.deps, refreshToken);
+  if (!ended) return;
+  logger.warn("refresh token replayed; session revoked", {
+    requestId: ctx.requestId,
+    sessionId: ended.id,
+  });
+  await revokeUpstreamTokens({ store, logger, upstream: ctx.oauth.upstream }, ended, {
+    requestId: ctx.requestId,
+    sessionId: ended.id,
   });
 }
 

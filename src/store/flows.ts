@@ -5,8 +5,15 @@
 
 import type { SecretBox } from "../secret_box.ts";
 import type { StoreIo, Versioned } from "./io.ts";
-import { codeKey, flowKey, sessionKey } from "./keys.ts";
-import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
+import { codeKey, flowKey, sessionKey, unredeemedKey } from "./keys.ts";
+import type {
+  CodeRecord,
+  FlowRecord,
+  SessionRecord,
+  UnredeemedSignIn,
+  UpstreamTokenSet,
+} from "./records.ts";
+import { UNREDEEMED_KEEP_MS } from "./unredeemed.ts";
 
 /** What a completed sign-in writes in one commit. */
 export interface FlowCompletion {
@@ -36,7 +43,10 @@ export interface FlowStore {
     intervalSeconds: number,
     nextPollAt: number,
   ): Promise<Versioned<FlowRecord> | null>;
-  /** Stores code and session and deletes the flow, all or nothing; false if the flow changed. */
+  /**
+   * Stores code and session (and the unredeemed sign-in that revokes them if the code expires
+   * unused) and deletes the flow, all or nothing; false if the flow changed.
+   */
   completeFlow(flow: Versioned<FlowRecord>, completion: FlowCompletion): Promise<boolean>;
 }
 
@@ -112,8 +122,17 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
           .check({ key: sessionAt, versionstamp: null })
           .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
           .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
+          .set(
+            unredeemedKey(codeRecord.expiresAt, session.id),
+            unredeemedSignIn(session),
+            { expireIn: io.ttlUntil(codeRecord.expiresAt + UNREDEEMED_KEEP_MS) },
+          )
           .delete(flow.key),
       );
     },
   };
+}
+
+function unredeemedSignIn(session: SessionRecord): UnredeemedSignIn {
+  return { sessionId: session.id, sealedUpstreamTokens: session.sealedUpstreamTokens };
 }

@@ -23,6 +23,8 @@ export interface StoreIo {
   read<T>(key: Deno.KvKey): Promise<Versioned<T> | null>;
   /** The entries at `keys`, in their order, read as one snapshot. */
   readMany(keys: Deno.KvKey[]): Promise<(Versioned<unknown> | null)[]>;
+  /** At most `limit` entries in `selector`'s range, in key order. */
+  list<T>(selector: Deno.KvListSelector, limit: number): Promise<Versioned<T>[]>;
   /** A write that joins the group commit when committed. */
   atomic(): AtomicWrite;
   /** Commits `op`; false when one of its checks failed. */
@@ -49,6 +51,9 @@ export function createStoreIo(kv: Deno.Kv, clock: Clock): StoreIo {
     },
     async readMany(keys) {
       return (await getMany(keys)).map(versioned);
+    },
+    list<T>(selector: Deno.KvListSelector, limit: number) {
+      return retryLocked(() => Array.fromAsync(kv.list<T>(selector, { limit })));
     },
     atomic: () => new AtomicWrite(submit),
     async commit(op) {

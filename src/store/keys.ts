@@ -6,9 +6,10 @@
  * |-------------------------------------|-------------------|-------------------------------|
  * | ["flow", sha256(flow_state)]        | StoredFlow        | upstream `expires_in`         |
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
+| ["unredeemed", expiresAt, session]  | UnredeemedSignIn  | until swept (GC: a week)      |
  * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
- * | ["client", client id]               | ClientRecord      | kept                          |
+ * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
  *
  * Secrets (flow states, codes) appear in keys only as SHA-256 hashes.
@@ -17,7 +18,15 @@
 import { sha256Base64Url } from "../crypto.ts";
 
 /** The kinds of record, each the first part of its keys. */
-export const RECORD_KINDS = ["flow", "code", "session", "lease", "client", "rate"] as const;
+export const RECORD_KINDS = [
+  "flow",
+  "code",
+  "unredeemed",
+  "session",
+  "lease",
+  "client",
+  "rate",
+] as const;
 
 /** One kind of record. */
 export type RecordKind = (typeof RECORD_KINDS)[number];
@@ -30,6 +39,19 @@ export function flowKey(flowState: string): Deno.KvKey {
 /** The key of an authorization code. */
 export function codeKey(code: string): Deno.KvKey {
   return ["code", sha256Base64Url(code)];
+}
+
+/**
+ * The key of a sign-in whose code is not redeemed yet: ordered by the code's expiry, so the
+ * abandoned ones are a key range.
+ */
+export function unredeemedKey(codeExpiresAt: number, sessionId: string): Deno.KvKey {
+  return ["unredeemed", codeExpiresAt, sessionId];
+}
+
+/** The range of unredeemed sign-ins whose code expired before `nowMs`. */
+export function abandonedSignInRange(nowMs: number): Deno.KvListSelector {
+  return { start: ["unredeemed"], end: ["unredeemed", nowMs] };
 }
 
 /** The key of a session. */

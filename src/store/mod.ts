@@ -21,6 +21,7 @@ import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
+import { createUnredeemedStore, type UnredeemedStore } from "./unredeemed.ts";
 
 export type { Versioned } from "./io.ts";
 export type { CodeAndSession } from "./codes.ts";
@@ -30,7 +31,7 @@ export type { RefreshGrace, TakenGrace } from "./sessions.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
+  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore, UnredeemedStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -47,6 +48,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createUnredeemedStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },
