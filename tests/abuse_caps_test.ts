@@ -82,6 +82,15 @@ Deno.test("unredeemed code: parallel sweeps revoke each abandoned GitLab token e
     assert.equal(await countRecords(t.kv, "session"), 0);
   }));
 
+Deno.test("unredeemed code: a sweep that fails does not fail the sign-in that ran it", () =>
+  withApp(async (t) => {
+    t.deps.store.takeAbandonedSignIns = () => Promise.reject(new Error("KV unavailable"));
+    const code = await signInWithGitLabToken(t, "gl-fine");
+    const exchanged = await exchange(t, code);
+    assert.equal(exchanged.status, 200);
+    await exchanged.body?.cancel();
+  }));
+
 // ---- request bodies must arrive in time -----------------------------------------------------
 
 const BODY_TIMEOUT_MS = 300;

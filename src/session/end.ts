@@ -57,10 +57,17 @@ export async function revokeUpstreamTokens(
 /**
  * Revokes the GitLab tokens of sign-ins whose code expired unredeemed (their sessions are
  * deleted with them). Run where sign-ins complete, so abandoned ones are swept at the pace they
- * are made; a few per call keeps the caller's latency bounded.
+ * are made; a few per call keeps the caller's latency bounded. Never throws.
  */
 export async function sweepAbandonedSignIns(deps: EndDeps, fields: LogFields): Promise<void> {
-  const abandoned = await deps.store.takeAbandonedSignIns(SWEEP_LIMIT);
+  let abandoned;
+  try {
+    abandoned = await deps.store.takeAbandonedSignIns(SWEEP_LIMIT);
+  } catch (error) {
+    // The sign-in that runs the sweep has completed; a failed sweep is left to the next one.
+    deps.logger.warn("sweep of unredeemed sign-ins failed", { ...fields, error: String(error) });
+    return;
+  }
   await Promise.all(abandoned.map((signIn) => {
     deps.logger.info("unredeemed sign-in ended", { ...fields, sessionId: signIn.sessionId });
     return revokeUpstreamTokens(deps, signIn, { ...fields, sessionId: signIn.sessionId });
