@@ -291,7 +291,7 @@ export const CONFIG_VARIABLES = {
     "opt-in, see [Opt-in policies](#opt-in-policies)",
     "`false` (strict: `true`)",
   ),
-  /** `spec`: the spec to the letter; `strict`: the production defaults of security_profile.ts. */
+  /** `spec`: the spec to the letter; `strict`: the production defaults of PROFILE_DEFAULTS. */
   securityProfile: variable(
     "SECURITY_PROFILE",
     "spec",

@@ -1,10 +1,11 @@
 /**
- * A session's life, in one place: a sign-in creates it with a single-use code; the code's
- * exchange and every refresh mint an access token and rotate the refresh token; only the
- * current refresh token is accepted, except, opt-in, the previous one within its grace window.
- * Routes call these; the store keeps the records.
+ * A session's life, in one place: a sign-in creates it with a single-use code (and it lives no
+ * longer than the code until that is redeemed); the code's exchange and every refresh mint an
+ * access token and rotate the refresh token; only the current refresh token is accepted, except,
+ * opt-in, the previous one within its grace window; opt-in, the previous one presented after
+ * that ends the session. Routes call these; the store keeps the records.
  *
- * @see spec §2.3, §2.5, §2.6, §3.3, §4.3
+ * @see spec §2.3, §2.5, §2.6, §3.3, §4.3, RFC 9700 §4.14.2
  */
 
 import type { Clock } from "../clock.ts";
@@ -20,7 +21,7 @@ import type { UpstreamUser } from "../upstream/types.ts";
 export const CODE_TTL_MS = 10 * 60 * 1000;
 
 /** Attempts at a session transition that something else (an upstream refresh) may race. */
-const TAKE_GRACE_ATTEMPTS = 5;
+const RACED_TRANSITION_ATTEMPTS = 5;
 
 /** What an authorization request asked that its code must remember. */
 export type SignInRequest = Pick<
@@ -211,7 +212,7 @@ export async function takeRefreshGrace(
   const hash = refreshTokenHash(token);
   // Retried only when something else (an upstream refresh by the gateway) saved the session in
   // between; a rotation or another taker ends the grace, which the next read sees.
-  for (let attempt = 0; attempt < TAKE_GRACE_ATTEMPTS; attempt++) {
+  for (let attempt = 0; attempt < RACED_TRANSITION_ATTEMPTS; attempt++) {
     const session = await store.getSessionNamedBy(token);
     const grace = session?.value.previousRefresh;
     if (!session || grace?.hash !== hash || clock.now() > grace.untilMs) return null;
@@ -238,7 +239,7 @@ export async function endSessionOnRefreshReplay(
   if (!first || !isReplayedRefreshToken(first.value, token, clock.now(), config)) return null;
   // Once recognised, whatever the session has become since (an upstream refresh saved it) ends.
   let session: Versioned<SessionRecord> | null = first;
-  for (let attempt = 0; session && attempt < TAKE_GRACE_ATTEMPTS; attempt++) {
+  for (let attempt = 0; session && attempt < RACED_TRANSITION_ATTEMPTS; attempt++) {
     if (await store.deleteSessionIfUnchanged(session)) return session.value;
     session = await store.getSession(first.value.id);
   }
