@@ -80,6 +80,10 @@ function warnIfNotConfigured(config: Config, logger: Logger): void {
 }
 
 async function main(): Promise<void> {
+  if (Deno.args[0] === "admin") {
+    const { runAdmin } = await import("./src/admin/cli.ts");
+    Deno.exit(await runAdmin(Deno.args.slice(1), Deno.env.toObject()));
+  }
   const logger = createLogger();
   let service: RunningService;
   try {

@@ -1,6 +1,7 @@
 /**
- * `deno task demo`: the service, a simulated GitLab and a tiny example client, all on
- * loopback, so a newcomer can watch a whole sign-in without a GitLab account.
+ * `deno task demo`: the service, a simulated GitLab, an MCP server behind the service's gateway
+ * at `/mcp` and a tiny example client, all on loopback, so a newcomer can watch a whole sign-in,
+ * and try MCP clients, without a GitLab account. `PORT` sets the service's port (0: any free).
  *
  * Development only. Production starts with `deno task start` and a real GitLab.
  */
@@ -8,11 +9,13 @@
 import { startService } from "../main.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import { createLogger } from "../src/logger.ts";
+import { startDemoMcpServer } from "./demo_mcp_server.ts";
 import { startSimulatedGitLab } from "./simulated_gitlab.ts";
 
 const env = Deno.env.toObject();
 const port = env.PORT ?? "8000";
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
+const mcp = startDemoMcpServer(gitlab.url);
 const service = await startService({
   KV_PATH: ":memory:",
   ACCESS_TOKEN_TTL: "3600",
@@ -22,6 +25,7 @@ const service = await startService({
   GITLAB_URL: gitlab.url.href,
   GITLAB_CLIENT_ID: "demo-gitlab-app",
   JWT_SECRET: randomToken(32),
+  MCP_UPSTREAM_URL: mcp.url,
 }, createLogger());
 
 /** PKCE verifiers of sign-ins the example client started, by `state`. */
@@ -110,7 +114,13 @@ const banner = [
   "     the code; click Approve (or Deny to see a failure).",
   "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
   "",
-  `  Service: ${service.url}   Simulated GitLab: ${gitlab.url.origin}   Ctrl-C stops all.`,
+  `  Or connect an MCP client to ${service.url}/mcp (tools: whoami, list_projects):`,
+  `    npx @modelcontextprotocol/inspector            (Streamable HTTP, URL ${service.url}/mcp)`,
+  `    claude mcp add --transport http demo ${service.url}/mcp`,
+  `    npx mcp-remote ${service.url}/mcp`,
+  "",
+  `  Service: ${service.url}   Simulated GitLab: ${gitlab.url.origin}   MCP server: ${mcp.url}`,
+  "  Ctrl-C stops all.",
   "",
 ].join("\n");
 await Deno.stdout.write(new TextEncoder().encode(banner + "\n"));
@@ -118,6 +128,7 @@ await Deno.stdout.write(new TextEncoder().encode(banner + "\n"));
 const stop = async () => {
   await service.shutdown();
   await client.shutdown();
+  await mcp.close();
   await gitlab.close();
   Deno.exit(0);
 };

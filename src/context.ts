@@ -4,6 +4,7 @@ import type { Clock } from "./clock.ts";
 import type { Config } from "./config.ts";
 import type { TokenSigner } from "./jwt.ts";
 import type { LogFields, Logger } from "./logger.ts";
+import type { VerifiedTokens } from "./session/verified_tokens.ts";
 import type { Store } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import type { Upstream } from "./upstream/types.ts";
@@ -21,6 +22,8 @@ export interface AppDeps {
   clock: Clock;
   templates: Templates;
   logger: Logger;
+  /** Access tokens the gateway accepted within the last second. */
+  verifiedTokens: VerifiedTokens;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */
   oauth?: OAuthDeps;
 }

@@ -11,6 +11,7 @@ import type { AppDeps } from "./context.ts";
 import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
+import { createVerifiedTokens } from "./session/verified_tokens.ts";
 import { createStore } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
@@ -35,6 +36,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     clock,
     templates,
     logger,
+    verifiedTokens: createVerifiedTokens(),
     oauth: settings && {
       upstream: resources.upstream ?? createGitLabUpstream({
         gitlabUrl: config.gitlabUrl,

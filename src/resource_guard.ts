@@ -18,6 +18,11 @@ import { protectedResourceMetadataUrl } from "./resource_urls.ts";
 import { MCP_TOOLS_SCOPE } from "./scopes.ts";
 import { createSecretBox, sealingSecrets } from "./secret_box.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "./session/upstream_refresh.ts";
+import {
+  createVerifiedTokens,
+  type VerifiedToken,
+  type VerifiedTokens,
+} from "./session/verified_tokens.ts";
 import { createStore, type Store, type Versioned } from "./store/mod.ts";
 import type { SessionRecord } from "./store/records.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
@@ -112,6 +117,8 @@ export interface GuardDeps {
   /** Leeway on `exp` for clocks that disagree a little. */
   clockToleranceSeconds: number;
   requiredScope: string;
+  /** Tokens accepted within the last second, so a burst of calls is checked once. */
+  verifiedTokens: VerifiedTokens;
 }
 
 /**
@@ -137,6 +144,7 @@ export function createResourceGuard(options: ResourceGuardOptions): ResourceGuar
     signer: createTokenSigner(jwtSecrets),
     clockToleranceSeconds: options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS,
     requiredScope: options.requiredScope ?? MCP_TOOLS_SCOPE,
+    verifiedTokens: createVerifiedTokens(),
   };
   return { authenticate: (request) => authenticateRequest(deps, request, { issuer, resource }) };
 }
@@ -153,17 +161,42 @@ export async function authenticateRequest(
   const token = bearerToken(request.headers.get("authorization"));
   if (token === undefined) return authenticationRequired(target.resource);
   try {
-    const claims = await verifyToken(deps, token, target.issuer);
-    const session = await liveSession(deps, claims);
-    requireScope(claims, deps.requiredScope);
-    const fresh = await freshSession(deps, session);
-    const upstreamTokens = await deps.store.openUpstreamTokens(fresh);
-    if (!upstreamTokens) throw sessionEnded();
-    return authenticated(claims, fresh, upstreamTokens.accessToken);
+    const found = deps.verifiedTokens.get(token, target.issuer, deps.clock.now()) ??
+      await verifyAndRemember(deps, token, target.issuer);
+    requireScope(found.claims, deps.requiredScope);
+    return authenticated(found);
   } catch (error) {
     if (!(error instanceof OAuthError)) throw error;
     return errorResponse(withChallenge(error, target.resource, deps.requiredScope));
   }
+}
+
+/** The full check of a token: signature and claims, session, scope, a fresh GitLab token. */
+async function verifyAndRemember(
+  deps: GuardDeps,
+  token: string,
+  issuer: string,
+): Promise<VerifiedToken> {
+  const claims = await verifyToken(deps, token, issuer);
+  const session = await liveSession(deps, claims);
+  requireScope(claims, deps.requiredScope);
+  const fresh = await freshSession(deps, session);
+  const upstreamTokens = await deps.store.openUpstreamTokens(fresh);
+  if (!upstreamTokens) throw sessionEnded();
+  const found = {
+    claims,
+    expiresAtMs: expiryOf(claims),
+    session: fresh,
+    upstreamToken: upstreamTokens.accessToken,
+  };
+  deps.verifiedTokens.remember(token, found, deps.clock.now());
+  return found;
+}
+
+/** `exp` in milliseconds; the signer requires it, so a token without one is never remembered. */
+function expiryOf(claims: AccessTokenClaims): number {
+  const { exp } = claims as { exp?: unknown };
+  return typeof exp === "number" ? exp * 1000 : 0;
 }
 
 /**
@@ -280,11 +313,7 @@ function refreshFailed(
   );
 }
 
-function authenticated(
-  claims: AccessTokenClaims,
-  session: SessionRecord,
-  upstreamToken: string,
-): AuthenticatedRequest {
+function authenticated({ claims, session, upstreamToken }: VerifiedToken): AuthenticatedRequest {
   return {
     user: { id: session.upstreamUserId, username: session.upstreamUsername },
     scopes: claims.scope.split(" ").filter((scope) => scope !== ""),

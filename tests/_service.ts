@@ -12,18 +12,26 @@ import { authorizeQuery, flowDataFromPage, PKCE, TEST_REDIRECT, TEST_SECRET } fr
 export interface ServiceProcess {
   /** e.g. `http://127.0.0.1:41234` */
   url: string;
+  /** The service's `listening` log line (its `gitlab` field names the GitLab it uses). */
+  listening: Json;
   /** Every line it printed so far (stdout and stderr). */
   logs: string[];
-  /** SIGTERM, then waits for the exit; returns the exit code. */
-  stop(): Promise<number>;
+  /** Sends `signal` (SIGTERM unless given), then waits for the exit; returns the exit code. */
+  stop(signal?: Deno.Signal): Promise<number>;
 }
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
 
-/** Starts `deno run main.ts` with `env` (PORT=0 and HOSTNAME=127.0.0.1 unless given). */
-export async function spawnService(env: Record<string, string>): Promise<ServiceProcess> {
+/**
+ * Starts `deno run main.ts` (or another `entry` that starts the service, like the demo) with
+ * `env` (PORT=0 and HOSTNAME=127.0.0.1 unless given).
+ */
+export async function spawnService(
+  env: Record<string, string>,
+  entry = MAIN,
+): Promise<ServiceProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-net", "--allow-env", "--allow-read", "--allow-write", MAIN],
+    args: ["run", "--allow-net", "--allow-env", "--allow-read", "--allow-write", entry],
     env: { ...inheritedEnv(), PORT: "0", HOSTNAME: "127.0.0.1", ...env },
     clearEnv: true,
     stdin: "null",
@@ -31,7 +39,7 @@ export async function spawnService(env: Record<string, string>): Promise<Service
     stderr: "piped",
   }).spawn();
   const logs: string[] = [];
-  const { promise: listening, resolve, reject } = Promise.withResolvers<string>();
+  const { promise: listening, resolve, reject } = Promise.withResolvers<Json>();
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     let buffered = "";
     for await (const text of stream.pipeThrough(new TextDecoderStream())) {
@@ -40,8 +48,8 @@ export async function spawnService(env: Record<string, string>): Promise<Service
       buffered = lines.pop() ?? "";
       for (const line of lines) {
         logs.push(line);
-        const url = line.includes('"listening"') ? JSON.parse(line).url : undefined;
-        if (url) resolve(url);
+        const parsed = line.includes('"listening"') ? JSON.parse(line) : undefined;
+        if (parsed?.url) resolve(parsed);
       }
     }
     if (buffered) logs.push(buffered);
@@ -51,13 +59,14 @@ export async function spawnService(env: Record<string, string>): Promise<Service
     reject(new Error(`service exited with ${s.code} before listening:\n${logs.join("\n")}`));
     return s;
   });
-  const url = await listening;
+  const started = await listening;
   return {
-    url,
+    url: started.url,
+    listening: started,
     logs,
-    async stop() {
+    async stop(signal: Deno.Signal = "SIGTERM") {
       try {
-        child.kill("SIGTERM");
+        child.kill(signal);
       } catch {
         // already exited
       }
@@ -66,6 +75,37 @@ export async function spawnService(env: Record<string, string>): Promise<Service
       return code;
     },
   };
+}
+
+/** What a command-line run printed, and how it exited. */
+export interface CommandRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `main.ts admin …args` to completion with `env`, as an operator would. */
+export async function runAdminCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<CommandRun> {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "--allow-net",
+      "--allow-env",
+      "--allow-read",
+      "--allow-write",
+      MAIN,
+      "admin",
+      ...args,
+    ],
+    env: { ...inheritedEnv(), ...env },
+    clearEnv: true,
+    stdin: "null",
+  }).output();
+  const decoder = new TextDecoder();
+  return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };
 }
 
 /** A simulated GitLab and a service using it, stopped together. */
@@ -172,14 +212,21 @@ export function pollOverHttp(serviceUrl: string, flowState: string): Promise<Htt
   return fetchJson(`${serviceUrl}/oauth/poll?flow_state=${encodeURIComponent(flowState)}`);
 }
 
+/** Loads a device page (asserting 200): its HTML and the values it hands its script. */
+async function fetchDevicePage(
+  url: string | URL,
+): Promise<{ html: string; data: ReturnType<typeof flowDataFromPage> }> {
+  const response = await fetch(url);
+  const html = await response.text();
+  assert.equal(response.status, 200, html);
+  return { html, data: flowDataFromPage(html) };
+}
+
 /** Loads a device page (asserting 200) and returns the values it hands its script. */
 export async function fetchFlowData(
   url: string | URL,
 ): Promise<ReturnType<typeof flowDataFromPage>> {
-  const response = await fetch(url);
-  const html = await response.text();
-  assert.equal(response.status, 200, html);
-  return flowDataFromPage(html);
+  return (await fetchDevicePage(url)).data;
 }
 
 /** GET `{serviceUrl}/authorize?{authorizeQuery(overrides)}`; returns the page's flow data. */
@@ -196,17 +243,31 @@ export function assertFlowComplete(done: HttpResult): void {
   assert.equal(done.body.status, "complete", JSON.stringify(done.body));
 }
 
+/** Approves `userCode` on the simulated GitLab's verification page over HTTP, as a person does. */
+export async function approveOverHttp(gitlabUrl: URL, userCode: string): Promise<void> {
+  const response = await fetch(new URL("/oauth/device", gitlabUrl), {
+    method: "POST",
+    body: new URLSearchParams({ user_code: userCode, action: "approve" }),
+  });
+  const page = await response.text();
+  assert.equal(response.status, 200, page);
+}
+
 /**
  * What the device page's script does, without a browser: loads the page at `url`, approves
- * the newest device code at GitLab, polls once at the page's poll URL and builds the redirect
- * exactly as the script does (code, state, then iss). Returns it and the poll body.
+ * its user code at GitLab (through the in-process simulation's control, or over HTTP when
+ * given the simulated GitLab's URL only, e.g. the demo's), polls once at the page's poll URL
+ * and builds the redirect exactly as the script does (code, state, then iss). Returns it and
+ * the poll body.
  */
 export async function followPageWithoutBrowser(
   url: string | URL,
-  gitlab: SimulatedGitLab,
+  gitlab: SimulatedGitLab | URL,
 ): Promise<{ callback: URL; done: Json }> {
-  const data = await fetchFlowData(url);
-  gitlab.approve(gitlab.lastUserCode()!);
+  const { html, data } = await fetchDevicePage(url);
+  const userCode = html.match(/<p id="user-code"[^>]*>([^<]+)<\/p>/)?.[1].trim() ?? "";
+  if (gitlab instanceof URL) await approveOverHttp(gitlab, userCode);
+  else gitlab.approve(userCode);
   const polled = await fetchJson(
     `${data.pollUrl}?flow_state=${encodeURIComponent(data.flowState)}`,
   );
@@ -229,6 +290,8 @@ export interface SignInOptions {
   state?: string;
   /** Poll once before approving at GitLab and expect `pending`. */
   pollBeforeApproval?: boolean;
+  /** The GitLab account that approves; default the simulated GitLab's first. */
+  userId?: number;
 }
 
 /**
@@ -248,7 +311,7 @@ export async function signInOverHttp(
   if (options.pollBeforeApproval) {
     assert.deepEqual((await pollOverHttp(serviceUrl, flowState)).body, { status: "pending" });
   }
-  gitlab.approve(gitlab.lastUserCode()!);
+  gitlab.approve(gitlab.lastUserCode()!, options.userId);
   const done = await pollOverHttp(serviceUrl, flowState);
   assertFlowComplete(done);
   const exchanged = await exchangeOverHttp(serviceUrl, done.body.code, redirectUri);

@@ -70,13 +70,9 @@ Deno.test("unredeemed code: parallel sweeps revoke each abandoned GitLab token e
     const abandoned = ["gl-a", "gl-b", "gl-c"];
     for (const token of abandoned) await signInWithGitLabToken(t, token);
     t.clock.advance(CODE_TTL_MS + 1);
-    const { store, logger } = t.deps;
-    await Promise.all(
-      Array.from(
-        { length: 10 },
-        () => sweepAbandonedSignIns({ store, logger, upstream: t.upstream }, {}),
-      ),
-    );
+    const { store, logger, verifiedTokens } = t.deps;
+    const deps = { store, logger, verifiedTokens, upstream: t.upstream };
+    await Promise.all(Array.from({ length: 10 }, () => sweepAbandonedSignIns(deps, {})));
     assert.deepEqual(t.upstream.revokedTokens.sort(), abandoned);
     assert.equal(await countRecords(t.kv, "unredeemed"), 0);
     assert.equal(await countRecords(t.kv, "session"), 0);

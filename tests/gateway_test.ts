@@ -8,6 +8,11 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { decodeJwt, SignJWT } from "jose";
+import { createApp, type FetchHandler } from "../src/app.ts";
+import { createAppDeps } from "../src/deps.ts";
+import { silentLogger } from "../src/logger.ts";
+import { VERIFIED_TOKEN_TTL_MS } from "../src/session/verified_tokens.ts";
+import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import { issueTokens, makeTestApp, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
 import { inProcessFetch, startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
@@ -82,6 +87,8 @@ async function expireGitLabTokenSoon(t: TestApp, accessToken: string): Promise<v
     upstreamTokenExpiry: t.clock.now() + 60_000,
   });
   assert.ok(saved);
+  // A token accepted a moment ago is remembered that long, as the session was then.
+  t.clock.advance(VERIFIED_TOKEN_TTL_MS);
 }
 
 const echo = async (request: Request) =>
@@ -248,6 +255,78 @@ Deno.test("gateway: a token without mcp:tools → 403 insufficient_scope", async
     assert.ok(challenge.includes(`resource_metadata="${PRM}"`), challenge);
     assert.equal((await response.json()).error, "insufficient_scope");
     assert.equal(upstream.requests.length, 0);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: a session revoked on another instance is refused there within one second", async () => {
+  const upstream = startScripted(echo);
+  const { t: first, accessToken } = await gatewayApp(upstream.url);
+  // A second instance of the service on the same KV, with its own memory of accepted tokens.
+  const second = createApp(
+    createAppDeps(first.config, {
+      kv: first.kv,
+      clock: first.clock,
+      logger: silentLogger,
+      templates: loadTemplates(),
+      upstream: first.upstream,
+    }),
+  );
+  const call = async (app: FetchHandler) => {
+    const response = await app(
+      new Request(MCP, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${accessToken}` },
+        body: "{}",
+      }),
+    );
+    await response.body?.cancel();
+    return response.status;
+  };
+  try {
+    assert.equal(await call(second), 200);
+    const revoked = await first.app(
+      new Request(`${TEST_BASE}/revoke`, {
+        method: "POST",
+        headers: { "Content-Type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ token: accessToken }),
+      }),
+    );
+    assert.equal(revoked.status, 200);
+    assert.equal(await call(first.app), 401, "at once where it was revoked");
+    // The other instance accepted the token a moment ago and remembers it for less than 1 s.
+    first.clock.advance(VERIFIED_TOKEN_TTL_MS - 1);
+    assert.equal(await call(second), 200);
+    first.clock.advance(1);
+    assert.equal(await call(second), 401, "within one second everywhere");
+    assert.equal(upstream.requests.length, 2);
+  } finally {
+    first.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: a token accepted for one host is checked anew for another (no BASE_URL)", async () => {
+  const upstream = startScripted(echo);
+  const t = await makeTestApp({ env: { MCP_UPSTREAM_URL: upstream.url, BASE_URL: "" } });
+  const { access_token } = await issueTokens(t);
+  const call = async (origin: string) => {
+    const response = await t.app(
+      new Request(`${origin}/mcp`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${access_token}` },
+        body: "{}",
+      }),
+    );
+    await response.body?.cancel();
+    return response.status;
+  };
+  try {
+    assert.equal(await call(TEST_BASE), 200);
+    assert.equal(await call("http://another-host.test"), 401, "issued by another server");
+    assert.equal(upstream.requests.length, 1);
   } finally {
     t.close();
     await upstream.close();

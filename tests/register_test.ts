@@ -384,6 +384,7 @@ Deno.test("register: a registration no /authorize used within 24 hours is forgot
     const clientId = await registerTypical(t);
     t.clock.advance(DAY_MS + 1);
     assert.equal(await t.store.getClient(clientId), null);
+    assert.deepEqual(await t.store.listClients(), [], "nor listed to the operator");
     assert.equal(await authorizeAs(t, clientId), 400, "unknown under the registered policy");
   }));
 

@@ -1,6 +1,6 @@
 /**
  * The simulated GitLab's routes: the device authorization grant, the refresh-token grant with
- * rotation, revocation, `GET /api/v4/user` and the verification page, each counting its calls
+ * rotation, revocation, `GET /api/v4/user` and `/api/v4/projects`, and the verification page, each counting its calls
  * and honouring the failures a test queued.
  */
 
@@ -41,6 +41,7 @@ export function createSimulatedGitLabHandler(
     if (pathname === "/oauth/token" && method === "POST") return await token(request);
     if (pathname === "/oauth/revoke" && method === "POST") return await revokeEndpoint(request);
     if (pathname === "/api/v4/user" && method === "GET") return currentUser(request);
+    if (pathname === "/api/v4/projects" && method === "GET") return projects(request);
     if (pathname === "/oauth/device" && method === "GET") return devicePage(request);
     if (pathname === "/oauth/device" && method === "POST") return await deviceDecision(request);
     await request.body?.cancel();
@@ -171,13 +172,19 @@ export function createSimulatedGitLabHandler(
     return json(200, {});
   }
 
+  /** The account a request's bearer token (or PRIVATE-TOKEN, as the API takes) belongs to. */
+  function userOf(request: Request) {
+    const bearer = /^Bearer\s+(\S+)$/i.exec(request.headers.get("Authorization") ?? "")?.[1];
+    const token = bearer ?? request.headers.get("Private-Token") ?? undefined;
+    const record = token === undefined ? undefined : state.liveAccessToken(token);
+    return record === undefined ? undefined : state.userById(record.userId);
+  }
+
   function currentUser(request: Request): Response {
     calls.user++;
     const failure = injected("user");
     if (failure instanceof Response) return failure;
-    const match = /^Bearer\s+(\S+)$/i.exec(request.headers.get("Authorization") ?? "");
-    const record = match === null ? undefined : state.liveAccessToken(match[1]);
-    const user = record === undefined ? undefined : state.userById(record.userId);
+    const user = userOf(request);
     if (user === undefined) return json(401, { message: "401 Unauthorized" });
     return json(200, {
       id: user.id,
@@ -187,6 +194,23 @@ export function createSimulatedGitLabHandler(
       avatar_url: null,
       web_url: new URL(`/${encodeURIComponent(user.username)}`, url).href,
     });
+  }
+
+  /** Two projects of the token's user, in the shape of GitLab's project list. */
+  function projects(request: Request): Response {
+    calls.projects++;
+    const user = userOf(request);
+    if (user === undefined) return json(401, { message: "401 Unauthorized" });
+    return json(
+      200,
+      ["handbook", "website"].map((name, index) => ({
+        id: user.id * 100 + index + 1,
+        name,
+        path_with_namespace: `${user.username}/${name}`,
+        web_url: new URL(`/${encodeURIComponent(user.username)}/${name}`, url).href,
+        visibility: "private",
+      })),
+    );
   }
 
   function devicePage(request: Request): Response {

@@ -118,6 +118,7 @@ export function createSimulatedGitLabState(
     deviceToken: 0,
     refresh: 0,
     user: 0,
+    projects: 0,
     revoke: 0,
     devicePage: 0,
   };

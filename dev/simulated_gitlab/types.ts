@@ -43,6 +43,8 @@ export interface SimulatedGitLabCalls {
   refresh: number;
   /** `GET /api/v4/user` */
   user: number;
+  /** `GET /api/v4/projects` */
+  projects: number;
   /** `POST /oauth/revoke` */
   revoke: number;
   /** `GET` or `POST /oauth/device` (the verification page). */

@@ -61,9 +61,9 @@ export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
   };
 }
 
-/** The resource guard's dependencies: the service's own store, upstream and signer. */
+/** The resource guard's dependencies: the service's own store, upstream, signer and memory. */
 function guardDeps(ctx: OAuthRequestContext): GuardDeps {
-  const { store, clock, logger } = ctx.deps;
+  const { store, clock, logger, verifiedTokens } = ctx.deps;
   return {
     store,
     clock,
@@ -72,6 +72,7 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
     signer: ctx.oauth.signer,
     clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
     requiredScope: MCP_TOOLS_SCOPE,
+    verifiedTokens,
   };
 }
 

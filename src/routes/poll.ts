@@ -113,7 +113,8 @@ async function complete(
   const done = await store.completeFlow(flow, signIn);
   // Only a flow changed under us fails here; the next poll tells the truth about it.
   if (!done) return pending();
-  await sweepAbandonedSignIns({ store, logger, upstream: ctx.oauth.upstream }, {
+  const { verifiedTokens } = ctx.deps;
+  await sweepAbandonedSignIns({ store, logger, verifiedTokens, upstream: ctx.oauth.upstream }, {
     requestId: ctx.requestId,
   });
   const { code, session } = signIn;

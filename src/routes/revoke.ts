@@ -20,9 +20,9 @@ export async function handleRevoke(ctx: OAuthRequestContext): Promise<Response> 
 
   const session = await findSession(ctx, token, params.get("token_type_hint"));
   if (session) {
-    const { store, logger } = ctx.deps;
+    const { store, logger, verifiedTokens } = ctx.deps;
     logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
-    await endSession({ store, logger, upstream: ctx.oauth.upstream }, session, {
+    await endSession({ store, logger, verifiedTokens, upstream: ctx.oauth.upstream }, session, {
       requestId: ctx.requestId,
     });
   }

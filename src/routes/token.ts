@@ -10,7 +10,7 @@ import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readParams } from "../http.ts";
 import { redact } from "../logger.ts";
 import { verifyPkce } from "../pkce.ts";
-import { revokeUpstreamTokens } from "../session/end.ts";
+import { afterSessionEnded } from "../session/end.ts";
 import {
   endSessionOnRefreshReplay,
   findSessionByRefreshToken,
@@ -142,17 +142,15 @@ async function revokeReplayedCodeSession(
  * and its GitLab token (RFC 9700 §4.14.2); the replay is still answered invalid_grant.
  */
 async function endReplayedSession(ctx: OAuthRequestContext, refreshToken: string): Promise<void> {
-  const { store, logger } = ctx.deps;
+  const { store, logger, verifiedTokens } = ctx.deps;
   const ended = await endSessionOnRefreshReplay(ctx.deps, refreshToken);
   if (!ended) return;
   logger.warn("refresh token replayed; session revoked", {
     requestId: ctx.requestId,
     sessionId: ended.id,
   });
-  await revokeUpstreamTokens({ store, logger, upstream: ctx.oauth.upstream }, ended, {
-    requestId: ctx.requestId,
-    sessionId: ended.id,
-  });
+  const endDeps = { store, logger, verifiedTokens, upstream: ctx.oauth.upstream };
+  await afterSessionEnded(endDeps, ended, { requestId: ctx.requestId });
 }
 
 function tokenDeps(ctx: OAuthRequestContext) {

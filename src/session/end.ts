@@ -11,6 +11,7 @@ import { redact } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
 import type { SessionRecord } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
+import type { VerifiedTokens } from "./verified_tokens.ts";
 
 /** At most this many abandoned sign-ins are revoked per sweep (their revocations run in parallel). */
 const SWEEP_LIMIT = 5;
@@ -20,6 +21,7 @@ export interface EndDeps {
   store: Store;
   logger: Logger;
   upstream: Upstream;
+  verifiedTokens: Pick<VerifiedTokens, "forgetSession">;
 }
 
 /** Deletes the session, then revokes its GitLab token (best effort). */
@@ -29,6 +31,19 @@ export async function endSession(
   fields: LogFields,
 ): Promise<void> {
   await deps.store.deleteSession(session.id);
+  await afterSessionEnded(deps, session, fields);
+}
+
+/**
+ * What follows a session's deletion: its access tokens are no longer accepted from this
+ * process's memory, and its GitLab token is revoked (best effort).
+ */
+export async function afterSessionEnded(
+  deps: EndDeps,
+  session: SessionRecord,
+  fields: LogFields,
+): Promise<void> {
+  deps.verifiedTokens.forgetSession(session.id);
   await revokeUpstreamTokens(deps, session, { ...fields, sessionId: session.id });
 }
 

@@ -20,6 +20,7 @@ import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
 import { createUnredeemedStore, type UnredeemedStore } from "./unredeemed.ts";
 
@@ -28,10 +29,19 @@ export type { CodeAndSession } from "./codes.ts";
 export type { FlowCompletion } from "./flows.ts";
 export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
+export type { RecordCounts, SessionFilter } from "./operators.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore, UnredeemedStore {
+  extends
+    FlowStore,
+    CodeStore,
+    SessionStore,
+    ClientStore,
+    LimitStore,
+    LeaseStore,
+    OperatorStore,
+    UnredeemedStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -48,6 +58,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createOperatorStore(io),
     ...createUnredeemedStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));

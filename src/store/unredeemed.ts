@@ -35,7 +35,7 @@ export function createUnredeemedStore(io: StoreIo): UnredeemedStore {
   return {
     async takeAbandonedSignIns(limit) {
       const range = abandonedSignInRange(io.clock.now());
-      const entries = await io.list<UnredeemedSignIn>(range, limit);
+      const entries = await io.listRange<UnredeemedSignIn>(range, limit);
       const taken = await Promise.all(entries.map(take));
       return taken.filter((signIn) => signIn !== null);
     },
