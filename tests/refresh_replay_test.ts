@@ -4,7 +4,9 @@
  */
 
 import assert from "node:assert/strict";
+import { decodeJwt } from "jose";
 import { randomToken } from "../src/crypto.ts";
+import type { AccessTokenClaims } from "../src/jwt.ts";
 import { sessionIdOf } from "../src/store/session_tokens.ts";
 import {
   assertError,
@@ -38,6 +40,28 @@ Deno.test("refresh replay: the previous refresh token after rotation ends the se
     await assertRefused(t, current, "the current token stopped working");
     assert.equal(await t.store.getSession(sessionIdOf(current) ?? ""), null);
     assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"], "GitLab token revoked");
+  }));
+
+Deno.test("refresh replay: the ended session's access tokens leave the gateway's memory at once", () =>
+  withEnv(REPLAY, async (t) => {
+    const { refresh_token: previous } = await issueTokens(t);
+    const rotated = await (await refresh(t, previous)).json();
+    const session = await t.store.getSession(sessionIdOf(rotated.refresh_token) ?? "");
+    assert.ok(session);
+    const claims = decodeJwt(rotated.access_token) as unknown as AccessTokenClaims;
+    const accepted = {
+      claims,
+      expiresAtMs: t.clock.now() + 3_600_000,
+      session: session.value,
+      upstreamToken: "gl-access-0",
+    };
+    t.deps.verifiedTokens.remember(rotated.access_token, accepted, t.clock.now());
+    assert.ok(t.deps.verifiedTokens.get(rotated.access_token, claims.iss, t.clock.now()));
+    await assertRefused(t, previous, "the replay");
+    assert.equal(
+      t.deps.verifiedTokens.get(rotated.access_token, claims.iss, t.clock.now()),
+      undefined,
+    );
   }));
 
 Deno.test("refresh replay: a made-up token naming the session, or an older one, ends nothing", () =>
