@@ -8,7 +8,7 @@
 import type { OAuthRequestContext } from "../context.ts";
 import { json, NO_STORE } from "../http.ts";
 import { redact } from "../logger.ts";
-import { sweepAbandonedSignIns } from "../session/end.ts";
+import { endDepsOf, sweepAbandonedSignIns } from "../session/end.ts";
 import { newSignIn } from "../session/life.ts";
 import type { Versioned } from "../store/mod.ts";
 import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";
@@ -113,10 +113,7 @@ async function complete(
   const done = await store.completeFlow(flow, signIn);
   // Only a flow changed under us fails here; the next poll tells the truth about it.
   if (!done) return pending();
-  const { verifiedTokens } = ctx.deps;
-  await sweepAbandonedSignIns({ store, logger, verifiedTokens, upstream: ctx.oauth.upstream }, {
-    requestId: ctx.requestId,
-  });
+  await sweepAbandonedSignIns(endDepsOf(ctx), { requestId: ctx.requestId });
   const { code, session } = signIn;
   const { redirectUri, state } = flow.value;
   logger.info("flow completed", {

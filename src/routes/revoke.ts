@@ -8,7 +8,7 @@
 import type { OAuthRequestContext } from "../context.ts";
 import { OAuthError } from "../errors.ts";
 import { NO_STORE, readParams } from "../http.ts";
-import { endSession } from "../session/end.ts";
+import { endDepsOf, endSession } from "../session/end.ts";
 import { findSessionByRefreshToken } from "../session/life.ts";
 import type { SessionRecord } from "../store/records.ts";
 
@@ -20,11 +20,8 @@ export async function handleRevoke(ctx: OAuthRequestContext): Promise<Response> 
 
   const session = await findSession(ctx, token, params.get("token_type_hint"));
   if (session) {
-    const { store, logger, verifiedTokens } = ctx.deps;
-    logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
-    await endSession({ store, logger, verifiedTokens, upstream: ctx.oauth.upstream }, session, {
-      requestId: ctx.requestId,
-    });
+    ctx.deps.logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
+    await endSession(endDepsOf(ctx), session, { requestId: ctx.requestId });
   }
   return new Response(null, { status: 200, headers: NO_STORE });
 }

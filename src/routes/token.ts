@@ -10,7 +10,7 @@ import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readParams } from "../http.ts";
 import { redact } from "../logger.ts";
 import { verifyPkce } from "../pkce.ts";
-import { afterSessionEnded } from "../session/end.ts";
+import { afterSessionEnded, endDepsOf } from "../session/end.ts";
 import {
   endSessionOnRefreshReplay,
   findSessionByRefreshToken,
@@ -52,7 +52,7 @@ async function exchangeCode(
   if (!found) throw invalidGrant("Invalid authorization code");
   const { code, session } = found;
   if (code.value.redeemedAt !== undefined) {
-    await revokeReplayedCodeSession(ctx, code.value.sessionId);
+    await revokeReplayedCodeSession(ctx, code.value.sessionId, session);
     throw invalidGrant("Invalid authorization code");
   }
   if (clock.now() > code.value.expiresAt) {
@@ -124,17 +124,23 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
 
 /**
  * Opt-in (REVOKE_ON_CODE_REPLAY): a code used twice was probably stolen, so the session its
- * first use created ends (RFC 6749 §4.1.2).
+ * first use created ends (RFC 6749 §4.1.2), and its GitLab token with it (best effort; once,
+ * by the replay whose checked delete wins).
  */
 async function revokeReplayedCodeSession(
   ctx: OAuthRequestContext,
   sessionId: string,
+  session: Versioned<SessionRecord> | null,
 ): Promise<void> {
-  await ctx.deps.store.deleteSession(sessionId);
   ctx.deps.logger.warn("authorization code replayed; session revoked", {
     requestId: ctx.requestId,
     sessionId,
   });
+  if (session && await ctx.deps.store.deleteSessionIfUnchanged(session)) {
+    await afterSessionEnded(endDepsOf(ctx), session.value, { requestId: ctx.requestId });
+  } else {
+    await ctx.deps.store.deleteSession(sessionId);
+  }
 }
 
 /**
@@ -142,15 +148,13 @@ async function revokeReplayedCodeSession(
  * and its GitLab token (RFC 9700 §4.14.2); the replay is still answered invalid_grant.
  */
 async function endReplayedSession(ctx: OAuthRequestContext, refreshToken: string): Promise<void> {
-  const { store, logger, verifiedTokens } = ctx.deps;
   const ended = await endSessionOnRefreshReplay(ctx.deps, refreshToken);
   if (!ended) return;
-  logger.warn("refresh token replayed; session revoked", {
+  ctx.deps.logger.warn("refresh token replayed; session revoked", {
     requestId: ctx.requestId,
     sessionId: ended.id,
   });
-  const endDeps = { store, logger, verifiedTokens, upstream: ctx.oauth.upstream };
-  await afterSessionEnded(endDeps, ended, { requestId: ctx.requestId });
+  await afterSessionEnded(endDepsOf(ctx), ended, { requestId: ctx.requestId });
 }
 
 function tokenDeps(ctx: OAuthRequestContext) {

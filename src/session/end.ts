@@ -3,9 +3,10 @@
  * GitLab that does not answer must not keep a session alive). Also the sweep of sign-ins whose
  * code expired unredeemed.
  *
- * @see RFC 7009 §2, spec §4.5
+ * @see RFC 7009 §2, RFC 9700 §4.14.2
  */
 
+import type { OAuthRequestContext } from "../context.ts";
 import type { LogFields, Logger } from "../logger.ts";
 import { redact } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
@@ -22,6 +23,12 @@ export interface EndDeps {
   logger: Logger;
   upstream: Upstream;
   verifiedTokens: Pick<VerifiedTokens, "forgetSession">;
+}
+
+/** What a route holds of what ending a session needs. */
+export function endDepsOf(ctx: OAuthRequestContext): EndDeps {
+  const { store, logger, verifiedTokens } = ctx.deps;
+  return { store, logger, verifiedTokens, upstream: ctx.oauth.upstream };
 }
 
 /** Deletes the session, then revokes its GitLab token (best effort). */
