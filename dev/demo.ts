@@ -2,6 +2,7 @@
  * `deno task demo`: the service, a simulated GitLab, an MCP server behind the service's gateway
  * at `/mcp` and a tiny example client, all on loopback, so a newcomer can watch a whole sign-in,
  * and try MCP clients, without a GitLab account. `PORT` sets the service's port (0: any free).
+ * `GITLAB_SIGN_IN=redirect deno task demo` shows the redirect sign-in instead of the device flow.
  *
  * Development only. Production starts with `deno task start` and a real GitLab.
  */
@@ -110,9 +111,18 @@ const banner = [
   "",
   `  1. Open the example client:   ${clientUrl}`,
   "     It sends you to the service's /authorize page with a fresh PKCE challenge.",
-  `  2. Click "Open GitLab" on that page: a simulated GitLab (${gitlab.url.origin}) asks for`,
-  "     the code; click Approve (or Deny to see a failure).",
-  "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
+  ...(service.config.gitlabSignIn === "redirect"
+    ? [
+      '  2. Click "Continue with GitLab" on the consent page (Cancel to see a refusal): a',
+      `     simulated GitLab (${gitlab.url.origin}) asks; click Approve (or Deny).`,
+      "  3. GitLab returns you to the service, which sends you on to the client with a code.",
+      "     Sign in again: the consent is remembered, you go straight to GitLab.",
+    ]
+    : [
+      `  2. Click "Open GitLab" on that page: a simulated GitLab (${gitlab.url.origin}) asks for`,
+      "     the code; click Approve (or Deny to see a failure).",
+      "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
+    ]),
   "",
   `  Or connect an MCP client to ${service.url}/mcp (tools: whoami, list_projects):`,
   `    npx @modelcontextprotocol/inspector            (Streamable HTTP, URL ${service.url}/mcp)`,

@@ -5,6 +5,9 @@
  * @see README.md "Configuration"
  */
 
+import { NEVER_FORWARDED_HEADERS } from "./gateway_headers.ts";
+import { parseCidr } from "./ip_address.ts";
+
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
 export interface RateLimit {
   limit: number;
@@ -26,6 +29,7 @@ export class ConfigError extends Error {
 }
 
 const MIN_SECRET_BYTES = 32;
+const LOOPBACK_RANGES = ["127.0.0.0/8", "::1/128"] as const;
 
 /** The environment as given to loadConfig: a variable may be absent. */
 export type Env = Record<string, string | undefined>;
@@ -141,6 +145,20 @@ export const CONFIG_VARIABLES = {
     "GitLab instance (self-hosted too, with or without a sub-path)",
   ),
   gitlabScopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
+  /** `device`: the spec's device flow; `redirect`: consent page and GitLab's redirect sign-in. */
+  gitlabSignIn: variable(
+    "GITLAB_SIGN_IN",
+    "device",
+    caseInsensitive(oneOf("device", "redirect")),
+    "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
+  ),
+  /** A confidential GitLab application's secret (redirect sign-in only); a secret: never logged. */
+  gitlabClientSecret: variable(
+    "GITLAB_CLIENT_SECRET",
+    undefined,
+    text,
+    "redirect sign-in: the secret of a confidential GitLab application",
+  ),
   accessTokenTtlSeconds: variable(
     "ACCESS_TOKEN_TTL",
     "3600",
@@ -177,11 +195,12 @@ export const CONFIG_VARIABLES = {
     "issuer and base URL override (no trailing slash needed)",
     "from the request",
   ),
+  /** Ranges of the proxies whose `X-Forwarded-*` headers count (canonical CIDRs; none: off). */
   trustProxy: variable(
     "TRUST_PROXY",
     "false",
-    parseBoolean,
-    "honour `X-Forwarded-Proto` / `X-Forwarded-Host` / `X-Forwarded-For`",
+    parseTrustProxy,
+    "proxies whose `X-Forwarded-*` count: `true` (loopback) or CIDRs; needs `BASE_URL`",
   ),
   /**
    * The protected MCP resource (RFC 9728 `resource`), without a trailing slash. Undefined:
@@ -215,6 +234,16 @@ export const CONFIG_VARIABLES = {
     "authorization",
     caseInsensitive(oneOf("authorization", "private-token")),
     "gateway: `private-token` sends `PRIVATE-TOKEN` instead of a Bearer",
+  ),
+  /**
+   * Client headers the gateway passes on beyond its own list (lower case); never a credential.
+   * Undefined: none.
+   */
+  mcpUpstreamForwardHeaders: variable(
+    "MCP_UPSTREAM_FORWARD_HEADERS",
+    undefined,
+    parseForwardHeaders,
+    "gateway: more client headers to pass on, comma-separated ([which](#the-gateways-headers))",
   ),
   /** How long the gateway waits for the MCP server's response headers. */
   mcpUpstreamTimeoutMs: variable(
@@ -339,8 +368,19 @@ export type RateLimits = Config["rateLimits"];
 export function loadConfig(env: Env): Config {
   const profile = CONFIG_VARIABLES.securityProfile.read(env);
   const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
+  requireBaseUrlBehindProxy(config);
   requireProfileSettings(config);
   return config;
+}
+
+/**
+ * Behind a proxy the issuer is not taken from forwarded headers: a proxy that passes a client's
+ * `X-Forwarded-Host` on would let it choose the issuer of tokens and metadata.
+ */
+function requireBaseUrlBehindProxy(config: Config): void {
+  if (config.trustProxy.length > 0 && !config.baseUrl) {
+    throw new ConfigError("TRUST_PROXY", "needs BASE_URL: set BASE_URL to the public base URL");
+  }
 }
 
 /** Every variable of CONFIG_VARIABLES, groups flattened, in table order. */
@@ -464,6 +504,37 @@ function parseHttpUrl(name: string, raw: string): URL {
   }
   if (url.search || url.hash) throw new ConfigError(name, "must not have a query or fragment");
   return url;
+}
+
+/** TRUST_PROXY as ranges: `true` is loopback (a proxy on this host), `false` none. */
+function parseTrustProxy(name: string, raw: string): readonly string[] {
+  const lower = raw.toLowerCase();
+  if (["0", "false", "no", "off"].includes(lower)) return [];
+  if (["1", "true", "yes", "on"].includes(lower)) return LOOPBACK_RANGES;
+  return raw.split(",").map((entry) => {
+    const cidr = parseCidr(entry.trim());
+    if (cidr === undefined) {
+      throw new ConfigError(
+        name,
+        `must be true, false or CIDRs like 10.0.0.0/8, got ${JSON.stringify(entry.trim())}`,
+      );
+    }
+    return cidr;
+  });
+}
+
+/** Header names only; no header that carries a credential or frames the message. */
+function parseForwardHeaders(name: string, raw: string): readonly string[] {
+  return raw.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry)
+    .map((header) => {
+      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(header)) {
+        throw new ConfigError(name, `${JSON.stringify(header)} is not a header name`);
+      }
+      if (NEVER_FORWARDED_HEADERS.has(header) || header.startsWith("proxy-")) {
+        throw new ConfigError(name, `must not name ${header}: the gateway never forwards it`);
+      }
+      return header;
+    });
 }
 
 function parseBoolean(name: string, raw: string): boolean {

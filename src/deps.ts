@@ -12,6 +12,7 @@ import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./session/verified_tokens.ts";
+import { createConsentSigner } from "./sign_in/cookies.ts";
 import { createStore } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
@@ -41,11 +42,13 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       upstream: resources.upstream ?? createGitLabUpstream({
         gitlabUrl: config.gitlabUrl,
         clientId: settings.gitlabClientId,
+        clientSecret: config.gitlabClientSecret,
         scopes: config.gitlabScopes,
         timeoutMs: config.upstreamTimeoutMs,
         logger,
       }),
       signer: createTokenSigner(jwtSecrets(settings, config)),
+      consentSigner: createConsentSigner(jwtSecrets(settings, config)),
     },
   };
 }

@@ -6,7 +6,15 @@
 
 import assert from "node:assert/strict";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { authorizeQuery, flowDataFromPage, PKCE, TEST_REDIRECT, TEST_SECRET } from "./_helpers.ts";
+import {
+  authorizeQuery,
+  consentFormOf,
+  CookieJar,
+  flowDataFromPage,
+  PKCE,
+  TEST_REDIRECT,
+  TEST_SECRET,
+} from "./_helpers.ts";
 
 /** A service process under test. */
 export interface ServiceProcess {
@@ -55,7 +63,9 @@ export async function spawnService(
     if (buffered) logs.push(buffered);
   };
   const readers = Promise.all([collect(child.stdout), collect(child.stderr)]);
-  const status = child.status.then((s) => {
+  const status = child.status.then(async (s) => {
+    // The exit can be seen before the last lines are read: the error names them.
+    await readers;
     reject(new Error(`service exited with ${s.code} before listening:\n${logs.join("\n")}`));
     return s;
   });
@@ -317,4 +327,98 @@ export async function signInOverHttp(
   const exchanged = await exchangeOverHttp(serviceUrl, done.body.code, redirectUri);
   assert.equal(exchanged.status, 200, JSON.stringify(exchanged.body));
   return exchanged.body;
+}
+
+/** A response read off the wire. */
+export interface RawResponse {
+  status: number;
+  headers: Headers;
+  body: string;
+}
+
+/**
+ * Sends `head` (the request line and header lines, without the blank line) over a plain TCP
+ * connection to `serviceUrl` and reads the answer: for what fetch refuses to send, such as a
+ * `Host` header of the test's choosing.
+ */
+export async function rawRequest(serviceUrl: string, head: string[]): Promise<RawResponse> {
+  const { hostname, port } = new URL(serviceUrl);
+  const conn = await Deno.connect({ hostname, port: Number(port) });
+  try {
+    const request = [...head, "Connection: close", "", ""].join("\r\n");
+    await conn.write(new TextEncoder().encode(request));
+    const raw = await new Response(conn.readable).text();
+    const [headText, ...bodyParts] = raw.split("\r\n\r\n");
+    const [statusLine, ...headerLines] = headText.split("\r\n");
+    const headers = new Headers();
+    for (const line of headerLines) {
+      const colon = line.indexOf(":");
+      headers.append(line.slice(0, colon).trim(), line.slice(colon + 1).trim());
+    }
+    return { status: Number(statusLine.split(" ")[1]), headers, body: bodyParts.join("\r\n\r\n") };
+  } finally {
+    try {
+      conn.close();
+    } catch {
+      // the readable side closed it already
+    }
+  }
+}
+
+/**
+ * What a browser does in the redirect sign-in (GITLAB_SIGN_IN=redirect), without one: loads
+ * `url` (the service's /authorize) holding `jar`'s cookies, clicks "Continue with GitLab" on the
+ * consent page (unless the consent is remembered), approves (or denies) on the simulated GitLab's
+ * page and follows GitLab's redirect to the service's callback. Returns where the callback sends
+ * the browser: the client's redirect URI with code (or error), state and iss.
+ */
+export async function redirectSignInWithoutBrowser(
+  url: string | URL,
+  jar = new CookieJar(),
+  decision: "approve" | "deny" = "approve",
+): Promise<URL> {
+  const visit = async (target: string | URL, init: RequestInit = {}) => {
+    const response = await fetch(target, {
+      ...init,
+      headers: { ...jar.headers(), ...init.headers },
+      redirect: "manual",
+    });
+    jar.store(response);
+    return response;
+  };
+  let answer = await visit(url);
+  if (answer.status === 200) {
+    const form = consentFormOf(await answer.text());
+    answer = await visit(new URL("/oauth/consent", url), {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ ...form, action: "continue" }),
+    });
+  }
+  // GitLab is another site: the service's cookies stay in the jar.
+  const back = await decideAtGitLab(new URL(locationOf(answer)), decision);
+  return new URL(locationOf(await visit(back)));
+}
+
+/**
+ * A person's answer on the simulated GitLab's authorization page at `url`: loads the page,
+ * clicks Approve or Deny, and returns where GitLab sends the browser.
+ */
+export async function decideAtGitLab(url: URL, decision: "approve" | "deny"): Promise<string> {
+  const page = await fetch(url);
+  assert.equal(page.status, 200, await page.text());
+  const answer = await fetch(new URL("/oauth/authorize", url), {
+    method: "POST",
+    body: new URLSearchParams([...url.searchParams, ["action", decision]]),
+    redirect: "manual",
+  });
+  return locationOf(answer);
+}
+
+/** The `Location` of a 302, asserting it is one. */
+function locationOf(response: Response): string {
+  assert.equal(response.status, 302, `expected a redirect, got ${response.status}`);
+  const location = response.headers.get("location");
+  assert.ok(location);
+  return location;
 }

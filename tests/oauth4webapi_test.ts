@@ -8,7 +8,12 @@
 import assert from "node:assert/strict";
 import * as oauth from "oauth4webapi";
 import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
-import { followPageWithoutBrowser, type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
+import {
+  followPageWithoutBrowser,
+  redirectSignInWithoutBrowser,
+  type ServiceWithGitLab,
+  spawnWithGitLab,
+} from "./_service.ts";
 
 /** oauth4webapi refuses http:// unless told; everything here is on loopback. */
 const INSECURE = { [oauth.allowInsecureRequests]: true } as const;
@@ -17,8 +22,11 @@ interface Rig extends ServiceWithGitLab {
   issuer: URL;
 }
 
-async function rig(): Promise<Rig> {
-  const started = await spawnWithGitLab("oauth4webapi-app", { REDIRECT_URI_POLICY: "registered" });
+async function rig(env: Record<string, string> = {}): Promise<Rig> {
+  const started = await spawnWithGitLab("oauth4webapi-app", {
+    REDIRECT_URI_POLICY: "registered",
+    ...env,
+  });
   return { ...started, issuer: new URL(started.service.url) };
 }
 
@@ -188,6 +196,42 @@ Deno.test("oauth4webapi: the code is bound to its client — another registered 
     await assert.rejects(
       oauth.processAuthorizationCodeResponse(as, other, response),
       (error) => error instanceof oauth.ResponseBodyError && error.error === "invalid_grant",
+    );
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("oauth4webapi: through the redirect sign-in (GITLAB_SIGN_IN=redirect): consent, GitLab, callback with iss, code exchange", async () => {
+  const r = await rig({ GITLAB_SIGN_IN: "redirect" });
+  try {
+    const as = await discover(r);
+    const redirectUri = "http://127.0.0.1:9/callback";
+    const client = await register(as, redirectUri);
+    const verifier = oauth.generateRandomCodeVerifier();
+    const state = oauth.generateRandomState();
+    const callback = await redirectSignInWithoutBrowser(
+      await authorizationUrl(as, client, redirectUri, verifier, state),
+    );
+    const params = oauth.validateAuthResponse(as, client, callback, state);
+    const response = await codeGrantRequest(as, client, params, redirectUri, verifier);
+    const tokens = await oauth.processAuthorizationCodeResponse(as, client, response);
+    assert.equal(tokens.token_type, "bearer");
+    assert.equal(tokens.scope, "mcp:tools mcp:resources");
+    assert.equal(r.gitlab.calls.authorizationCode, 1);
+    assert.equal(r.gitlab.calls.authorizeDevice, 0);
+
+    // GitLab's Deny, as the client sees it: an error response it recognises, iss checked.
+    const deniedState = oauth.generateRandomState();
+    const denied = await redirectSignInWithoutBrowser(
+      await authorizationUrl(as, client, redirectUri, verifier, deniedState),
+      undefined,
+      "deny",
+    );
+    assert.throws(
+      () => oauth.validateAuthResponse(as, client, denied, deniedState),
+      (error) =>
+        error instanceof oauth.AuthorizationResponseError && error.error === "access_denied",
     );
   } finally {
     await r.close();

@@ -294,6 +294,8 @@ Deno.test("simulated endpoints", async (t) => {
         projects: 2,
         revoke: 2,
         devicePage: 0,
+        authorizePage: 0,
+        authorizationCode: 0,
       });
     });
   });

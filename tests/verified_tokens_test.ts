@@ -92,3 +92,17 @@ Deno.test("verified tokens: a TTL of 0 remembers nothing", () => {
   tokens.remember("token", found(), NOW);
   assert.equal(tokens.get("token", ISSUER, NOW), undefined);
 });
+
+Deno.test("verified tokens: an MCP session's owner is remembered less than a second, forgotten with its session", () => {
+  const tokens = createVerifiedTokens();
+  tokens.rememberMcpSession("mcp-a", "one", NOW);
+  tokens.rememberMcpSession("mcp-b", "two", NOW);
+  assert.equal(tokens.mcpSessionOwner("mcp-a", NOW + VERIFIED_TOKEN_TTL_MS - 1), "one");
+  assert.equal(tokens.mcpSessionOwner("mcp-a", NOW + VERIFIED_TOKEN_TTL_MS), undefined);
+  tokens.rememberMcpSession("mcp-a", "one", NOW);
+  tokens.forgetSession("one");
+  assert.equal(tokens.mcpSessionOwner("mcp-a", NOW), undefined);
+  assert.equal(tokens.mcpSessionOwner("mcp-b", NOW), "two");
+  tokens.forgetMcpSession("mcp-b");
+  assert.equal(tokens.mcpSessionOwner("mcp-b", NOW), undefined);
+});

@@ -1,6 +1,7 @@
 /**
  * `GET /authorize`: validates the authorization request, starts an upstream device flow and
- * answers the page that shows the user code.
+ * answers the page that shows the user code (or, with GITLAB_SIGN_IN=redirect, answers the
+ * consent page of the redirect sign-in: `sign_in/redirect_flow.ts`).
  *
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
@@ -11,6 +12,7 @@ import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { PKCE_METHOD } from "../pkce.ts";
+import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
 import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
 
@@ -33,6 +35,9 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     request.redirectUri = registeredRedirectUri(request, client);
   }
   if (client) await store.recordClientUse(client);
+  if (ctx.deps.config.gitlabSignIn === "redirect") {
+    return await answerRedirectSignIn(ctx, request, client);
+  }
 
   const flowState = randomToken(FLOW_STATE_BYTES);
   let device: DeviceAuthorization;

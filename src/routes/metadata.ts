@@ -4,13 +4,21 @@
  */
 
 import type { RequestContext } from "../context.ts";
-import { json } from "../http.ts";
+import { json, NO_STORE } from "../http.ts";
 import { mcpResourceUrl, pathOf, PROTECTED_RESOURCE_METADATA_PATH } from "../resource_urls.ts";
 import { notFound } from "../router.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 
 const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };
+
+/**
+ * Without BASE_URL the documents name whatever host the request named, so no cache may keep
+ * one and hand it to a request for another host.
+ */
+function cachingOf(ctx: RequestContext): HeadersInit {
+  return ctx.deps.config.baseUrl ? CACHEABLE : NO_STORE;
+}
 
 /** Authorization server metadata. @see RFC 8414 §2, §3 (path-inserted well-known URI) */
 export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<Response> {
@@ -34,7 +42,7 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
       service_documentation: `${issuer}/`,
     },
     200,
-    CACHEABLE,
+    cachingOf(ctx),
   ));
 }
 
@@ -51,7 +59,7 @@ export function handleProtectedResourceMetadata(ctx: RequestContext): Promise<Re
       resource_name: "MCP server (sign in with GitLab)",
     },
     200,
-    CACHEABLE,
+    cachingOf(ctx),
   ));
 }
 

@@ -4,7 +4,9 @@
  * call that follows within a second skips the signature check, the session read and the GitLab
  * token's decryption. The memory is per process and lasts at most `ttlMs`: a session ended by
  * another instance (or by an operator) is refused everywhere within that time, and at once here
- * when it ended in this process (`forgetSession`).
+ * when it ended in this process (`forgetSession`). The gateway also remembers, as briefly, which
+ * of our sessions an `Mcp-Session-Id` was bound to: a binding never moves to another session, so
+ * memory can only keep an ended MCP session usable by its own owner for that second.
  */
 
 import type { AccessTokenClaims } from "../jwt.ts";
@@ -36,8 +38,14 @@ export interface VerifiedTokens {
   get(token: string, issuer: string, nowMs: number): VerifiedToken | undefined;
   /** Remembers an accepted token, unless it or its GitLab token is about to need a check. */
   remember(token: string, found: VerifiedToken, nowMs: number): void;
-  /** Forgets every token of a session that just ended. */
+  /** Forgets every token (and MCP session binding) of a session that just ended. */
   forgetSession(sessionId: string): void;
+  /** The session `mcpSessionId` was found bound to less than the TTL ago, if any. */
+  mcpSessionOwner(mcpSessionId: string, nowMs: number): string | undefined;
+  /** Remembers that `mcpSessionId` is bound to `sessionId`. */
+  rememberMcpSession(mcpSessionId: string, sessionId: string, nowMs: number): void;
+  /** Forgets a binding that just ended. */
+  forgetMcpSession(mcpSessionId: string): void;
 }
 
 interface Entry extends VerifiedToken {
@@ -47,6 +55,7 @@ interface Entry extends VerifiedToken {
 /** An empty memory, with entries living `ttlMs` (0 remembers nothing). */
 export function createVerifiedTokens(ttlMs = VERIFIED_TOKEN_TTL_MS): VerifiedTokens {
   const entries = new Map<string, Entry>();
+  const owners = new Map<string, { sessionId: string; untilMs: number }>();
   return {
     get(token, issuer, nowMs) {
       const entry = entries.get(token);
@@ -76,6 +85,25 @@ export function createVerifiedTokens(ttlMs = VERIFIED_TOKEN_TTL_MS): VerifiedTok
       for (const [token, entry] of entries) {
         if (entry.session.id === sessionId) entries.delete(token);
       }
+      for (const [mcpSessionId, owner] of owners) {
+        if (owner.sessionId === sessionId) owners.delete(mcpSessionId);
+      }
+    },
+    mcpSessionOwner(mcpSessionId, nowMs) {
+      const owner = owners.get(mcpSessionId);
+      if (!owner) return undefined;
+      if (owner.untilMs > nowMs) return owner.sessionId;
+      owners.delete(mcpSessionId);
+      return undefined;
+    },
+    rememberMcpSession(mcpSessionId, sessionId, nowMs) {
+      if (ttlMs <= 0) return;
+      owners.delete(mcpSessionId);
+      if (owners.size >= MAX_ENTRIES) dropOldest(owners, nowMs);
+      owners.set(mcpSessionId, { sessionId, untilMs: nowMs + ttlMs });
+    },
+    forgetMcpSession(mcpSessionId) {
+      owners.delete(mcpSessionId);
     },
   };
 }
@@ -87,7 +115,7 @@ function upstreamRefreshDueMs(session: SessionRecord): number {
 }
 
 /** Drops expired entries, and the oldest one if none had expired. */
-function dropOldest(entries: Map<string, Entry>, nowMs: number): void {
+function dropOldest(entries: Map<string, { untilMs: number }>, nowMs: number): void {
   for (const [token, entry] of entries) {
     if (entry.untilMs <= nowMs) entries.delete(token);
   }

@@ -4,6 +4,7 @@
  */
 
 import type { SecretBox } from "../secret_box.ts";
+import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
 import { codeKey, flowKey, sessionKey, unredeemedKey } from "./keys.ts";
 import type {
@@ -112,25 +113,31 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
       return rewriteFlow(flow, { ...flow.value, intervalSeconds, nextPollAt });
     },
 
-    completeFlow(flow, { code, codeRecord, session }) {
-      const codeAt = codeKey(code);
-      const sessionAt = sessionKey(session.id);
-      return io.commit(
-        io.atomic()
-          .check(flow)
-          .check({ key: codeAt, versionstamp: null })
-          .check({ key: sessionAt, versionstamp: null })
-          .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
-          .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
-          .set(
-            unredeemedKey(codeRecord.expiresAt, session.id),
-            unredeemedSignIn(session),
-            { expireIn: io.ttlUntil(codeRecord.expiresAt + UNREDEEMED_KEEP_MS) },
-          )
-          .delete(flow.key),
-      );
+    completeFlow(flow, completion) {
+      return io.commit(withCompletion(io, io.atomic().check(flow).delete(flow.key), completion));
     },
   };
+}
+
+/**
+ * `op` that also stores a completed sign-in's new code and new session, and the unredeemed
+ * sign-in that revokes them if the code expires unused.
+ */
+export function withCompletion(
+  io: StoreIo,
+  op: AtomicWrite,
+  { code, codeRecord, session }: FlowCompletion,
+): AtomicWrite {
+  const codeAt = codeKey(code);
+  const sessionAt = sessionKey(session.id);
+  return op
+    .check({ key: codeAt, versionstamp: null })
+    .check({ key: sessionAt, versionstamp: null })
+    .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
+    .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
+    .set(unredeemedKey(codeRecord.expiresAt, session.id), unredeemedSignIn(session), {
+      expireIn: io.ttlUntil(codeRecord.expiresAt + UNREDEEMED_KEEP_MS),
+    });
 }
 
 function unredeemedSignIn(session: SessionRecord): UnredeemedSignIn {

@@ -5,14 +5,16 @@
  * | key                                 | value             | lifetime (expireIn = GC only) |
  * |-------------------------------------|-------------------|-------------------------------|
  * | ["flow", sha256(flow_state)]        | StoredFlow        | upstream `expires_in`         |
+ * | ["signin", sha256(id or state)]     | StoredSignIn      | 10 minutes                    |
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
-| ["unredeemed", expiresAt, session]  | UnredeemedSignIn  | until swept (GC: a week)      |
+ * | ["unredeemed", expiresAt, session]  | UnredeemedSignIn  | until swept (GC: a week)      |
  * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
+ * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
  *
- * Secrets (flow states, codes) appear in keys only as SHA-256 hashes.
+ * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
 
 import { sha256Base64Url } from "../crypto.ts";
@@ -20,12 +22,14 @@ import { sha256Base64Url } from "../crypto.ts";
 /** The kinds of record, each the first part of its keys. */
 export const RECORD_KINDS = [
   "flow",
+  "signin",
   "code",
   "unredeemed",
   "session",
   "lease",
   "client",
   "rate",
+  "mcp_session",
 ] as const;
 
 /** One kind of record. */
@@ -34,6 +38,14 @@ export type RecordKind = (typeof RECORD_KINDS)[number];
 /** The key of the device flow a page polls with `flowState`. */
 export function flowKey(flowState: string): Deno.KvKey {
   return ["flow", sha256Base64Url(flowState)];
+}
+
+/**
+ * The key of a redirect sign-in: by the id on its consent page, then by the `state` sent to the
+ * upstream.
+ */
+export function signInKey(idOrState: string): Deno.KvKey {
+  return ["signin", sha256Base64Url(idOrState)];
 }
 
 /** The key of an authorization code. */
@@ -72,6 +84,11 @@ export function clientKey(clientId: string): Deno.KvKey {
 /** The key of one rate-limit counter: a bucket, an address, a fixed window. */
 export function rateKey(bucket: string, ip: string, window: number): Deno.KvKey {
   return ["rate", bucket, ip, window];
+}
+
+/** The key of the binding of an MCP server's `Mcp-Session-Id` to one of our sessions. */
+export function mcpSessionKey(mcpSessionId: string): Deno.KvKey {
+  return ["mcp_session", sha256Base64Url(mcpSessionId)];
 }
 
 /** The prefix under which every record of `kind` lives (`[]`: everything). */

@@ -20,9 +20,11 @@ import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
 import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
 import { createUnredeemedStore, type UnredeemedStore } from "./unredeemed.ts";
+import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 
 export type { Versioned } from "./io.ts";
 export type { CodeAndSession } from "./codes.ts";
@@ -35,11 +37,13 @@ export type { RecordCounts, SessionFilter } from "./operators.ts";
 export interface Store
   extends
     FlowStore,
+    SignInStore,
     CodeStore,
     SessionStore,
     ClientStore,
     LimitStore,
     LeaseStore,
+    McpSessionStore,
     OperatorStore,
     UnredeemedStore {
   /** Throws when KV cannot be read (health checks). */
@@ -53,11 +57,13 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
   return {
     ...createFlowStore(io, secrets),
+    ...createSignInStore(io, secrets),
     ...createCodeStore(io, sessions),
     ...sessionStore,
     ...createClientStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createMcpSessionStore(io, sessions),
     ...createOperatorStore(io),
     ...createUnredeemedStore(io),
     async ping() {

@@ -53,6 +53,27 @@ export interface FlowRecord {
   upstreamTokens?: UpstreamTokenSet;
 }
 
+/**
+ * A redirect sign-in (GITLAB_SIGN_IN=redirect): the authorization request, the browser it
+ * belongs to, and the step it waits on: our consent page, or the upstream's callback.
+ */
+export interface SignInRecord {
+  clientId: string;
+  codeChallenge: string;
+  codeChallengeMethod: string;
+  /** Empty string when `/authorize` had none. */
+  state: string;
+  redirectUri: string;
+  /** SHA-256 of the browser cookie the sign-in is bound to (login CSRF). */
+  browserHash: string;
+  /** On the consent page: SHA-256 of the CSRF token the page's form carries. */
+  csrfHash?: string;
+  /** Sent upstream: the PKCE verifier of the upstream authorization (sealed at rest). */
+  upstreamVerifier?: string;
+  /** Epoch ms: each step lives 10 minutes. */
+  expiresAt: number;
+}
+
 /** A single-use authorization code (spec §2.2), keyed by the code's hash. */
 export interface CodeRecord {
   sessionId: string;
