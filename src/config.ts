@@ -7,6 +7,7 @@
 
 import { NEVER_FORWARDED_HEADERS } from "./gateway_headers.ts";
 import { parseCidr } from "./ip_address.ts";
+import { redirectPatternProblem } from "./redirect_allow_list.ts";
 
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
 export interface RateLimit {
@@ -220,6 +221,28 @@ export const CONFIG_VARIABLES = {
     oneOf("any", "registered"),
     "`registered`: only registered clients and their redirect URIs ([why](#redirect-uri-policy))",
     "`any` (strict: `registered`)",
+  ),
+  /** `client`: `aud` is the client id (the spec); `resource`: the MCP server's URL (RFC 9068). */
+  accessTokenAudience: variable(
+    "ACCESS_TOKEN_AUDIENCE",
+    "client",
+    oneOf("client", "resource"),
+    "`resource`: `aud` is the MCP server URL ([trade-off](#resource-indicators-rfc-8707))",
+  ),
+  /** Redirect URI patterns every client must use; undefined: any (the spec). */
+  allowedRedirectUris: variable(
+    "ALLOWED_REDIRECT_URIS",
+    undefined,
+    parseRedirectPatterns,
+    "comma list of redirect URIs clients may use ([allow-list](#client-allow-list))",
+    "any",
+  ),
+  /** Lifts the SSRF guard on metadata document fetches (intranets, tests). */
+  clientMetadataAllowPrivate: variable(
+    "CLIENT_METADATA_ALLOW_PRIVATE",
+    "false",
+    parseBoolean,
+    "fetch metadata documents from private addresses too ([CIMD](#client-id-metadata-documents))",
   ),
   /** Gateway mode: where authenticated MCP requests are forwarded. Undefined: no gateway. */
   mcpUpstreamUrl: variable(
@@ -535,6 +558,16 @@ function parseForwardHeaders(name: string, raw: string): readonly string[] {
       }
       return header;
     });
+}
+
+function parseRedirectPatterns(name: string, raw: string): string[] {
+  const patterns = raw.split(",").map((item) => item.trim()).filter((item) => item !== "");
+  for (const pattern of patterns) {
+    const problem = redirectPatternProblem(pattern);
+    if (problem) throw new ConfigError(name, `${JSON.stringify(pattern)}: ${problem}`);
+  }
+  if (patterns.length === 0) throw new ConfigError(name, "lists no redirect URI");
+  return patterns;
 }
 
 function parseBoolean(name: string, raw: string): boolean {

@@ -1,5 +1,6 @@
 /** The dependencies a request handler works with, and what each request knows of itself. */
 
+import type { ClientMetadataFetcher } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
 import type { Config } from "./config.ts";
 import type { TokenSigner } from "./jwt.ts";
@@ -27,6 +28,8 @@ export interface AppDeps {
   logger: Logger;
   /** Access tokens the gateway accepted within the last second. */
   verifiedTokens: VerifiedTokens;
+  /** Fetches Client ID Metadata Documents (with the SSRF guard unless configured off). */
+  clientMetadataFetcher: ClientMetadataFetcher;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */
   oauth?: OAuthDeps;
 }

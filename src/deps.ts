@@ -5,6 +5,10 @@
  * a scripted upstream).
  */
 
+import {
+  type ClientMetadataFetcher,
+  createClientMetadataFetcher,
+} from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
 import { type Config, jwtSecrets, oauthSettings } from "./config.ts";
 import type { AppDeps } from "./context.ts";
@@ -18,13 +22,17 @@ import type { Templates } from "./templates.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
 import type { Upstream } from "./upstream/types.ts";
 
-/** What the process provides; `upstream` replaces the configured client (tests, the demo). */
+/**
+ * What the process provides; `upstream` replaces the configured client and
+ * `clientMetadataFetcher` the configured fetcher (tests, the demo).
+ */
 export interface Resources {
   kv: Deno.Kv;
   clock: Clock;
   logger: Logger;
   templates: Templates;
   upstream?: Upstream;
+  clientMetadataFetcher?: ClientMetadataFetcher;
 }
 
 /** The app's dependencies; `oauth` only when GITLAB_CLIENT_ID and JWT_SECRET are both set. */
@@ -38,6 +46,8 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     templates,
     logger,
     verifiedTokens: createVerifiedTokens(),
+    clientMetadataFetcher: resources.clientMetadataFetcher ??
+      createClientMetadataFetcher({ allowPrivate: config.clientMetadataAllowPrivate }),
     oauth: settings && {
       upstream: resources.upstream ?? createGitLabUpstream({
         gitlabUrl: config.gitlabUrl,

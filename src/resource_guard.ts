@@ -14,6 +14,7 @@ import { OAuthError } from "./errors.ts";
 import { errorResponse, NO_STORE } from "./http.ts";
 import { type AccessTokenClaims, createTokenSigner, type TokenSigner } from "./jwt.ts";
 import { type Logger, silentLogger } from "./logger.ts";
+import { sameResource } from "./resource_indicator.ts";
 import { protectedResourceMetadataUrl } from "./resource_urls.ts";
 import { MCP_TOOLS_SCOPE } from "./scopes.ts";
 import { createSecretBox, sealingSecrets } from "./secret_box.ts";
@@ -162,7 +163,8 @@ export async function authenticateRequest(
   if (token === undefined) return authenticationRequired(target.resource);
   try {
     const found = deps.verifiedTokens.get(token, target.issuer, deps.clock.now()) ??
-      await verifyAndRemember(deps, token, target.issuer);
+      await verifyAndRemember(deps, token, target);
+    requireResource(found.claims, target.resource);
     requireScope(found.claims, deps.requiredScope);
     return authenticated(found);
   } catch (error) {
@@ -171,13 +173,17 @@ export async function authenticateRequest(
   }
 }
 
-/** The full check of a token: signature and claims, session, scope, a fresh GitLab token. */
+/**
+ * The full check of a token: signature and claims, resource, session, scope, a fresh GitLab
+ * token. What passed is remembered for the next calls (verified_tokens.ts).
+ */
 async function verifyAndRemember(
   deps: GuardDeps,
   token: string,
-  issuer: string,
+  target: GuardTarget,
 ): Promise<VerifiedToken> {
-  const claims = await verifyToken(deps, token, issuer);
+  const claims = await verifyToken(deps, token, target.issuer);
+  requireResource(claims, target.resource);
   const session = await liveSession(deps, claims);
   requireScope(claims, deps.requiredScope);
   const fresh = await freshSession(deps, session);
@@ -234,6 +240,18 @@ async function verifyToken(
     throw invalidToken("The access token lacks required claims");
   }
   return claims;
+}
+
+/**
+ * RFC 8707: a token bound to another MCP server is refused here even when that server shares
+ * our secret. Tokens from before resource indicators carry no `resource` and are accepted.
+ */
+function requireResource(claims: AccessTokenClaims, resource: string): void {
+  const bound: unknown = claims.resource;
+  if (bound === undefined) return;
+  if (typeof bound !== "string" || !sameResource(bound, resource)) {
+    throw invalidToken("The access token was issued for another resource");
+  }
 }
 
 /** A description that names the problem without repeating anything from the token. */

@@ -35,6 +35,11 @@ export interface DevicePageValues {
   clientId: string;
   /** Shown instead of the client id when known. */
   clientName?: string;
+  /**
+   * The host of a metadata document client id, shown as verified; without it a client name
+   * (from `/register`) is shown as unverified.
+   */
+  clientVerifiedHost?: string;
   /** When set, the page adds `iss` to the redirect (RFC 9207). */
   issuer?: string;
 }
@@ -63,8 +68,13 @@ export interface TemplateSources {
 /** What the consent page of the redirect sign-in (GITLAB_SIGN_IN=redirect) shows and posts. */
 export interface ConsentPageValues {
   clientId: string;
-  /** The registered name, shown (marked unverified) instead of the client id when known. */
+  /**
+   * The client's name, shown instead of the client id when known: marked unverified unless
+   * `clientVerifiedHost` vouches for it.
+   */
   clientName?: string;
+  /** The host of a metadata document client id, shown as verified. */
+  clientVerifiedHost?: string;
   /** Where the browser returns; its scheme and host are shown. */
   redirectUri: string;
   /** The upstream scopes asked for, space-separated. */
@@ -113,6 +123,8 @@ const DEVICE_PLACEHOLDERS = {
     "verificationUrl",
     "clientId",
     "clientName",
+    "verifiedHost",
+    "unverifiedName",
     "returnHost",
     "expiresIn",
   ],
@@ -132,6 +144,8 @@ const SIGN_IN_PLACEHOLDERS = {
     "message",
     "clientId",
     "clientName",
+    "verifiedHost",
+    "unverifiedName",
     "returnHost",
     "scopes",
     "signInId",
@@ -209,6 +223,7 @@ export function createTemplates(sources: TemplateSources): Templates {
           message: "",
           clientId: values.clientId,
           clientName: values.clientName ?? "",
+          ...clientIdentity(values.clientName, values.clientVerifiedHost),
           returnHost: returnTarget(values.redirectUri),
           scopes: values.scopes,
           signInId: values.signInId,
@@ -226,6 +241,8 @@ export function createTemplates(sources: TemplateSources): Templates {
           ...values,
           clientId: "",
           clientName: "",
+          verifiedHost: "",
+          unverifiedName: "",
           returnHost: "",
           scopes: "",
           signInId: "",
@@ -308,6 +325,7 @@ function deviceSlots(values: DevicePageValues, nonce: string): DeviceSlots {
     verificationUrl,
     clientId: values.clientId,
     clientName: values.clientName ?? "",
+    ...clientIdentity(values.clientName, values.clientVerifiedHost),
     returnHost: values.redirectUri ? returnTarget(values.redirectUri) : "",
     expiresIn: `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")}`,
     flowDataJson: jsonForScript(flowData),
@@ -420,4 +438,15 @@ function compile(
         (_, rawName: string | undefined, escapedName: string) =>
           rawName !== undefined ? slots[rawName] : escapeHtml(slots[escapedName]),
       );
+}
+
+/** Who vouches for a client's name: the host of its metadata document, or nobody. */
+function clientIdentity(
+  clientName: string | undefined,
+  verifiedHost: string | undefined,
+): { verifiedHost: string; unverifiedName: string } {
+  return {
+    verifiedHost: verifiedHost ?? "",
+    unverifiedName: clientName && !verifiedHost ? "unverified" : "",
+  };
 }

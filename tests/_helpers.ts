@@ -8,6 +8,8 @@ import { createAppDeps } from "../src/deps.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import type { Clock } from "../src/clock.ts";
 import { type Config, loadConfig } from "../src/config.ts";
+import { ClientMetadataError } from "../src/client_metadata/document.ts";
+import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
@@ -156,9 +158,19 @@ export interface TestApp {
 
 let templates: Templates | undefined;
 
+const OFFLINE_METADATA_FETCHER: ClientMetadataFetcher = {
+  fetchDocument: () =>
+    Promise.reject(new ClientMetadataError("this test app fetches no metadata documents")),
+};
+
 /** The real app over `:memory:` KV; `env` as the environment would give it. */
 export async function makeTestApp(
-  options: { env?: Record<string, string>; logger?: Logger; configured?: boolean } = {},
+  options: {
+    env?: Record<string, string>;
+    logger?: Logger;
+    configured?: boolean;
+    clientMetadataFetcher?: ClientMetadataFetcher;
+  } = {},
 ): Promise<TestApp> {
   const env = {
     GITLAB_CLIENT_ID: "gitlab-app-id",
@@ -176,7 +188,16 @@ export async function makeTestApp(
   const upstream = new FakeUpstream();
   templates ??= await loadTemplates();
   const logger = options.logger ?? silentLogger;
-  const deps = createAppDeps(config, { kv, clock, logger, templates, upstream });
+  // Test traffic stays on loopback: documents only from a fetcher a test hands in.
+  const clientMetadataFetcher = options.clientMetadataFetcher ?? OFFLINE_METADATA_FETCHER;
+  const deps = createAppDeps(config, {
+    kv,
+    clock,
+    logger,
+    templates,
+    upstream,
+    clientMetadataFetcher,
+  });
   const { store } = deps;
   return {
     app: createApp(deps),

@@ -1,6 +1,7 @@
 /**
- * An MCP client's side of the tests: the OAuth state an MCP host keeps (in memory), and what
- * a service's request log says it was asked.
+ * An MCP client's side of the tests: the OAuth state an MCP host keeps (in memory, optionally
+ * identified by a Client ID Metadata Document URL), and what a service's request log says it
+ * was asked.
  */
 
 import assert from "node:assert/strict";
@@ -20,7 +21,12 @@ export class MemoryOAuthProvider implements OAuthClientProvider {
   #tokens?: OAuthTokens;
   #verifier = "";
 
-  constructor(readonly callback: string, readonly clientName = "MCP test client") {}
+  /** With `clientMetadataUrl`, the SDK uses it as the client id instead of registering. */
+  constructor(
+    readonly callback: string,
+    readonly clientName: string = "MCP test client",
+    readonly clientMetadataUrl: string | undefined = undefined,
+  ) {}
 
   get redirectUrl(): string {
     return this.callback;
@@ -58,7 +64,7 @@ export class MemoryOAuthProvider implements OAuthClientProvider {
 }
 
 /** `METHOD path status` of every request the service logged. */
-function requestLines(logs: string[]): string[] {
+export function requestLines(logs: string[]): string[] {
   return logs.flatMap((line) => {
     try {
       const { message, method, path, status } = JSON.parse(line);

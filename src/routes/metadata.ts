@@ -39,6 +39,7 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
       revocation_endpoint_auth_methods_supported: ["none"],
       scopes_supported: [...GRANTED_SCOPES],
       authorization_response_iss_parameter_supported: true,
+      client_id_metadata_document_supported: true,
       service_documentation: `${issuer}/`,
     },
     200,

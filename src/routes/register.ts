@@ -9,6 +9,7 @@ import type { OAuthRequestContext } from "../context.ts";
 import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readJson } from "../http.ts";
+import { isAllowedRedirect } from "../redirect_allow_list.ts";
 import type { ClientMetadata, ClientRecord } from "../store/records.ts";
 
 /**
@@ -23,6 +24,7 @@ export async function handleRegister(ctx: OAuthRequestContext): Promise<Response
   const metadata = parseClientMetadata(
     await readJson(ctx.request, ctx.deps.config.requestBodyTimeoutMs),
   );
+  requireAllowedRedirects(ctx, metadata.redirect_uris);
   requireStorableSize(metadata);
   const client: ClientRecord = {
     clientId: randomToken(16),
@@ -59,4 +61,17 @@ function requireStorableSize(metadata: ClientMetadata): void {
       `The registration metadata exceeds ${MAX_REGISTRATION_BYTES} bytes`,
     );
   }
+}
+
+/** ALLOWED_REDIRECT_URIS, when set: a registration may carry only allowed redirect URIs. */
+function requireAllowedRedirects(ctx: OAuthRequestContext, redirectUris: string[]): void {
+  const patterns = ctx.deps.config.allowedRedirectUris;
+  if (!patterns) return;
+  const refused = redirectUris.find((uri) => !isAllowedRedirect(uri, patterns));
+  if (refused === undefined) return;
+  throw new OAuthError(
+    400,
+    "invalid_redirect_uri",
+    `redirect_uri is not allowed by this service: ${refused.slice(0, 100)}`,
+  );
 }

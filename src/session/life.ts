@@ -26,7 +26,7 @@ const RACED_TRANSITION_ATTEMPTS = 5;
 /** What an authorization request asked that its code must remember. */
 export type SignInRequest = Pick<
   FlowRecord,
-  "clientId" | "codeChallenge" | "codeChallengeMethod" | "redirectUri"
+  "clientId" | "codeChallenge" | "codeChallengeMethod" | "redirectUri" | "resource"
 >;
 
 /** The upstream side of a sign-in: the user's tokens, sealed, and when they expire. */
@@ -58,7 +58,10 @@ export interface IssueDeps {
   clock: Clock;
   config: Pick<
     Config,
-    "accessTokenTtlSeconds" | "sessionIdleTtlSeconds" | "revokeOnRefreshReplay"
+    | "accessTokenTtlSeconds"
+    | "sessionIdleTtlSeconds"
+    | "accessTokenAudience"
+    | "revokeOnRefreshReplay"
   >;
 }
 
@@ -87,7 +90,13 @@ export function newSignIn(
   upstream: UpstreamGrant,
   nowMs: number,
 ): FlowCompletion {
-  const session = newSession(request.clientId, upstream, nowMs, CODE_TTL_MS / 1000);
+  const session = newSession(
+    request.clientId,
+    upstream,
+    nowMs,
+    CODE_TTL_MS / 1000,
+    request.resource,
+  );
   const { clientId, codeChallenge, codeChallengeMethod, redirectUri } = request;
   return {
     code: newSessionToken(session.id),
@@ -109,6 +118,7 @@ export function newSession(
   upstream: UpstreamGrant,
   nowMs: number,
   idleTtlSeconds: number,
+  resource?: string,
 ): SessionRecord {
   return {
     id: crypto.randomUUID(),
@@ -119,6 +129,7 @@ export function newSession(
     upstreamUserId: upstream.user.id,
     upstreamUsername: upstream.user.username,
     clientId,
+    ...(resource === undefined ? {} : { resource }),
     scopes: [...GRANTED_SCOPES],
     createdAt: nowMs,
     updatedAt: nowMs,
@@ -129,25 +140,30 @@ export function newSession(
 /**
  * Mints an access token (spec §2.6) and a new refresh token, and the session that records
  * them: its refresh-token hash, the access token's expiry, and a renewed inactivity lifetime;
- * with REVOKE_ON_REFRESH_REPLAY, also the hash of the token it replaces.
+ * with REVOKE_ON_REFRESH_REPLAY, also the hash of the token it replaces. The token names the
+ * session's resource (RFC 8707), or `protectedResource` for a session from before resource
+ * indicators; `aud` is the client id unless ACCESS_TOKEN_AUDIENCE says `resource`.
  */
 export async function issueTokens(
   { signer, clock, config }: IssueDeps,
   session: SessionRecord,
   issuer: string,
+  protectedResource: string,
 ): Promise<IssuedTokens> {
   const now = clock.now();
   const ttl = config.accessTokenTtlSeconds;
   const scope = session.scopes.join(" ");
   const refreshToken = newSessionToken(session.id);
+  const resource = session.resource ?? protectedResource;
   const accessToken = await signer.sign(
     {
       iss: issuer,
       sub: String(session.upstreamUserId),
-      aud: session.clientId,
+      aud: config.accessTokenAudience === "resource" ? resource : session.clientId,
       sid: session.id,
       scope,
       gitlab_user: session.upstreamUsername,
+      resource,
     },
     now,
     ttl,

@@ -13,7 +13,7 @@ import type { OAuthRequestContext, RequestContext } from "../context.ts";
 import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
 import { PKCE_METHOD } from "../pkce.ts";
 import type { Versioned } from "../store/mod.ts";
-import type { ClientRecord, SignInRecord } from "../store/records.ts";
+import type { SignInRecord } from "../store/records.ts";
 import type { RenderedPage } from "../templates.ts";
 import { UNSAFE_REDIRECT_SCHEMES } from "../uri_schemes.ts";
 import {
@@ -38,6 +38,16 @@ export interface RedirectSignInRequest {
   codeChallenge: string;
   state: string;
   redirectUri?: string;
+  /** The protected resource the tokens will be bound to (RFC 8707). */
+  resource: string;
+}
+
+/** What the consent page says of the client, as `/authorize` identified it. */
+export interface ConsentClient {
+  /** Its name: from a metadata document, or from `/register` (unverified). */
+  clientName?: string;
+  /** The host of a metadata document client id, which vouches for the name. */
+  verifiedHost?: string;
 }
 
 /**
@@ -48,7 +58,7 @@ export interface RedirectSignInRequest {
 export async function answerRedirectSignIn(
   ctx: OAuthRequestContext,
   request: RedirectSignInRequest,
-  client: ClientRecord | null,
+  client: ConsentClient,
 ): Promise<Response> {
   const { store, clock, templates, config } = ctx.deps;
   const redirectUri = request.redirectUri;
@@ -64,6 +74,7 @@ export async function answerRedirectSignIn(
     codeChallengeMethod: PKCE_METHOD,
     state: request.state,
     redirectUri,
+    resource: request.resource,
     browserHash: sha256Base64Url(browser),
     expiresAt: clock.now() + SIGN_IN_STEP_TTL_MS,
   };
@@ -75,7 +86,8 @@ export async function answerRedirectSignIn(
   await store.createSignIn(signInId, { ...signIn, csrfHash: sha256Base64Url(csrfToken) });
   const page = templates.renderConsentPage({
     clientId: request.clientId,
-    clientName: client?.clientName,
+    clientName: client.clientName,
+    clientVerifiedHost: client.verifiedHost,
     redirectUri,
     scopes: config.gitlabScopes,
     signInId,

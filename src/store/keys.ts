@@ -13,6 +13,7 @@
  * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
  * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
+ * | ["client_metadata", sha256(url)]    | ClientDocumentRecord | its cache lifetime         |
  *
  * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
@@ -30,6 +31,7 @@ export const RECORD_KINDS = [
   "client",
   "rate",
   "mcp_session",
+  "client_metadata",
 ] as const;
 
 /** One kind of record. */
@@ -79,6 +81,11 @@ export function leaseKey(kind: string, id: string): Deno.KvKey {
 /** The key of a registered client. */
 export function clientKey(clientId: string): Deno.KvKey {
   return ["client", clientId];
+}
+
+/** The key of a cached Client ID Metadata Document (the URL may be long, so hashed). */
+export function clientDocumentKey(url: string): Deno.KvKey {
+  return ["client_metadata", sha256Base64Url(url)];
 }
 
 /** The key of one rate-limit counter: a bucket, an address, a fixed window. */

@@ -13,6 +13,7 @@
 
 import type { Clock } from "../clock.ts";
 import type { SecretBox } from "../secret_box.ts";
+import { type ClientDocumentStore, createClientDocumentStore } from "./client_documents.ts";
 import { type ClientStore, createClientStore } from "./clients.ts";
 import { type CodeStore, createCodeStore } from "./codes.ts";
 import { createFlowStore, type FlowStore } from "./flows.ts";
@@ -41,6 +42,7 @@ export interface Store
     CodeStore,
     SessionStore,
     ClientStore,
+    ClientDocumentStore,
     LimitStore,
     LeaseStore,
     McpSessionStore,
@@ -61,6 +63,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createCodeStore(io, sessions),
     ...sessionStore,
     ...createClientStore(io),
+    ...createClientDocumentStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
     ...createMcpSessionStore(io, sessions),
