@@ -408,9 +408,10 @@ function compile(
 ): (slots: Slots) => string {
   const escaped = new Set<string>(placeholders.escaped);
   const raw = new Set<string>(placeholders.raw);
-  const seen = new Set<string>();
-  for (const match of template.matchAll(SECTION)) seen.add(match[2]);
-  for (const [, rawName, escapedName] of template.replaceAll(SECTION, "$3").matchAll(PLACEHOLDER)) {
+  const unfolded = unfoldSections(template);
+  if (/\{\{\s*[#^/]/.test(unfolded.text)) throw new Error(`${name}: a section is not closed`);
+  const seen = new Set<string>(unfolded.names);
+  for (const [, rawName, escapedName] of unfolded.text.matchAll(PLACEHOLDER)) {
     if (rawName !== undefined && !raw.has(rawName)) {
       throw new Error(`${name}: {{{${rawName}}}} is not a raw placeholder`);
     }
@@ -430,9 +431,7 @@ function compile(
   }
 
   return (slots) =>
-    template
-      .replace(SECTION, (_, kind: string, key: string, body: string) =>
-        (slots[key] !== "") === (kind === "#") ? body : "")
+    renderSections(template, slots)
       .replace(
         PLACEHOLDER,
         (_, rawName: string | undefined, escapedName: string) =>
@@ -449,4 +448,35 @@ function clientIdentity(
     verifiedHost: verifiedHost ?? "",
     unverifiedName: clientName && !verifiedHost ? "unverified" : "",
   };
+}
+
+/** The names of every section, nested ones too, and the text with each replaced by its body. */
+function unfoldSections(template: string): { names: Set<string>; text: string } {
+  const names = new Set<string>();
+  let text = template;
+  for (let previous = ""; text !== previous;) {
+    previous = text;
+    text = text.replace(SECTION, (_, _kind: string, key: string, body: string) => {
+      names.add(key);
+      return body;
+    });
+  }
+  return { names, text };
+}
+
+/**
+ * Keeps or drops each section by its slot (`{{#x}}` when non-empty, `{{^x}}` when empty), outer
+ * sections first, until none is left; slot values are not inserted yet, so they cannot open one.
+ */
+function renderSections(template: string, slots: Slots): string {
+  let text = template;
+  for (let previous = ""; text !== previous;) {
+    previous = text;
+    text = text.replace(
+      SECTION,
+      (_, kind: string, key: string, body: string) =>
+        (slots[key] !== "") === (kind === "#") ? body : "",
+    );
+  }
+  return text;
 }

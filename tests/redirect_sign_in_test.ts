@@ -437,7 +437,8 @@ Deno.test("redirect mode: an app's return address is named as an app, and the pa
 Deno.test("the sign-in template is checked at load", () => {
   const base = { deviceHtml, deviceJs, homeHtml };
   const page = (body: string) => `<style nonce="{{nonce}}"></style>${body}`;
-  const all = "{{title}}{{message}}{{clientId}}{{clientName}}{{returnHost}}{{scopes}}" +
+  const all = "{{title}}{{message}}{{clientId}}{{clientName}}{{verifiedHost}}{{unverifiedName}}" +
+    "{{returnHost}}{{scopes}}" +
     "{{signInId}}{{csrfToken}}{{actionUrl}}";
   assert.ok(createTemplates({ ...base, signInHtml: page(all) }));
   assert.throws(
