@@ -41,7 +41,11 @@ export async function startService(
     onListen: ({ hostname, port }) => {
       const host = hostname.includes(":") ? `[${hostname}]` : hostname;
       const url = `http://${host}:${port}`;
-      logger.info("listening", { url, gitlab: config.gitlabUrl.href });
+      logger.info("listening", {
+        url,
+        gitlab: config.gitlabUrl.href,
+        securityProfile: config.securityProfile,
+      });
       resolve(url);
     },
   }, app);

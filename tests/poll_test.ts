@@ -228,7 +228,7 @@ Deno.test("4.2 success order: user fetched, code stored with 10-minute lifetime,
     assert.equal(session.value.updatedAt, now);
 
     assert.equal(await t.store.getFlow(flowState), null, "flow deleted");
-    assert.deepEqual(await kvKinds(t), ["code", "session"]);
+    assert.deepEqual(await kvKinds(t), ["code", "session", "unredeemed"]);
   }));
 
 Deno.test("4.2 fetchUser failing terminally → 200 failed <message>, record deleted, nothing else stored", () =>
@@ -328,7 +328,7 @@ Deno.test("3.1 pending → complete: upstream poll yields a token", () =>
     t.clock.advance(5_000);
     assertComplete(await pollOnce(t, flowState), { redirect_uri: REDIRECT, state: "xyz" });
     assert.equal(t.upstream.calls.user, 1);
-    assert.deepEqual(await kvKinds(t), ["code", "session"]);
+    assert.deepEqual(await kvKinds(t), ["code", "session", "unredeemed"]);
   }));
 
 Deno.test("3.1 pending → pending: upstream poll yields no token yet", () =>

@@ -18,7 +18,7 @@ import { isAllowedRedirect } from "../redirect_allow_list.ts";
 import { requireProtectedResource } from "../resource_indicator.ts";
 import { mcpResourceUrl } from "../resource_urls.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
-import type { FlowRecord } from "../store/records.ts";
+import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
 import { deviceFlowFor, type ShownFlow } from "../device_flow.ts";
 
@@ -37,6 +37,8 @@ export interface IdentifiedClient {
   clientName?: string;
   /** The host of a metadata document client id: its name is that host's word. */
   verifiedHost?: string;
+  /** The client's registration (RFC 7591), when it has one: using it keeps it alive. */
+  registration?: ClientRecord;
 }
 
 /** Handles `GET /authorize`. */
@@ -49,6 +51,8 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
   );
   const client = await identifyClient(ctx, request);
   requireAllowedRedirect(ctx, client.redirectUri);
+  // After every check: a request refused for its redirect URI is no use of the registration.
+  if (client.registration) await ctx.deps.store.recordClientUse(client.registration);
   if (ctx.deps.config.gitlabSignIn === "redirect") {
     return await answerRedirectSignIn(
       ctx,
@@ -130,12 +134,17 @@ async function identifyClient(
   if (isClientMetadataUrl(request.clientId)) return await documentClient(ctx, request);
   const client = await ctx.deps.store.getClient(request.clientId);
   if (ctx.deps.config.redirectUriPolicy !== "registered") {
-    return { redirectUri: request.redirectUri, clientName: client?.clientName };
+    return {
+      redirectUri: request.redirectUri,
+      clientName: client?.clientName,
+      registration: client ?? undefined,
+    };
   }
   if (!client) throw new OAuthError(400, "invalid_request", "Unknown client_id");
   return {
     redirectUri: ownRedirectUri(request.redirectUri, client.redirectUris, "registered"),
     clientName: client.clientName,
+    registration: client,
   };
 }
 

@@ -8,6 +8,7 @@
 import type { OAuthRequestContext } from "../context.ts";
 import { json, NO_STORE } from "../http.ts";
 import { redact } from "../logger.ts";
+import { endDepsOf, sweepAbandonedSignIns } from "../session/end.ts";
 import { newSignIn } from "../session/life.ts";
 import type { Versioned } from "../store/mod.ts";
 import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";
@@ -169,17 +170,17 @@ async function complete(
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
 ): Promise<Response> {
-  const { store, clock, config, logger } = ctx.deps;
+  const { store, clock, logger } = ctx.deps;
   const sealedTokens = await store.sealUpstreamTokens(tokens);
   const signIn = newSignIn(
     flow.value,
     { sealedTokens, expiresAt: tokens.expiresAt, user },
     clock.now(),
-    config.sessionIdleTtlSeconds,
   );
   const done = await store.completeFlow(flow, signIn);
   // Only a flow changed under us fails here; the next poll tells the truth about it.
   if (!done) return pending();
+  await sweepAbandonedSignIns(endDepsOf(ctx), { requestId: ctx.requestId });
   const { code, session } = signIn;
   const { redirectUri, state } = flow.value;
   logger.info("flow completed", {

@@ -6,8 +6,15 @@
 import type { SecretBox } from "../secret_box.ts";
 import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
-import { codeKey, flowKey, repeatKey, sessionKey } from "./keys.ts";
-import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
+import { codeKey, flowKey, repeatKey, sessionKey, unredeemedKey } from "./keys.ts";
+import type {
+  CodeRecord,
+  FlowRecord,
+  SessionRecord,
+  UnredeemedSignIn,
+  UpstreamTokenSet,
+} from "./records.ts";
+import { UNREDEEMED_KEEP_MS } from "./unredeemed.ts";
 
 /** What a completed sign-in writes in one commit. */
 export interface FlowCompletion {
@@ -37,7 +44,10 @@ export interface FlowStore {
     intervalSeconds: number,
     nextPollAt: number,
   ): Promise<Versioned<FlowRecord> | null>;
-  /** Stores code and session and deletes the flow, all or nothing; false if the flow changed. */
+  /**
+   * Stores code and session (and the unredeemed sign-in that revokes them if the code expires
+   * unused) and deletes the flow, all or nothing; false if the flow changed.
+   */
   completeFlow(flow: Versioned<FlowRecord>, completion: FlowCompletion): Promise<boolean>;
 }
 
@@ -120,7 +130,10 @@ function forgetRepeat(op: AtomicWrite, flow: FlowRecord): AtomicWrite {
   return flow.requestHash === undefined ? op : op.delete(repeatKey(flow.requestHash));
 }
 
-/** `op` that also stores a completed sign-in's new code and new session. */
+/**
+ * `op` that also stores a completed sign-in's new code and new session, and the unredeemed
+ * sign-in that revokes them if the code expires unused.
+ */
 export function withCompletion(
   io: StoreIo,
   op: AtomicWrite,
@@ -132,5 +145,12 @@ export function withCompletion(
     .check({ key: codeAt, versionstamp: null })
     .check({ key: sessionAt, versionstamp: null })
     .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
-    .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) });
+    .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
+    .set(unredeemedKey(codeRecord.expiresAt, session.id), unredeemedSignIn(session), {
+      expireIn: io.ttlUntil(codeRecord.expiresAt + UNREDEEMED_KEEP_MS),
+    });
+}
+
+function unredeemedSignIn(session: SessionRecord): UnredeemedSignIn {
+  return { sessionId: session.id, sealedUpstreamTokens: session.sealedUpstreamTokens };
 }

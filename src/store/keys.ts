@@ -7,9 +7,10 @@
  * | ["flow", sha256(flow_state)]        | StoredFlow        | upstream `expires_in`         |
  * | ["signin", sha256(id or state)]     | StoredSignIn      | 10 minutes                    |
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
+ * | ["unredeemed", expiresAt, session]  | UnredeemedSignIn  | until swept (GC: a week)      |
  * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
- * | ["client", client id]               | ClientRecord      | kept                          |
+ * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
  * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
  * | ["client_metadata", sha256(url)]    | ClientDocumentRecord | its cache lifetime         |
@@ -26,6 +27,7 @@ export const RECORD_KINDS = [
   "flow",
   "signin",
   "code",
+  "unredeemed",
   "session",
   "lease",
   "client",
@@ -55,6 +57,19 @@ export function signInKey(idOrState: string): Deno.KvKey {
 /** The key of an authorization code. */
 export function codeKey(code: string): Deno.KvKey {
   return ["code", sha256Base64Url(code)];
+}
+
+/**
+ * The key of a sign-in whose code is not redeemed yet: ordered by the code's expiry, so the
+ * abandoned ones are a key range.
+ */
+export function unredeemedKey(codeExpiresAt: number, sessionId: string): Deno.KvKey {
+  return ["unredeemed", codeExpiresAt, sessionId];
+}
+
+/** The range of unredeemed sign-ins whose code expired before `nowMs`. */
+export function abandonedSignInRange(nowMs: number): Deno.KvListSelector {
+  return { start: ["unredeemed"], end: ["unredeemed", nowMs] };
 }
 
 /** The key of a session. */

@@ -25,6 +25,7 @@ import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
 import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createRepeatStore, type RepeatStore } from "./repeats.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
+import { createUnredeemedStore, type UnredeemedStore } from "./unredeemed.ts";
 import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 import { createUpstreamPauseStore, type UpstreamPauseStore } from "./upstream_pause.ts";
 
@@ -50,7 +51,8 @@ export interface Store
     McpSessionStore,
     OperatorStore,
     UpstreamPauseStore,
-    RepeatStore {
+    RepeatStore,
+    UnredeemedStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -73,6 +75,7 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createOperatorStore(io),
     ...createUpstreamPauseStore(io),
     ...createRepeatStore(io, secrets),
+    ...createUnredeemedStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },

@@ -93,6 +93,16 @@ export interface CodeRecord {
   redeemedAt?: number;
 }
 
+/**
+ * A sign-in whose code has not been redeemed: what is needed to revoke its GitLab tokens once
+ * the code expired unused (its session expires with the code).
+ */
+export interface UnredeemedSignIn {
+  sessionId: string;
+  /** The session's `sealedUpstreamTokens`. */
+  sealedUpstreamTokens: string;
+}
+
 /** A signed-in user's session (spec §2.3). */
 export interface SessionRecord {
   id: string;
@@ -127,6 +137,11 @@ export interface SessionRecord {
    * that token may fetch once more until `untilMs`.
    */
   previousRefresh?: { hash: string; untilMs: number; sealedResponse: string };
+  /**
+   * Opt-in (REVOKE_ON_REFRESH_REPLAY): the hash of the refresh token the last rotation replaced,
+   * and when, so that token presented again ends the session (RFC 9700 §4.14.2).
+   */
+  replacedRefresh?: { hash: string; rotatedAt: number };
 }
 
 /** A session as stored before the provider-neutral names (GitLab was the only upstream). */
@@ -161,6 +176,11 @@ export interface ClientRecord {
   clientName?: string;
   /** The validated metadata exactly as echoed in the registration response (wire names). */
   metadata: ClientMetadata;
+  /**
+   * Epoch ms after which the registration is forgotten: a day after registration, 30 days
+   * after the last `/authorize` that used it. Absent on records stored before expiry existed.
+   */
+  expiresAt?: number;
 }
 
 /** A validated Client ID Metadata Document, as the service keeps it. */
