@@ -9,12 +9,12 @@
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
 
-import type { OAuthRequestContext } from "../context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../context.ts";
 import { notFound } from "../router.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { redact } from "../logger.ts";
-import { endDepsOf, sweepAbandonedSignIns } from "../session/end.ts";
+import { sweepAbandonedSignIns } from "../session/end.ts";
 import { newSignIn } from "../session/life.ts";
 import { type SignInRecord, upstreamTokenSet } from "../store/records.ts";
 import {

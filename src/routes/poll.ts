@@ -5,10 +5,10 @@
  * @see spec §3.1, §4.2, RFC 8628 §3.4–3.5
  */
 
-import type { OAuthRequestContext } from "../context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../context.ts";
 import { json, NO_STORE } from "../http.ts";
 import { redact } from "../logger.ts";
-import { endDepsOf, sweepAbandonedSignIns } from "../session/end.ts";
+import { sweepAbandonedSignIns } from "../session/end.ts";
 import { newSignIn } from "../session/life.ts";
 import type { Versioned } from "../store/mod.ts";
 import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";

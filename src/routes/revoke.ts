@@ -5,10 +5,10 @@
  * @see RFC 7009 §2
  */
 
-import type { OAuthRequestContext } from "../context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../context.ts";
 import { OAuthError } from "../errors.ts";
 import { NO_STORE, readParams } from "../http.ts";
-import { endDepsOf, endSession } from "../session/end.ts";
+import { endSession } from "../session/end.ts";
 import { findSessionByRefreshToken } from "../session/life.ts";
 import type { SessionRecord } from "../store/records.ts";
 

@@ -6,7 +6,6 @@
  * @see RFC 7009 §2, RFC 9700 §4.14.2
  */
 
-import type { OAuthRequestContext } from "../context.ts";
 import type { LogFields, Logger } from "../logger.ts";
 import { redact } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
@@ -23,12 +22,6 @@ export interface EndDeps {
   logger: Logger;
   upstream: Upstream;
   verifiedTokens: Pick<VerifiedTokens, "forgetSession">;
-}
-
-/** What a route holds of what ending a session needs. */
-export function endDepsOf(ctx: OAuthRequestContext): EndDeps {
-  const { store, logger, verifiedTokens } = ctx.deps;
-  return { store, logger, verifiedTokens, upstream: ctx.oauth.upstream };
 }
 
 /** Deletes the session, then revokes its GitLab token (best effort). */
