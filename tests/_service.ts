@@ -19,12 +19,28 @@ export interface ServiceProcess {
 }
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
+/** The permissions `deno task start` grants. */
+const PERMISSIONS = ["--allow-net", "--allow-env", "--allow-read", "--allow-write"];
 
-/** Starts `deno run main.ts` with `env` (PORT=0 and HOSTNAME=127.0.0.1 unless given). */
-export async function spawnService(env: Record<string, string>): Promise<ServiceProcess> {
+/** `deno task start`'s way: `deno run main.ts start`. */
+const RUN_START_ARGS = ["run", ...PERMISSIONS, MAIN, "start"];
+
+/** `deno serve` on a random loopback port, with `flags` (e.g. `--parallel`), serving main.ts. */
+export function denoServeArgs(flags: string[] = []): string[] {
+  return ["serve", ...PERMISSIONS, "--host", "127.0.0.1", "--port", "0", ...flags, MAIN];
+}
+
+/**
+ * Starts `deno run main.ts start` (or Deno with `args`) with `env` (PORT=0 and HOST=127.0.0.1
+ * unless given).
+ */
+export async function spawnService(
+  env: Record<string, string>,
+  args: string[] = RUN_START_ARGS,
+): Promise<ServiceProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-net", "--allow-env", "--allow-read", "--allow-write", MAIN],
-    env: { ...inheritedEnv(), PORT: "0", HOSTNAME: "127.0.0.1", ...env },
+    args,
+    env: { ...inheritedEnv(), PORT: "0", HOST: "127.0.0.1", ...env },
     clearEnv: true,
     stdin: "null",
     stdout: "piped",
@@ -78,11 +94,12 @@ export interface ServiceWithGitLab {
 
 /**
  * Starts the simulated GitLab and the service aimed at it, configured (GitLab application
- * `clientId`, `TEST_SECRET`, in-memory KV) with `env` on top.
+ * `clientId`, `TEST_SECRET`, in-memory KV) with `env` on top; `args` as for spawnService.
  */
 export async function spawnWithGitLab(
   clientId: string,
   env: Record<string, string> = {},
+  args: string[] = RUN_START_ARGS,
 ): Promise<ServiceWithGitLab> {
   const gitlab = startSimulatedGitLab();
   let service: ServiceProcess;
@@ -93,7 +110,7 @@ export async function spawnWithGitLab(
       JWT_SECRET: TEST_SECRET,
       KV_PATH: ":memory:",
       ...env,
-    });
+    }, args);
   } catch (error) {
     await gitlab.close();
     throw error;
