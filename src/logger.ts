@@ -39,9 +39,15 @@ const encoder = new TextEncoder();
 
 /**
  * Straight to stdout, not through `console`: `deno serve --parallel` prefixes every console
- * line with its worker's name, and a log line must stay one JSON object.
+ * line with its worker's name, and a log line must stay one JSON object. A runtime without a
+ * writable stdout (a hosted isolate) gets `console`.
  */
 function defaultWrite(line: string): void {
+  if (typeof Deno.stdout?.writeSync !== "function") {
+    // deno-lint-ignore no-console -- the logger is the one place that prints.
+    console.log(line);
+    return;
+  }
   const bytes = encoder.encode(`${line}\n`);
   for (let written = 0; written < bytes.length;) {
     written += Deno.stdout.writeSync(bytes.subarray(written));
