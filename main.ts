@@ -157,7 +157,8 @@ async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   };
 }
 
-let served: Deno.ServeDefaultExport | undefined;
+// Without `fetch` (imported, or listening itself) Deno neither serves the export nor warns.
+let served: Partial<Deno.ServeDefaultExport> = {};
 if (import.meta.main) {
   const [command] = Deno.args;
   if (command === "start" || (command === undefined && Deno.build.standalone)) await start();

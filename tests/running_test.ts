@@ -79,6 +79,8 @@ Deno.test("deno run main.ts start: serves the sign-in page without permission to
   } finally {
     await close();
   }
+  // Up to its exit, JSON lines only: no "did you mean to run deno serve?" from Deno.
+  for (const line of service.logs) JSON.parse(line);
 });
 
 Deno.test("PORT already in use: one line naming the port and PORT, exit 1, no stack trace", async (t) => {
