@@ -4,10 +4,10 @@
  * `startService` with an environment of its own).
  *
  * Two ways in, both configured from the environment:
- * - `deno serve main.ts` (also `--parallel`, and Deno Deploy): the default export `{ fetch }`;
+ * - `deno serve main.ts` (also `--parallel`): the default export `{ fetch }`;
  *   `deno serve` picks the address (`--port`, `--host`) and drains requests on SIGTERM.
- * - `deno run main.ts start` (`deno task start`) and the compiled executable: the service
- *   listens on `HOST`:`PORT` itself, with the graceful shutdown of `startService`.
+ * - `deno run main.ts start` (`deno task start`), the compiled executable and Deno Deploy: the
+ *   service listens on `HOST`:`PORT` itself, with the graceful shutdown of `startService`.
  *
  * `import.meta.main` is true under both `deno run` and `deno serve`, so the `start` argument
  * is what tells them apart; imported (by the demo, the tests), this module does nothing.
@@ -137,20 +137,27 @@ async function orExit<T>(logger: Logger, step: () => Promise<T>): Promise<T> {
   }
 }
 
-/** `deno run main.ts start`: listens itself; SIGTERM/SIGINT shut it down gracefully. */
-async function start(): Promise<void> {
+/**
+ * `deno run main.ts start`: listens itself; SIGTERM/SIGINT shut it down gracefully. On Deno
+ * Deploy the platform stops isolates itself, and signals may not exist there.
+ */
+async function start(onDeploy: boolean): Promise<void> {
   const logger = createLogger();
   const service = await orExit(logger, () => startService(Deno.env.toObject(), logger));
-  const stop = () => void service.shutdown();
-  Deno.addSignalListener("SIGTERM", stop);
-  Deno.addSignalListener("SIGINT", stop);
+  if (!onDeploy) {
+    const stop = () => void service.shutdown();
+    Deno.addSignalListener("SIGTERM", stop);
+    Deno.addSignalListener("SIGINT", stop);
+  }
   await service.finished;
 }
 
-/** `deno serve main.ts`: the handler `deno serve` (or Deno Deploy) runs; it owns the listener. */
+/** `deno serve main.ts`: the handler `deno serve` runs; it owns the listener. */
 async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   const logger = createLogger();
   const { app, config } = await orExit(logger, () => composeService(Deno.env.toObject(), logger));
+  // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
+  logger.info("ready to serve");
   return {
     fetch: app,
     onListen: (address) => void logListening(address, config, logger),
@@ -161,7 +168,11 @@ async function serveEntry(): Promise<Deno.ServeDefaultExport> {
 let served: Partial<Deno.ServeDefaultExport> = {};
 if (import.meta.main) {
   const [command] = Deno.args;
-  if (command === "start" || (command === undefined && Deno.build.standalone)) await start();
+  // Deno Deploy sets DENO_DEPLOYMENT_ID and may run the entrypoint as `deno run` does, which
+  // would leave a default export unserved: there, as in the executable, the service listens.
+  const onDeploy = Deno.env.get("DENO_DEPLOYMENT_ID") !== undefined;
+  const standalone = command === undefined && (Deno.build.standalone || onDeploy);
+  if (command === "start" || standalone) await start(onDeploy);
   else served = await serveEntry();
 }
 

@@ -19,6 +19,8 @@ export interface ServiceProcess {
 }
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
+/** Longer than the service's own 10 s bound on finishing requests in flight. */
+const STOP_GRACE_MS = 30_000;
 /** The permissions `deno task start` grants. */
 const PERMISSIONS = ["--allow-net", "--allow-env", "--allow-read", "--allow-write"];
 
@@ -77,11 +79,26 @@ export async function spawnService(
       } catch {
         // already exited
       }
+      // A lost SIGTERM must fail the test (exit code 137), not hang the whole run.
+      const kill = setTimeout(() => {
+        logs.push(`no exit ${STOP_GRACE_MS} ms after SIGTERM: SIGKILL`);
+        child.kill("SIGKILL");
+      }, STOP_GRACE_MS);
       const { code } = await status;
+      clearTimeout(kill);
       await readers;
       return code;
     },
   };
+}
+
+/** Resolves once `condition` holds (checked every 10 ms); throws after `timeoutMs`. */
+export async function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
 }
 
 /** A simulated GitLab and a service using it, stopped together. */

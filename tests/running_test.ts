@@ -1,8 +1,8 @@
 /**
  * Every Deno way to run the service, as a user starts it: `deno serve main.ts` (also
  * `--parallel` over one KV file), `deno run main.ts start` with no permission to read or write
- * files, a port already taken (by the service and by the demo), and the module graph that
- * `deno compile` would embed.
+ * files, main.ts as Deno Deploy may run it, a port already taken (by the service and by the
+ * demo), and the module graph that `deno compile` would embed.
  */
 
 import assert from "node:assert/strict";
@@ -13,6 +13,7 @@ import {
   postToken,
   signInOverHttp,
   spawnWithGitLab,
+  waitFor,
 } from "./_service.ts";
 
 const ROOT = new URL("../", import.meta.url);
@@ -43,6 +44,10 @@ Deno.test("deno serve --parallel: workers on one KV file, one refresh token race
     denoServeArgs(["--parallel"]),
   );
   try {
+    // deno serve --parallel loses a SIGTERM that arrives while a worker is still starting.
+    await waitFor(() =>
+      service.logs.filter((line) => line.includes('"ready to serve"')).length === 2
+    );
     const { refresh_token } = await signInOverHttp(service.url, gitlab);
     const results = await Promise.all(
       Array.from(
@@ -80,6 +85,22 @@ Deno.test("deno run main.ts start: serves the sign-in page without permission to
     await close();
   }
   // Up to its exit, JSON lines only: no "did you mean to run deno serve?" from Deno.
+  for (const line of service.logs) JSON.parse(line);
+});
+
+Deno.test("Deno Deploy (DENO_DEPLOYMENT_ID set): main.ts without arguments listens itself", async () => {
+  // As the platform may run it: no `start`, no file permissions, no default export served.
+  const { gitlab, service, close } = await spawnWithGitLab(
+    "deploy-app",
+    { DENO_DEPLOYMENT_ID: "test-deployment" },
+    ["run", "--allow-net", "--allow-env", MAIN],
+  );
+  try {
+    const tokens = await signInOverHttp(service.url, gitlab);
+    assert.equal(tokens.token_type, "Bearer");
+  } finally {
+    await close();
+  }
   for (const line of service.logs) JSON.parse(line);
 });
 
