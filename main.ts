@@ -152,6 +152,12 @@ async function start(onDeploy: boolean): Promise<void> {
   await service.finished;
 }
 
+/** `main.ts admin …`: the operator's CLI on the same KV (see README "Operator's CLI"). */
+async function admin(): Promise<never> {
+  const { runAdmin } = await import("./src/admin/cli.ts");
+  Deno.exit(await runAdmin(Deno.args.slice(1), Deno.env.toObject()));
+}
+
 /** `deno serve main.ts`: the handler `deno serve` runs; it owns the listener. */
 async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   const logger = createLogger();
@@ -168,6 +174,7 @@ async function serveEntry(): Promise<Deno.ServeDefaultExport> {
 let served: Partial<Deno.ServeDefaultExport> = {};
 if (import.meta.main) {
   const [command] = Deno.args;
+  if (command === "admin") await admin();
   // Deno Deploy sets DENO_DEPLOYMENT_ID and may run the entrypoint as `deno run` does, which
   // would leave a default export unserved: there, as in the executable, the service listens.
   const onDeploy = Deno.env.get("DENO_DEPLOYMENT_ID") !== undefined;

@@ -25,6 +25,9 @@ export const ALL_CASES = [
   "metadata",
   "mcp-direct",
   "gateway",
+  "floor-proxy-1",
+  "floor-proxy",
+  "gateway-32",
 ] as const;
 
 /** The name of one case of ALL_CASES. */

@@ -9,6 +9,8 @@
  *   `KEY_MODE=cryptokey` (default here) imports the HMAC key once, as the service does;
  *   `KEY_MODE=raw` passes the secret bytes to jose, which imports them on every call (the
  *   harness's `floor-jwt-kv-deno`).
+ * - `FLOOR=proxy`: forwards every request to `UPSTREAM_URL` with `fetch` and streams the answer
+ *   back, no authentication: the least a gateway in Deno can cost (the gateway case's floor).
  */
 
 import { SignJWT } from "jose";
@@ -110,12 +112,27 @@ function jwtKv(kv: Deno.Kv): (request: Request) => Promise<Response> {
   };
 }
 
+function proxy(upstream: URL): (request: Request) => Promise<Response> {
+  return async (request) => {
+    const target = new URL(upstream);
+    target.search = new URL(request.url).search;
+    const response = await fetch(target, {
+      method: request.method,
+      headers: { "content-type": request.headers.get("content-type") ?? "application/json" },
+      body: request.body,
+    });
+    return new Response(response.body, { status: response.status, headers: response.headers });
+  };
+}
+
 let handler: (request: Request) => Response | Promise<Response>;
 if (FLOOR === "hello") {
   handler = hello;
 } else if (FLOOR === "jwt-kv") {
   handler = jwtKv(await Deno.openKv(Deno.env.get("KV_PATH") ?? "/tmp/bench-floor-kv.sqlite"));
+} else if (FLOOR === "proxy") {
+  handler = proxy(new URL(Deno.env.get("UPSTREAM_URL") ?? "http://127.0.0.1:18092/mcp"));
 } else {
-  throw new Error(`FLOOR must be hello or jwt-kv, got ${FLOOR}`);
+  throw new Error(`FLOOR must be hello, jwt-kv or proxy, got ${FLOOR}`);
 }
 Deno.serve({ port: PORT, hostname: HOSTNAME, onListen() {} }, handler);

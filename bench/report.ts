@@ -53,6 +53,7 @@ const RATIOS: [string, string][] = [
   ["code", "floor-jwt-kv-rawkey"],
   ["refresh", "floor-hello"],
   ["floor-jwt-kv", "floor-hello"],
+  ["gateway-32", "floor-proxy"],
 ];
 
 const MiB = 2 ** 20;

@@ -60,12 +60,19 @@ import { createProcessGroup, type ProcessGroup } from "./processes.ts";
 import { publishReport, type SizeResult } from "./report.ts";
 import { createServers, type Servers } from "./servers.ts";
 import { accessTokenFor, createFlows } from "./service_client.ts";
-import { ensureWrk, wrkRunner, wrkVersion } from "./wrk.ts";
+import { ensureWrk, type WrkLoad, wrkRunner, wrkVersion } from "./wrk.ts";
 
 /** The latency cases send one request at a time: their p50 is a request's own latency. */
 const LATENCY_LOAD = { conns: 1, threads: 1 };
 /** The cases that run on the seeded KV. */
-const SEEDED_CASES: readonly CaseName[] = ["refresh", "code", "poll", "metadata", "gateway"];
+const SEEDED_CASES: readonly CaseName[] = [
+  "refresh",
+  "code",
+  "poll",
+  "metadata",
+  "gateway",
+  "gateway-32",
+];
 /** The service's GitLab when the case reaches none: a closed port. */
 const CLOSED_GITLAB = "http://127.0.0.1:9";
 /** Stateless floors ignore the token they get; at least this many random ones. */
@@ -260,7 +267,10 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
     poll: () => poll(run),
     metadata: () => metadata(run),
     "mcp-direct": () => mcpDirect(run),
-    gateway: () => gateway(run),
+    gateway: () => gateway(run, "gateway", LATENCY_LOAD),
+    "floor-proxy": () => proxyFloor(run, "floor-proxy"),
+    "floor-proxy-1": () => proxyFloor(run, "floor-proxy-1", LATENCY_LOAD),
+    "gateway-32": () => gateway(run, "gateway-32"),
   };
 }
 
@@ -360,23 +370,51 @@ async function mcpDirect(run: RunContext): Promise<Target> {
   };
 }
 
-/** POST /mcp through the service to the bench's MCP server. */
-async function gateway(run: RunContext): Promise<Target> {
+/**
+ * The gateway's floor: Deno.serve forwarding each POST to the bench's MCP server with fetch and
+ * streaming the answer back, no authentication; under the bench's full load (BENCH_CONNS), or
+ * one request at a time (`load` LATENCY_LOAD), like the gateway cases.
+ */
+async function proxyFloor(run: RunContext, name: CaseName, load?: WrkLoad): Promise<Target> {
+  const mcpPort = run.config.port + 2;
+  const mcp = await run.servers.mcpServer(1, mcpPort);
+  const target = `${run.files.dir}/${name}.txt`;
+  await Deno.writeTextFile(target, "/mcp -\n");
+  const concurrency = load ? "one at a time" : `${run.config.conns} connections`;
+  return {
+    server: await run.servers.floor(name, "proxy", undefined, {
+      UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp`,
+    }),
+    helpers: [mcp],
+    source: target,
+    mode: "mcp",
+    split: false,
+    load,
+    note: `Deno.serve + fetch to the MCP server, no authentication, ${concurrency}`,
+  };
+}
+
+/**
+ * POST /mcp through the service to the bench's MCP server: one request at a time (`load`
+ * LATENCY_LOAD, for the added latency) or under the bench's full load (for throughput).
+ */
+async function gateway(run: RunContext, name: CaseName, load?: WrkLoad): Promise<Target> {
   const mcpPort = run.config.port + 2;
   await copyKv(run.files.golden, run.files.runKv);
   const mcp = await run.servers.mcpServer(1, mcpPort);
-  const server = await run.servers.service("gateway", run.files.runKv, CLOSED_GITLAB, {
+  const server = await run.servers.service(name, run.files.runKv, CLOSED_GITLAB, {
     MCP_UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp`,
   });
-  const target = `${run.files.dir}/gateway.txt`;
+  const target = `${run.files.dir}/${name}.txt`;
+  const concurrency = load ? "one at a time" : `${run.config.conns} connections`;
   return {
     server,
     helpers: [mcp],
     source: target,
     mode: "mcp",
     split: false,
-    load: LATENCY_LOAD,
-    note: "POST /mcp through the gateway (JWT, session, GitLab token), one at a time",
+    load,
+    note: `POST /mcp through the gateway (JWT, session, GitLab token), ${concurrency}`,
     async probe() {
       const accessToken = await accessTokenFor(run.baseUrl, run.files.refreshTokens);
       if (!accessToken) return "no access token: the refresh grant failed";

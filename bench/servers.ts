@@ -34,8 +34,13 @@ export interface Servers {
     gitlabUrl: string,
     extraEnv?: Record<string, string>,
   ): Promise<Proc>;
-  /** A floor (FLOOR=`floor`, KEY_MODE=`keyMode`), logging to `<name>.log`. */
-  floor(name: string, floor: string, keyMode?: string): Promise<Proc>;
+  /** A floor (FLOOR=`floor`, KEY_MODE=`keyMode`, more `env`), logging to `<name>.log`. */
+  floor(
+    name: string,
+    floor: string,
+    keyMode?: string,
+    env?: Record<string, string>,
+  ): Promise<Proc>;
   /** The bench's MCP server on `port`, pinned to `cpu`. */
   mcpServer(cpu: number, port: number): Promise<Proc>;
   /** The simulated GitLab on the port after the bench's, pinned to CPU 1. */
@@ -68,7 +73,7 @@ export function createServers(options: ServerOptions): Servers {
         port,
         log: `${dir}/${name}.log`,
       }),
-    floor: (name, floor, keyMode = "cryptokey") =>
+    floor: (name, floor, keyMode = "cryptokey", env = {}) =>
       processes.start({
         name,
         cpu: 0,
@@ -80,6 +85,7 @@ export function createServers(options: ServerOptions): Servers {
           KEY_MODE: keyMode,
           KV_PATH: floorKv,
           JWT_SECRET: options.secret,
+          ...env,
         },
         port,
         log: `${dir}/${name}.log`,

@@ -1,6 +1,8 @@
 /**
- * `deno task demo`: the service, a simulated GitLab and a tiny example client, all on
- * loopback, so a newcomer can watch a whole sign-in without a GitLab account.
+ * `deno task demo`: the service, a simulated GitLab, an MCP server behind the service's gateway
+ * at `/mcp` and a tiny example client, all on loopback, so a newcomer can watch a whole sign-in,
+ * and try MCP clients, without a GitLab account. `PORT` sets the service's port (0: any free).
+ * `GITLAB_SIGN_IN=redirect deno task demo` shows the redirect sign-in instead of the device flow.
  *
  * Development only. Production starts with `deno task start` and a real GitLab.
  */
@@ -9,11 +11,13 @@ import { type RunningService, startService } from "../main.ts";
 import { ConfigError } from "../src/config.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import { createLogger } from "../src/logger.ts";
+import { startDemoMcpServer } from "./demo_mcp_server.ts";
 import { startSimulatedGitLab } from "./simulated_gitlab.ts";
 
 const env = Deno.env.toObject();
 const port = env.PORT ?? "8000";
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
+const mcp = startDemoMcpServer(gitlab.url);
 let service: RunningService;
 try {
   service = await startService({
@@ -25,11 +29,13 @@ try {
     GITLAB_URL: gitlab.url.href,
     GITLAB_CLIENT_ID: "demo-gitlab-app",
     JWT_SECRET: randomToken(32),
+    MCP_UPSTREAM_URL: mcp.url,
   }, createLogger());
 } catch (error) {
   if (!(error instanceof ConfigError)) throw error;
   // One line, no stack trace: most often PORT is taken by an earlier demo still running.
   await Deno.stderr.write(new TextEncoder().encode(`demo: ${error.message}\n`));
+  await mcp.close();
   await gitlab.close();
   Deno.exit(1);
 }
@@ -116,11 +122,26 @@ const banner = [
   "",
   `  1. Open the example client:   ${clientUrl}`,
   "     It sends you to the service's /authorize page with a fresh PKCE challenge.",
-  `  2. Click "Open GitLab" on that page: a simulated GitLab (${gitlab.url.origin}) asks for`,
-  "     the code; click Approve (or Deny to see a failure).",
-  "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
+  ...(service.config.gitlabSignIn === "redirect"
+    ? [
+      '  2. Click "Continue with GitLab" on the consent page (Cancel to see a refusal): a',
+      `     simulated GitLab (${gitlab.url.origin}) asks; click Approve (or Deny).`,
+      "  3. GitLab returns you to the service, which sends you on to the client with a code.",
+      "     Sign in again: the consent is remembered, you go straight to GitLab.",
+    ]
+    : [
+      `  2. Click "Open GitLab" on that page: a simulated GitLab (${gitlab.url.origin}) asks for`,
+      "     the code; click Approve (or Deny to see a failure).",
+      "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
+    ]),
   "",
-  `  Service: ${service.url}   Simulated GitLab: ${gitlab.url.origin}   Ctrl-C stops all.`,
+  `  Or connect an MCP client to ${service.url}/mcp (tools: whoami, list_projects):`,
+  `    npx @modelcontextprotocol/inspector            (Streamable HTTP, URL ${service.url}/mcp)`,
+  `    claude mcp add --transport http demo ${service.url}/mcp`,
+  `    npx mcp-remote ${service.url}/mcp`,
+  "",
+  `  Service: ${service.url}   Simulated GitLab: ${gitlab.url.origin}   MCP server: ${mcp.url}`,
+  "  Ctrl-C stops all.",
   "",
 ].join("\n");
 await Deno.stdout.write(new TextEncoder().encode(banner + "\n"));
@@ -128,6 +149,7 @@ await Deno.stdout.write(new TextEncoder().encode(banner + "\n"));
 const stop = async () => {
   await service.shutdown();
   await client.shutdown();
+  await mcp.close();
   await gitlab.close();
   Deno.exit(0);
 };

@@ -1,7 +1,9 @@
 /**
  * A simulated GitLab for the demo and for end-to-end tests: the OAuth device authorization grant,
- * the refresh-token grant (with rotation), token revocation, `GET /api/v4/user`, and a small
- * "Device authorization" page where a person approves or denies a user code.
+ * the authorization code grant with PKCE (an "Authorize application" page at `/oauth/authorize`
+ * with Approve and Deny), the refresh-token grant (with rotation), token revocation,
+ * `GET /api/v4/user`, and a small "Device authorization" page where a person approves or denies
+ * a user code.
  *
  * Development only: nothing under src/ imports this module. State lives in memory and dies with
  * the server. Test controls (`approve`, `failNext`, `calls`, ...) let a test drive the flow

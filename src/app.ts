@@ -4,13 +4,14 @@
  * headers and writes one log line per request.
  */
 
-import { clientIp } from "./client_ip.ts";
-import { type AppDeps, deriveBaseUrl, type RequestContext } from "./context.ts";
+import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
+import type { AppDeps, RequestContext } from "./context.ts";
 import { allowCrossOrigin, preflight } from "./cors.ts";
 import { notConfiguredError, OAuthError } from "./errors.ts";
 import { errorResponse, json, NO_STORE } from "./http.ts";
 import type { LogFields } from "./logger.ts";
 import { enforceRateLimit } from "./rate_limit.ts";
+import { requestOrigin } from "./request_origin.ts";
 import {
   findRoute,
   type Handler,
@@ -34,17 +35,22 @@ const SECURITY_HEADERS = {
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
   const gateway = createMcpGateway(deps);
+  const trusted = createProxyTrust(deps.config.trustProxy);
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
-    const url = new URL(request.url);
-    const baseUrl = deriveBaseUrl(request, url, deps.config);
-    const route = gateway?.route(url, baseUrl) ?? findRoute(ROUTES, url.pathname);
     const logFields: LogFields = {};
+    let route: Route | undefined;
+    let path: string | undefined;
     let response: Response;
     try {
+      const peer = peerAddress(info);
+      // Everything the Host header shapes is inside the try: a malformed one is a 400.
+      const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, trusted(peer));
+      path = url.pathname;
+      route = gateway?.route(url, baseUrl) ?? findRoute(ROUTES, url.pathname);
       const ctx = { request, url, baseUrl, deps, requestId, logFields };
-      response = await dispatch(route, ctx, peerAddress(info));
+      response = await dispatch(route, ctx, () => clientIp(request, peer, trusted));
     } catch (error) {
       response = renderError(error, deps, requestId);
     }
@@ -52,7 +58,7 @@ export function createApp(deps: AppDeps): FetchHandler {
     deps.logger.info("request", {
       requestId,
       method: request.method,
-      path: url.pathname,
+      path,
       status: response.status,
       ms: Math.round((performance.now() - started) * 10) / 10,
       ...logFields,
@@ -61,11 +67,14 @@ export function createApp(deps: AppDeps): FetchHandler {
   };
 }
 
-/** The route's rules in order: 404, CORS preflight, 405, rate limit, OAuth configuration. */
+/**
+ * The route's rules in order: 404, CORS preflight, 405, rate limit (against `client()`, the
+ * client address), OAuth configuration.
+ */
 async function dispatch(
   route: Route | undefined,
   ctx: RequestContext,
-  peer: string | undefined,
+  client: () => string,
 ): Promise<Response> {
   const { request, url, deps } = ctx;
   if (!route) throw notFound(url.pathname);
@@ -74,7 +83,7 @@ async function dispatch(
   }
   const handle = handlerFor(route, request.method);
   if (route.rateLimit) {
-    await enforceRateLimit(deps, route.rateLimit, clientIp(request, peer, deps.config.trustProxy));
+    await enforceRateLimit(deps, route.rateLimit, client());
   }
   return await handle(ctx);
 }
@@ -106,11 +115,6 @@ function methodOf<C>(methods: Methods<C>, method: string): Handler<C> | undefine
 function notConfigured(bare: boolean | undefined): Promise<Response> {
   if (bare) return Promise.resolve(json({ error: "server_error" }, 500, NO_STORE));
   throw notConfiguredError();
-}
-
-function peerAddress(info: Deno.ServeHandlerInfo | undefined): string | undefined {
-  const address = info?.remoteAddr;
-  return address && "hostname" in address ? address.hostname : undefined;
 }
 
 function withHeaders(response: Response, route: Route | undefined, requestId: string): Response {

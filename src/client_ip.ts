@@ -1,51 +1,69 @@
 /**
- * Which address a request comes from, for rate limits: the socket peer, or behind trusted
- * proxies (TRUST_PROXY) the right-most `X-Forwarded-For` entry that is not itself a proxy on a
- * loopback or private network — the left-most entries are whatever the client chose to send.
+ * Which address a request comes from: the socket peer, or, when that peer is a proxy TRUST_PROXY
+ * names, the right-most `X-Forwarded-For` entry that is not itself a trusted proxy. Entries to
+ * its left are whatever the client chose to send, so they never count.
+ *
+ * @see RFC 7239 §5.2 (the proxy chain, appended on the right), README "Abuse limits"
  */
 
-/** The client address of a request. */
-export function clientIp(request: Request, peer: string | undefined, trustProxy: boolean): string {
-  const socket = peer ?? "127.0.0.1";
-  if (!trustProxy || !isInternal(socket)) return socket;
-  // Entries that are not addresses (garbage, or kilobytes of it: the counter's KV key must
-  // stay small) are skipped.
-  const forwarded = (request.headers.get("x-forwarded-for") ?? "")
-    .split(",").map((entry) => normalize(entry.trim())).filter(isIpAddress);
-  for (let i = forwarded.length - 1; i >= 0; i--) {
-    if (!isInternal(forwarded[i])) return forwarded[i];
+import { canonicalIpText, createRangeMatcher } from "./ip_address.ts";
+
+/** Whether a canonical address is a proxy whose forwarded headers are believed. */
+export type ProxyTrust = (canonical: string) => boolean;
+
+/** The address a request without a TCP peer (in-process, a Unix socket) is counted as. */
+const LOCAL_PEER = "127.0.0.1";
+
+/** The trust TRUST_PROXY's ranges describe (none: nobody is trusted). */
+export function createProxyTrust(cidrs: readonly string[]): ProxyTrust {
+  return cidrs.length === 0 ? () => false : createRangeMatcher(cidrs);
+}
+
+/** The socket peer's canonical address, from what `Deno.serve` hands the handler. */
+export function peerAddress(info: Deno.ServeHandlerInfo | undefined): string {
+  const address = info?.remoteAddr;
+  const hostname = address && "hostname" in address ? address.hostname : undefined;
+  return (hostname && canonicalIpText(hostname.replace(/^\[(.*)\]$/, "$1"))) ?? LOCAL_PEER;
+}
+
+/**
+ * The client address of a request from the canonical socket `peer`. Walking `X-Forwarded-For`
+ * from the right: a trusted proxy's entry moves on, the first other address is the client, and
+ * an entry that is no address (a proxy that wrote `unknown`) stops the walk at the nearest
+ * trusted hop, since what lies left of it is client-chosen. All trusted: the left-most.
+ */
+export function clientIp(request: Request, peer: string, trusted: ProxyTrust): string {
+  if (!trusted(peer)) return peer;
+  const entries = forwardedList(request.headers, "x-forwarded-for");
+  let nearest = peer;
+  for (let i = entries.length - 1; i >= 0; i--) {
+    const address = canonicalIpText(withoutPort(entries[i]));
+    if (address === undefined) return nearest;
+    if (!trusted(address)) return address;
+    nearest = address;
   }
-  return forwarded[0] ?? socket;
+  return nearest;
 }
 
-/** Loopback addresses: 127.0.0.0/8 and ::1. */
-export function isLoopback(ip: string): boolean {
-  return ip === "::1" || ip.startsWith("127.") || ip.startsWith("::ffff:127.");
+/**
+ * The right-most value of a forwarded header (the one the nearest proxy added); undefined when
+ * the header is absent, "" when its last value is empty.
+ */
+export function rightmostForwarded(headers: Headers, name: string): string | undefined {
+  const values = forwardedList(headers, name);
+  return values.length === 0 ? undefined : values[values.length - 1];
 }
 
-function isInternal(ip: string): boolean {
-  if (isLoopback(ip)) return true;
-  const v4 = ip.startsWith("::ffff:") ? ip.slice(7) : ip;
-  const octets = v4.split(".").map(Number);
-  if (octets.length === 4 && octets.every((n) => Number.isInteger(n) && n >= 0 && n <= 255)) {
-    const [a, b] = octets;
-    return a === 10 || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) ||
-      (a === 169 && b === 254);
-  }
-  const lower = ip.toLowerCase();
-  return lower.startsWith("fc") || lower.startsWith("fd") || lower.startsWith("fe80:");
+/** Every comma-separated value of a header, over all its lines, trimmed. */
+function forwardedList(headers: Headers, name: string): string[] {
+  const header = headers.get(name);
+  return header === null ? [] : header.split(",").map((entry) => entry.trim());
 }
 
-/** A dotted-quad IPv4 or a textual IPv6 address (RFC 4291 §2.2, IPv4 tail allowed). */
-function isIpAddress(entry: string): boolean {
-  return /^\d{1,3}(\.\d{1,3}){3}$/.test(entry) ||
-    (entry.length <= 45 && entry.includes(":") && /^[0-9a-f:.]+$/.test(entry));
-}
-
-function normalize(entry: string): string {
-  // "[2001:db8::1]:443" or "203.0.113.7:8080" → the bare address.
-  const bracketed = entry.match(/^\[([^\]]+)\](?::\d+)?$/);
-  if (bracketed) return bracketed[1].toLowerCase();
-  const v4WithPort = entry.match(/^(\d+\.\d+\.\d+\.\d+):\d+$/);
-  return v4WithPort ? v4WithPort[1] : entry.toLowerCase();
+/** `[2001:db8::1]:443` or `203.0.113.7:8080` → the bare address; anything else unchanged. */
+function withoutPort(entry: string): string {
+  const bracketed = entry.match(/^\[([^\]]*)\](?::\d{1,5})?$/);
+  if (bracketed) return bracketed[1];
+  const v4WithPort = entry.match(/^(\d{1,3}(?:\.\d{1,3}){3}):\d{1,5}$/);
+  return v4WithPort ? v4WithPort[1] : entry;
 }

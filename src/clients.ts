@@ -13,7 +13,8 @@ const MAX_REDIRECT_URIS = 20;
 const MAX_URI_LENGTH = 2000;
 const MAX_TEXT_LENGTH = 500;
 const SUPPORTED_GRANTS = ["authorization_code", "refresh_token"];
-const LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "localhost"];
+/** Host names of loopback redirect URIs, whose port may vary (RFC 8252 §7.3). */
+export const LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "localhost"];
 const TEXT_FIELDS = ["client_name", "scope", "software_id", "software_version"] as const;
 const URL_FIELDS = ["client_uri", "logo_uri", "tos_uri", "policy_uri"] as const;
 

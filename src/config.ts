@@ -5,6 +5,10 @@
  * @see README.md "Configuration"
  */
 
+import { NEVER_FORWARDED_HEADERS } from "./gateway_headers.ts";
+import { parseCidr } from "./ip_address.ts";
+import { redirectPatternProblem } from "./redirect_allow_list.ts";
+
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
 export interface RateLimit {
   limit: number;
@@ -26,6 +30,7 @@ export class ConfigError extends Error {
 }
 
 const MIN_SECRET_BYTES = 32;
+const LOOPBACK_RANGES = ["127.0.0.0/8", "::1/128"] as const;
 
 /** The environment as given to loadConfig: a variable may be absent. */
 export type Env = Record<string, string | undefined>;
@@ -152,6 +157,20 @@ export const CONFIG_VARIABLES = {
     "GitLab instance (self-hosted too, with or without a sub-path)",
   ),
   gitlabScopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
+  /** `device`: the spec's device flow; `redirect`: consent page and GitLab's redirect sign-in. */
+  gitlabSignIn: variable(
+    "GITLAB_SIGN_IN",
+    "device",
+    caseInsensitive(oneOf("device", "redirect")),
+    "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
+  ),
+  /** A confidential GitLab application's secret (redirect sign-in only); a secret: never logged. */
+  gitlabClientSecret: variable(
+    "GITLAB_CLIENT_SECRET",
+    undefined,
+    text,
+    "redirect sign-in: the secret of a confidential GitLab application",
+  ),
   accessTokenTtlSeconds: variable(
     "ACCESS_TOKEN_TTL",
     "3600",
@@ -188,11 +207,12 @@ export const CONFIG_VARIABLES = {
     "issuer and base URL override (no trailing slash needed)",
     "from the request",
   ),
+  /** Ranges of the proxies whose `X-Forwarded-*` headers count (canonical CIDRs; none: off). */
   trustProxy: variable(
     "TRUST_PROXY",
     "false",
-    parseBoolean,
-    "honour `X-Forwarded-Proto` / `X-Forwarded-Host` / `X-Forwarded-For`",
+    parseTrustProxy,
+    "proxies whose `X-Forwarded-*` count: `true` (loopback) or CIDRs; needs `BASE_URL`",
   ),
   /**
    * The protected MCP resource (RFC 9728 `resource`), without a trailing slash. Undefined:
@@ -212,6 +232,28 @@ export const CONFIG_VARIABLES = {
     oneOf("any", "registered"),
     "`registered`: only registered clients and their redirect URIs ([why](#redirect-uri-policy))",
   ),
+  /** `client`: `aud` is the client id (the spec); `resource`: the MCP server's URL (RFC 9068). */
+  accessTokenAudience: variable(
+    "ACCESS_TOKEN_AUDIENCE",
+    "client",
+    oneOf("client", "resource"),
+    "`resource`: `aud` is the MCP server URL ([trade-off](#resource-indicators-rfc-8707))",
+  ),
+  /** Redirect URI patterns every client must use; undefined: any (the spec). */
+  allowedRedirectUris: variable(
+    "ALLOWED_REDIRECT_URIS",
+    undefined,
+    parseRedirectPatterns,
+    "comma list of redirect URIs clients may use ([allow-list](#client-allow-list))",
+    "any",
+  ),
+  /** Lifts the SSRF guard on metadata document fetches (intranets, tests). */
+  clientMetadataAllowPrivate: variable(
+    "CLIENT_METADATA_ALLOW_PRIVATE",
+    "false",
+    parseBoolean,
+    "fetch metadata documents from private addresses too ([CIMD](#client-id-metadata-documents))",
+  ),
   /** Gateway mode: where authenticated MCP requests are forwarded. Undefined: no gateway. */
   mcpUpstreamUrl: variable(
     "MCP_UPSTREAM_URL",
@@ -225,6 +267,16 @@ export const CONFIG_VARIABLES = {
     "authorization",
     caseInsensitive(oneOf("authorization", "private-token")),
     "gateway: `private-token` sends `PRIVATE-TOKEN` instead of a Bearer",
+  ),
+  /**
+   * Client headers the gateway passes on beyond its own list (lower case); never a credential.
+   * Undefined: none.
+   */
+  mcpUpstreamForwardHeaders: variable(
+    "MCP_UPSTREAM_FORWARD_HEADERS",
+    undefined,
+    parseForwardHeaders,
+    "gateway: more client headers to pass on, comma-separated ([which](#the-gateways-headers))",
   ),
   /** How long the gateway waits for the MCP server's response headers. */
   mcpUpstreamTimeoutMs: variable(
@@ -302,7 +354,19 @@ export type RateLimits = Config["rateLimits"];
 
 /** Reads and validates the configuration from an environment map. Throws ConfigError. */
 export function loadConfig(env: Env): Config {
-  return readTable(CONFIG_VARIABLES, env);
+  const config = readTable(CONFIG_VARIABLES, env);
+  requireBaseUrlBehindProxy(config);
+  return config;
+}
+
+/**
+ * Behind a proxy the issuer is not taken from forwarded headers: a proxy that passes a client's
+ * `X-Forwarded-Host` on would let it choose the issuer of tokens and metadata.
+ */
+function requireBaseUrlBehindProxy(config: Config): void {
+  if (config.trustProxy.length > 0 && !config.baseUrl) {
+    throw new ConfigError("TRUST_PROXY", "needs BASE_URL: set BASE_URL to the public base URL");
+  }
 }
 
 /** Every variable of CONFIG_VARIABLES, groups flattened, in table order. */
@@ -422,6 +486,47 @@ function parseHttpUrl(name: string, raw: string): URL {
   }
   if (url.search || url.hash) throw new ConfigError(name, "must not have a query or fragment");
   return url;
+}
+
+/** TRUST_PROXY as ranges: `true` is loopback (a proxy on this host), `false` none. */
+function parseTrustProxy(name: string, raw: string): readonly string[] {
+  const lower = raw.toLowerCase();
+  if (["0", "false", "no", "off"].includes(lower)) return [];
+  if (["1", "true", "yes", "on"].includes(lower)) return LOOPBACK_RANGES;
+  return raw.split(",").map((entry) => {
+    const cidr = parseCidr(entry.trim());
+    if (cidr === undefined) {
+      throw new ConfigError(
+        name,
+        `must be true, false or CIDRs like 10.0.0.0/8, got ${JSON.stringify(entry.trim())}`,
+      );
+    }
+    return cidr;
+  });
+}
+
+/** Header names only; no header that carries a credential or frames the message. */
+function parseForwardHeaders(name: string, raw: string): readonly string[] {
+  return raw.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry)
+    .map((header) => {
+      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(header)) {
+        throw new ConfigError(name, `${JSON.stringify(header)} is not a header name`);
+      }
+      if (NEVER_FORWARDED_HEADERS.has(header) || header.startsWith("proxy-")) {
+        throw new ConfigError(name, `must not name ${header}: the gateway never forwards it`);
+      }
+      return header;
+    });
+}
+
+function parseRedirectPatterns(name: string, raw: string): string[] {
+  const patterns = raw.split(",").map((item) => item.trim()).filter((item) => item !== "");
+  for (const pattern of patterns) {
+    const problem = redirectPatternProblem(pattern);
+    if (problem) throw new ConfigError(name, `${JSON.stringify(pattern)}: ${problem}`);
+  }
+  if (patterns.length === 0) throw new ConfigError(name, "lists no redirect URI");
+  return patterns;
 }
 
 function parseBoolean(name: string, raw: string): boolean {

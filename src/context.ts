@@ -1,9 +1,12 @@
 /** The dependencies a request handler works with, and what each request knows of itself. */
 
+import type { ClientMetadataFetcher } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
 import type { Config } from "./config.ts";
 import type { TokenSigner } from "./jwt.ts";
 import type { LogFields, Logger } from "./logger.ts";
+import type { VerifiedTokens } from "./session/verified_tokens.ts";
+import type { ConsentSigner } from "./sign_in/cookies.ts";
 import type { Store } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import type { Upstream } from "./upstream/types.ts";
@@ -12,6 +15,8 @@ import type { Upstream } from "./upstream/types.ts";
 export interface OAuthDeps {
   upstream: Upstream;
   signer: TokenSigner;
+  /** Signs the remembered consents of the redirect sign-in. */
+  consentSigner: ConsentSigner;
 }
 
 /** Everything createApp needs, passed explicitly. */
@@ -21,6 +26,10 @@ export interface AppDeps {
   clock: Clock;
   templates: Templates;
   logger: Logger;
+  /** Access tokens the gateway accepted within the last second. */
+  verifiedTokens: VerifiedTokens;
+  /** Fetches Client ID Metadata Documents (with the SSRF guard unless configured off). */
+  clientMetadataFetcher: ClientMetadataFetcher;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */
   oauth?: OAuthDeps;
 }
@@ -41,37 +50,4 @@ export interface RequestContext {
   requestId: string;
   /** Fields a route adds to the request's one log line (what it issued, to whom). */
   logFields: LogFields;
-}
-
-/**
- * The base URL (issuer): BASE_URL when configured, else the request's origin, or the
- * forwarded origin when TRUST_PROXY is on.
- *
- * @see spec §2.6 (`iss` derived from the incoming request)
- */
-export function deriveBaseUrl(request: Request, url: URL, config: Config): string {
-  if (config.baseUrl) return config.baseUrl;
-  if (config.trustProxy) {
-    const proto = firstForwarded(request.headers.get("x-forwarded-proto"));
-    const host = firstForwarded(request.headers.get("x-forwarded-host"));
-    const origin = forwardedOrigin(proto ?? url.protocol.slice(0, -1), host ?? url.host);
-    if (origin) return origin;
-  }
-  return url.origin;
-}
-
-function firstForwarded(header: string | null): string | undefined {
-  const first = header?.split(",")[0].trim();
-  return first ? first : undefined;
-}
-
-function forwardedOrigin(proto: string, host: string): string | undefined {
-  if (proto !== "http" && proto !== "https") return undefined;
-  try {
-    const parsed = new URL(`${proto}://${host}`);
-    // Anything beyond a host and port (userinfo, a path) is not a host header.
-    return parsed.host === host.toLowerCase() ? parsed.origin : undefined;
-  } catch {
-    return undefined;
-  }
 }

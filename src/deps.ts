@@ -5,24 +5,34 @@
  * a scripted upstream).
  */
 
+import {
+  type ClientMetadataFetcher,
+  createClientMetadataFetcher,
+} from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
 import { type Config, jwtSecrets, oauthSettings } from "./config.ts";
 import type { AppDeps } from "./context.ts";
 import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
+import { createVerifiedTokens } from "./session/verified_tokens.ts";
+import { createConsentSigner } from "./sign_in/cookies.ts";
 import { createStore } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
 import type { Upstream } from "./upstream/types.ts";
 
-/** What the process provides; `upstream` replaces the configured client (tests, the demo). */
+/**
+ * What the process provides; `upstream` replaces the configured client and
+ * `clientMetadataFetcher` the configured fetcher (tests, the demo).
+ */
 export interface Resources {
   kv: Deno.Kv;
   clock: Clock;
   logger: Logger;
   templates: Templates;
   upstream?: Upstream;
+  clientMetadataFetcher?: ClientMetadataFetcher;
 }
 
 /** The app's dependencies; `oauth` only when GITLAB_CLIENT_ID and JWT_SECRET are both set. */
@@ -35,15 +45,20 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     clock,
     templates,
     logger,
+    verifiedTokens: createVerifiedTokens(),
+    clientMetadataFetcher: resources.clientMetadataFetcher ??
+      createClientMetadataFetcher({ allowPrivate: config.clientMetadataAllowPrivate }),
     oauth: settings && {
       upstream: resources.upstream ?? createGitLabUpstream({
         gitlabUrl: config.gitlabUrl,
         clientId: settings.gitlabClientId,
+        clientSecret: config.gitlabClientSecret,
         scopes: config.gitlabScopes,
         timeoutMs: config.upstreamTimeoutMs,
         logger,
       }),
       signer: createTokenSigner(jwtSecrets(settings, config)),
+      consentSigner: createConsentSigner(jwtSecrets(settings, config)),
     },
   };
 }

@@ -17,6 +17,8 @@ export type OAuthErrorCode =
   | "invalid_client_metadata"
   | "invalid_token"
   | "insufficient_scope"
+  /** A `resource` (RFC 8707 §2) other than the protected MCP server. */
+  | "invalid_target"
   /** The MCP server behind the gateway could not be reached (502) or did not answer (504). */
   | "bad_gateway"
   | "gateway_timeout";

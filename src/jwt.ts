@@ -15,6 +15,8 @@ export interface AccessTokenClaims {
   sid: string;
   scope: string;
   gitlab_user: string;
+  /** The MCP server the token is for (RFC 8707); absent in tokens from before. */
+  resource?: string;
 }
 
 /** Signs and verifies access tokens with times from the caller, not the wall clock. */

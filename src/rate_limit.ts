@@ -3,15 +3,18 @@
  * rate limits; over a limit we answer 429 before any other work (and any upstream call).
  */
 
-import { isLoopback } from "./client_ip.ts";
 import type { RateLimits } from "./config.ts";
 import type { AppDeps } from "./context.ts";
 import { OAuthError } from "./errors.ts";
+import { isLoopbackIp, rateLimitSubject } from "./ip_address.ts";
 
 /** Which limit a route counts against (the route table says). */
 export type RateLimitBucket = keyof RateLimits;
 
-/** Throws a 429 OAuthError when `ip` is over the limit of `bucket`. */
+/**
+ * Throws a 429 OAuthError when the canonical client address `ip` is over the limit of `bucket`;
+ * an IPv6 client is counted by its /64.
+ */
 export async function enforceRateLimit(
   { store, config, clock }: Pick<AppDeps, "store" | "config" | "clock">,
   bucket: RateLimitBucket,
@@ -19,9 +22,9 @@ export async function enforceRateLimit(
 ): Promise<void> {
   const limit = config.rateLimits[bucket];
   if (!limit) return;
-  if (config.rateLimitLoopback === "exempt" && isLoopback(ip)) return;
+  if (config.rateLimitLoopback === "exempt" && isLoopbackIp(ip)) return;
   const windowMs = limit.windowSeconds * 1000;
-  const count = await store.countRequest(bucket, ip, limit.limit, windowMs);
+  const count = await store.countRequest(bucket, rateLimitSubject(ip), limit.limit, windowMs);
   if (count <= limit.limit) return;
   const retryAfter = String(Math.ceil((windowMs - (clock.now() % windowMs)) / 1000));
   throw new OAuthError(

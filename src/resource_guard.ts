@@ -14,10 +14,16 @@ import { OAuthError } from "./errors.ts";
 import { errorResponse, NO_STORE } from "./http.ts";
 import { type AccessTokenClaims, createTokenSigner, type TokenSigner } from "./jwt.ts";
 import { type Logger, silentLogger } from "./logger.ts";
+import { sameResource } from "./resource_indicator.ts";
 import { protectedResourceMetadataUrl } from "./resource_urls.ts";
 import { MCP_TOOLS_SCOPE } from "./scopes.ts";
 import { createSecretBox, sealingSecrets } from "./secret_box.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "./session/upstream_refresh.ts";
+import {
+  createVerifiedTokens,
+  type VerifiedToken,
+  type VerifiedTokens,
+} from "./session/verified_tokens.ts";
 import { createStore, type Store, type Versioned } from "./store/mod.ts";
 import type { SessionRecord } from "./store/records.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";
@@ -116,6 +122,8 @@ export interface GuardDeps {
   /** Leeway on `exp` for clocks that disagree a little. */
   clockToleranceSeconds: number;
   requiredScope: string;
+  /** Tokens accepted within the last second, so a burst of calls is checked once. */
+  verifiedTokens: VerifiedTokens;
 }
 
 /**
@@ -141,6 +149,7 @@ export function createResourceGuard(options: ResourceGuardOptions): ResourceGuar
     signer: createTokenSigner(jwtSecrets),
     clockToleranceSeconds: options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS,
     requiredScope: options.requiredScope ?? MCP_TOOLS_SCOPE,
+    verifiedTokens: createVerifiedTokens(),
   };
   return { authenticate: (request) => authenticateRequest(deps, request, { issuer, resource }) };
 }
@@ -157,17 +166,47 @@ export async function authenticateRequest(
   const token = bearerToken(request.headers.get("authorization"));
   if (token === undefined) return authenticationRequired(target.resource);
   try {
-    const claims = await verifyToken(deps, token, target.issuer);
-    const session = await liveSession(deps, claims);
-    requireScope(claims, deps.requiredScope);
-    const fresh = await freshSession(deps, session);
-    const upstreamTokens = await deps.store.openUpstreamTokens(fresh);
-    if (!upstreamTokens) throw sessionEnded();
-    return authenticated(claims, fresh, upstreamTokens.accessToken);
+    const found = deps.verifiedTokens.get(token, target.issuer, deps.clock.now()) ??
+      await verifyAndRemember(deps, token, target);
+    requireResource(found.claims, target.resource);
+    requireScope(found.claims, deps.requiredScope);
+    return authenticated(found);
   } catch (error) {
     if (!(error instanceof OAuthError)) throw error;
     return errorResponse(withChallenge(error, target.resource, deps.requiredScope));
   }
+}
+
+/**
+ * The full check of a token: signature and claims, resource, session, scope, a fresh GitLab
+ * token. What passed is remembered for the next calls (verified_tokens.ts).
+ */
+async function verifyAndRemember(
+  deps: GuardDeps,
+  token: string,
+  target: GuardTarget,
+): Promise<VerifiedToken> {
+  const claims = await verifyToken(deps, token, target.issuer);
+  requireResource(claims, target.resource);
+  const session = await liveSession(deps, claims);
+  requireScope(claims, deps.requiredScope);
+  const fresh = await freshSession(deps, session);
+  const upstreamTokens = await deps.store.openUpstreamTokens(fresh);
+  if (!upstreamTokens) throw sessionEnded();
+  const found = {
+    claims,
+    expiresAtMs: expiryOf(claims),
+    session: fresh,
+    upstreamToken: upstreamTokens.accessToken,
+  };
+  deps.verifiedTokens.remember(token, found, deps.clock.now());
+  return found;
+}
+
+/** `exp` in milliseconds; the signer requires it, so a token without one is never remembered. */
+function expiryOf(claims: AccessTokenClaims): number {
+  const { exp } = claims as { exp?: unknown };
+  return typeof exp === "number" ? exp * 1000 : 0;
 }
 
 /**
@@ -205,6 +244,18 @@ async function verifyToken(
     throw invalidToken("The access token lacks required claims");
   }
   return claims;
+}
+
+/**
+ * RFC 8707: a token bound to another MCP server is refused here even when that server shares
+ * our secret. Tokens from before resource indicators carry no `resource` and are accepted.
+ */
+function requireResource(claims: AccessTokenClaims, resource: string): void {
+  const bound: unknown = claims.resource;
+  if (bound === undefined) return;
+  if (typeof bound !== "string" || !sameResource(bound, resource)) {
+    throw invalidToken("The access token was issued for another resource");
+  }
 }
 
 /** A description that names the problem without repeating anything from the token. */
@@ -284,11 +335,7 @@ function refreshFailed(
   );
 }
 
-function authenticated(
-  claims: AccessTokenClaims,
-  session: SessionRecord,
-  upstreamToken: string,
-): AuthenticatedRequest {
+function authenticated({ claims, session, upstreamToken }: VerifiedToken): AuthenticatedRequest {
   return {
     user: { id: session.upstreamUserId, username: session.upstreamUsername },
     scopes: claims.scope.split(" ").filter((scope) => scope !== ""),

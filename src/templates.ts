@@ -17,6 +17,7 @@
 import deviceHtml from "../templates/device.html" with { type: "text" };
 import deviceJs from "../templates/device.js" with { type: "text" };
 import homeHtml from "../templates/home.html" with { type: "text" };
+import signInHtml from "../templates/sign_in.html" with { type: "text" };
 import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
 
 /** What the device page shows and what its script needs. */
@@ -34,6 +35,11 @@ export interface DevicePageValues {
   clientId: string;
   /** Shown instead of the client id when known. */
   clientName?: string;
+  /**
+   * The host of a metadata document client id, shown as verified; without it a client name
+   * (from `/register`) is shown as unverified.
+   */
+  clientVerifiedHost?: string;
   /** When set, the page adds `iss` to the redirect (RFC 9207). */
   issuer?: string;
 }
@@ -52,6 +58,40 @@ export interface TemplateSources {
   deviceJs: string;
   /** The static page at `/`, served as is. */
   homeHtml: string;
+  /**
+   * The pages of the redirect sign-in: the consent form, or a notice (title and message);
+   * default `templates/sign_in.html`.
+   */
+  signInHtml?: string;
+}
+
+/** What the consent page of the redirect sign-in (GITLAB_SIGN_IN=redirect) shows and posts. */
+export interface ConsentPageValues {
+  clientId: string;
+  /**
+   * The client's name, shown instead of the client id when known: marked unverified unless
+   * `clientVerifiedHost` vouches for it.
+   */
+  clientName?: string;
+  /** The host of a metadata document client id, shown as verified. */
+  clientVerifiedHost?: string;
+  /** Where the browser returns; its scheme and host are shown. */
+  redirectUri: string;
+  /** The upstream scopes asked for, space-separated. */
+  scopes: string;
+  /** The pending sign-in the form continues. */
+  signInId: string;
+  csrfToken: string;
+  /** Absolute URL the form posts to. */
+  actionUrl: string;
+  /** The upstream's origin, where "Continue" leads (allowed by the page's `form-action`). */
+  upstreamOrigin: string;
+}
+
+/** A page that only tells something: a failed or refused sign-in. */
+export interface NoticePageValues {
+  title: string;
+  message: string;
 }
 
 /** Renders the service's HTML pages; rendering does no I/O. */
@@ -60,6 +100,10 @@ export interface Templates {
   renderDevicePage(values: DevicePageValues): RenderedPage;
   /** The static page at `/` (metadata's `service_documentation`); it interpolates nothing. */
   homePage: RenderedPage;
+  /** The consent page of the redirect sign-in. Throws TypeError on a non-http(s) URL. */
+  renderConsentPage(values: ConsentPageValues): RenderedPage;
+  /** A notice page (no script). */
+  renderNoticePage(values: NoticePageValues): RenderedPage;
 }
 
 /** The page's timings in milliseconds (spec §8), handed to its script in the data block. */
@@ -79,6 +123,8 @@ const DEVICE_PLACEHOLDERS = {
     "verificationUrl",
     "clientId",
     "clientName",
+    "verifiedHost",
+    "unverifiedName",
     "returnHost",
     "expiresIn",
   ],
@@ -89,6 +135,33 @@ type DeviceSlots = Record<
   (typeof DEVICE_PLACEHOLDERS.escaped)[number] | (typeof DEVICE_PLACEHOLDERS.raw)[number],
   string
 >;
+
+/** Every placeholder sign_in.html must use, and the only ones it may use. */
+const SIGN_IN_PLACEHOLDERS = {
+  escaped: [
+    "nonce",
+    "title",
+    "message",
+    "clientId",
+    "clientName",
+    "verifiedHost",
+    "unverifiedName",
+    "returnHost",
+    "scopes",
+    "signInId",
+    "csrfToken",
+    "actionUrl",
+  ],
+  raw: [],
+} as const;
+
+/** A template's placeholders: HTML-escaped ones and raw ones. */
+interface Placeholders {
+  escaped: readonly string[];
+  raw: readonly string[];
+}
+
+type Slots = Record<string, string>;
 
 const SECTION = /\{\{\s*([#^])\s*(\w+)\s*\}\}([\s\S]*?)\{\{\s*\/\s*\2\s*\}\}/g;
 const PLACEHOLDER = /\{\{\{\s*(\w+)\s*\}\}\}|\{\{\s*(\w+)\s*\}\}/g;
@@ -115,6 +188,12 @@ export function createTemplates(sources: TemplateSources): Templates {
   const device = compile(
     inlineScript(sources.deviceHtml.replace(COMMENT, ""), sources.deviceJs),
     "device.html",
+    DEVICE_PLACEHOLDERS,
+  );
+  const signIn = compile(
+    (sources.signInHtml ?? signInHtml).replace(COMMENT, ""),
+    "sign_in.html",
+    SIGN_IN_PLACEHOLDERS,
   );
   return {
     homePage: {
@@ -124,13 +203,82 @@ export function createTemplates(sources: TemplateSources): Templates {
         "frame-ancestors 'none'",
     },
     renderDevicePage(values) {
-      const nonce = crypto.getRandomValues(new Uint8Array(18)).toBase64();
+      const nonce = newNonce();
       return {
         html: device(deviceSlots(values, nonce)),
         contentSecurityPolicy: contentSecurityPolicy(nonce, new URL(values.pollUrl).origin),
       };
     },
+    renderConsentPage(values) {
+      const nonce = newNonce();
+      const formTargets = [
+        new URL(httpUrl(values.actionUrl, "actionUrl")).origin,
+        new URL(httpUrl(values.upstreamOrigin, "upstreamOrigin")).origin,
+        returnSource(values.redirectUri),
+      ];
+      return {
+        html: signIn({
+          nonce,
+          title: "Sign in with GitLab",
+          message: "",
+          clientId: values.clientId,
+          clientName: values.clientName ?? "",
+          ...clientIdentity(values.clientName, values.clientVerifiedHost),
+          returnHost: returnTarget(values.redirectUri),
+          scopes: values.scopes,
+          signInId: values.signInId,
+          csrfToken: values.csrfToken,
+          actionUrl: values.actionUrl,
+        }),
+        contentSecurityPolicy: formPagePolicy(nonce, formTargets),
+      };
+    },
+    renderNoticePage(values) {
+      const nonce = newNonce();
+      return {
+        html: signIn({
+          nonce,
+          ...values,
+          clientId: "",
+          clientName: "",
+          verifiedHost: "",
+          unverifiedName: "",
+          returnHost: "",
+          scopes: "",
+          signInId: "",
+          csrfToken: "",
+          actionUrl: "",
+        }),
+        contentSecurityPolicy: formPagePolicy(nonce, []),
+      };
+    },
   };
+}
+
+function newNonce(): string {
+  return crypto.getRandomValues(new Uint8Array(18)).toBase64();
+}
+
+/**
+ * The CSP source a form may lead to when the browser returns to `redirectUri` (after Cancel):
+ * the origin of a web address, the scheme of an app's. Chromium applies `form-action` to the
+ * redirects that follow a form's submission too.
+ */
+function returnSource(redirectUri: string): string {
+  const url = new URL(redirectUri);
+  return url.protocol === "https:" || url.protocol === "http:" ? url.origin : url.protocol;
+}
+
+/** No script at all; styles by nonce; forms only to `formTargets`. */
+function formPagePolicy(nonce: string, formTargets: string[]): string {
+  return [
+    "default-src 'none'",
+    `style-src 'nonce-${nonce}'`,
+    "img-src data:",
+    "base-uri 'none'",
+    `form-action ${formTargets.length > 0 ? formTargets.join(" ") : "'none'"}`,
+    "frame-ancestors 'none'",
+  ].join("; ");
 }
 
 /** Escapes `& < > " '` so a string is inert in HTML text and quoted attribute values. */
@@ -177,6 +325,7 @@ function deviceSlots(values: DevicePageValues, nonce: string): DeviceSlots {
     verificationUrl,
     clientId: values.clientId,
     clientName: values.clientName ?? "",
+    ...clientIdentity(values.clientName, values.clientVerifiedHost),
     returnHost: values.redirectUri ? returnTarget(values.redirectUri) : "",
     expiresIn: `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")}`,
     flowDataJson: jsonForScript(flowData),
@@ -252,12 +401,17 @@ function inlineScript(html: string, script: string): string {
  * a template missing one, or using an unknown one, or with a script or style element without
  * the nonce, is a programming error reported at load.
  */
-function compile(template: string, name: string): (slots: DeviceSlots) => string {
-  const escaped = new Set<string>(DEVICE_PLACEHOLDERS.escaped);
-  const raw = new Set<string>(DEVICE_PLACEHOLDERS.raw);
-  const seen = new Set<string>();
-  for (const match of template.matchAll(SECTION)) seen.add(match[2]);
-  for (const [, rawName, escapedName] of template.replaceAll(SECTION, "$3").matchAll(PLACEHOLDER)) {
+function compile(
+  template: string,
+  name: string,
+  placeholders: Placeholders,
+): (slots: Slots) => string {
+  const escaped = new Set<string>(placeholders.escaped);
+  const raw = new Set<string>(placeholders.raw);
+  const unfolded = unfoldSections(template);
+  if (/\{\{\s*[#^/]/.test(unfolded.text)) throw new Error(`${name}: a section is not closed`);
+  const seen = new Set<string>(unfolded.names);
+  for (const [, rawName, escapedName] of unfolded.text.matchAll(PLACEHOLDER)) {
     if (rawName !== undefined && !raw.has(rawName)) {
       throw new Error(`${name}: {{{${rawName}}}} is not a raw placeholder`);
     }
@@ -272,17 +426,57 @@ function compile(template: string, name: string): (slots: DeviceSlots) => string
   for (const [tag] of template.matchAll(/<(?:script|style)\b[^>]*>/gi)) {
     if (!NONCE_ATTRIBUTE.test(tag)) throw new Error(`${name}: ${tag} lacks the nonce`);
   }
-  if (!FLOW_DATA_SCRIPT.test(template)) {
+  if (raw.has("flowDataJson") && !FLOW_DATA_SCRIPT.test(template)) {
     throw new Error(`${name}: {{{flowDataJson}}} must be the whole #flow-data script`);
   }
 
   return (slots) =>
-    template
-      .replace(SECTION, (_, kind: string, key: keyof DeviceSlots, body: string) =>
-        (slots[key] !== "") === (kind === "#") ? body : "")
+    renderSections(template, slots)
       .replace(
         PLACEHOLDER,
-        (_, rawName: keyof DeviceSlots | undefined, escapedName: keyof DeviceSlots) =>
+        (_, rawName: string | undefined, escapedName: string) =>
           rawName !== undefined ? slots[rawName] : escapeHtml(slots[escapedName]),
       );
+}
+
+/** Who vouches for a client's name: the host of its metadata document, or nobody. */
+function clientIdentity(
+  clientName: string | undefined,
+  verifiedHost: string | undefined,
+): { verifiedHost: string; unverifiedName: string } {
+  return {
+    verifiedHost: verifiedHost ?? "",
+    unverifiedName: clientName && !verifiedHost ? "unverified" : "",
+  };
+}
+
+/** The names of every section, nested ones too, and the text with each replaced by its body. */
+function unfoldSections(template: string): { names: Set<string>; text: string } {
+  const names = new Set<string>();
+  let text = template;
+  for (let previous = ""; text !== previous;) {
+    previous = text;
+    text = text.replace(SECTION, (_, _kind: string, key: string, body: string) => {
+      names.add(key);
+      return body;
+    });
+  }
+  return { names, text };
+}
+
+/**
+ * Keeps or drops each section by its slot (`{{#x}}` when non-empty, `{{^x}}` when empty), outer
+ * sections first, until none is left; slot values are not inserted yet, so they cannot open one.
+ */
+function renderSections(template: string, slots: Slots): string {
+  let text = template;
+  for (let previous = ""; text !== previous;) {
+    previous = text;
+    text = text.replace(
+      SECTION,
+      (_, kind: string, key: string, body: string) =>
+        (slots[key] !== "") === (kind === "#") ? body : "",
+    );
+  }
+  return text;
 }

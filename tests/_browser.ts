@@ -13,7 +13,8 @@
  * Needs --allow-read --allow-env --allow-run --allow-write --allow-net --allow-sys.
  */
 
-import { type Browser, chromium } from "playwright-core";
+import { type Browser, chromium, type Page } from "playwright-core";
+import { type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
 
 /** The browser: env `CHROMIUM_PATH`, else where the Debian `chromium` package installs it. */
 export const CHROMIUM_PATH = Deno.env.get("CHROMIUM_PATH") ?? "/usr/bin/chromium";
@@ -75,4 +76,53 @@ export function startCallbackServer(path = "/callback"): CallbackServer {
   );
   const origin = `http://127.0.0.1:${server.addr.port}`;
   return { origin, url: `${origin}${path}`, close: () => server.shutdown() };
+}
+
+/** A browser, the service (a child process) aimed at a simulated GitLab, and a client's page. */
+export interface BrowserRig extends ServiceWithGitLab {
+  browser: Browser;
+  /** A client's redirect target on loopback. */
+  callback: string;
+}
+
+/** Starts a rig: GitLab application `browser-app`, the service configured with `env` on top. */
+export async function startBrowserRig(env: Record<string, string> = {}): Promise<BrowserRig> {
+  const browser = await launchBrowser();
+  const started = await spawnWithGitLab("browser-app", env);
+  const client = startCallbackServer();
+  return {
+    ...started,
+    browser,
+    callback: client.url,
+    async close() {
+      await browser.close();
+      await started.close();
+      await client.close();
+    },
+  };
+}
+
+/**
+ * A browser test: ignored without Chromium, else runs `body` on a new page of a fresh rig
+ * (the service configured with `env`), closed whatever happens.
+ */
+export function browserRigTest(
+  name: string,
+  body: (r: BrowserRig, page: Page) => Promise<void>,
+  env: Record<string, string> = {},
+): void {
+  Deno.test({
+    name,
+    ignore: ignoreBrowserTests,
+    sanitizeResources: false,
+    sanitizeOps: false,
+    async fn() {
+      const r = await startBrowserRig(env);
+      try {
+        await body(r, await r.browser.newPage());
+      } finally {
+        await r.close();
+      }
+    },
+  });
 }

@@ -8,6 +8,8 @@ import { createAppDeps } from "../src/deps.ts";
 import { createApp, type FetchHandler } from "../src/app.ts";
 import type { Clock } from "../src/clock.ts";
 import { type Config, loadConfig } from "../src/config.ts";
+import { ClientMetadataError } from "../src/client_metadata/document.ts";
+import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
@@ -15,6 +17,8 @@ import type { Store } from "../src/store/mod.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
 import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {
+  type AuthorizationCodeGrant,
+  type AuthorizationRedirect,
   type DeviceAuthorization,
   type DevicePollResult,
   type Upstream,
@@ -52,7 +56,7 @@ type Scripted<T> = T | UpstreamError | (() => Promise<T>);
 
 /** An in-process GitLab whose next answers the test queues. */
 export class FakeUpstream implements Upstream {
-  calls = { start: 0, poll: 0, refresh: 0, user: 0, revoke: 0 };
+  calls = { start: 0, poll: 0, refresh: 0, user: 0, revoke: 0, exchange: 0 };
   revokedTokens: string[] = [];
   device: DeviceAuthorization = {
     deviceCode: "device-code-1",
@@ -69,6 +73,30 @@ export class FakeUpstream implements Upstream {
   /** Answers of successive refreshes; when empty, a fresh pair. */
   refreshes: Scripted<UpstreamTokens>[] = [];
   refreshTokensSeen: string[] = [];
+  /** Answers of successive authorization code exchanges; when empty, a fresh pair. */
+  exchanges: Scripted<UpstreamTokens>[] = [];
+  exchangesSeen: AuthorizationCodeGrant[] = [];
+
+  authorizationUrl(redirect: AuthorizationRedirect): URL {
+    const url = new URL("https://gitlab.test/oauth/authorize");
+    url.search = new URLSearchParams({
+      client_id: "gitlab-app-id",
+      redirect_uri: redirect.redirectUri,
+      response_type: "code",
+      state: redirect.state,
+      code_challenge: redirect.codeChallenge,
+      code_challenge_method: "S256",
+    }).toString();
+    return url;
+  }
+  exchangeAuthorizationCode(grant: AuthorizationCodeGrant): Promise<UpstreamTokens> {
+    this.calls.exchange++;
+    this.exchangesSeen.push(grant);
+    return resolve(
+      this.exchanges.shift() ??
+        { accessToken: "gl-access-x", refreshToken: "gl-refresh-x", expiresInSeconds: 7200 },
+    );
+  }
 
   startDeviceAuthorization(): Promise<DeviceAuthorization> {
     this.calls.start++;
@@ -130,9 +158,19 @@ export interface TestApp {
 
 let templates: Templates | undefined;
 
+const OFFLINE_METADATA_FETCHER: ClientMetadataFetcher = {
+  fetchDocument: () =>
+    Promise.reject(new ClientMetadataError("this test app fetches no metadata documents")),
+};
+
 /** The real app over `:memory:` KV; `env` as the environment would give it. */
 export async function makeTestApp(
-  options: { env?: Record<string, string>; logger?: Logger; configured?: boolean } = {},
+  options: {
+    env?: Record<string, string>;
+    logger?: Logger;
+    configured?: boolean;
+    clientMetadataFetcher?: ClientMetadataFetcher;
+  } = {},
 ): Promise<TestApp> {
   const env = {
     GITLAB_CLIENT_ID: "gitlab-app-id",
@@ -150,7 +188,16 @@ export async function makeTestApp(
   const upstream = new FakeUpstream();
   templates ??= await loadTemplates();
   const logger = options.logger ?? silentLogger;
-  const deps = createAppDeps(config, { kv, clock, logger, templates, upstream });
+  // Test traffic stays on loopback: documents only from a fetcher a test hands in.
+  const clientMetadataFetcher = options.clientMetadataFetcher ?? OFFLINE_METADATA_FETCHER;
+  const deps = createAppDeps(config, {
+    kv,
+    clock,
+    logger,
+    templates,
+    upstream,
+    clientMetadataFetcher,
+  });
   const { store } = deps;
   return {
     app: createApp(deps),
@@ -410,4 +457,36 @@ export function assertOneComplete<R extends RaceResult>(results: R[]): R {
     assert.ok(pending || gone, JSON.stringify(other));
   }
   return complete[0];
+}
+
+// ---- browsers without a browser --------------------------------------------------------------
+
+/** The cookies one browser holds for the service: what `Set-Cookie` set, sent back as `Cookie`. */
+export class CookieJar {
+  readonly cookies = new Map<string, string>();
+
+  /** Keeps the cookies a response sets. */
+  store(response: Response): void {
+    for (const line of response.headers.getSetCookie()) {
+      const [pair] = line.split(";");
+      const at = pair.indexOf("=");
+      this.cookies.set(pair.slice(0, at).trim(), pair.slice(at + 1).trim());
+    }
+  }
+
+  /** The `Cookie` header to send, or `{}` without cookies. */
+  headers(): Record<string, string> {
+    if (this.cookies.size === 0) return {};
+    return { Cookie: [...this.cookies].map(([name, value]) => `${name}=${value}`).join("; ") };
+  }
+}
+
+/** The hidden fields of the redirect sign-in's consent page (its form's fields). */
+export function consentFormOf(html: string): { sign_in: string; csrf_token: string } {
+  const field = (name: string) => {
+    const match = html.match(new RegExp(`name="${name}" value="([^"]*)"`));
+    if (!match) throw new Error(`consent page has no ${name} field`);
+    return match[1];
+  };
+  return { sign_in: field("sign_in"), csrf_token: field("csrf_token") };
 }

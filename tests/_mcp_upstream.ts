@@ -1,15 +1,12 @@
 /**
- * A real MCP server for gateway tests, built with the MCP SDK (`McpServer` and the
- * web-standard Streamable HTTP transport, stateful: it hands out `Mcp-Session-Id`), served on
- * loopback. Its `whoami` tool reports the credentials the request carried; every request's
- * headers are recorded. Also: a fetch that runs an in-process app the way a socket would.
+ * A real MCP server for gateway tests, built with the MCP SDK and served on loopback by
+ * dev/mcp_http.ts (stateful Streamable HTTP: it hands out `Mcp-Session-Id`). Its `whoami` tool
+ * reports the credentials the request carried; every request's headers are recorded. Also: a fetch that runs an in-process app the way a socket would.
  */
 
-// The SDK's `./*` export maps `x.js` to `x.js.d.ts`; @ts-types points the checker at `x.d.ts`.
 // @ts-types="@modelcontextprotocol/sdk/server/mcp"
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-// @ts-types="@modelcontextprotocol/sdk/server/webStandardStreamableHttp"
-import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
+import { serveMcp, toolRequestHeaders } from "../dev/mcp_http.ts";
 import type { FetchHandler } from "../src/app.ts";
 
 /** What the `whoami` tool answers (as JSON text). */
@@ -32,48 +29,12 @@ export interface McpUpstream {
 
 /** Starts the SDK-based MCP server on a random loopback port. */
 export function startMcpUpstream(): McpUpstream {
-  const transports = new Map<string, WebStandardStreamableHTTPServerTransport>();
   const requests: McpUpstream["requests"] = [];
-  const sessionIds: string[] = [];
-  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (request) => {
-    requests.push({ method: request.method, headers: new Headers(request.headers) });
-    const sessionId = request.headers.get("mcp-session-id");
-    if (sessionId) {
-      const transport = transports.get(sessionId);
-      return transport
-        ? transport.handleRequest(request)
-        : Promise.resolve(Response.json({ error: "unknown session" }, { status: 404 }));
-    }
-    return startSession(request, transports, sessionIds);
+  const served = serveMcp(createMcpServer, {
+    onRequest: (request) =>
+      requests.push({ method: request.method, headers: new Headers(request.headers) }),
   });
-  return {
-    url: `http://127.0.0.1:${server.addr.port}/mcp`,
-    requests,
-    sessionIds,
-    async close() {
-      await Promise.all([...transports.values()].map((transport) => transport.close()));
-      await server.shutdown();
-    },
-  };
-}
-
-async function startSession(
-  request: Request,
-  transports: Map<string, WebStandardStreamableHTTPServerTransport>,
-  sessionIds: string[],
-): Promise<Response> {
-  const transport: WebStandardStreamableHTTPServerTransport =
-    new WebStandardStreamableHTTPServerTransport({
-      sessionIdGenerator: () => crypto.randomUUID(),
-      keepAliveMs: 0,
-      onsessioninitialized: (id) => {
-        transports.set(id, transport);
-        sessionIds.push(id);
-      },
-      onsessionclosed: (id) => void transports.delete(id),
-    });
-  await createMcpServer().connect(transport);
-  return await transport.handleRequest(request);
+  return { ...served, requests };
 }
 
 function createMcpServer(): McpServer {
@@ -82,10 +43,7 @@ function createMcpServer(): McpServer {
     "whoami",
     { description: "Reports the credentials this request reached the MCP server with" },
     (extra) => {
-      const headers = new Headers();
-      for (const [name, value] of Object.entries(extra.requestInfo?.headers ?? {})) {
-        if (value !== undefined) headers.set(name, String(value));
-      }
+      const headers = toolRequestHeaders(extra.requestInfo);
       const answer: WhoAmI = {
         authorization: headers.get("authorization"),
         privateToken: headers.get("private-token"),

@@ -6,16 +6,26 @@
 
 import assert from "node:assert/strict";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { authorizeQuery, flowDataFromPage, PKCE, TEST_REDIRECT, TEST_SECRET } from "./_helpers.ts";
+import {
+  authorizeQuery,
+  consentFormOf,
+  CookieJar,
+  flowDataFromPage,
+  PKCE,
+  TEST_REDIRECT,
+  TEST_SECRET,
+} from "./_helpers.ts";
 
 /** A service process under test. */
 export interface ServiceProcess {
   /** e.g. `http://127.0.0.1:41234` */
   url: string;
+  /** The service's `listening` log line (its `gitlab` field names the GitLab it uses). */
+  listening: Json;
   /** Every line it printed so far (stdout and stderr). */
   logs: string[];
-  /** SIGTERM, then waits for the exit; returns the exit code. */
-  stop(): Promise<number>;
+  /** Sends `signal` (SIGTERM unless given), then waits for the exit; returns the exit code. */
+  stop(signal?: Deno.Signal): Promise<number>;
 }
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
@@ -24,8 +34,13 @@ const STOP_GRACE_MS = 30_000;
 /** The permissions `deno task start` grants. */
 const PERMISSIONS = ["--allow-net", "--allow-env", "--allow-read", "--allow-write"];
 
+/** `deno run` with `deno task start`'s permissions: `entry`, then its arguments. */
+export function denoRunArgs(entry: string, entryArgs: string[] = []): string[] {
+  return ["run", ...PERMISSIONS, entry, ...entryArgs];
+}
+
 /** `deno task start`'s way: `deno run main.ts start`. */
-const RUN_START_ARGS = ["run", ...PERMISSIONS, MAIN, "start"];
+const RUN_START_ARGS = denoRunArgs(MAIN, ["start"]);
 
 /** `deno serve` on a random loopback port, with `flags` (e.g. `--parallel`), serving main.ts. */
 export function denoServeArgs(flags: string[] = []): string[] {
@@ -33,8 +48,8 @@ export function denoServeArgs(flags: string[] = []): string[] {
 }
 
 /**
- * Starts `deno run main.ts start` (or Deno with `args`) with `env` (PORT=0 and HOST=127.0.0.1
- * unless given).
+ * Starts `deno run main.ts start` (or Deno with `args`, e.g. `denoRunArgs(demo)` for another
+ * entry that starts the service) with `env` (PORT=0 and HOST=127.0.0.1 unless given).
  */
 export async function spawnService(
   env: Record<string, string>,
@@ -49,7 +64,7 @@ export async function spawnService(
     stderr: "piped",
   }).spawn();
   const logs: string[] = [];
-  const { promise: listening, resolve, reject } = Promise.withResolvers<string>();
+  const { promise: listening, resolve, reject } = Promise.withResolvers<Json>();
   const collect = async (stream: ReadableStream<Uint8Array>) => {
     let buffered = "";
     for await (const text of stream.pipeThrough(new TextDecoderStream())) {
@@ -58,24 +73,27 @@ export async function spawnService(
       buffered = lines.pop() ?? "";
       for (const line of lines) {
         logs.push(line);
-        const url = line.includes('"listening"') ? JSON.parse(line).url : undefined;
-        if (url) resolve(url);
+        const parsed = line.includes('"listening"') ? JSON.parse(line) : undefined;
+        if (parsed?.url) resolve(parsed);
       }
     }
     if (buffered) logs.push(buffered);
   };
   const readers = Promise.all([collect(child.stdout), collect(child.stderr)]);
-  const status = child.status.then((s) => {
+  const status = child.status.then(async (s) => {
+    // The exit can be seen before the last lines are read: the error names them.
+    await readers;
     reject(new Error(`service exited with ${s.code} before listening:\n${logs.join("\n")}`));
     return s;
   });
-  const url = await listening;
+  const started = await listening;
   return {
-    url,
+    url: started.url,
+    listening: started,
     logs,
-    async stop() {
+    async stop(signal: Deno.Signal = "SIGTERM") {
       try {
-        child.kill("SIGTERM");
+        child.kill(signal);
       } catch {
         // already exited
       }
@@ -99,6 +117,28 @@ export async function waitFor(condition: () => boolean, timeoutMs = 5_000): Prom
     if (Date.now() > deadline) throw new Error("condition not met in time");
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
+}
+
+/** What a command-line run printed, and how it exited. */
+export interface CommandRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `main.ts admin …args` to completion with `env`, as an operator would. */
+export async function runAdminCli(
+  args: string[],
+  env: Record<string, string>,
+): Promise<CommandRun> {
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args: denoRunArgs(MAIN, ["admin", ...args]),
+    env: { ...inheritedEnv(), ...env },
+    clearEnv: true,
+    stdin: "null",
+  }).output();
+  const decoder = new TextDecoder();
+  return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };
 }
 
 /** A simulated GitLab and a service using it, stopped together. */
@@ -206,14 +246,21 @@ export function pollOverHttp(serviceUrl: string, flowState: string): Promise<Htt
   return fetchJson(`${serviceUrl}/oauth/poll?flow_state=${encodeURIComponent(flowState)}`);
 }
 
+/** Loads a device page (asserting 200): its HTML and the values it hands its script. */
+async function fetchDevicePage(
+  url: string | URL,
+): Promise<{ html: string; data: ReturnType<typeof flowDataFromPage> }> {
+  const response = await fetch(url);
+  const html = await response.text();
+  assert.equal(response.status, 200, html);
+  return { html, data: flowDataFromPage(html) };
+}
+
 /** Loads a device page (asserting 200) and returns the values it hands its script. */
 export async function fetchFlowData(
   url: string | URL,
 ): Promise<ReturnType<typeof flowDataFromPage>> {
-  const response = await fetch(url);
-  const html = await response.text();
-  assert.equal(response.status, 200, html);
-  return flowDataFromPage(html);
+  return (await fetchDevicePage(url)).data;
 }
 
 /** GET `{serviceUrl}/authorize?{authorizeQuery(overrides)}`; returns the page's flow data. */
@@ -230,17 +277,31 @@ export function assertFlowComplete(done: HttpResult): void {
   assert.equal(done.body.status, "complete", JSON.stringify(done.body));
 }
 
+/** Approves `userCode` on the simulated GitLab's verification page over HTTP, as a person does. */
+export async function approveOverHttp(gitlabUrl: URL, userCode: string): Promise<void> {
+  const response = await fetch(new URL("/oauth/device", gitlabUrl), {
+    method: "POST",
+    body: new URLSearchParams({ user_code: userCode, action: "approve" }),
+  });
+  const page = await response.text();
+  assert.equal(response.status, 200, page);
+}
+
 /**
  * What the device page's script does, without a browser: loads the page at `url`, approves
- * the newest device code at GitLab, polls once at the page's poll URL and builds the redirect
- * exactly as the script does (code, state, then iss). Returns it and the poll body.
+ * its user code at GitLab (through the in-process simulation's control, or over HTTP when
+ * given the simulated GitLab's URL only, e.g. the demo's), polls once at the page's poll URL
+ * and builds the redirect exactly as the script does (code, state, then iss). Returns it and
+ * the poll body.
  */
 export async function followPageWithoutBrowser(
   url: string | URL,
-  gitlab: SimulatedGitLab,
+  gitlab: SimulatedGitLab | URL,
 ): Promise<{ callback: URL; done: Json }> {
-  const data = await fetchFlowData(url);
-  gitlab.approve(gitlab.lastUserCode()!);
+  const { html, data } = await fetchDevicePage(url);
+  const userCode = html.match(/<p id="user-code"[^>]*>([^<]+)<\/p>/)?.[1].trim() ?? "";
+  if (gitlab instanceof URL) await approveOverHttp(gitlab, userCode);
+  else gitlab.approve(userCode);
   const polled = await fetchJson(
     `${data.pollUrl}?flow_state=${encodeURIComponent(data.flowState)}`,
   );
@@ -263,6 +324,8 @@ export interface SignInOptions {
   state?: string;
   /** Poll once before approving at GitLab and expect `pending`. */
   pollBeforeApproval?: boolean;
+  /** The GitLab account that approves; default the simulated GitLab's first. */
+  userId?: number;
 }
 
 /**
@@ -282,10 +345,104 @@ export async function signInOverHttp(
   if (options.pollBeforeApproval) {
     assert.deepEqual((await pollOverHttp(serviceUrl, flowState)).body, { status: "pending" });
   }
-  gitlab.approve(gitlab.lastUserCode()!);
+  gitlab.approve(gitlab.lastUserCode()!, options.userId);
   const done = await pollOverHttp(serviceUrl, flowState);
   assertFlowComplete(done);
   const exchanged = await exchangeOverHttp(serviceUrl, done.body.code, redirectUri);
   assert.equal(exchanged.status, 200, JSON.stringify(exchanged.body));
   return exchanged.body;
+}
+
+/** A response read off the wire. */
+export interface RawResponse {
+  status: number;
+  headers: Headers;
+  body: string;
+}
+
+/**
+ * Sends `head` (the request line and header lines, without the blank line) over a plain TCP
+ * connection to `serviceUrl` and reads the answer: for what fetch refuses to send, such as a
+ * `Host` header of the test's choosing.
+ */
+export async function rawRequest(serviceUrl: string, head: string[]): Promise<RawResponse> {
+  const { hostname, port } = new URL(serviceUrl);
+  const conn = await Deno.connect({ hostname, port: Number(port) });
+  try {
+    const request = [...head, "Connection: close", "", ""].join("\r\n");
+    await conn.write(new TextEncoder().encode(request));
+    const raw = await new Response(conn.readable).text();
+    const [headText, ...bodyParts] = raw.split("\r\n\r\n");
+    const [statusLine, ...headerLines] = headText.split("\r\n");
+    const headers = new Headers();
+    for (const line of headerLines) {
+      const colon = line.indexOf(":");
+      headers.append(line.slice(0, colon).trim(), line.slice(colon + 1).trim());
+    }
+    return { status: Number(statusLine.split(" ")[1]), headers, body: bodyParts.join("\r\n\r\n") };
+  } finally {
+    try {
+      conn.close();
+    } catch {
+      // the readable side closed it already
+    }
+  }
+}
+
+/**
+ * What a browser does in the redirect sign-in (GITLAB_SIGN_IN=redirect), without one: loads
+ * `url` (the service's /authorize) holding `jar`'s cookies, clicks "Continue with GitLab" on the
+ * consent page (unless the consent is remembered), approves (or denies) on the simulated GitLab's
+ * page and follows GitLab's redirect to the service's callback. Returns where the callback sends
+ * the browser: the client's redirect URI with code (or error), state and iss.
+ */
+export async function redirectSignInWithoutBrowser(
+  url: string | URL,
+  jar = new CookieJar(),
+  decision: "approve" | "deny" = "approve",
+): Promise<URL> {
+  const visit = async (target: string | URL, init: RequestInit = {}) => {
+    const response = await fetch(target, {
+      ...init,
+      headers: { ...jar.headers(), ...init.headers },
+      redirect: "manual",
+    });
+    jar.store(response);
+    return response;
+  };
+  let answer = await visit(url);
+  if (answer.status === 200) {
+    const form = consentFormOf(await answer.text());
+    answer = await visit(new URL("/oauth/consent", url), {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ ...form, action: "continue" }),
+    });
+  }
+  // GitLab is another site: the service's cookies stay in the jar.
+  const back = await decideAtGitLab(new URL(locationOf(answer)), decision);
+  return new URL(locationOf(await visit(back)));
+}
+
+/**
+ * A person's answer on the simulated GitLab's authorization page at `url`: loads the page,
+ * clicks Approve or Deny, and returns where GitLab sends the browser.
+ */
+export async function decideAtGitLab(url: URL, decision: "approve" | "deny"): Promise<string> {
+  const page = await fetch(url);
+  assert.equal(page.status, 200, await page.text());
+  const answer = await fetch(new URL("/oauth/authorize", url), {
+    method: "POST",
+    body: new URLSearchParams([...url.searchParams, ["action", decision]]),
+    redirect: "manual",
+  });
+  return locationOf(answer);
+}
+
+/** The `Location` of a 302, asserting it is one. */
+function locationOf(response: Response): string {
+  assert.equal(response.status, 302, `expected a redirect, got ${response.status}`);
+  const location = response.headers.get("location");
+  assert.ok(location);
+  return location;
 }

@@ -5,32 +5,12 @@
  */
 
 import assert from "node:assert/strict";
-import type { Browser, Page } from "playwright-core";
-import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
+import type { Page } from "playwright-core";
+import { type BrowserRig, browserRigTest } from "./_browser.ts";
 import { authorizeQuery } from "./_helpers.ts";
-import { exchangeOverHttp, type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
+import { exchangeOverHttp } from "./_service.ts";
 
-interface Rig extends ServiceWithGitLab {
-  browser: Browser;
-  /** A client's redirect target on loopback. */
-  callback: string;
-}
-
-async function rig(): Promise<Rig> {
-  const browser = await launchBrowser();
-  const started = await spawnWithGitLab("browser-app");
-  const client = startCallbackServer();
-  return {
-    ...started,
-    browser,
-    callback: client.url,
-    async close() {
-      await browser.close();
-      await started.close();
-      await client.close();
-    },
-  };
-}
+type Rig = BrowserRig;
 
 function authorizeUrl(r: Rig, params: Record<string, string> = {}): string {
   return `${r.service.url}/authorize?${
@@ -43,23 +23,7 @@ function authorizeUrl(r: Rig, params: Record<string, string> = {}): string {
   }`;
 }
 
-/** A browser test: ignored without Chromium, else runs `body` on a new page of a fresh rig. */
-function browserTest(name: string, body: (r: Rig, page: Page) => Promise<void>): void {
-  Deno.test({
-    name,
-    ignore: ignoreBrowserTests,
-    sanitizeResources: false,
-    sanitizeOps: false,
-    async fn() {
-      const r = await rig();
-      try {
-        await body(r, await r.browser.newPage());
-      } finally {
-        await r.close();
-      }
-    },
-  });
-}
+const browserTest = browserRigTest;
 
 async function approveInNewTab(page: Page, r: Rig, decision: "Approve" | "Deny") {
   const [popup] = await Promise.all([page.waitForEvent("popup"), page.click("#verify-link")]);

@@ -43,7 +43,7 @@ Deno.test("loadConfig defaults", async (t) => {
     assert.equal(config.sessionIdleTtlSeconds, 30 * 24 * 60 * 60);
   });
   await t.step("proxy, storage and base URL", () => {
-    assert.equal(config.trustProxy, false);
+    assert.deepEqual(config.trustProxy, []);
     assert.equal(config.kvPath, undefined);
     assert.equal(config.baseUrl, undefined);
   });
@@ -80,7 +80,7 @@ Deno.test("loadConfig reads valid values", async (t) => {
     assert.equal(config.sessionIdleTtlSeconds, 86400);
     assert.equal(config.kvPath, "/tmp/kv.sqlite");
     assert.equal(config.baseUrl, "https://auth.example.org");
-    assert.equal(config.trustProxy, true);
+    assert.deepEqual(config.trustProxy, ["127.0.0.0/8", "::1/128"]);
   });
   await t.step("BASE_URL loses its trailing slash", () => {
     assert.equal(
@@ -92,13 +92,21 @@ Deno.test("loadConfig reads valid values", async (t) => {
       "https://auth.example.org/prefix",
     );
   });
-  await t.step("TRUST_PROXY accepts the usual spellings", () => {
+  await t.step("TRUST_PROXY: true is loopback, false none, else CIDRs in one spelling", () => {
+    const withBase = (value: string) =>
+      loadConfig({ BASE_URL: "https://auth.example.org", TRUST_PROXY: value }).trustProxy;
     for (const yes of ["1", "true", "TRUE", "yes", "on"]) {
-      assert.equal(loadConfig({ TRUST_PROXY: yes }).trustProxy, true, yes);
+      assert.deepEqual(withBase(yes), ["127.0.0.0/8", "::1/128"], yes);
     }
     for (const no of ["0", "false", "False", "no", "off"]) {
-      assert.equal(loadConfig({ TRUST_PROXY: no }).trustProxy, false, no);
+      assert.deepEqual(loadConfig({ TRUST_PROXY: no }).trustProxy, [], no);
     }
+    assert.deepEqual(withBase(" 10.0.0.0/8, FD00::/8 ,192.0.2.7,::FFFF:198.51.100.1"), [
+      "10.0.0.0/8",
+      "fd00::/8",
+      "192.0.2.7/32",
+      "198.51.100.1/32",
+    ]);
   });
   await t.step("a JWT_SECRET of exactly 32 bytes is accepted", () => {
     assert.equal(loadConfig({ JWT_SECRET: "x".repeat(32) }).jwtSecret, "x".repeat(32));
@@ -157,8 +165,39 @@ Deno.test("loadConfig rejects bad values with a one-line ConfigError", async (t)
     assertRejected({ BASE_URL: "javascript:alert(1)" }, "BASE_URL");
     assertRejected({ BASE_URL: "https://auth.example.org/?x=1" }, "BASE_URL");
   });
-  await t.step("TRUST_PROXY not a boolean", () => {
-    assertRejected({ TRUST_PROXY: "maybe" }, "TRUST_PROXY");
+  await t.step("TRUST_PROXY neither a boolean nor CIDRs", () => {
+    const base = { BASE_URL: "https://auth.example.org" };
+    for (const bad of ["maybe", "10.0.0.0/33", "10.0.0/8", "fd00::/129", "10.0.0.0/8,", "::1%lo"]) {
+      assertRejected({ ...base, TRUST_PROXY: bad }, "TRUST_PROXY");
+    }
+  });
+  await t.step("TRUST_PROXY without BASE_URL refuses to start, naming BASE_URL", () => {
+    for (const value of ["true", "10.0.0.0/8"]) {
+      const error = assertRejected({ TRUST_PROXY: value }, "TRUST_PROXY");
+      assert.match(error.message, /BASE_URL/);
+    }
+  });
+  await t.step("MCP_UPSTREAM_FORWARD_HEADERS: header names, never a credential", () => {
+    assert.equal(loadConfig({}).mcpUpstreamForwardHeaders, undefined);
+    assert.deepEqual(
+      loadConfig({ MCP_UPSTREAM_FORWARD_HEADERS: " X-Tenant ,x-request-id" })
+        .mcpUpstreamForwardHeaders,
+      ["x-tenant", "x-request-id"],
+    );
+    for (
+      const bad of [
+        "Authorization",
+        "x-tenant,PRIVATE-TOKEN",
+        "Job-Token",
+        "cookie",
+        "Sudo",
+        "Proxy-Authorization",
+        "Host",
+        "bad header",
+      ]
+    ) {
+      assertRejected({ MCP_UPSTREAM_FORWARD_HEADERS: bad }, "MCP_UPSTREAM_FORWARD_HEADERS");
+    }
   });
   await t.step("a value with a line break still gives a one-line message", () => {
     assertRejected({ PORT: "80\n80" }, "PORT");

@@ -479,7 +479,7 @@ Deno.test("fuzz regressions: oversized /authorize parameters → 400, the longes
   }
 });
 
-Deno.test("fuzz regressions: REDIRECT_URI_POLICY=registered with a client_id of kilobytes → 400, not 500", async () => {
+Deno.test("fuzz regressions: REDIRECT_URI_POLICY=registered with a client_id of kilobytes → 400/401, not 500", async () => {
   const t = await makeTestApp({ env: { REDIRECT_URI_POLICY: "registered" } });
   try {
     const query = authorizeQuery({ client_id: "y".repeat(3000), redirect_uri: null, state: null });
@@ -504,7 +504,8 @@ Deno.test("fuzz regressions: REDIRECT_URI_POLICY=registered with a client_id of 
       redirect_uri: REDIRECT,
       client_id: "z".repeat(20_000),
     });
-    assert.equal(token.status, 400);
+    // An unknown client at /token is 401 (RFC 6749 §5.2), which makes MCP clients register again.
+    assert.equal(token.status, 401);
     assert.equal((await token.json()).error, "invalid_client");
   } finally {
     t.close();

@@ -8,8 +8,21 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { decodeJwt, SignJWT } from "jose";
+import { createApp, type FetchHandler } from "../src/app.ts";
+import { createAppDeps } from "../src/deps.ts";
+import { silentLogger } from "../src/logger.ts";
+import { VERIFIED_TOKEN_TTL_MS } from "../src/session/verified_tokens.ts";
+import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
-import { issueTokens, makeTestApp, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
+import {
+  issueTokens,
+  kvText,
+  makeTestApp,
+  TEST_BASE,
+  TEST_SECRET,
+  type TestApp,
+} from "./_helpers.ts";
+import { recordsOf } from "../src/store/keys.ts";
 import { inProcessFetch, startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
 
 const MCP = `${TEST_BASE}/mcp`;
@@ -82,6 +95,8 @@ async function expireGitLabTokenSoon(t: TestApp, accessToken: string): Promise<v
     upstreamTokenExpiry: t.clock.now() + 60_000,
   });
   assert.ok(saved);
+  // A token accepted a moment ago is remembered that long, as the session was then.
+  t.clock.advance(VERIFIED_TOKEN_TTL_MS);
 }
 
 const echo = async (request: Request) =>
@@ -254,6 +269,78 @@ Deno.test("gateway: a token without mcp:tools → 403 insufficient_scope", async
   }
 });
 
+Deno.test("gateway: a session revoked on another instance is refused there within one second", async () => {
+  const upstream = startScripted(echo);
+  const { t: first, accessToken } = await gatewayApp(upstream.url);
+  // A second instance of the service on the same KV, with its own memory of accepted tokens.
+  const second = createApp(
+    createAppDeps(first.config, {
+      kv: first.kv,
+      clock: first.clock,
+      logger: silentLogger,
+      templates: loadTemplates(),
+      upstream: first.upstream,
+    }),
+  );
+  const call = async (app: FetchHandler) => {
+    const response = await app(
+      new Request(MCP, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${accessToken}` },
+        body: "{}",
+      }),
+    );
+    await response.body?.cancel();
+    return response.status;
+  };
+  try {
+    assert.equal(await call(second), 200);
+    const revoked = await first.app(
+      new Request(`${TEST_BASE}/revoke`, {
+        method: "POST",
+        headers: { "Content-Type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ token: accessToken }),
+      }),
+    );
+    assert.equal(revoked.status, 200);
+    assert.equal(await call(first.app), 401, "at once where it was revoked");
+    // The other instance accepted the token a moment ago and remembers it for less than 1 s.
+    first.clock.advance(VERIFIED_TOKEN_TTL_MS - 1);
+    assert.equal(await call(second), 200);
+    first.clock.advance(1);
+    assert.equal(await call(second), 401, "within one second everywhere");
+    assert.equal(upstream.requests.length, 2);
+  } finally {
+    first.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: a token accepted for one host is checked anew for another (no BASE_URL)", async () => {
+  const upstream = startScripted(echo);
+  const t = await makeTestApp({ env: { MCP_UPSTREAM_URL: upstream.url, BASE_URL: "" } });
+  const { access_token } = await issueTokens(t);
+  const call = async (origin: string) => {
+    const response = await t.app(
+      new Request(`${origin}/mcp`, {
+        method: "POST",
+        headers: { Authorization: `Bearer ${access_token}` },
+        body: "{}",
+      }),
+    );
+    await response.body?.cancel();
+    return response.status;
+  };
+  try {
+    assert.equal(await call(TEST_BASE), 200);
+    assert.equal(await call("http://another-host.test"), 401, "issued by another server");
+    assert.equal(upstream.requests.length, 1);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gateway: a revoked session is refused at once, though its JWT has not expired", async () => {
   const upstream = startScripted(echo);
   const { t, accessToken } = await gatewayApp(upstream.url);
@@ -409,7 +496,6 @@ Deno.test("gateway: hop-by-hop headers are not forwarded, either way", async () 
         "X-Hop-Response": "1",
         "Keep-Alive": "timeout=5",
         "Proxy-Authenticate": "Basic",
-        "X-End-To-End": "kept",
       },
     })
   );
@@ -425,7 +511,6 @@ Deno.test("gateway: hop-by-hop headers are not forwarded, either way", async () 
         TE: "trailers",
         Trailer: "Expires",
         Upgrade: "websocket",
-        "X-End-To-End": "kept",
       },
       body: "{}",
     });
@@ -444,12 +529,10 @@ Deno.test("gateway: hop-by-hop headers are not forwarded, either way", async () 
       assert.equal(seen[name], undefined, `${name} reached the MCP server`);
     }
     assert.notEqual(seen.connection?.toLowerCase().includes("x-hop-request"), true);
-    assert.equal(seen["x-end-to-end"], "kept");
     assert.equal(seen.host, new URL(upstream.url).host);
     for (const name of ["connection", "x-hop-response", "keep-alive", "proxy-authenticate"]) {
       assert.equal(response.headers.get(name), null, `${name} reached the client`);
     }
-    assert.equal(response.headers.get("x-end-to-end"), "kept");
   } finally {
     t.close();
     await upstream.close();
@@ -692,6 +775,199 @@ Deno.test("gateway: without OAuth settings the MCP path answers 500 like every e
       error_description: "OAuth not configured",
     });
     assert.equal(upstream.requests.length, 0);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: a client's JOB-TOKEN, Sudo, Cookie, Forwarded, X-Forwarded-*, X-GitLab-* never reach the MCP server", async () => {
+  const upstream = startScripted((request) => Response.json(Object.fromEntries(request.headers)));
+  const { t, accessToken } = await gatewayApp(upstream.url, {
+    MCP_UPSTREAM_FORWARD_HEADERS: "X-Tenant",
+  });
+  try {
+    const response = await mcpRequest(t, accessToken, {
+      headers: {
+        "JOB-TOKEN": "client-job-token",
+        "PRIVATE-TOKEN": "client-private-token",
+        "Deploy-Token": "client-deploy-token",
+        Sudo: "root",
+        Cookie: "_gitlab_session=stolen",
+        Forwarded: "for=1.2.3.4;host=evil.example",
+        "X-Forwarded-For": "1.2.3.4",
+        "X-Forwarded-Host": "evil.example",
+        "X-GitLab-Token-Callback": "https://evil.example/collect",
+        "X-Other": "not listed",
+        "X-Tenant": "acme",
+        Accept: "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-06-18",
+        "Last-Event-ID": "42",
+        "User-Agent": "test-client/1.0",
+      },
+      body: "{}",
+    });
+    const seen: Record<string, string> = await response.json();
+    // Host, Content-Length, Accept-Encoding and Accept-Language (`*`) are Deno's fetch's own.
+    assert.deepEqual(Object.keys(seen).sort(), [
+      "accept",
+      "accept-encoding",
+      "accept-language",
+      "authorization",
+      "content-length",
+      "content-type",
+      "host",
+      "last-event-id",
+      "mcp-protocol-version",
+      "user-agent",
+      "x-tenant",
+    ]);
+    assert.equal(seen.authorization, "Bearer gl-access-0");
+    assert.equal(seen["accept-language"], "*");
+    assert.equal(seen["x-tenant"], "acme");
+    assert.equal(seen["user-agent"], "test-client/1.0");
+    assert.equal(seen["last-event-id"], "42");
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: an MCP server's Set-Cookie, CORS and internal headers never reach the client", async () => {
+  const upstream = startScripted(() => {
+    const headers = new Headers({
+      "Content-Type": "application/json",
+      "Cache-Control": "no-cache",
+      "Retry-After": "7",
+      Vary: "Accept",
+      "MCP-Protocol-Version": "2025-06-18",
+      "Access-Control-Allow-Origin": "https://evil.example",
+      "Access-Control-Allow-Credentials": "true",
+      Location: "https://evil.example/",
+      "X-Internal-Host": "mcp-7.internal",
+      Server: "internal/1.2",
+      "Strict-Transport-Security": "max-age=0",
+    });
+    headers.append("Set-Cookie", "a=1; Path=/");
+    headers.append("Set-Cookie", "b=2; Domain=auth.test");
+    return new Response("{}", { status: 200, headers });
+  });
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    const response = await mcpRequest(t, accessToken, { body: "{}" });
+    await response.body?.cancel();
+    assert.equal(response.headers.get("set-cookie"), null);
+    assert.deepEqual(response.headers.getSetCookie(), []);
+    for (const name of ["location", "x-internal-host", "server", "strict-transport-security"]) {
+      assert.equal(response.headers.get(name), null, `${name} reached the client`);
+    }
+    assert.equal(response.headers.get("access-control-allow-origin"), "*");
+    assert.equal(response.headers.get("access-control-allow-credentials"), null);
+    assert.equal(response.headers.get("content-type"), "application/json");
+    assert.equal(response.headers.get("cache-control"), "no-cache");
+    assert.equal(response.headers.get("retry-after"), "7");
+    assert.equal(response.headers.get("vary"), "Accept");
+    assert.equal(response.headers.get("mcp-protocol-version"), "2025-06-18");
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+const INITIALIZE = JSON.stringify({
+  jsonrpc: "2.0",
+  id: 1,
+  method: "initialize",
+  params: {
+    protocolVersion: "2025-06-18",
+    capabilities: {},
+    clientInfo: { name: "hijack-test", version: "1.0.0" },
+  },
+});
+const MCP_HEADERS = {
+  Accept: "application/json, text/event-stream",
+  "Content-Type": "application/json",
+};
+
+/** A JSON-RPC `tools/list` on an MCP session with `token`. */
+function toolsList(t: TestApp, token: string, mcpSessionId: string): Promise<Response> {
+  return mcpRequest(t, token, {
+    headers: {
+      ...MCP_HEADERS,
+      "Mcp-Session-Id": mcpSessionId,
+      "MCP-Protocol-Version": "2025-06-18",
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }),
+  });
+}
+
+Deno.test("gateway: an Mcp-Session-Id handed to one session, presented with another session's token → 404, never reaches the MCP server", async () => {
+  const upstream = startMcpUpstream();
+  const { t, accessToken: alice } = await gatewayApp(upstream.url);
+  try {
+    const { access_token: mallory } = await issueTokens(t);
+    const initialized = await mcpRequest(t, alice, { headers: MCP_HEADERS, body: INITIALIZE });
+    assert.equal(initialized.status, 200);
+    await initialized.body?.cancel();
+    const mcpSessionId = initialized.headers.get("mcp-session-id");
+    assert.ok(mcpSessionId);
+    assert.deepEqual(upstream.sessionIds, [mcpSessionId]);
+
+    const reached = upstream.requests.length;
+    const hijack = await toolsList(t, mallory, mcpSessionId);
+    assert.equal(hijack.status, 404, await hijack.clone().text());
+    assert.equal((await hijack.json()).error, "invalid_request");
+    // A made-up id is no better.
+    const madeUp = await toolsList(t, alice, crypto.randomUUID());
+    assert.equal(madeUp.status, 404);
+    await madeUp.body?.cancel();
+    // Without a valid token the answer is the 401 challenge, whatever the session id.
+    const anonymous = await toolsList(t, "not-a-token", mcpSessionId);
+    assert.equal(anonymous.status, 401);
+    await anonymous.body?.cancel();
+    assert.equal(upstream.requests.length, reached, "the MCP server saw none of them");
+
+    // Its own session goes on; ending it forgets the binding.
+    const own = await toolsList(t, alice, mcpSessionId);
+    assert.equal(own.status, 200, await own.clone().text());
+    await own.body?.cancel();
+    const ended = await mcpRequest(t, alice, {
+      method: "DELETE",
+      headers: { "Mcp-Session-Id": mcpSessionId, "MCP-Protocol-Version": "2025-06-18" },
+    });
+    assert.equal(ended.status, 200);
+    await ended.body?.cancel();
+    assert.equal(await t.store.mcpSessionOwner(mcpSessionId), null);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: the MCP session binding is stored hashed and lives as long as an idle session", async () => {
+  const upstream = startScripted(() =>
+    new Response("{}", { headers: { "Mcp-Session-Id": "secret-mcp-session-id" } })
+  );
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    await (await mcpRequest(t, accessToken, { body: "{}" })).body?.cancel();
+    const [binding, ...others] = await recordsOf<{ sessionId: string; expiresAt: number }>(
+      t.kv,
+      "mcp_session",
+    );
+    assert.equal(others.length, 0);
+    assert.ok(!(await kvText(t.kv)).includes("secret-mcp-session-id"));
+    assert.equal(binding.value.sessionId, decodeJwt(accessToken).sid);
+    assert.equal(binding.value.expiresAt, t.clock.now() + t.config.sessionIdleTtlSeconds * 1000);
+    const sent = await mcpRequest(t, accessToken, {
+      headers: { "Mcp-Session-Id": "secret-mcp-session-id" },
+      body: "{}",
+    });
+    assert.equal(sent.status, 200);
+    await sent.body?.cancel();
+    t.clock.advance(t.config.sessionIdleTtlSeconds * 1000 + 1);
+    assert.equal(await t.store.mcpSessionOwner("secret-mcp-session-id"), null);
   } finally {
     t.close();
     await upstream.close();

@@ -9,77 +9,13 @@
 import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client";
 // @ts-types="@modelcontextprotocol/sdk/client/auth"
-import {
-  type OAuthClientProvider,
-  UnauthorizedError,
-} from "@modelcontextprotocol/sdk/client/auth.js";
+import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-// @ts-types="@modelcontextprotocol/sdk/shared/auth"
-import type {
-  OAuthClientInformationMixed,
-  OAuthClientMetadata,
-  OAuthTokens,
-} from "@modelcontextprotocol/sdk/shared/auth.js";
 import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
+import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
 import { startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
 import { spawnWithGitLab } from "./_service.ts";
-
-/** An MCP client's OAuth state, in memory; hands the authorization URL to the test. */
-class MemoryOAuthProvider implements OAuthClientProvider {
-  authorizationUrl?: URL;
-  #client?: OAuthClientInformationMixed;
-  #tokens?: OAuthTokens;
-  #verifier = "";
-
-  constructor(readonly callback: string) {}
-
-  get redirectUrl(): string {
-    return this.callback;
-  }
-  get clientMetadata(): OAuthClientMetadata {
-    return {
-      client_name: "gateway e2e client",
-      redirect_uris: [this.callback],
-      grant_types: ["authorization_code", "refresh_token"],
-      response_types: ["code"],
-      token_endpoint_auth_method: "none",
-    };
-  }
-  clientInformation() {
-    return this.#client;
-  }
-  saveClientInformation(client: OAuthClientInformationMixed) {
-    this.#client = client;
-  }
-  tokens() {
-    return this.#tokens;
-  }
-  saveTokens(tokens: OAuthTokens) {
-    this.#tokens = tokens;
-  }
-  redirectToAuthorization(url: URL) {
-    this.authorizationUrl = url;
-  }
-  saveCodeVerifier(verifier: string) {
-    this.#verifier = verifier;
-  }
-  codeVerifier() {
-    return this.#verifier;
-  }
-}
-
-/** `METHOD path status` of every request the service logged. */
-function requestLines(logs: string[]): string[] {
-  return logs.flatMap((line) => {
-    try {
-      const { message, method, path, status } = JSON.parse(line);
-      return message === "request" ? [`${method} ${path} ${status}`] : [];
-    } catch {
-      return [];
-    }
-  });
-}
 
 Deno.test({
   name: "mcp e2e: SDK client → 401 → discovery → registration → device sign-in → tool call",
@@ -94,7 +30,7 @@ Deno.test({
     const { gitlab, service, close } = await spawnWithGitLab("gateway-e2e-app", {
       MCP_UPSTREAM_URL: mcp.url,
     });
-    const provider = new MemoryOAuthProvider(callback.url);
+    const provider = new MemoryOAuthProvider(callback.url, "gateway e2e client");
     const serverUrl = new URL(`${service.url}/mcp`);
     const client = new Client({ name: "gateway-e2e", version: "1.0.0" });
     try {
@@ -141,19 +77,7 @@ Deno.test({
         }
       }
       assert.ok(service.logs.every((line) => !line.includes(gitlabToken)), "no token in logs");
-      const requests = requestLines(service.logs);
-      for (
-        const expected of [
-          "POST /mcp 401",
-          "GET /.well-known/oauth-protected-resource/mcp 200",
-          "GET /.well-known/oauth-authorization-server 200",
-          "POST /register 201",
-          "POST /token 200",
-          "POST /mcp 200",
-        ]
-      ) {
-        assert.ok(requests.includes(expected), `${expected} in ${requests.join(", ")}`);
-      }
+      assertMcpSignInRequests(service.logs);
     } finally {
       await client.close();
       await browser.close();

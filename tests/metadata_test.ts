@@ -35,6 +35,7 @@ function expectedAsMetadata(issuer: string): Json {
     scopes_supported: ["mcp:tools", "mcp:resources"],
     service_documentation: `${issuer}/`,
     authorization_response_iss_parameter_supported: true,
+    client_id_metadata_document_supported: true,
   };
 }
 

@@ -8,7 +8,15 @@
 import assert from "node:assert/strict";
 import * as oauth from "oauth4webapi";
 import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
-import { followPageWithoutBrowser, type ServiceWithGitLab, spawnWithGitLab } from "./_service.ts";
+import { TEST_SECRET } from "./_helpers.ts";
+import { startMcpUpstream } from "./_mcp_upstream.ts";
+import {
+  followPageWithoutBrowser,
+  redirectSignInWithoutBrowser,
+  type ServiceWithGitLab,
+  spawnService,
+  spawnWithGitLab,
+} from "./_service.ts";
 
 /** oauth4webapi refuses http:// unless told; everything here is on loopback. */
 const INSECURE = { [oauth.allowInsecureRequests]: true } as const;
@@ -17,8 +25,11 @@ interface Rig extends ServiceWithGitLab {
   issuer: URL;
 }
 
-async function rig(): Promise<Rig> {
-  const started = await spawnWithGitLab("oauth4webapi-app", { REDIRECT_URI_POLICY: "registered" });
+async function rig(env: Record<string, string> = {}): Promise<Rig> {
+  const started = await spawnWithGitLab("oauth4webapi-app", {
+    REDIRECT_URI_POLICY: "registered",
+    ...env,
+  });
   return { ...started, issuer: new URL(started.service.url) };
 }
 
@@ -53,8 +64,10 @@ async function authorizationUrl(
   redirectUri: string,
   verifier: string,
   state: string,
+  resource?: string,
 ): Promise<URL> {
   const url = new URL(as.authorization_endpoint!);
+  if (resource !== undefined) url.searchParams.set("resource", resource);
   url.searchParams.set("response_type", "code");
   url.searchParams.set("client_id", client.client_id);
   url.searchParams.set("redirect_uri", redirectUri);
@@ -72,6 +85,7 @@ function codeGrantRequest(
   params: URLSearchParams,
   redirectUri: string,
   verifier: string,
+  additionalParameters: Record<string, string> = {},
 ): Promise<Response> {
   return oauth.authorizationCodeGrantRequest(
     as,
@@ -80,7 +94,7 @@ function codeGrantRequest(
     params,
     redirectUri,
     verifier,
-    INSECURE,
+    { ...INSECURE, additionalParameters },
   );
 }
 
@@ -89,8 +103,12 @@ function refreshGrantRequest(
   as: oauth.AuthorizationServer,
   client: oauth.Client,
   refreshToken: string,
+  additionalParameters: Record<string, string> = {},
 ): Promise<Response> {
-  return oauth.refreshTokenGrantRequest(as, client, oauth.None(), refreshToken, INSECURE);
+  return oauth.refreshTokenGrantRequest(as, client, oauth.None(), refreshToken, {
+    ...INSECURE,
+    additionalParameters,
+  });
 }
 
 /**
@@ -191,6 +209,121 @@ Deno.test("oauth4webapi: the code is bound to its client — another registered 
     );
   } finally {
     await r.close();
+  }
+});
+
+Deno.test("oauth4webapi: through the redirect sign-in (GITLAB_SIGN_IN=redirect): consent, GitLab, callback with iss, code exchange", async () => {
+  const r = await rig({ GITLAB_SIGN_IN: "redirect" });
+  try {
+    const as = await discover(r);
+    const redirectUri = "http://127.0.0.1:9/callback";
+    const client = await register(as, redirectUri);
+    const verifier = oauth.generateRandomCodeVerifier();
+    const state = oauth.generateRandomState();
+    const callback = await redirectSignInWithoutBrowser(
+      await authorizationUrl(as, client, redirectUri, verifier, state),
+    );
+    const params = oauth.validateAuthResponse(as, client, callback, state);
+    const response = await codeGrantRequest(as, client, params, redirectUri, verifier);
+    const tokens = await oauth.processAuthorizationCodeResponse(as, client, response);
+    assert.equal(tokens.token_type, "bearer");
+    assert.equal(tokens.scope, "mcp:tools mcp:resources");
+    assert.equal(r.gitlab.calls.authorizationCode, 1);
+    assert.equal(r.gitlab.calls.authorizeDevice, 0);
+
+    // GitLab's Deny, as the client sees it: an error response it recognises, iss checked.
+    const deniedState = oauth.generateRandomState();
+    const denied = await redirectSignInWithoutBrowser(
+      await authorizationUrl(as, client, redirectUri, verifier, deniedState),
+      undefined,
+      "deny",
+    );
+    assert.throws(
+      () => oauth.validateAuthResponse(as, client, denied, deniedState),
+      (error) =>
+        error instanceof oauth.AuthorizationResponseError && error.error === "access_denied",
+    );
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("oauth4webapi: resource (RFC 8707) in the authorization and token requests; a token for another MCP server is refused by its gateway", async () => {
+  const mcp = startMcpUpstream();
+  const kvDir = await Deno.makeTempDir();
+  const shared = { KV_PATH: `${kvDir}/kv.sqlite3`, MCP_UPSTREAM_URL: mcp.url };
+  const r = await rig(shared);
+  // Another MCP server's gateway: same secret, same KV, same issuer, another resource.
+  const other = await spawnService({
+    ...shared,
+    GITLAB_URL: r.gitlab.url.href,
+    GITLAB_CLIENT_ID: "oauth4webapi-app",
+    JWT_SECRET: TEST_SECRET,
+    BASE_URL: r.service.url,
+    MCP_RESOURCE_URL: "http://other-mcp.example/mcp",
+  });
+  try {
+    const as = await discover(r);
+    const resource = `${r.service.url}/mcp`;
+    const redirectUri = "http://127.0.0.1:9/callback";
+    const client = await register(as, redirectUri);
+    const verifier = oauth.generateRandomCodeVerifier();
+    const state = oauth.generateRandomState();
+    const callback = await authorizeWithoutBrowser(
+      r,
+      await authorizationUrl(as, client, redirectUri, verifier, state, resource),
+    );
+    const params = oauth.validateAuthResponse(as, client, callback, state);
+
+    const elsewhere = await codeGrantRequest(as, client, params, redirectUri, verifier, {
+      resource: "http://other-mcp.example/mcp",
+    });
+    await assert.rejects(
+      oauth.processAuthorizationCodeResponse(as, client, elsewhere),
+      (error) => error instanceof oauth.ResponseBodyError && error.error === "invalid_target",
+    );
+    const response = await codeGrantRequest(as, client, params, redirectUri, verifier, {
+      resource,
+    });
+    const tokens = await oauth.processAuthorizationCodeResponse(as, client, response);
+    const refreshed = await oauth.processRefreshTokenResponse(
+      as,
+      client,
+      await refreshGrantRequest(as, client, tokens.refresh_token!, { resource }),
+    );
+
+    const call = (base: string) =>
+      fetch(`${base}/mcp`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${refreshed.access_token}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+        },
+        body: JSON.stringify({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "initialize",
+          params: {
+            protocolVersion: "2025-06-18",
+            capabilities: {},
+            clientInfo: { name: "oauth4webapi-test", version: "1" },
+          },
+        }),
+      });
+    const refused = await call(other.url);
+    assert.equal(refused.status, 401);
+    assert.equal((await refused.json()).error, "invalid_token");
+    assert.match(refused.headers.get("www-authenticate") ?? "", /another resource/);
+    assert.equal(mcp.requests.length, 0, "nothing reached the MCP server");
+
+    const accepted = await call(r.service.url);
+    assert.equal(accepted.status, 200, await accepted.text());
+  } finally {
+    await other.stop();
+    await r.close();
+    await mcp.close();
+    await Deno.remove(kvDir, { recursive: true });
   }
 });
 

@@ -139,8 +139,11 @@ Deno.test("rate limit: RATE_LIMIT_LOOPBACK=limit limits loopback clients too", (
     assert.equal(t.upstream.calls.start, 6);
   }));
 
-Deno.test("rate limit: TRUST_PROXY with a loopback peer → the right-most non-internal X-Forwarded-For entry is the client", () =>
-  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
+/** TRUST_PROXY naming loopback and the private networks: a chain of internal proxies. */
+const INTERNAL_PROXIES = "127.0.0.0/8,::1,10.0.0.0/8,172.16.0.0/12,192.168.0.0/16";
+
+Deno.test("rate limit: TRUST_PROXY with a trusted peer → the right-most untrusted X-Forwarded-For entry is the client", () =>
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: INTERNAL_PROXIES }, async (t) => {
     // The client sends whatever it likes on the left; our proxies append on the right.
     const forwarded = [
       `1.1.1.1, ${CLIENT}`,
@@ -168,28 +171,37 @@ Deno.test("rate limit: TRUST_PROXY with a loopback peer → the right-most non-i
     assertLimited(
       await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": `${OTHER}, ${CLIENT}` }),
     );
-    assert.equal(t.upstream.calls.start, 4);
+    // Every entry trusted: the left-most is the client.
+    for (let i = 0; i < 3; i++) {
+      const xff = `10.9.9.9, 10.0.0.${i}`;
+      assert.equal((await authorize(t.app, "10.0.0.1", { "X-Forwarded-For": xff })).status, 200);
+    }
+    assertLimited(await authorize(t.app, "10.0.0.1", { "X-Forwarded-For": "10.9.9.9" }));
+    assert.equal(t.upstream.calls.start, 7);
   }));
 
-Deno.test("rate limit: TRUST_PROXY with garbage or kilobytes in X-Forwarded-For → never a 500; non-addresses skipped", () =>
+Deno.test("rate limit: an X-Forwarded-For entry that is no address never hands the count to a client-chosen entry left of it", () =>
   withEnv(
     { RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true", RATE_LIMIT_LOOPBACK: "limit" },
     async (t) => {
       const junk = "x".repeat(5000);
-      // Junk to the right of the client does not hide it.
+      // A proxy that wrote `unknown` (or junk) for its peer: the entries left of it were sent
+      // by the client, so the nearest trusted hop, the proxy itself, is counted.
       for (let i = 0; i < 3; i++) {
-        const xff = `${CLIENT}, ${junk}, unknown`;
+        const xff = `192.0.2.${i}, ${junk}, unknown`;
         assert.equal((await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": xff })).status, 200);
       }
-      assertLimited(await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": CLIENT }));
-      // Junk alone: the proxy itself is the client.
+      assertLimited(
+        await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": `${CLIENT}, unknown` }),
+      );
+      // Junk alone: never a 500, and the proxy itself is the client.
       for (const xff of [junk, "<script>", "999.1.2.3.4", `${"2001:db8::1:".repeat(300)}`]) {
         const answer = await authorize(t.app, "::1", { "X-Forwarded-For": xff });
         assert.ok(answer.status === 200 || answer.status === 429, answer.body);
       }
       assert.equal(
         (await recordsOf<number>(t.kv, "rate"))
-          .filter(({ key: [, bucket, ip] }) => bucket === "authorize" && ip === "::1")
+          .filter(({ key: [, bucket, ip] }) => bucket === "authorize" && ip === "::/64")
           .reduce((sum, entry) => sum + entry.value, 0),
         3,
       );
@@ -201,6 +213,70 @@ Deno.test("rate limit: TRUST_PROXY with garbage or kilobytes in X-Forwarded-For 
       assertLimited(await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": "2001:Db8::5" }));
     },
   ));
+
+Deno.test("rate limit: TRUST_PROXY=true trusts loopback proxies only: a private-network peer's X-Forwarded-For is not believed", () =>
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
+    // Any host on the LAN (or a container next door) is not our proxy.
+    for (let i = 0; i < 3; i++) {
+      const xff = `192.0.2.${i + 1}`;
+      assert.equal((await authorize(t.app, "10.0.0.7", { "X-Forwarded-For": xff })).status, 200);
+    }
+    assertLimited(await authorize(t.app, "10.0.0.7", { "X-Forwarded-For": "192.0.2.99" }));
+    // Behind a loopback proxy, a private address it forwards for is a client like any other.
+    for (let i = 0; i < 3; i++) {
+      const xff = `${OTHER}, 10.0.0.8`;
+      assert.equal((await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": xff })).status, 200);
+    }
+    assertLimited(await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": "10.0.0.8" }));
+  }));
+
+Deno.test("rate limit: TRUST_PROXY as CIDRs trusts exactly those proxies", () =>
+  withEnv(
+    { RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "10.1.0.0/16,fd00::/8" },
+    async (t) => {
+      for (const proxy of ["10.1.2.3", "fd00::7", "::ffff:10.1.9.9"]) {
+        assert.equal(
+          (await authorize(t.app, proxy, { "X-Forwarded-For": `6.6.6.6, ${CLIENT}` })).status,
+          200,
+          proxy,
+        );
+      }
+      assertLimited(await authorize(t.app, "10.1.0.1", { "X-Forwarded-For": CLIENT }));
+      // Outside the ranges (loopback too) the peer is the client, whatever it forwards.
+      for (const peerIp of ["10.2.0.1", "127.0.0.1"]) {
+        const answer = await authorize(t.app, peerIp, { "X-Forwarded-For": CLIENT });
+        assert.equal(answer.status, 200, peerIp);
+      }
+    },
+  ));
+
+Deno.test("rate limit: one bucket per address however it is spelled (::FFFF:1.2.3.4, 0:0::1)", () =>
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    for (const spelling of [CLIENT, `::FFFF:${CLIENT}`, "0:0:0:0:0:ffff:cb00:7109"]) {
+      assert.equal((await authorize(t.app, spelling)).status, 200, spelling);
+    }
+    assertLimited(await authorize(t.app, `::ffff:${CLIENT}`));
+    // Loopback in any spelling is loopback (exempt by default).
+    for (let i = 0; i < 5; i++) {
+      for (
+        const spelling of ["0:0::1", "0000:0000:0000:0000:0000:0000:0000:0001", "::ffff:127.0.0.2"]
+      ) {
+        assert.equal((await authorize(t.app, spelling)).status, 200, spelling);
+      }
+    }
+  }));
+
+Deno.test("rate limit: IPv6 clients are counted per /64, not per address", () =>
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    for (const address of ["2001:db8:1:2::1", "2001:db8:1:2:ffff::9", "2001:DB8:1:2:abcd:1:2:3"]) {
+      assert.equal((await authorize(t.app, address)).status, 200, address);
+    }
+    assertLimited(await authorize(t.app, "2001:db8:1:2:dead:beef:0:1"));
+    // The next /64 is someone else.
+    assert.equal((await authorize(t.app, "2001:db8:1:3::1")).status, 200);
+    const subjects = (await recordsOf(t.kv, "rate")).map(({ key }) => key[2]);
+    assert.deepEqual([...new Set(subjects)].sort(), ["2001:db8:1:2::/64", "2001:db8:1:3::/64"]);
+  }));
 
 Deno.test("rate limit: TRUST_PROXY but a public peer → the peer is the client, X-Forwarded-For ignored", () =>
   withEnv({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {

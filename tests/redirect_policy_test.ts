@@ -249,14 +249,15 @@ Deno.test("registered policy: /token with another registered client_id → 400 i
     await assertRejected(await exchange(t, code, redirect, thief), 400, "invalid_grant", "thief");
   }));
 
-Deno.test("registered policy: /token with an unknown client_id → 400 invalid_client", () =>
+// 401, not 400: the MCP SDK registers again only on 401 invalid_client.
+Deno.test("registered policy: /token with an unknown client_id → 401 invalid_client", () =>
   withEnv(REGISTERED, async (t) => {
     const redirect = "http://127.0.0.1:9999/callback";
     const clientId = await registerClient(t, [redirect]);
     const code = await codeFor(t, clientId, redirect);
     await assertRejected(
       await exchange(t, code, redirect, "never-registered"),
-      400,
+      401,
       "invalid_client",
       "unknown",
     );

@@ -21,6 +21,8 @@ import { startMcpUpstream } from "./_mcp_upstream.ts";
 
 const RESOURCE = "https://mcp.example.com/mcp";
 const PRM = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp";
+/** The service protects the MCP server the guard guards: its tokens are bound to it. */
+const PROTECTS_RESOURCE = { MCP_RESOURCE_URL: RESOURCE };
 
 function guardFor(t: TestApp, options: Partial<ResourceGuardOptions> = {}) {
   return createResourceGuard({
@@ -46,7 +48,7 @@ async function setGitLabExpiry(t: TestApp, accessToken: string, expiry: number):
 }
 
 Deno.test("guard: reads the service's sessions and answers who the request acts for", async () => {
-  const t = await makeTestApp();
+  const t = await makeTestApp({ env: PROTECTS_RESOURCE });
   try {
     const { access_token } = await issueTokens(t);
     const result = await guardFor(t).authenticate(withToken(access_token));
@@ -65,7 +67,7 @@ Deno.test("guard: reads the service's sessions and answers who the request acts 
 
 Deno.test("guard: with ENCRYPTION_KEY it opens what the service sealed", async () => {
   const encryptionKey = "encryption-key-that-is-at-least-32-bytes-long";
-  const t = await makeTestApp({ env: { ENCRYPTION_KEY: encryptionKey } });
+  const t = await makeTestApp({ env: { ...PROTECTS_RESOURCE, ENCRYPTION_KEY: encryptionKey } });
   try {
     const { access_token } = await issueTokens(t);
     const result = await guardFor(t, { encryptionKey }).authenticate(withToken(access_token));
@@ -77,7 +79,7 @@ Deno.test("guard: with ENCRYPTION_KEY it opens what the service sealed", async (
 });
 
 Deno.test("guard: failures are ready responses pointing at the resource's metadata", async () => {
-  const t = await makeTestApp();
+  const t = await makeTestApp({ env: PROTECTS_RESOURCE });
   try {
     const { access_token } = await issueTokens(t);
     const guard = guardFor(t);
@@ -117,7 +119,7 @@ Deno.test("guard: failures are ready responses pointing at the resource's metada
 });
 
 Deno.test("guard: GitLab failing with the token already expired → 503 with Retry-After", async () => {
-  const t = await makeTestApp();
+  const t = await makeTestApp({ env: PROTECTS_RESOURCE });
   try {
     const { access_token } = await issueTokens(t);
     await setGitLabExpiry(t, access_token, t.clock.now() - 1);
@@ -134,7 +136,7 @@ Deno.test("guard: GitLab failing with the token already expired → 503 with Ret
 
 Deno.test("guard: tokens never reach a log line", async () => {
   const lines: string[] = [];
-  const t = await makeTestApp();
+  const t = await makeTestApp({ env: PROTECTS_RESOURCE });
   try {
     const { access_token } = await issueTokens(t);
     await setGitLabExpiry(t, access_token, t.clock.now() + 60_000);
@@ -156,7 +158,7 @@ Deno.test("guard: tokens never reach a log line", async () => {
 
 Deno.test("guard: guard and gateway on one KV refresh a session's GitLab token once", async () => {
   const mcp = startMcpUpstream();
-  const t = await makeTestApp({ env: { MCP_UPSTREAM_URL: mcp.url } });
+  const t = await makeTestApp({ env: { ...PROTECTS_RESOURCE, MCP_UPSTREAM_URL: mcp.url } });
   try {
     const { access_token } = await issueTokens(t);
     await setGitLabExpiry(t, access_token, t.clock.now() + 60_000);
@@ -201,7 +203,7 @@ Deno.test("guard: guard and gateway on one KV refresh a session's GitLab token o
 
 Deno.test("guard: with GitLab settings it refreshes at GitLab itself", async () => {
   const gitlab = startSimulatedGitLab();
-  const t = await makeTestApp();
+  const t = await makeTestApp({ env: PROTECTS_RESOURCE });
   try {
     const issued = gitlab.issueTokens();
     t.upstream.approve({ accessToken: issued.accessToken, refreshToken: issued.refreshToken });

@@ -245,6 +245,17 @@ Deno.test("simulated endpoints", async (t) => {
       const anonymous = await send(gitlab, "/api/v4/user");
       assert.equal(anonymous.status, 401);
       assert.deepEqual(JSON.parse(anonymous.text), { message: "401 Unauthorized" });
+      const projects = await send(gitlab, "/api/v4/projects", {
+        headers: { "Private-Token": tokens.accessToken },
+      });
+      assert.equal(projects.status, 200);
+      assert.deepEqual(
+        JSON.parse(projects.text).map((p: { path_with_namespace: string }) =>
+          p.path_with_namespace
+        ),
+        ["ada/handbook", "ada/website"],
+      );
+      assert.equal((await send(gitlab, "/api/v4/projects")).status, 401);
 
       const revoked = await send(gitlab, "/oauth/revoke", { form: { token: tokens.accessToken } });
       assert.equal(revoked.status, 200);
@@ -261,7 +272,7 @@ Deno.test("simulated endpoints", async (t) => {
     });
 
     await t.step("unknown paths are 404", async () => {
-      const answer = await send(gitlab, "/api/v4/projects");
+      const answer = await send(gitlab, "/api/v4/groups");
       assert.equal(answer.status, 404);
     });
 
@@ -280,8 +291,11 @@ Deno.test("simulated endpoints", async (t) => {
         deviceToken: 3,
         refresh: 1,
         user: 3,
+        projects: 2,
         revoke: 2,
         devicePage: 0,
+        authorizePage: 0,
+        authorizationCode: 0,
       });
     });
   });

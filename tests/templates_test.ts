@@ -311,3 +311,52 @@ Deno.test("createTemplates checks the templates it is given", async (t) => {
     assert.throws(withScript(`${deviceJs}\n// {{nonce}}\n`), /placeholder/);
   });
 });
+
+Deno.test("every page renders whole: nested sections open and close, no template marker is left", () => {
+  const templates = loadTemplates();
+  const consent = {
+    clientId: "client-123",
+    redirectUri: "http://127.0.0.1:33418/callback",
+    scopes: "api",
+    signInId: "sign-in-id",
+    csrfToken: "csrf-token",
+    actionUrl: "https://auth.example/oauth/consent",
+    upstreamOrigin: "https://gitlab.example",
+  };
+  const pages = {
+    "device page, registered name": templates.renderDevicePage({ ...BASE, clientName: "App" }),
+    "device page, verified": templates.renderDevicePage({
+      ...BASE,
+      clientName: "App",
+      clientVerifiedHost: "app.example",
+    }),
+    "consent page, no name": templates.renderConsentPage(consent),
+    "consent page, registered name": templates.renderConsentPage({ ...consent, clientName: "App" }),
+    "consent page, verified": templates.renderConsentPage({
+      ...consent,
+      clientName: "App",
+      clientVerifiedHost: "app.example",
+    }),
+    "notice page": templates.renderNoticePage({ title: "Sign-in failed", message: "Gone." }),
+  };
+  for (const [name, { html }] of Object.entries(pages)) {
+    assert.doesNotMatch(html, /\{\{|\}\}/, name);
+  }
+  const client = (name: keyof typeof pages) => elementText(pages[name].html, "dd", "client");
+  assert.match(client("consent page, no name"), /^<code><bdi>client-123<\/bdi><\/code>$/);
+  assert.match(client("consent page, registered name"), /App.*not verified/);
+  assert.doesNotMatch(client("consent page, verified"), /not verified/);
+  assert.match(client("consent page, verified"), /published by <strong><bdi>app\.example/);
+});
+
+Deno.test("createTemplates refuses a section that is not closed", () => {
+  const good: TemplateSources = { deviceHtml, deviceJs, homeHtml };
+  assert.throws(
+    () =>
+      createTemplates({
+        ...good,
+        deviceHtml: deviceHtml.replace("</main>", "{{#userCode}}</main>"),
+      }),
+    /not closed/,
+  );
+});

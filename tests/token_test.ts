@@ -585,7 +585,7 @@ Deno.test("2.6 iss without BASE_URL: the origin of the request URL", () =>
     assert.equal((await verifyAccessToken(t, second.access_token)).iss, "http://svc.example:8080");
   }, { env: { BASE_URL: "" } }));
 
-Deno.test("2.6 iss with TRUST_PROXY=true: from X-Forwarded-Proto and X-Forwarded-Host", () =>
+Deno.test("2.6 iss with TRUST_PROXY=true: BASE_URL, never the X-Forwarded-Host a client may have sent", () =>
   withApp(async (t) => {
     const code = await issueCode(t);
     const body = await assertTokens(
@@ -596,11 +596,11 @@ Deno.test("2.6 iss with TRUST_PROXY=true: from X-Forwarded-Proto and X-Forwarded
         redirect_uri: REDIRECT,
       }, {
         url: "http://10.0.0.5:8000/token",
-        headers: { "X-Forwarded-Proto": "https", "X-Forwarded-Host": "auth.example.com" },
+        headers: { "X-Forwarded-Proto": "http", "X-Forwarded-Host": "evil.example" },
       }),
     );
     assert.equal((await verifyAccessToken(t, body.access_token)).iss, "https://auth.example.com");
-  }, { env: { BASE_URL: "", TRUST_PROXY: "true" } }));
+  }, { env: { BASE_URL: "https://auth.example.com", TRUST_PROXY: "true" } }));
 
 Deno.test("2.6 the access token is signed with the configured secret (another secret fails)", () =>
   withApp(async (t) => {

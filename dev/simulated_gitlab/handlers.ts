@@ -1,10 +1,15 @@
 /**
  * The simulated GitLab's routes: the device authorization grant, the refresh-token grant with
- * rotation, revocation, `GET /api/v4/user` and the verification page, each counting its calls
+ * rotation, revocation, `GET /api/v4/user` and `/api/v4/projects`, and the verification page, each counting its calls
  * and honouring the failures a test queued.
  */
 
-import { decisionPage, deviceFormPage } from "./pages.ts";
+import {
+  authorizeApplicationPage,
+  authorizeErrorPage,
+  decisionPage,
+  deviceFormPage,
+} from "./pages.ts";
 import { invalidClient, invalidGrant, json, oauthError, readForm } from "./responses.ts";
 import type { StalledBodies } from "./stalled_bodies.ts";
 import type { SimulatedGitLabState, TokenRecord } from "./state.ts";
@@ -41,8 +46,15 @@ export function createSimulatedGitLabHandler(
     if (pathname === "/oauth/token" && method === "POST") return await token(request);
     if (pathname === "/oauth/revoke" && method === "POST") return await revokeEndpoint(request);
     if (pathname === "/api/v4/user" && method === "GET") return currentUser(request);
+    if (pathname === "/api/v4/projects" && method === "GET") return projects(request);
     if (pathname === "/oauth/device" && method === "GET") return devicePage(request);
     if (pathname === "/oauth/device" && method === "POST") return await deviceDecision(request);
+    if (pathname === "/oauth/authorize" && method === "GET") {
+      return authorizePage(new URL(request.url).searchParams);
+    }
+    if (pathname === "/oauth/authorize" && method === "POST") {
+      return authorizeDecision(await readForm(request));
+    }
     await request.body?.cancel();
     return json(404, { message: "404 Not Found" });
   }
@@ -104,6 +116,10 @@ export function createSimulatedGitLabHandler(
       calls.deviceToken++;
       return deviceCodeGrant(form);
     }
+    if (grantType === "authorization_code") {
+      calls.authorizationCode++;
+      return authorizationCodeGrant(form);
+    }
     if (grantType === "refresh_token") {
       calls.refresh++;
       return refreshGrant(form);
@@ -147,6 +163,77 @@ export function createSimulatedGitLabHandler(
     return tokenResponse(state.consumeDevice(device, failure !== "no_refresh_token"));
   }
 
+  /** The request's problem, or its parsed redirect URI when GitLab would answer it. */
+  function checkAuthorizationRequest(params: URLSearchParams): string | URL {
+    if (!state.isKnownClient(params.get("client_id") ?? "")) {
+      return "Client authentication failed due to unknown client.";
+    }
+    const redirectUri = params.get("redirect_uri") ?? "";
+    if (!URL.canParse(redirectUri) || !/^https?:$/.test(new URL(redirectUri).protocol)) {
+      return "The redirect URI included is not valid.";
+    }
+    if (params.get("response_type") !== "code") return "The response type is not supported.";
+    const method = params.get("code_challenge_method");
+    if (params.get("code_challenge") && method !== "S256") {
+      return "The code challenge method must be S256 here.";
+    }
+    return new URL(redirectUri);
+  }
+
+  function authorizePage(params: URLSearchParams): Response {
+    calls.authorizePage++;
+    const checked = checkAuthorizationRequest(params);
+    if (typeof checked === "string") return authorizeErrorPage(checked);
+    return authorizeApplicationPage(state.defaultUser().username, params);
+  }
+
+  /** Approve: a code back to the redirect URI; Deny: `access_denied` (RFC 6749 §4.1.2.1). */
+  function authorizeDecision(form: URLSearchParams): Response {
+    calls.authorizePage++;
+    const checked = checkAuthorizationRequest(form);
+    if (typeof checked === "string") return authorizeErrorPage(checked);
+    const back = new URL(checked);
+    if (form.get("action") === "approve") {
+      const code = state.codes.issue({
+        clientId: form.get("client_id") ?? "",
+        redirectUri: checked.href,
+        scope: form.get("scope")?.trim() || "read_user",
+        codeChallenge: form.get("code_challenge") ?? "",
+      }, state.defaultUser().id);
+      back.searchParams.set("code", code);
+    } else {
+      back.searchParams.set("error", "access_denied");
+      back.searchParams.set(
+        "error_description",
+        "The resource owner or authorization server denied the request.",
+      );
+    }
+    const requestState = form.get("state");
+    if (requestState !== null) back.searchParams.set("state", requestState);
+    return new Response(null, { status: 302, headers: { Location: back.href } });
+  }
+
+  function authorizationCodeGrant(form: URLSearchParams): Response {
+    const failure = injected("token");
+    if (failure instanceof Response) return failure;
+    const clientId = form.get("client_id") ?? "";
+    if (
+      !state.isKnownClient(clientId) ||
+      !state.isClientSecret(form.get("client_secret") ?? undefined)
+    ) {
+      return invalidClient();
+    }
+    const code = form.get("code");
+    if (!code) return oauthError(400, "invalid_request", "Missing required parameter: code.");
+    const record = state.codes.redeem(code, {
+      clientId,
+      redirectUri: form.get("redirect_uri") ?? "",
+      codeVerifier: form.get("code_verifier") ?? "",
+    });
+    if (record === undefined) return invalidGrant();
+    return tokenResponse(state.grantTokens(record.userId, clientId, record.scope));
+  }
+
   function refreshGrant(form: URLSearchParams): Response {
     const failure = injected("refresh", ["no_refresh_token"]);
     if (failure instanceof Response) return failure;
@@ -171,13 +258,19 @@ export function createSimulatedGitLabHandler(
     return json(200, {});
   }
 
+  /** The account a request's bearer token (or PRIVATE-TOKEN, as the API takes) belongs to. */
+  function userOf(request: Request) {
+    const bearer = /^Bearer\s+(\S+)$/i.exec(request.headers.get("Authorization") ?? "")?.[1];
+    const token = bearer ?? request.headers.get("Private-Token") ?? undefined;
+    const record = token === undefined ? undefined : state.liveAccessToken(token);
+    return record === undefined ? undefined : state.userById(record.userId);
+  }
+
   function currentUser(request: Request): Response {
     calls.user++;
     const failure = injected("user");
     if (failure instanceof Response) return failure;
-    const match = /^Bearer\s+(\S+)$/i.exec(request.headers.get("Authorization") ?? "");
-    const record = match === null ? undefined : state.liveAccessToken(match[1]);
-    const user = record === undefined ? undefined : state.userById(record.userId);
+    const user = userOf(request);
     if (user === undefined) return json(401, { message: "401 Unauthorized" });
     return json(200, {
       id: user.id,
@@ -187,6 +280,23 @@ export function createSimulatedGitLabHandler(
       avatar_url: null,
       web_url: new URL(`/${encodeURIComponent(user.username)}`, url).href,
     });
+  }
+
+  /** Two projects of the token's user, in the shape of GitLab's project list. */
+  function projects(request: Request): Response {
+    calls.projects++;
+    const user = userOf(request);
+    if (user === undefined) return json(401, { message: "401 Unauthorized" });
+    return json(
+      200,
+      ["handbook", "website"].map((name, index) => ({
+        id: user.id * 100 + index + 1,
+        name,
+        path_with_namespace: `${user.username}/${name}`,
+        web_url: new URL(`/${encodeURIComponent(user.username)}/${name}`, url).href,
+        visibility: "private",
+      })),
+    );
   }
 
   function devicePage(request: Request): Response {

@@ -69,15 +69,56 @@ function deviceForm(username: string, userCode: string, message?: string): strin
       </form>`;
 }
 
-/** `body` is HTML the caller has escaped. */
-function page(status: number, title: string, body: string): Response {
+/**
+ * GitLab's "Authorize application" page of the authorization code grant: Approve or Deny,
+ * posting the request's parameters back. Its answer sends the browser to the application's
+ * redirect URI, which may send it on anywhere (Chromium applies `form-action` to every redirect
+ * that follows), so this page does not restrict where forms lead, as GitLab's does not.
+ */
+export function authorizeApplicationPage(username: string, params: URLSearchParams): Response {
+  const hidden = [...params].map(([name, value]) =>
+    `<input type="hidden" name="${escapeHtml(name)}" value="${escapeHtml(value)}">`
+  ).join("\n        ");
+  return page(
+    200,
+    "Authorize application",
+    `<h1>Authorize application</h1>
+      <p>An application wants to access your account, <strong>${escapeHtml(username)}</strong>,
+        with the scopes <code>${escapeHtml(params.get("scope") ?? "")}</code>.</p>
+      <form method="post" action="/oauth/authorize">
+        ${hidden}
+        <div class="actions">
+          <button type="submit" name="action" value="approve">Approve</button>
+          <button type="submit" name="action" value="deny" class="secondary">Deny</button>
+        </div>
+      </form>`,
+    "",
+  );
+}
+
+/** GitLab's answer to an authorization request it will not send back: a page, no redirect. */
+export function authorizeErrorPage(message: string): Response {
+  return page(
+    400,
+    "An error has occurred",
+    `<h1>An error has occurred</h1><p class="error" role="alert">${escapeHtml(message)}</p>`,
+  );
+}
+
+/** `body` is HTML the caller has escaped; `formAction` is the CSP directive for its forms. */
+function page(
+  status: number,
+  title: string,
+  body: string,
+  formAction = "form-action 'self'; ",
+): Response {
   return new Response(layout(title, body), {
     status,
     headers: {
       "Content-Type": "text/html; charset=utf-8",
       "Cache-Control": "no-store",
       "Content-Security-Policy":
-        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'",
+        `default-src 'none'; style-src 'unsafe-inline'; ${formAction}frame-ancestors 'none'`,
     },
   });
 }

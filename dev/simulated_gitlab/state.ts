@@ -5,6 +5,7 @@
  */
 
 import { type Clock, systemClock } from "../../src/clock.ts";
+import { type AuthorizationCodes, createAuthorizationCodes } from "./authorization_codes.ts";
 import type {
   SimulatedEndpoint,
   SimulatedFailure,
@@ -53,6 +54,8 @@ export interface SimulatedGitLabStateOptions {
   deviceExpiresInSeconds?: number;
   /** When set, only this OAuth application id is accepted; otherwise any non-empty one. */
   clientId?: string;
+  /** When set, the authorization code grant requires this `client_secret` (confidential app). */
+  clientSecret?: string;
   /** Accounts, copied; defaults to ada (4242). */
   users?: SimulatedUser[];
   /** Defaults to the wall clock. */
@@ -71,6 +74,12 @@ export interface SimulatedGitLabState extends SimulatedGitLabControls {
   userById(userId: number): SimulatedUser | undefined;
   /** Whether an OAuth application id is accepted. */
   isKnownClient(clientId: string): boolean;
+  /** Whether the authorization code grant's `client_secret` is right (none configured: any). */
+  isClientSecret(secret: string | undefined): boolean;
+  /** The authorization codes of the redirect sign-in. */
+  readonly codes: AuthorizationCodes;
+  /** Issues a token pair for `userId` and `clientId`. */
+  grantTokens(userId: number, clientId: string, scope: string): TokenRecord;
   /** Records a new pending device authorization for `clientId`. */
   startDevice(clientId: string, scope: string | undefined): DeviceRecord;
   /** The device authorization a device code belongs to, if any. */
@@ -118,8 +127,11 @@ export function createSimulatedGitLabState(
     deviceToken: 0,
     refresh: 0,
     user: 0,
+    projects: 0,
     revoke: 0,
     devicePage: 0,
+    authorizePage: 0,
+    authorizationCode: 0,
   };
   const revokedTokens = new Set<string>();
   const devicesByCode = new Map<string, DeviceRecord>();
@@ -206,6 +218,11 @@ export function createSimulatedGitLabState(
     deviceExpiresInSeconds,
     defaultUser: () => users[0],
     userById: (userId) => users.find((candidate) => candidate.id === userId),
+    isClientSecret(secret) {
+      return options.clientSecret === undefined || secret === options.clientSecret;
+    },
+    codes: createAuthorizationCodes(clock),
+    grantTokens: (userId, clientId, scope) => issue(userId, clientId, scope),
     isKnownClient(clientId) {
       return clientId !== "" && (options.clientId === undefined || clientId === options.clientId);
     },

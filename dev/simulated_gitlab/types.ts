@@ -43,10 +43,16 @@ export interface SimulatedGitLabCalls {
   refresh: number;
   /** `GET /api/v4/user` */
   user: number;
+  /** `GET /api/v4/projects` */
+  projects: number;
   /** `POST /oauth/revoke` */
   revoke: number;
   /** `GET` or `POST /oauth/device` (the verification page). */
   devicePage: number;
+  /** `GET` or `POST /oauth/authorize` (the authorization page of the redirect sign-in). */
+  authorizePage: number;
+  /** `POST /oauth/token` with the authorization code grant. */
+  authorizationCode: number;
 }
 
 /** Options of `startSimulatedGitLab`. */
@@ -63,6 +69,8 @@ export interface SimulatedGitLabOptions {
   interval?: number;
   /** When set, only this OAuth application id is accepted; otherwise any non-empty one. */
   clientId?: string;
+  /** When set, the authorization code grant requires this `client_secret` (confidential app). */
+  clientSecret?: string;
   /** Accounts; the first one approves on the verification page. Defaults to ada (4242). */
   users?: SimulatedUser[];
   /** What device-code and token expiry is measured against; defaults to the wall clock. */

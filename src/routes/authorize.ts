@@ -1,17 +1,24 @@
 /**
  * `GET /authorize`: validates the authorization request, starts an upstream device flow and
- * answers the page that shows the user code.
+ * answers the page that shows the user code (or, with GITLAB_SIGN_IN=redirect, answers the
+ * consent page of the redirect sign-in: `sign_in/redirect_flow.ts`).
  *
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
 
+import { ClientMetadataError, isClientMetadataUrl } from "../client_metadata/document.ts";
+import { resolveClientMetadata } from "../client_metadata/resolver.ts";
 import { matchesRegisteredRedirect } from "../clients.ts";
 import type { OAuthRequestContext } from "../context.ts";
 import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { PKCE_METHOD } from "../pkce.ts";
-import type { ClientRecord, FlowRecord } from "../store/records.ts";
+import { isAllowedRedirect } from "../redirect_allow_list.ts";
+import { requireProtectedResource } from "../resource_indicator.ts";
+import { mcpResourceUrl } from "../resource_urls.ts";
+import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
+import type { FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
@@ -22,22 +29,41 @@ interface AuthorizationRequest {
   codeChallenge: string;
   state: string;
   redirectUri?: string;
+  /** RFC 8707 `resource`, as sent. */
+  resource?: string;
+}
+
+/** Who the client is, as far as the service can tell, and where it gets the code. */
+export interface IdentifiedClient {
+  redirectUri?: string;
+  clientName?: string;
+  /** The host of a metadata document client id: its name is that host's word. */
+  verifiedHost?: string;
 }
 
 /** Handles `GET /authorize`. */
 export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Response> {
   const { store, clock, templates, logger } = ctx.deps;
   const request = parseAuthorizationRequest(ctx.url.searchParams);
-  const client = await store.getClient(request.clientId);
-  if (ctx.deps.config.redirectUriPolicy === "registered") {
-    request.redirectUri = registeredRedirectUri(request, client);
+  const resource = requireProtectedResource(
+    request.resource,
+    mcpResourceUrl(ctx.deps.config, ctx.baseUrl),
+  );
+  const client = await identifyClient(ctx, request);
+  requireAllowedRedirect(ctx, client.redirectUri);
+  if (ctx.deps.config.gitlabSignIn === "redirect") {
+    return await answerRedirectSignIn(
+      ctx,
+      { ...request, redirectUri: client.redirectUri, resource },
+      client,
+    );
   }
 
   const flowState = randomToken(FLOW_STATE_BYTES);
   let device: DeviceAuthorization;
   try {
     device = await ctx.oauth.upstream.startDeviceAuthorization();
-    await store.createFlow(flowState, flowRecord(request, device, clock.now()));
+    await store.createFlow(flowState, flowRecord(request, client, resource, device, clock.now()));
   } catch (error) {
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Failed to initiate authentication");
@@ -49,9 +75,10 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     expiresInSeconds: device.expiresInSeconds,
     flowState,
     pollUrl: `${ctx.baseUrl}/oauth/poll`,
-    redirectUri: request.redirectUri,
+    redirectUri: client.redirectUri,
     clientId: request.clientId,
-    clientName: client?.clientName,
+    clientName: client.clientName,
+    clientVerifiedHost: client.verifiedHost,
     issuer: ctx.baseUrl,
   });
   return new Response(page.html, {
@@ -86,30 +113,94 @@ function parseAuthorizationRequest(query: URLSearchParams): AuthorizationRequest
     codeChallenge,
     state: params.get("state") ?? "",
     redirectUri: params.get("redirect_uri") || undefined,
+    resource: params.get("resource"),
   };
 }
 
 /**
- * Under REDIRECT_URI_POLICY=registered: the client must be registered and the redirect URI one
- * of its own (loopback ports may vary); a sole registered URI may be omitted (RFC 6749 §3.1.2.3).
+ * A metadata document client is held to its document's redirect URIs under every policy (it is
+ * the client's own word); a registered one to its registration under REDIRECT_URI_POLICY=
+ * registered; otherwise the redirect URI is taken as given (spec §4.1).
  */
-function registeredRedirectUri(
+async function identifyClient(
+  ctx: OAuthRequestContext,
   request: AuthorizationRequest,
-  client: ClientRecord | null,
-): string {
+): Promise<IdentifiedClient> {
+  if (isClientMetadataUrl(request.clientId)) return await documentClient(ctx, request);
+  const client = await ctx.deps.store.getClient(request.clientId);
+  if (ctx.deps.config.redirectUriPolicy !== "registered") {
+    return { redirectUri: request.redirectUri, clientName: client?.clientName };
+  }
   if (!client) throw new OAuthError(400, "invalid_request", "Unknown client_id");
-  if (request.redirectUri === undefined) {
-    if (client.redirectUris.length === 1) return client.redirectUris[0];
+  return {
+    redirectUri: ownRedirectUri(request.redirectUri, client.redirectUris, "registered"),
+    clientName: client.clientName,
+  };
+}
+
+async function documentClient(
+  ctx: OAuthRequestContext,
+  request: AuthorizationRequest,
+): Promise<IdentifiedClient> {
+  const { store, clock, logger, clientMetadataFetcher: fetcher, config } = ctx.deps;
+  let document;
+  try {
+    document = await resolveClientMetadata({ store, clock, logger, fetcher }, request.clientId);
+  } catch (error) {
+    if (!(error instanceof ClientMetadataError)) throw error;
+    throw new OAuthError(400, "invalid_request", `Client metadata document: ${error.message}`);
+  }
+  const patterns = config.allowedRedirectUris;
+  if (patterns && !document.redirectUris.some((uri) => isAllowedRedirect(uri, patterns))) {
+    throw new OAuthError(
+      400,
+      "invalid_request",
+      "Client metadata document: none of its redirect_uris is allowed by this service",
+    );
+  }
+  return {
+    redirectUri: ownRedirectUri(request.redirectUri, document.redirectUris, "listed"),
+    clientName: document.clientName,
+    verifiedHost: new URL(request.clientId).host,
+  };
+}
+
+/**
+ * The redirect URI when it is one of the client's own (loopback ports may vary); a sole one may
+ * be omitted (RFC 6749 §3.1.2.3).
+ */
+function ownRedirectUri(
+  requested: string | undefined,
+  own: string[],
+  how: "registered" | "listed",
+): string {
+  if (requested === undefined) {
+    if (own.length === 1) return own[0];
     throw new OAuthError(400, "invalid_request", "redirect_uri is required");
   }
-  if (!matchesRegisteredRedirect(request.redirectUri, client.redirectUris)) {
-    throw new OAuthError(400, "invalid_request", "redirect_uri is not registered for this client");
+  if (!matchesRegisteredRedirect(requested, own)) {
+    throw new OAuthError(
+      400,
+      "invalid_request",
+      how === "registered"
+        ? "redirect_uri is not registered for this client"
+        : "redirect_uri is not listed in the client's metadata document",
+    );
   }
-  return request.redirectUri;
+  return requested;
+}
+
+/** ALLOWED_REDIRECT_URIS, when set: the operator's list of clients that may sign users in. */
+function requireAllowedRedirect(ctx: OAuthRequestContext, redirectUri: string | undefined): void {
+  const patterns = ctx.deps.config.allowedRedirectUris;
+  if (!patterns || redirectUri === undefined || isAllowedRedirect(redirectUri, patterns)) return;
+  throw new OAuthError(400, "invalid_request", "redirect_uri is not allowed by this service");
 }
 
 function flowRecord(
   request: AuthorizationRequest,
+  client: IdentifiedClient,
+  resource: string,
   device: DeviceAuthorization,
   nowMs: number,
 ): FlowRecord {
@@ -124,6 +215,7 @@ function flowRecord(
     codeChallenge: request.codeChallenge,
     codeChallengeMethod: PKCE_METHOD,
     state: request.state,
-    redirectUri: request.redirectUri,
+    redirectUri: client.redirectUri,
+    resource,
   };
 }

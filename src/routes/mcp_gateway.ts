@@ -1,14 +1,18 @@
 /**
  * Gateway mode (MCP_UPSTREAM_URL set): every request to the MCP resource path is authenticated
  * with the resource guard and forwarded to the MCP server with the user's upstream token in place
- * of ours. Bodies stream both ways, so Server-Sent Events reach the client event by event.
+ * of ours. Bodies stream both ways, so Server-Sent Events reach the client event by event. Only
+ * allow-listed headers pass either way (gateway_headers.ts), and an `Mcp-Session-Id` works only
+ * with the session it was handed to.
  *
- * @see RFC 9110 §7.6.1 (hop-by-hop fields), MCP spec "Streamable HTTP" and "Authorization"
+ * @see MCP spec "Streamable HTTP", "Authorization" and security best practices ("Session
+ *   Hijacking")
  */
 
 import type { AppDeps, OAuthRequestContext } from "../context.ts";
 import { MCP_CORS } from "../cors.ts";
 import { OAuthError } from "../errors.ts";
+import { relayedResponseHeaders, upstreamRequestHeaders } from "../gateway_headers.ts";
 import {
   type AuthenticatedRequest,
   authenticateRequest,
@@ -19,6 +23,7 @@ import {
 import { mcpResourceUrl } from "../resource_urls.ts";
 import type { Route } from "../router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
+import type { Store } from "../store/mod.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -28,22 +33,6 @@ export interface McpGateway {
 
 /** Methods forwarded; OPTIONS is answered by the app as a CORS preflight. */
 const FORWARDED_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] as const;
-
-/** Hop-by-hop fields (RFC 9110 §7.6.1) and `Host`; `Proxy-*` and fields named in `Connection` too. */
-const HOP_BY_HOP = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "te",
-  "trailer",
-  "transfer-encoding",
-  "upgrade",
-  "host",
-]);
-/** What the gateway sets itself, or must not pass on, on the way to the MCP server. */
-const REPLACED_REQUEST_HEADERS = ["authorization", "private-token", "content-length"];
-/** Encodings Deno's fetch decodes by itself (it asks for exactly these when we do not). */
-const DECODED_BY_FETCH = new Set(["gzip", "br"]);
 
 /** The gateway over `deps`, or undefined when MCP_UPSTREAM_URL is not configured. */
 export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
@@ -61,9 +50,9 @@ export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
   };
 }
 
-/** The resource guard's dependencies: the service's own store, upstream and signer. */
+/** The resource guard's dependencies: the service's own store, upstream, signer and memory. */
 function guardDeps(ctx: OAuthRequestContext): GuardDeps {
-  const { store, clock, logger } = ctx.deps;
+  const { store, clock, logger, verifiedTokens } = ctx.deps;
   return {
     store,
     clock,
@@ -72,25 +61,122 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
     signer: ctx.oauth.signer,
     clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
     requiredScope: MCP_TOOLS_SCOPE,
+    verifiedTokens,
   };
 }
 
 async function handleGatewayRequest(ctx: OAuthRequestContext, upstreamUrl: URL): Promise<Response> {
   const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
-  const auth = await authenticateRequest(guardDeps(ctx), ctx.request, {
-    issuer: ctx.baseUrl,
-    resource,
-  });
+  const mcpSessionId = ctx.request.headers.get("mcp-session-id");
+  const owner = rememberedOwner(ctx, mcpSessionId);
+  const deps = mcpSessionId === null || owner.read
+    ? guardDeps(ctx)
+    : { ...guardDeps(ctx), store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
+  const auth = await authenticateRequest(deps, ctx.request, { issuer: ctx.baseUrl, resource });
   if (auth instanceof Response) return auth;
-  return await forward(ctx, auth, upstreamUrl, resource);
+  if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
+  const upstream = await forward(ctx, auth, upstreamUrl);
+  try {
+    await trackMcpSession(ctx, auth, mcpSessionId, upstream);
+  } catch (error) {
+    await upstream.body?.cancel();
+    throw error;
+  }
+  return relayResponse(upstream, resource);
 }
 
-/** Sends the request on; the timer covers only the wait for response headers. */
+/** Whom an `Mcp-Session-Id` is bound to, once read (from memory, or beside the session). */
+interface McpSessionOwner {
+  read: boolean;
+  sessionId: string | null;
+}
+
+function rememberedOwner(ctx: OAuthRequestContext, mcpSessionId: string | null): McpSessionOwner {
+  const remembered = mcpSessionId === null
+    ? undefined
+    : ctx.deps.verifiedTokens.mcpSessionOwner(mcpSessionId, ctx.deps.clock.now());
+  return { read: remembered !== undefined, sessionId: remembered ?? null };
+}
+
+/**
+ * 404 unless `mcpSessionId` was handed to this request's session. Read here only when the
+ * token came from memory, so the session was not read (and the binding not beside it).
+ */
+async function requireOwnMcpSession(
+  ctx: OAuthRequestContext,
+  auth: AuthenticatedRequest,
+  mcpSessionId: string,
+  owner: McpSessionOwner,
+): Promise<void> {
+  const { store, verifiedTokens, clock } = ctx.deps;
+  const sessionId = owner.read ? owner.sessionId : await store.mcpSessionOwner(mcpSessionId);
+  if (sessionId !== auth.sessionId) throw unknownMcpSession();
+  verifiedTokens.rememberMcpSession(mcpSessionId, sessionId, clock.now());
+}
+
+/**
+ * The store as the resource guard sees it for a request with an `Mcp-Session-Id`: every session
+ * read also reads whom that id is bound to, in the same KV read (only once the access token's
+ * signature holds, so a request without a valid token costs no KV read).
+ */
+function storeReadingOwner(store: Store, mcpSessionId: string, owner: McpSessionOwner): Store {
+  return {
+    ...store,
+    async getSession(id) {
+      const { session, mcpSessionOwner } = await store.getSessionWithMcpOwner(id, mcpSessionId);
+      owner.read = true;
+      owner.sessionId = mcpSessionOwner;
+      return session;
+    },
+  };
+}
+
+/**
+ * Binds an `Mcp-Session-Id` the MCP server hands out to the session it was handed to, before
+ * the client sees it; forgets it when the MCP server ends the session (DELETE).
+ */
+async function trackMcpSession(
+  ctx: OAuthRequestContext,
+  auth: AuthenticatedRequest,
+  sent: string | null,
+  upstream: Response,
+): Promise<void> {
+  const { store, clock, config, verifiedTokens } = ctx.deps;
+  const issued = upstream.headers.get("mcp-session-id");
+  if (issued !== null && issued !== sent) {
+    const expiresAt = clock.now() + config.sessionIdleTtlSeconds * 1000;
+    if (await store.bindMcpSession(issued, auth.sessionId, expiresAt)) {
+      verifiedTokens.rememberMcpSession(issued, auth.sessionId, clock.now());
+    } else {
+      ctx.deps.logger.warn("MCP server handed out a session id bound to another session", {
+        requestId: ctx.requestId,
+        sessionId: auth.sessionId,
+      });
+      throw new OAuthError(502, "bad_gateway", "The MCP server answered with another's session");
+    }
+  }
+  if (ctx.request.method === "DELETE" && sent !== null && upstream.ok) {
+    await store.unbindMcpSession(sent);
+    verifiedTokens.forgetMcpSession(sent);
+  }
+}
+
+/**
+ * 404, the MCP answer for a session the server does not know: an `Mcp-Session-Id` never handed
+ * to this token's session (another user's, expired, or made up) does not reach the MCP server.
+ */
+function unknownMcpSession(): OAuthError {
+  return new OAuthError(404, "invalid_request", "Unknown MCP session; start a new one");
+}
+
+/**
+ * Sends the request on and answers the MCP server's response as it came; the timer covers only
+ * the wait for response headers.
+ */
 async function forward(
   ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
   upstreamUrl: URL,
-  resource: string,
 ): Promise<Response> {
   const { request, deps } = ctx;
   const timeoutMs = deps.config.mcpUpstreamTimeoutMs;
@@ -99,16 +185,22 @@ async function forward(
   const target = new URL(upstreamUrl);
   target.search = ctx.url.search;
   try {
-    const response = await fetch(target, {
+    return await fetch(target, {
       method: request.method,
-      headers: upstreamRequestHeaders(request.headers, auth.gitlabToken, deps),
+      headers: upstreamRequestHeaders(
+        request.headers,
+        deps.config.mcpUpstreamForwardHeaders ?? [],
+        {
+          header: deps.config.mcpUpstreamTokenHeader,
+          value: auth.gitlabToken,
+        },
+      ),
       body: request.method === "GET" || request.method === "HEAD" ? null : request.body,
       redirect: "manual",
       // Not request.signal: Deno.serve aborts it after every response. A client that leaves
       // mid-stream cancels the relayed body, which closes the upstream exchange too.
       signal: timeout.signal,
     });
-    return relayResponse(response, resource);
   } catch (error) {
     throw upstreamFailure(ctx, auth, error, timeout.signal.aborted);
   } finally {
@@ -116,32 +208,12 @@ async function forward(
   }
 }
 
-/** The client's headers minus hop-by-hop ones and our token, plus the upstream token. */
-function upstreamRequestHeaders(incoming: Headers, upstreamToken: string, deps: AppDeps): Headers {
-  const headers = endToEndHeaders(incoming);
-  for (const name of REPLACED_REQUEST_HEADERS) headers.delete(name);
-  // Deno's fetch decodes only what it asks for itself; see relayResponse.
-  headers.delete("accept-encoding");
-  if (deps.config.mcpUpstreamTokenHeader === "private-token") {
-    headers.set("PRIVATE-TOKEN", upstreamToken);
-  } else {
-    headers.set("Authorization", `Bearer ${upstreamToken}`);
-  }
-  return headers;
-}
-
 /**
  * The MCP server's response with a streaming body. Its challenges would send the client to
  * someone else's authorization server, so a 401 carries ours instead.
  */
 function relayResponse(upstream: Response, resource: string): Response {
-  const headers = endToEndHeaders(upstream.headers);
-  const encoding = headers.get("content-encoding")?.trim().toLowerCase();
-  if (encoding && DECODED_BY_FETCH.has(encoding)) {
-    headers.delete("content-encoding");
-    headers.delete("content-length");
-  }
-  headers.delete("www-authenticate");
+  const headers = relayedResponseHeaders(upstream.headers);
   if (upstream.status === 401) {
     headers.set(
       "WWW-Authenticate",
@@ -175,19 +247,6 @@ function upstreamFailure(
       `The MCP server did not answer within ${timeoutMs} ms`,
     )
     : new OAuthError(502, "bad_gateway", "The MCP server could not be reached");
-}
-
-/** A copy of `source` without hop-by-hop fields (RFC 9110 §7.6.1). */
-function endToEndHeaders(source: Headers): Headers {
-  const named = (source.get("connection") ?? "").split(",").map((name) =>
-    name.trim().toLowerCase()
-  );
-  const headers = new Headers();
-  for (const [name, value] of source) {
-    if (HOP_BY_HOP.has(name) || name.startsWith("proxy-") || named.includes(name)) continue;
-    headers.append(name, value);
-  }
-  return headers;
 }
 
 /** The path of the MCP resource URL (which may be on another host). */

@@ -4,13 +4,21 @@
  */
 
 import type { RequestContext } from "../context.ts";
-import { json } from "../http.ts";
+import { json, NO_STORE } from "../http.ts";
 import { mcpResourceUrl, pathOf, PROTECTED_RESOURCE_METADATA_PATH } from "../resource_urls.ts";
 import { notFound } from "../router.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 
 const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };
+
+/**
+ * Without BASE_URL the documents name whatever host the request named, so no cache may keep
+ * one and hand it to a request for another host.
+ */
+function cachingOf(ctx: RequestContext): HeadersInit {
+  return ctx.deps.config.baseUrl ? CACHEABLE : NO_STORE;
+}
 
 /** Authorization server metadata. @see RFC 8414 §2, §3 (path-inserted well-known URI) */
 export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<Response> {
@@ -31,10 +39,11 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
       revocation_endpoint_auth_methods_supported: ["none"],
       scopes_supported: [...GRANTED_SCOPES],
       authorization_response_iss_parameter_supported: true,
+      client_id_metadata_document_supported: true,
       service_documentation: `${issuer}/`,
     },
     200,
-    CACHEABLE,
+    cachingOf(ctx),
   ));
 }
 
@@ -51,7 +60,7 @@ export function handleProtectedResourceMetadata(ctx: RequestContext): Promise<Re
       resource_name: "MCP server (sign in with GitLab)",
     },
     200,
-    CACHEABLE,
+    cachingOf(ctx),
   ));
 }
 

@@ -9,12 +9,14 @@ import type { OAuthRequestContext } from "../context.ts";
 import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readJson } from "../http.ts";
+import { isAllowedRedirect } from "../redirect_allow_list.ts";
 import type { ClientRecord } from "../store/records.ts";
 
 /** Handles `POST /register`; answers 201 with the client id and the metadata echoed. */
 export async function handleRegister(ctx: OAuthRequestContext): Promise<Response> {
   const { store, clock, logger } = ctx.deps;
   const metadata = parseClientMetadata(await readJson(ctx.request));
+  requireAllowedRedirects(ctx, metadata.redirect_uris);
   const client: ClientRecord = {
     clientId: randomToken(16),
     clientIdIssuedAt: Math.floor(clock.now() / 1000),
@@ -37,5 +39,18 @@ export async function handleRegister(ctx: OAuthRequestContext): Promise<Response
     { client_id: client.clientId, client_id_issued_at: client.clientIdIssuedAt, ...metadata },
     201,
     NO_STORE,
+  );
+}
+
+/** ALLOWED_REDIRECT_URIS, when set: a registration may carry only allowed redirect URIs. */
+function requireAllowedRedirects(ctx: OAuthRequestContext, redirectUris: string[]): void {
+  const patterns = ctx.deps.config.allowedRedirectUris;
+  if (!patterns) return;
+  const refused = redirectUris.find((uri) => !isAllowedRedirect(uri, patterns));
+  if (refused === undefined) return;
+  throw new OAuthError(
+    400,
+    "invalid_redirect_uri",
+    `redirect_uri is not allowed by this service: ${refused.slice(0, 100)}`,
   );
 }

@@ -56,8 +56,9 @@ async function byRefreshToken(
 }
 
 async function endSession(ctx: OAuthRequestContext, session: SessionRecord): Promise<void> {
-  const { store, logger } = ctx.deps;
+  const { store, logger, verifiedTokens } = ctx.deps;
   await store.deleteSession(session.id);
+  verifiedTokens.forgetSession(session.id);
   logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
   const upstreamTokens = await store.openUpstreamTokens(session);
   if (!upstreamTokens) return;

@@ -7,6 +7,8 @@
 import { OAUTH_CORS } from "../cors.ts";
 import type { Routes } from "../router.ts";
 import { handleAuthorize } from "./authorize.ts";
+import { handleCallback } from "./callback.ts";
+import { handleConsent } from "./consent.ts";
 import { handleLiveness, handleReadiness } from "./health.ts";
 import { handleHome } from "./home.ts";
 import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
@@ -36,6 +38,11 @@ export const ROUTES: Routes = {
     bareNotConfigured: true,
     rateLimit: "poll",
   },
+  // The redirect sign-in (GITLAB_SIGN_IN=redirect; 404 in device mode). They follow an
+  // /authorize, which counts in its own bucket, as the page's polls do in device mode, so they
+  // count with those: a sign-in costs one request of the authorize bucket in either mode.
+  "/oauth/consent": { methods: { POST: handleConsent }, oauth: true, rateLimit: "poll" },
+  "/oauth/callback": { methods: { GET: handleCallback }, oauth: true, rateLimit: "poll" },
   "/token": { methods: { POST: handleToken }, oauth: true, rateLimit: "token", cors: OAUTH_CORS },
   "/register": {
     methods: { POST: handleRegister },

@@ -10,6 +10,9 @@ import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readParams } from "../http.ts";
 import { redact } from "../logger.ts";
 import { verifyPkce } from "../pkce.ts";
+import { invalidTarget, requireProtectedResource, sameResource } from "../resource_indicator.ts";
+import { mcpResourceUrl } from "../resource_urls.ts";
+import { isClientMetadataUrl } from "../client_metadata/document.ts";
 import {
   findSessionByRefreshToken,
   isCurrentRefreshToken,
@@ -68,8 +71,14 @@ async function exchangeCode(
   if (config.redirectUriPolicy === "registered") {
     await requireSameClient(ctx, params.get("client_id"), code.value.clientId);
   }
+  requireSessionResource(ctx, params.get("resource"), session.value);
 
-  const issued = await issueTokens(tokenDeps(ctx), session.value, ctx.baseUrl);
+  const issued = await issueTokens(
+    tokenDeps(ctx),
+    session.value,
+    ctx.baseUrl,
+    protectedResource(ctx),
+  );
   const keepRedeemedMarker = config.revokeOnCodeReplay;
   if (!await store.redeemCode(code, session, issued.session, { keepRedeemedMarker })) {
     // A concurrent exchange of the same code won the commit.
@@ -90,6 +99,7 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
     logger.info("refresh retried within grace", { requestId: ctx.requestId });
     return json(replayed, 200, NO_STORE);
   }
+  requireSessionResource(ctx, params.get("resource"), found.value);
 
   let session: Versioned<SessionRecord> | null;
   try {
@@ -108,7 +118,12 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
     throw invalidGrant("Invalid refresh token");
   }
 
-  const issued = await issueTokens(tokenDeps(ctx), session.value, ctx.baseUrl);
+  const issued = await issueTokens(
+    tokenDeps(ctx),
+    session.value,
+    ctx.baseUrl,
+    protectedResource(ctx),
+  );
   const grace = refreshGraceFor(ctx.deps, issued.body);
   if (!await store.rotateRefreshToken(session, issued.session, grace)) {
     // A concurrent refresh with the same token rotated it first.
@@ -146,11 +161,33 @@ async function requireSameClient(
   codeClientId: string,
 ): Promise<void> {
   if (!clientId) throw new OAuthError(400, "invalid_request", "client_id is required");
-  if (!await ctx.deps.store.getClient(clientId)) {
-    throw new OAuthError(400, "invalid_client", "Unknown client_id");
+  // A metadata document client was checked against its document at /authorize; a registered
+  // client that lost its registration gets 401, which makes MCP clients register again.
+  if (!isClientMetadataUrl(clientId) && !await ctx.deps.store.getClient(clientId)) {
+    throw new OAuthError(401, "invalid_client", "Unknown client_id");
   }
   if (clientId !== codeClientId) {
     throw invalidGrant("The code was issued to another client");
+  }
+}
+
+function protectedResource(ctx: OAuthRequestContext): string {
+  return mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
+}
+
+/**
+ * RFC 8707 §2.2: a `resource` at /token must be the protected MCP server and the one the
+ * session was authorized for (a session from before resource indicators is for that server).
+ */
+function requireSessionResource(
+  ctx: OAuthRequestContext,
+  requested: string | undefined,
+  session: SessionRecord,
+): void {
+  if (requested === undefined) return;
+  requireProtectedResource(requested, protectedResource(ctx));
+  if (session.resource !== undefined && !sameResource(requested, session.resource)) {
+    throw invalidTarget("resource is not the one this grant was authorized for");
   }
 }
 

@@ -24,7 +24,7 @@ const TAKE_GRACE_ATTEMPTS = 5;
 /** What an authorization request asked that its code must remember. */
 export type SignInRequest = Pick<
   FlowRecord,
-  "clientId" | "codeChallenge" | "codeChallengeMethod" | "redirectUri"
+  "clientId" | "codeChallenge" | "codeChallengeMethod" | "redirectUri" | "resource"
 >;
 
 /** The upstream side of a sign-in: the user's tokens, sealed, and when they expire. */
@@ -54,7 +54,7 @@ export interface IssuedTokens {
 export interface IssueDeps {
   signer: Pick<TokenSigner, "sign">;
   clock: Clock;
-  config: Pick<Config, "accessTokenTtlSeconds" | "sessionIdleTtlSeconds">;
+  config: Pick<Config, "accessTokenTtlSeconds" | "sessionIdleTtlSeconds" | "accessTokenAudience">;
 }
 
 /** What the refresh grace needs. */
@@ -74,7 +74,7 @@ export function newSignIn(
   nowMs: number,
   idleTtlSeconds: number,
 ): FlowCompletion {
-  const session = newSession(request.clientId, upstream, nowMs, idleTtlSeconds);
+  const session = newSession(request.clientId, upstream, nowMs, idleTtlSeconds, request.resource);
   const { clientId, codeChallenge, codeChallengeMethod, redirectUri } = request;
   return {
     code: newSessionToken(session.id),
@@ -96,6 +96,7 @@ export function newSession(
   upstream: UpstreamGrant,
   nowMs: number,
   idleTtlSeconds: number,
+  resource?: string,
 ): SessionRecord {
   return {
     id: crypto.randomUUID(),
@@ -106,6 +107,7 @@ export function newSession(
     upstreamUserId: upstream.user.id,
     upstreamUsername: upstream.user.username,
     clientId,
+    ...(resource === undefined ? {} : { resource }),
     scopes: [...GRANTED_SCOPES],
     createdAt: nowMs,
     updatedAt: nowMs,
@@ -116,24 +118,30 @@ export function newSession(
 /**
  * Mints an access token (spec §2.6) and a new refresh token, and the session that records
  * them: its refresh-token hash, the access token's expiry, and a renewed inactivity lifetime.
+ * The token names the session's resource (RFC 8707), or `protectedResource` for a session
+ * from before resource indicators; `aud` is the client id unless ACCESS_TOKEN_AUDIENCE says
+ * `resource`.
  */
 export async function issueTokens(
   { signer, clock, config }: IssueDeps,
   session: SessionRecord,
   issuer: string,
+  protectedResource: string,
 ): Promise<IssuedTokens> {
   const now = clock.now();
   const ttl = config.accessTokenTtlSeconds;
   const scope = session.scopes.join(" ");
   const refreshToken = newSessionToken(session.id);
+  const resource = session.resource ?? protectedResource;
   const accessToken = await signer.sign(
     {
       iss: issuer,
       sub: String(session.upstreamUserId),
-      aud: session.clientId,
+      aud: config.accessTokenAudience === "resource" ? resource : session.clientId,
       sid: session.id,
       scope,
       gitlab_user: session.upstreamUsername,
+      resource,
     },
     now,
     ttl,

@@ -4,6 +4,7 @@
  */
 
 import type { SecretBox } from "../secret_box.ts";
+import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
 import { codeKey, flowKey, sessionKey } from "./keys.ts";
 import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
@@ -102,18 +103,23 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
       return rewriteFlow(flow, { ...flow.value, intervalSeconds, nextPollAt });
     },
 
-    completeFlow(flow, { code, codeRecord, session }) {
-      const codeAt = codeKey(code);
-      const sessionAt = sessionKey(session.id);
-      return io.commit(
-        io.atomic()
-          .check(flow)
-          .check({ key: codeAt, versionstamp: null })
-          .check({ key: sessionAt, versionstamp: null })
-          .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
-          .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
-          .delete(flow.key),
-      );
+    completeFlow(flow, completion) {
+      return io.commit(withCompletion(io, io.atomic().check(flow).delete(flow.key), completion));
     },
   };
+}
+
+/** `op` that also stores a completed sign-in's new code and new session. */
+export function withCompletion(
+  io: StoreIo,
+  op: AtomicWrite,
+  { code, codeRecord, session }: FlowCompletion,
+): AtomicWrite {
+  const codeAt = codeKey(code);
+  const sessionAt = sessionKey(session.id);
+  return op
+    .check({ key: codeAt, versionstamp: null })
+    .check({ key: sessionAt, versionstamp: null })
+    .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
+    .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) });
 }

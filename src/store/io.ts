@@ -23,6 +23,8 @@ export interface StoreIo {
   read<T>(key: Deno.KvKey): Promise<Versioned<T> | null>;
   /** The entries at `keys`, in their order, read as one snapshot. */
   readMany(keys: Deno.KvKey[]): Promise<(Versioned<unknown> | null)[]>;
+  /** Every entry under `prefix`, in key order, read in pages (not one snapshot). */
+  list<T>(prefix: Deno.KvKey): AsyncIterable<Versioned<T>>;
   /** A write that joins the group commit when committed. */
   atomic(): AtomicWrite;
   /** Commits `op`; false when one of its checks failed. */
@@ -34,6 +36,8 @@ export interface StoreIo {
 }
 
 const LOCKED_RETRIES = 8;
+/** The largest page Deno KV's list reads at once. */
+const LIST_PAGE_SIZE = 1000;
 
 /** The shared KV access over an open KV and a clock. */
 export function createStoreIo(kv: Deno.Kv, clock: Clock): StoreIo {
@@ -50,6 +54,7 @@ export function createStoreIo(kv: Deno.Kv, clock: Clock): StoreIo {
     async readMany(keys) {
       return (await getMany(keys)).map(versioned);
     },
+    list: <T>(prefix: Deno.KvKey) => kv.list<T>({ prefix }, { batchSize: LIST_PAGE_SIZE }),
     atomic: () => new AtomicWrite(submit),
     async commit(op) {
       return (await op.commit()).ok;

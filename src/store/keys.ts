@@ -5,19 +5,32 @@
  * | key                                 | value             | lifetime (expireIn = GC only) |
  * |-------------------------------------|-------------------|-------------------------------|
  * | ["flow", sha256(flow_state)]        | StoredFlow        | upstream `expires_in`         |
+ * | ["signin", sha256(id or state)]     | StoredSignIn      | 10 minutes                    |
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
  * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | kept                          |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
+ * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
+ * | ["client_metadata", sha256(url)]    | ClientDocumentRecord | its cache lifetime         |
  *
- * Secrets (flow states, codes) appear in keys only as SHA-256 hashes.
+ * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
 
 import { sha256Base64Url } from "../crypto.ts";
 
 /** The kinds of record, each the first part of its keys. */
-export const RECORD_KINDS = ["flow", "code", "session", "lease", "client", "rate"] as const;
+export const RECORD_KINDS = [
+  "flow",
+  "signin",
+  "code",
+  "session",
+  "lease",
+  "client",
+  "rate",
+  "mcp_session",
+  "client_metadata",
+] as const;
 
 /** One kind of record. */
 export type RecordKind = (typeof RECORD_KINDS)[number];
@@ -25,6 +38,14 @@ export type RecordKind = (typeof RECORD_KINDS)[number];
 /** The key of the device flow a page polls with `flowState`. */
 export function flowKey(flowState: string): Deno.KvKey {
   return ["flow", sha256Base64Url(flowState)];
+}
+
+/**
+ * The key of a redirect sign-in: by the id on its consent page, then by the `state` sent to the
+ * upstream.
+ */
+export function signInKey(idOrState: string): Deno.KvKey {
+  return ["signin", sha256Base64Url(idOrState)];
 }
 
 /** The key of an authorization code. */
@@ -47,9 +68,19 @@ export function clientKey(clientId: string): Deno.KvKey {
   return ["client", clientId];
 }
 
+/** The key of a cached Client ID Metadata Document (the URL may be long, so hashed). */
+export function clientDocumentKey(url: string): Deno.KvKey {
+  return ["client_metadata", sha256Base64Url(url)];
+}
+
 /** The key of one rate-limit counter: a bucket, an address, a fixed window. */
 export function rateKey(bucket: string, ip: string, window: number): Deno.KvKey {
   return ["rate", bucket, ip, window];
+}
+
+/** The key of the binding of an MCP server's `Mcp-Session-Id` to one of our sessions. */
+export function mcpSessionKey(mcpSessionId: string): Deno.KvKey {
+  return ["mcp_session", sha256Base64Url(mcpSessionId)];
 }
 
 /** The prefix under which every record of `kind` lives (`[]`: everything). */

@@ -13,6 +13,7 @@
 
 import type { Clock } from "../clock.ts";
 import type { SecretBox } from "../secret_box.ts";
+import { type ClientDocumentStore, createClientDocumentStore } from "./client_documents.ts";
 import { type ClientStore, createClientStore } from "./clients.ts";
 import { type CodeStore, createCodeStore } from "./codes.ts";
 import { createFlowStore, type FlowStore } from "./flows.ts";
@@ -20,17 +21,31 @@ import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
+import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
+import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
+import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 
 export type { Versioned } from "./io.ts";
 export type { CodeAndSession } from "./codes.ts";
 export type { FlowCompletion } from "./flows.ts";
 export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
+export type { RecordCounts, SessionFilter } from "./operators.ts";
 
 /** The service's storage operations. */
 export interface Store
-  extends FlowStore, CodeStore, SessionStore, ClientStore, LimitStore, LeaseStore {
+  extends
+    FlowStore,
+    SignInStore,
+    CodeStore,
+    SessionStore,
+    ClientStore,
+    ClientDocumentStore,
+    LimitStore,
+    LeaseStore,
+    McpSessionStore,
+    OperatorStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -42,11 +57,15 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
   return {
     ...createFlowStore(io, secrets),
+    ...createSignInStore(io, secrets),
     ...createCodeStore(io, sessions),
     ...sessionStore,
     ...createClientStore(io),
+    ...createClientDocumentStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
+    ...createMcpSessionStore(io, sessions),
+    ...createOperatorStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },

@@ -46,11 +46,36 @@ export interface FlowRecord {
   /** Empty string when `/authorize` had none. */
   state: string;
   redirectUri?: string;
+  /** The MCP server the client asked a token for (RFC 8707); absent in flows from before. */
+  resource?: string;
   /**
    * Set the moment the upstream returns a token, before the user lookup: the device code is spent
    * then, so a failed lookup must be retried with these instead of polling again.
    */
   upstreamTokens?: UpstreamTokenSet;
+}
+
+/**
+ * A redirect sign-in (GITLAB_SIGN_IN=redirect): the authorization request, the browser it
+ * belongs to, and the step it waits on: our consent page, or the upstream's callback.
+ */
+export interface SignInRecord {
+  clientId: string;
+  codeChallenge: string;
+  codeChallengeMethod: string;
+  /** Empty string when `/authorize` had none. */
+  state: string;
+  redirectUri: string;
+  /** The protected resource the tokens will be bound to (RFC 8707). */
+  resource?: string;
+  /** SHA-256 of the browser cookie the sign-in is bound to (login CSRF). */
+  browserHash: string;
+  /** On the consent page: SHA-256 of the CSRF token the page's form carries. */
+  csrfHash?: string;
+  /** Sent upstream: the PKCE verifier of the upstream authorization (sealed at rest). */
+  upstreamVerifier?: string;
+  /** Epoch ms: each step lives 10 minutes. */
+  expiresAt: number;
 }
 
 /** A single-use authorization code (spec §2.2), keyed by the code's hash. */
@@ -85,6 +110,11 @@ export interface SessionRecord {
   upstreamUserId: number;
   upstreamUsername: string;
   clientId: string;
+  /**
+   * The MCP server its tokens are for (RFC 8707). Absent in sessions from before resource
+   * indicators: those are for the MCP server this service protects.
+   */
+  resource?: string;
   scopes: string[];
   createdAt: number;
   updatedAt: number;
@@ -129,6 +159,23 @@ export interface ClientRecord {
   clientName?: string;
   /** The validated metadata exactly as echoed in the registration response (wire names). */
   metadata: ClientMetadata;
+}
+
+/** A validated Client ID Metadata Document, as the service keeps it. */
+export interface ClientMetadataDocument {
+  /** The document's URL, which is the client id. */
+  clientId: string;
+  redirectUris: string[];
+  clientName?: string;
+}
+
+/** A fetched metadata document, shared by every instance through KV. */
+export interface ClientDocumentRecord {
+  document: ClientMetadataDocument;
+  /** Epoch ms: used without a fetch until then (its `max-age`, at most 24 hours). */
+  refreshAfter: number;
+  /** Epoch ms: kept until then (its `max-age` clamped to 5 minutes … 24 hours). */
+  expiresAt: number;
 }
 
 /** The registration metadata we accept and echo (RFC 7591 §2); unknown fields are dropped. */

@@ -1,6 +1,7 @@
 /**
  * The GitLab implementation of `Upstream`, over HTTP: the device authorization grant
- * (RFC 8628), the refresh-token grant (RFC 6749 §6) and the current-user API.
+ * (RFC 8628), the authorization code grant with PKCE (RFC 6749 §4.1, RFC 7636), the
+ * refresh-token grant (RFC 6749 §6) and the current-user API.
  *
  * Every call is split in two, after the style of panva/oauth4webapi: a request (built and sent
  * here, with a timeout) and a `processX(response)` validator that reads the body exactly once and
@@ -12,6 +13,8 @@
  */
 
 import {
+  type AuthorizationCodeGrant,
+  type AuthorizationRedirect,
   type DeviceAuthorization,
   type DevicePollResult,
   type Upstream,
@@ -38,8 +41,13 @@ export interface UpstreamLogger {
 export interface GitLabUpstreamOptions {
   /** Base URL of the instance; may carry a sub-path (`https://host/gitlab`). */
   gitlabUrl: URL;
-  /** The OAuth application id (public client: no secret is sent). */
+  /** The OAuth application id. */
   clientId: string;
+  /**
+   * The application's secret, for a confidential application: sent with the authorization code
+   * grant only. Never logged.
+   */
+  clientSecret?: string;
   /** Space-separated GitLab scopes requested at the start of each device flow. */
   scopes: string;
   /** Time limit of each request, response body included, in milliseconds. */
@@ -63,6 +71,7 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
   const fetchImpl = options.fetch ?? globalThis.fetch;
   const endpoints = {
     authorizeDevice: gitlabEndpoint(options.gitlabUrl, "oauth/authorize_device"),
+    authorize: gitlabEndpoint(options.gitlabUrl, "oauth/authorize"),
     token: gitlabEndpoint(options.gitlabUrl, "oauth/token"),
     user: gitlabEndpoint(options.gitlabUrl, "api/v4/user"),
     revoke: gitlabEndpoint(options.gitlabUrl, "oauth/revoke"),
@@ -112,6 +121,22 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
   }
 
   return {
+    authorizationUrl: (redirect: AuthorizationRedirect) =>
+      authorizationUrl(endpoints.authorize, clientId, scopes, redirect),
+
+    exchangeAuthorizationCode: (grant: AuthorizationCodeGrant) =>
+      call("exchange_authorization_code", async () => {
+        const response = await postForm(endpoints.token, {
+          grant_type: "authorization_code",
+          code: grant.code,
+          code_verifier: grant.codeVerifier,
+          redirect_uri: grant.redirectUri,
+          client_id: clientId,
+          ...(options.clientSecret ? { client_secret: options.clientSecret } : {}),
+        });
+        return await processAuthorizationCodeResponse(response);
+      }),
+
     startDeviceAuthorization: () =>
       call("start_device_authorization", async () => {
         const response = await postForm(endpoints.authorizeDevice, {
@@ -167,6 +192,34 @@ export function gitlabEndpoint(gitlabUrl: URL, path: string): URL {
   return new URL(path.replace(/^\/+/, ""), base);
 }
 
+/**
+ * The GitLab authorization URL of a redirect sign-in (RFC 6749 §4.1.1 with RFC 7636 S256):
+ * `response_type=code`, our client id and callback, the scopes, the state and the challenge.
+ */
+export function authorizationUrl(
+  endpoint: URL,
+  clientId: string,
+  scopes: string,
+  redirect: AuthorizationRedirect,
+): URL {
+  const url = new URL(endpoint);
+  url.search = new URLSearchParams({
+    client_id: clientId,
+    redirect_uri: redirect.redirectUri,
+    response_type: "code",
+    scope: scopes,
+    state: redirect.state,
+    code_challenge: redirect.codeChallenge,
+    code_challenge_method: "S256",
+  }).toString();
+  return url;
+}
+
+/** Validates an authorization code grant response (RFC 6749 §4.1.4) and consumes its body. */
+export function processAuthorizationCodeResponse(response: Response): Promise<UpstreamTokens> {
+  return processTokenResponse(response);
+}
+
 /** Validates a device authorization response (RFC 8628 §3.2) and consumes its body. */
 export async function processDeviceAuthorizationResponse(
   response: Response,
@@ -204,7 +257,12 @@ export async function processDeviceTokenResponse(response: Response): Promise<De
 }
 
 /** Validates a refresh-token grant response (RFC 6749 §5.1) and consumes its body. */
-export async function processRefreshTokenResponse(response: Response): Promise<UpstreamTokens> {
+export function processRefreshTokenResponse(response: Response): Promise<UpstreamTokens> {
+  return processTokenResponse(response);
+}
+
+/** A token endpoint's answer (RFC 6749 §5.1/§5.2): tokens, or UpstreamError. */
+async function processTokenResponse(response: Response): Promise<UpstreamTokens> {
   const body = await readBody(response);
   if (response.status === 200) return parseTokens(body);
   throw oauthFailure(response.status, body);

@@ -81,8 +81,35 @@ export class UpstreamError extends Error {
   }
 }
 
+/**
+ * Where the browser is sent to sign in with the authorization code grant (RFC 6749 §4.1.1), and
+ * what comes back with the user: our callback, a fresh `state`, PKCE S256 (RFC 7636).
+ */
+export interface AuthorizationRedirect {
+  /** `{base}/oauth/callback`, registered with the provider. */
+  redirectUri: string;
+  /** A fresh random value the callback must bring back (CSRF). */
+  state: string;
+  /** BASE64URL(SHA256(verifier)). */
+  codeChallenge: string;
+}
+
+/** A code the provider returned to our callback, and what its exchange must repeat. */
+export interface AuthorizationCodeGrant {
+  /** The provider's authorization code. */
+  code: string;
+  /** The PKCE verifier whose challenge went out with the redirect. */
+  codeVerifier: string;
+  /** The redirect URI the authorization request carried. */
+  redirectUri: string;
+}
+
 /** What the service needs of the upstream identity provider. */
 export interface Upstream {
+  /** The provider's authorization URL for a redirect sign-in (no request is made). */
+  authorizationUrl(redirect: AuthorizationRedirect): URL;
+  /** Exchanges a code from our callback for tokens (RFC 6749 §4.1.3). Throws UpstreamError. */
+  exchangeAuthorizationCode(grant: AuthorizationCodeGrant): Promise<UpstreamTokens>;
   /** Starts a device flow. Throws UpstreamError. */
   startDeviceAuthorization(): Promise<DeviceAuthorization>;
   /** Polls the token endpoint once with the device code. Throws UpstreamError. */

@@ -1,0 +1,82 @@
+/**
+ * The demo's MCP server, behind the service's gateway: its tools call the (simulated) GitLab
+ * API with the GitLab token the gateway put in place of the client's, so a tool answer shows
+ * whose GitLab account the MCP client reached.
+ *
+ * Development only (the MCP SDK is a dev dependency).
+ */
+
+// @ts-types="@modelcontextprotocol/sdk/server/mcp"
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { type McpHttpServer, serveMcp, toolRequestHeaders } from "./mcp_http.ts";
+
+/** A tool's answer: text for the model, and whether it is an error. */
+interface ToolAnswer {
+  [key: string]: unknown;
+  content: { type: "text"; text: string }[];
+  isError?: boolean;
+}
+
+/** Starts the demo's MCP server on a random loopback port; its tools call `gitlabUrl`'s API. */
+export function startDemoMcpServer(gitlabUrl: URL): McpHttpServer {
+  return serveMcp(() => createDemoMcpServer(gitlabUrl));
+}
+
+function createDemoMcpServer(gitlabUrl: URL): McpServer {
+  const server = new McpServer({ name: "gitlab-demo", version: "1.0.0" });
+  server.registerTool(
+    "whoami",
+    { description: "The GitLab user this MCP session is signed in as" },
+    async (extra) => {
+      const token = gitlabToken(toolRequestHeaders(extra.requestInfo));
+      return await callGitLab(gitlabUrl, "/api/v4/user", token, (user) => {
+        const { id, username, name } = user as { id: number; username: string; name: string };
+        return JSON.stringify({ id, username, name });
+      });
+    },
+  );
+  server.registerTool(
+    "list_projects",
+    { description: "The GitLab projects of the signed-in user" },
+    async (extra) => {
+      const token = gitlabToken(toolRequestHeaders(extra.requestInfo));
+      return await callGitLab(
+        gitlabUrl,
+        "/api/v4/projects?membership=true",
+        token,
+        (list) =>
+          (list as { path_with_namespace: string; web_url: string }[])
+            .map((project) => `${project.path_with_namespace}  ${project.web_url}`)
+            .join("\n"),
+      );
+    },
+  );
+  return server;
+}
+
+/** The GitLab token the gateway forwarded (Authorization, or PRIVATE-TOKEN if so configured). */
+function gitlabToken(headers: Headers): string | undefined {
+  const bearer = /^Bearer\s+(\S+)$/i.exec(headers.get("authorization") ?? "")?.[1];
+  return bearer ?? headers.get("private-token") ?? undefined;
+}
+
+async function callGitLab(
+  gitlabUrl: URL,
+  path: string,
+  token: string | undefined,
+  describe: (body: unknown) => string,
+): Promise<ToolAnswer> {
+  if (!token) return failure("no GitLab token reached the MCP server");
+  const response = await fetch(new URL(path, gitlabUrl), {
+    headers: { Authorization: `Bearer ${token}` },
+  });
+  if (!response.ok) {
+    await response.body?.cancel();
+    return failure(`GitLab answered ${response.status} to ${path}`);
+  }
+  return { content: [{ type: "text", text: describe(await response.json()) }] };
+}
+
+function failure(text: string): ToolAnswer {
+  return { content: [{ type: "text", text }], isError: true };
+}

@@ -1,0 +1,171 @@
+/**
+ * Fetches a Client ID Metadata Document with the limits the service promises: `GET` with
+ * `Accept: application/json`, 5 seconds for everything (name resolution included), at most
+ * 5 KiB, no redirect followed, and, unless CLIENT_METADATA_ALLOW_PRIVATE is set, only from a
+ * host whose every address is public, checked before connecting.
+ *
+ * DNS-rebinding residue: the addresses are checked with `Deno.resolveDns`, and `fetch` then
+ * resolves the name again itself; a name that answers a public address to the first lookup
+ * and a private one to the second (a zero TTL) can still reach a private address. Connecting
+ * to the checked address would close this, but Deno's `fetch` cannot be told the address to
+ * use for a name while keeping TLS verification for that name. README "Client ID Metadata
+ * Documents" says so.
+ *
+ * @see draft-ietf-oauth-client-id-metadata-document §4 and §6
+ */
+
+import { isIpLiteral, isPublicAddress } from "./address.ts";
+import { ClientMetadataError } from "./document.ts";
+
+/** What a fetch brought back: the body and how long it may be cached (Cache-Control). */
+export interface FetchedDocument {
+  body: string;
+  /** `max-age` in seconds, 0 for `no-store` / `no-cache`; undefined when the header says none. */
+  maxAgeSeconds?: number;
+}
+
+/** Fetches a metadata document; throws ClientMetadataError naming the problem. */
+export interface ClientMetadataFetcher {
+  fetchDocument(url: URL): Promise<FetchedDocument>;
+}
+
+/** Resolves a name to addresses of one record type (Deno.resolveDns's shape). */
+export type ResolveAddresses = (
+  hostname: string,
+  type: "A" | "AAAA",
+  options: { signal: AbortSignal },
+) => Promise<string[]>;
+
+/** How a fetcher is built. */
+export interface FetcherOptions {
+  /** Lifts the SSRF guard (CLIENT_METADATA_ALLOW_PRIVATE). */
+  allowPrivate: boolean;
+  /** Default 5000. */
+  timeoutMs?: number;
+  /** Default 5120. */
+  maxBytes?: number;
+  /** Default `Deno.resolveDns`. */
+  resolve?: ResolveAddresses;
+  /** An HTTP client with other trusted CAs (tests); default Deno's. */
+  httpClient?: Deno.HttpClient;
+}
+
+/** The limits of the issue: 5 s and 5 KiB. */
+export const FETCH_TIMEOUT_MS = 5_000;
+export const MAX_DOCUMENT_BYTES = 5 * 1024;
+
+/** The fetcher the service uses. */
+export function createClientMetadataFetcher(options: FetcherOptions): ClientMetadataFetcher {
+  const timeoutMs = options.timeoutMs ?? FETCH_TIMEOUT_MS;
+  const maxBytes = options.maxBytes ?? MAX_DOCUMENT_BYTES;
+  const resolve = options.resolve ?? resolveWithDeno;
+  return {
+    async fetchDocument(url) {
+      const signal = AbortSignal.timeout(timeoutMs);
+      try {
+        if (!options.allowPrivate) await requirePublicHost(url.hostname, resolve, signal);
+        const response = await fetch(url, {
+          method: "GET",
+          headers: { Accept: "application/json" },
+          redirect: "manual",
+          signal,
+          ...(options.httpClient ? { client: options.httpClient } : {}),
+        });
+        return await readDocument(response, maxBytes);
+      } catch (error) {
+        if (error instanceof ClientMetadataError) throw error;
+        if (signal.aborted) {
+          throw new ClientMetadataError(`the document did not arrive within ${timeoutMs} ms`);
+        }
+        throw new ClientMetadataError("the document could not be fetched");
+      }
+    },
+  };
+}
+
+function resolveWithDeno(
+  hostname: string,
+  type: "A" | "AAAA",
+  options: { signal: AbortSignal },
+): Promise<string[]> {
+  return Deno.resolveDns(hostname, type, options);
+}
+
+/** Every address of `hostname` must be public; a name without any is refused too. */
+async function requirePublicHost(
+  hostname: string,
+  resolve: ResolveAddresses,
+  signal: AbortSignal,
+): Promise<void> {
+  const addresses = isIpLiteral(hostname)
+    ? [hostname]
+    : await resolveAll(hostname, resolve, signal);
+  if (addresses.length === 0) throw new ClientMetadataError("the host does not resolve");
+  if (!addresses.every(isPublicAddress)) {
+    throw new ClientMetadataError("the host resolves to a private or reserved address");
+  }
+}
+
+async function resolveAll(
+  hostname: string,
+  resolve: ResolveAddresses,
+  signal: AbortSignal,
+): Promise<string[]> {
+  const answers = await Promise.allSettled([
+    resolve(hostname, "A", { signal }),
+    resolve(hostname, "AAAA", { signal }),
+  ]);
+  if (signal.aborted) throw signal.reason;
+  return answers.flatMap((answer) => answer.status === "fulfilled" ? answer.value : []);
+}
+
+async function readDocument(response: Response, maxBytes: number): Promise<FetchedDocument> {
+  if (response.status !== 200) {
+    await response.body?.cancel();
+    throw new ClientMetadataError(
+      response.status >= 300 && response.status < 400
+        ? "the document URL redirects; redirects are not followed"
+        : `the document URL answered HTTP ${response.status}`,
+    );
+  }
+  if (Number(response.headers.get("content-length") ?? 0) > maxBytes) {
+    await response.body?.cancel();
+    throw tooLarge(maxBytes);
+  }
+  return {
+    body: await readCapped(response.body, maxBytes),
+    maxAgeSeconds: maxAge(response.headers.get("cache-control")),
+  };
+}
+
+async function readCapped(
+  body: ReadableStream<Uint8Array<ArrayBuffer>> | null,
+  maxBytes: number,
+): Promise<string> {
+  if (!body) return "";
+  const chunks: Uint8Array<ArrayBuffer>[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.byteLength;
+    // Leaving the loop early cancels the stream.
+    if (size > maxBytes) throw tooLarge(maxBytes);
+    chunks.push(chunk);
+  }
+  const bytes = await new Blob(chunks).bytes();
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new ClientMetadataError("the document is not UTF-8 text");
+  }
+}
+
+function maxAge(cacheControl: string | null): number | undefined {
+  if (!cacheControl) return undefined;
+  if (/(^|[\s,])(no-store|no-cache)([\s,=]|$)/i.test(cacheControl)) return 0;
+  const match = cacheControl.match(/(?:^|[\s,])max-age\s*=\s*"?(\d+)"?/i);
+  return match ? Number(match[1]) : undefined;
+}
+
+function tooLarge(maxBytes: number): ClientMetadataError {
+  return new ClientMetadataError(`the document is larger than ${maxBytes} bytes`);
+}

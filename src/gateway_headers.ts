@@ -1,0 +1,93 @@
+/**
+ * The gateway's header firewall: which client headers reach the MCP server and which MCP-server
+ * headers reach the client. Both are allow-lists. Some GitLab MCP servers honour `JOB-TOKEN`
+ * over `Authorization`, or send the token to a URL named in a header, so a client header passed
+ * on blindly could override or exfiltrate the user's GitLab token; and an MCP server's
+ * `Set-Cookie` would land on the service's own origin.
+ *
+ * @see MCP spec "Streamable HTTP" (session and protocol-version headers), README "The gateway's
+ *   headers"
+ */
+
+/** Client headers always passed on (the MCP transport's own, and content negotiation). */
+const FORWARDED_REQUEST_HEADERS: readonly string[] = [
+  "accept",
+  "content-type",
+  "mcp-session-id",
+  "mcp-protocol-version",
+  "last-event-id",
+  "user-agent",
+];
+
+/**
+ * MCP-server headers passed back; the gateway adds its own (CORS, `WWW-Authenticate`) after.
+ * `Content-Encoding` only when the body is still encoded (see `relayedResponseHeaders`).
+ */
+const RETURNED_RESPONSE_HEADERS: readonly string[] = [
+  "content-type",
+  "content-encoding",
+  "cache-control",
+  "mcp-session-id",
+  "mcp-protocol-version",
+  "retry-after",
+  "vary",
+];
+
+/**
+ * Headers MCP_UPSTREAM_FORWARD_HEADERS may never name: credentials (ours, GitLab's, cookies),
+ * GitLab's impersonation header, and the message's own framing.
+ */
+export const NEVER_FORWARDED_HEADERS: ReadonlySet<string> = new Set([
+  "authorization",
+  "private-token",
+  "job-token",
+  "deploy-token",
+  "sudo",
+  "cookie",
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+  "te",
+  "trailer",
+  "upgrade",
+  "expect",
+]);
+
+/** Encodings Deno's fetch decodes by itself (it asks for exactly these when we do not). */
+const DECODED_BY_FETCH = new Set(["gzip", "br"]);
+
+/**
+ * The headers sent to the MCP server: the allowed client headers, the operator's extra ones,
+ * and the user's GitLab token in `tokenHeader` (`Authorization: Bearer` or `PRIVATE-TOKEN`).
+ * `Accept-Encoding` is the gateway's own: Deno's fetch negotiates gzip and br and decodes them.
+ */
+export function upstreamRequestHeaders(
+  incoming: Headers,
+  extra: readonly string[],
+  token: { header: "authorization" | "private-token"; value: string },
+): Headers {
+  const headers = pick(incoming, [...FORWARDED_REQUEST_HEADERS, ...extra]);
+  if (token.header === "private-token") headers.set("PRIVATE-TOKEN", token.value);
+  else headers.set("Authorization", `Bearer ${token.value}`);
+  return headers;
+}
+
+/** The MCP server's headers the client may see; never `Set-Cookie` or internal headers. */
+export function relayedResponseHeaders(upstream: Headers): Headers {
+  const headers = pick(upstream, RETURNED_RESPONSE_HEADERS);
+  const encoding = headers.get("content-encoding")?.trim().toLowerCase();
+  // fetch has decoded these already: the client gets the plain body.
+  if (encoding && DECODED_BY_FETCH.has(encoding)) headers.delete("content-encoding");
+  return headers;
+}
+
+function pick(source: Headers, names: readonly string[]): Headers {
+  const headers = new Headers();
+  for (const name of names) {
+    const value = source.get(name);
+    if (value !== null) headers.set(name, value);
+  }
+  return headers;
+}

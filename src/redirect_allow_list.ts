@@ -1,0 +1,54 @@
+/**
+ * The operator's allow-list of redirect URIs (ALLOWED_REDIRECT_URIS): patterns where `*` stands
+ * for a port (`http://127.0.0.1:*`) or the rest of one path segment (`/callback/*`,
+ * `cursor://*`); everything else matches exactly, character for character.
+ *
+ * @see README "Client allow-list", OAuth 2.1 §2.3.1 (exact redirect URI matching)
+ */
+
+/** What a port wildcard matches: one to five digits. */
+const PORT = "\\d{1,5}";
+/** What any other wildcard matches: the rest of one segment, never `/`, `?` or `#`. */
+const SEGMENT_REST = "[^/?#]*";
+
+/** Why `pattern` cannot be used, or undefined when it can. */
+export function redirectPatternProblem(pattern: string): string | undefined {
+  if (/\s/.test(pattern)) return "must not contain blanks";
+  if (pattern.includes("#")) return "must not contain a fragment";
+  try {
+    new URL(pattern.replaceAll("*", "0"));
+  } catch {
+    return "is not an absolute URI";
+  }
+  return undefined;
+}
+
+/** Whether `redirectUri` matches one of `patterns`. */
+export function isAllowedRedirect(redirectUri: string, patterns: readonly string[]): boolean {
+  return patterns.some((pattern) => patternRegExp(pattern).test(redirectUri));
+}
+
+function patternRegExp(pattern: string): RegExp {
+  const authorityEnd = authorityEndOf(pattern);
+  let source = "";
+  for (let i = 0; i < pattern.length; i++) {
+    const c = pattern[i];
+    if (c !== "*") {
+      source += c.replace(/[\\^$.|?+()[\]{}]/g, "\\$&");
+      continue;
+    }
+    const isPort = i < authorityEnd && pattern[i - 1] === ":" && /^[/?]?$/.test(
+      pattern.slice(i + 1, i + 2),
+    );
+    source += isPort ? PORT : SEGMENT_REST;
+  }
+  return new RegExp(`^${source}$`);
+}
+
+/** Where the authority (`//host:port`) of a pattern ends; 0 when it has none. */
+function authorityEndOf(pattern: string): number {
+  const start = pattern.indexOf("://");
+  if (start < 0) return 0;
+  const end = pattern.slice(start + 3).search(/[/?]/);
+  return end < 0 ? pattern.length : start + 3 + end;
+}

@@ -1,0 +1,81 @@
+/**
+ * What a request says about where it was sent: its URL and, without BASE_URL, the base URL
+ * (issuer). Deno builds `request.url` from the `Host` header, so a Host that is not a plain
+ * `host[:port]` (`x/mcp?`, `a:99999`, `[::1`) would move the path or make the URL unparsable;
+ * such a request, or a trusted proxy's malformed `X-Forwarded-Host`/`-Proto`, is refused with
+ * 400 before routing.
+ *
+ * @see RFC 9110 §7.2 (Host), RFC 3986 §3.2.2–3.2.3, spec §2.6 (issuer from the request)
+ */
+
+import { rightmostForwarded } from "./client_ip.ts";
+import { OAuthError } from "./errors.ts";
+import { parseIpAddress } from "./ip_address.ts";
+
+/** The request's URL and the service's base URL for it, without a trailing slash. */
+export interface RequestOrigin {
+  url: URL;
+  baseUrl: string;
+}
+
+/** A DNS name or IPv4 address: letters, digits, `-`, `_`, `.`; at most 253 characters. */
+const HOST_NAME = /^[a-z0-9_](?:[a-z0-9_.-]{0,252})$/i;
+const PORT = /^[0-9]{1,5}$/;
+
+/**
+ * The URL and base URL of `request`; `fromTrustedProxy` when its socket peer is a TRUST_PROXY
+ * proxy, whose forwarded host and scheme (right-most values) then describe the origin. Throws a
+ * 400 OAuthError for a malformed host, forwarded host or forwarded scheme.
+ */
+export function requestOrigin(
+  request: Request,
+  baseUrl: string | undefined,
+  fromTrustedProxy: boolean,
+): RequestOrigin {
+  const host = request.headers.get("host");
+  if (host) requireHostAndPort("Host", host);
+  let url: URL;
+  try {
+    url = new URL(request.url);
+  } catch {
+    throw malformed("The request's host is not a valid host[:port]");
+  }
+  if (url.username || url.password) throw malformed("The request's host has userinfo");
+  const origin = fromTrustedProxy ? forwardedOrigin(request.headers, url) : url.origin;
+  return { url, baseUrl: baseUrl ?? origin };
+}
+
+/** The origin a trusted proxy says the client used; the request's own where it says nothing. */
+function forwardedOrigin(headers: Headers, url: URL): string {
+  const host = rightmostForwarded(headers, "x-forwarded-host");
+  const proto = rightmostForwarded(headers, "x-forwarded-proto")?.toLowerCase();
+  if (host !== undefined) requireHostAndPort("X-Forwarded-Host", host);
+  if (proto !== undefined && proto !== "http" && proto !== "https") {
+    throw malformed("X-Forwarded-Proto must be http or https");
+  }
+  try {
+    return new URL(`${proto ?? url.protocol.slice(0, -1)}://${host ?? url.host}`).origin;
+  } catch {
+    // A name the URL parser still refuses, such as `1.2.3.4.5` (it ends in a number).
+    throw malformed("X-Forwarded-Host is not a valid host[:port]");
+  }
+}
+
+/** Throws unless `value` is a host name, an IPv4 address or a bracketed IPv6, with a port. */
+function requireHostAndPort(header: string, value: string): void {
+  const match = value.match(/^(\[[^\]]*\]|[^:]*)(?::(.*))?$/);
+  const [, host, port] = match ?? [];
+  const validHost = host !== undefined &&
+    (host.startsWith("[")
+      ? host.includes(":") && parseIpAddress(host.slice(1, -1)) !== undefined
+      : HOST_NAME.test(host));
+  const validPort = port === undefined ||
+    (PORT.test(port) && Number(port) >= 1 && Number(port) <= 65535);
+  if (!validHost || !validPort) {
+    throw malformed(`${header} is not a valid host[:port]`);
+  }
+}
+
+function malformed(description: string): OAuthError {
+  return new OAuthError(400, "invalid_request", description);
+}

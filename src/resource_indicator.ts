@@ -1,0 +1,52 @@
+/**
+ * Resource indicators: the one MCP server this service protects is the only `resource` a client
+ * may ask a token for, and tokens name it so that another MCP server refuses them.
+ *
+ * @see RFC 8707 §2, MCP authorization spec ("Resource Parameter Implementation")
+ */
+
+import { OAuthError } from "./errors.ts";
+
+/**
+ * The resource a request names: `protectedResource` when `requested` is absent or names it
+ * (scheme and host case-insensitively, a trailing slash ignored); otherwise 400
+ * `invalid_target`, as for a fragment or a relative URI.
+ */
+export function requireProtectedResource(
+  requested: string | undefined,
+  protectedResource: string,
+): string {
+  if (requested === undefined) return protectedResource;
+  if (requested.includes("#")) {
+    throw invalidTarget("resource must not contain a fragment");
+  }
+  if (!sameResource(requested, protectedResource)) {
+    throw invalidTarget("resource is not the MCP server this service protects");
+  }
+  return protectedResource;
+}
+
+/**
+ * Whether two resource URLs name the same thing: the URL parser lowercases scheme and host and
+ * drops a default port; trailing slashes of the path are ignored; the rest compares exactly.
+ */
+export function sameResource(a: string, b: string): boolean {
+  const left = normalised(a);
+  return left !== undefined && left === normalised(b);
+}
+
+/** 400 `invalid_target`. */
+export function invalidTarget(description: string): OAuthError {
+  return new OAuthError(400, "invalid_target", description);
+}
+
+function normalised(value: string): string | undefined {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    return undefined;
+  }
+  if (url.hash || url.username || url.password) return undefined;
+  return `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}${url.search}`;
+}

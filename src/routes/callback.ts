@@ -1,0 +1,98 @@
+/**
+ * `GET /oauth/callback` (GITLAB_SIGN_IN=redirect): where the upstream returns the browser. The
+ * `state` must name a live, unused step started in this browser (else the 400 page: login
+ * CSRF, replay); the step is taken before anything else, so a replay finds nothing. A code is
+ * exchanged (with the step's PKCE verifier), the user looked up, and the session and our
+ * authorization code created as a completed device flow creates them; the browser returns to
+ * the client with `code`, `state` and `iss`. The upstream's `access_denied` returns there too.
+ *
+ * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
+ */
+
+import type { OAuthRequestContext } from "../context.ts";
+import { notFound } from "../router.ts";
+import { OAuthError } from "../errors.ts";
+import { singleValued } from "../http.ts";
+import { redact } from "../logger.ts";
+import { newSignIn } from "../session/life.ts";
+import { type SignInRecord, upstreamTokenSet } from "../store/records.ts";
+import {
+  alreadyUsed,
+  callbackUrl,
+  isSameBrowser,
+  liveStep,
+  otherBrowser,
+  returnToClient,
+} from "../sign_in/redirect_flow.ts";
+import { UpstreamError } from "../upstream/types.ts";
+
+/** Handles `GET /oauth/callback`. */
+export async function handleCallback(ctx: OAuthRequestContext): Promise<Response> {
+  if (ctx.deps.config.gitlabSignIn !== "redirect") throw notFound(ctx.url.pathname);
+  const params = singleValued(ctx.url.searchParams);
+  const signIn = await liveStep(ctx, params.get("state"), "upstream");
+  if (!signIn) return alreadyUsed(ctx);
+  if (!isSameBrowser(ctx, signIn.value)) return otherBrowser(ctx);
+  if (!await ctx.deps.store.takeSignIn(signIn)) return alreadyUsed(ctx);
+
+  const error = params.get("error");
+  const code = params.get("code");
+  if (error !== undefined || !code) {
+    ctx.logFields.upstreamError = error === undefined
+      ? "no_code"
+      : /^[a-z_]{1,64}$/.test(error)
+      ? error
+      : "unrecognized";
+    // The user said no upstream; anything else upstream is our problem, not the client's.
+    return returnToClient(ctx, signIn.value, {
+      error: error === "access_denied" ? "access_denied" : "server_error",
+    });
+  }
+  try {
+    return await complete(ctx, signIn.value, code);
+  } catch (failure) {
+    if (!(failure instanceof UpstreamError)) throw failure;
+    ctx.deps.logger.warn("redirect sign-in failed upstream", {
+      requestId: ctx.requestId,
+      code: failure.code,
+    });
+    return returnToClient(ctx, signIn.value, {
+      error: failure.failure === "transient" ? "temporarily_unavailable" : "server_error",
+    });
+  }
+}
+
+/** Exchanges the upstream code, looks the user up, stores session and code, returns to the client. */
+async function complete(
+  ctx: OAuthRequestContext,
+  signIn: SignInRecord,
+  upstreamCode: string,
+): Promise<Response> {
+  const { store, clock, config, logger } = ctx.deps;
+  const { upstream } = ctx.oauth;
+  const exchanged = await upstream.exchangeAuthorizationCode({
+    code: upstreamCode,
+    codeVerifier: signIn.upstreamVerifier ?? "",
+    redirectUri: callbackUrl(ctx.baseUrl),
+  });
+  const tokens = upstreamTokenSet(exchanged, clock.now());
+  const user = await upstream.fetchUser(tokens.accessToken);
+  const sealedTokens = await store.sealUpstreamTokens(tokens);
+  const completion = newSignIn(
+    signIn,
+    { sealedTokens, expiresAt: tokens.expiresAt, user },
+    clock.now(),
+    config.sessionIdleTtlSeconds,
+  );
+  if (!await store.completeSignIn(completion)) {
+    throw new OAuthError(500, "server_error", "Failed to store the sign-in");
+  }
+  logger.info("sign-in completed", {
+    requestId: ctx.requestId,
+    sessionId: completion.session.id,
+    clientId: completion.session.clientId,
+    gitlabUser: user.username,
+    code: redact(completion.code),
+  });
+  return returnToClient(ctx, signIn, { code: completion.code });
+}

@@ -1,0 +1,112 @@
+/**
+ * What an operator's tools (`deno task admin`) need of the store: every session or client
+ * listed, sessions and clients deleted, records counted. Safe beside a running service on the
+ * same KV: every change is an atomic commit, and a rotation that read a session before its
+ * delete fails its versionstamp check.
+ *
+ * Sessions have no per-user index (it would cost every sign-in and every rotation a second
+ * key); finding a user's sessions is one scan of the session records, measured at about a
+ * second per 100,000 sessions (README "Operator's CLI").
+ */
+
+import type { StoreIo } from "./io.ts";
+import { clientKey, recordPrefix, sessionKey } from "./keys.ts";
+import { type ClientRecord, sessionFromStored, type SessionRecord } from "./records.ts";
+
+/** Which sessions: those of a user (GitLab username in any case, or GitLab user id), a client. */
+export interface SessionFilter {
+  user?: string;
+  clientId?: string;
+}
+
+/** How many records of each kind the KV holds (live or not yet collected). */
+export interface RecordCounts {
+  flows: number;
+  sessions: number;
+  clients: number;
+}
+
+/** The operator's operations of the store. */
+export interface OperatorStore {
+  /** Every live session matching `filter` (all of them without one), oldest first. */
+  listSessions(filter?: SessionFilter): Promise<SessionRecord[]>;
+  /** Deletes the sessions `ids`, in batches of atomic commits; answers how many were deleted. */
+  deleteSessions(ids: readonly string[]): Promise<number>;
+  /** Every registered client, oldest first. */
+  listClients(): Promise<ClientRecord[]>;
+  /** Deletes a registered client; false when there was none. */
+  deleteClient(clientId: string): Promise<boolean>;
+  /** Counts pending flows, sessions and registered clients. */
+  countRecords(): Promise<RecordCounts>;
+}
+
+/** Deletes per commit: well under KV's 1,000 mutations, so a batch never waits for room. */
+const DELETE_BATCH = 500;
+
+/** Whether `session` belongs to the user `user` names (username or numeric id). */
+export function sessionBelongsTo(session: SessionRecord, user: string): boolean {
+  const wanted = user.trim();
+  if (/^\d+$/.test(wanted) && session.upstreamUserId === Number(wanted)) return true;
+  return session.upstreamUsername.toLowerCase() === wanted.toLowerCase();
+}
+
+function matches(session: SessionRecord, { user, clientId }: SessionFilter): boolean {
+  return (user === undefined || sessionBelongsTo(session, user)) &&
+    (clientId === undefined || session.clientId === clientId);
+}
+
+/** Operator operations over the shared KV access. */
+export function createOperatorStore(io: StoreIo): OperatorStore {
+  async function count(prefix: Deno.KvKey): Promise<number> {
+    let n = 0;
+    for await (const _ of io.list(prefix)) n++;
+    return n;
+  }
+
+  return {
+    async listSessions(filter = {}) {
+      const found: SessionRecord[] = [];
+      for await (const entry of io.list<SessionRecord>(recordPrefix("session"))) {
+        const session = sessionFromStored(entry.value);
+        if (!io.isLive(session)) continue;
+        if (matches(session, filter)) found.push(session);
+      }
+      return found.sort((a, b) => a.createdAt - b.createdAt);
+    },
+
+    async deleteSessions(ids) {
+      const batches = [];
+      for (let start = 0; start < ids.length; start += DELETE_BATCH) {
+        const op = io.atomic();
+        for (const id of ids.slice(start, start + DELETE_BATCH)) op.delete(sessionKey(id));
+        batches.push(io.commit(op));
+      }
+      await Promise.all(batches);
+      return ids.length;
+    },
+
+    async listClients() {
+      const clients: ClientRecord[] = [];
+      for await (const entry of io.list<ClientRecord>(recordPrefix("client"))) {
+        clients.push(entry.value);
+      }
+      return clients.sort((a, b) => a.clientIdIssuedAt - b.clientIdIssuedAt);
+    },
+
+    async deleteClient(clientId) {
+      const stored = await io.read<ClientRecord>(clientKey(clientId));
+      if (!stored) return false;
+      // Checked, so a concurrent delete is reported once.
+      return await io.commit(io.atomic().check(stored).delete(stored.key));
+    },
+
+    async countRecords() {
+      const [flows, sessions, clients] = await Promise.all([
+        count(recordPrefix("flow")),
+        count(recordPrefix("session")),
+        count(recordPrefix("client")),
+      ]);
+      return { flows, sessions, clients };
+    },
+  };
+}

@@ -1,0 +1,288 @@
+/**
+ * The operator's CLI (`main.ts admin …`) run as a separate process on the file KV of a live
+ * service (a child process in gateway mode, with the simulated GitLab): offboarding a user ends
+ * their sessions (refresh → invalid_grant at once, gateway → 401 within the one second it may
+ * remember an accepted token) and revokes their GitLab
+ * tokens, others keep theirs; lists never show a token; bad arguments exit 2 with the usage.
+ */
+
+import assert from "node:assert/strict";
+import { loadConfig } from "../src/config.ts";
+import { VERIFIED_TOKEN_TTL_MS } from "../src/session/verified_tokens.ts";
+import { PKCE, TEST_SECRET } from "./_helpers.ts";
+import { startMcpUpstream } from "./_mcp_upstream.ts";
+import {
+  authorizeOverHttp,
+  type CommandRun,
+  fetchJson,
+  type Json,
+  pollOverHttp,
+  postToken,
+  runAdminCli,
+  type ServiceWithGitLab,
+  signInOverHttp,
+  spawnWithGitLab,
+} from "./_service.ts";
+
+const GRACE = { id: 77, username: "grace", name: "Grace Hopper" };
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
+}
+
+/** JSON lines of a CLI run's output. */
+function jsonLines(text: string): Json[] {
+  return text.trim().split("\n").filter((line) => line !== "").map((line) => JSON.parse(line));
+}
+
+/** An MCP `initialize` through the gateway with `accessToken`; answers the status. */
+async function gatewayStatus(serviceUrl: string, accessToken: string): Promise<number> {
+  const response = await fetch(`${serviceUrl}/mcp`, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${accessToken}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+    },
+    body: JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: {
+        protocolVersion: "2025-06-18",
+        capabilities: {},
+        clientInfo: { name: "admin-test", version: "1.0.0" },
+      },
+    }),
+  });
+  await response.body?.cancel();
+  return response.status;
+}
+
+/** A live service (child process) on a file KV, and the CLI run on that KV. */
+interface Live extends ServiceWithGitLab {
+  /** Runs `main.ts admin …args` with the service's configuration. */
+  admin(args: string[]): Promise<CommandRun>;
+}
+
+/** Runs `fn` against a live service on a fresh file KV, `env` added to its configuration. */
+async function withLiveService(
+  env: Record<string, string>,
+  fn: (live: Live) => Promise<void>,
+): Promise<void> {
+  const dir = await Deno.makeTempDir();
+  const shared = {
+    GITLAB_CLIENT_ID: "admin-test-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: `${dir}/kv.sqlite3`,
+  };
+  const started = await spawnWithGitLab(shared.GITLAB_CLIENT_ID, { ...shared, ...env });
+  const cliEnv = { ...shared, GITLAB_URL: started.gitlab.url.href };
+  try {
+    await fn({ ...started, admin: (args) => runAdminCli(args, cliEnv) });
+  } finally {
+    await started.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test({
+  name:
+    "admin: sessions revoke --user ends a live service's sessions (the gateway's too within 1 s), GitLab tokens too",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const mcp = startMcpUpstream();
+    try {
+      await withLiveService({ MCP_UPSTREAM_URL: mcp.url }, async ({ gitlab, service, admin }) => {
+        gitlab.users.push(GRACE);
+        const adaTokens = [
+          await signInOverHttp(service.url, gitlab),
+          await signInOverHttp(service.url, gitlab),
+        ];
+        const graceTokens = await signInOverHttp(service.url, gitlab, { userId: GRACE.id });
+        for (const tokens of [...adaTokens, graceTokens]) {
+          assert.equal(await gatewayStatus(service.url, tokens.access_token), 200);
+        }
+
+        const listed = await admin(["sessions", "list", "--user", "ADA", "--json"]);
+        assert.equal(listed.code, 0, listed.stderr);
+        const sessions = jsonLines(listed.stdout);
+        assert.equal(sessions.length, 2);
+        assert.deepEqual(sessions.map((s) => s.username), ["ada", "ada"]);
+        const table = await admin(["sessions", "list"]);
+        assert.equal(table.code, 0, table.stderr);
+        assert.match(table.stdout, /grace \(77\)/);
+        assert.match(table.stdout, /3 session\(s\)/);
+        for (const tokens of [...adaTokens, graceTokens]) {
+          for (const output of [listed.stdout, table.stdout]) {
+            assert.ok(!output.includes(tokens.refresh_token), "no refresh token listed");
+            assert.ok(!output.includes(tokens.access_token), "no access token listed");
+          }
+        }
+        const revokedBefore = gitlab.revokedTokens.size;
+
+        const revokedAt = Date.now();
+        const revoked = await admin(["sessions", "revoke", "--user", "ada"]);
+        assert.equal(revoked.code, 0, revoked.stderr);
+        const [action] = jsonLines(revoked.stdout).filter((l) => l.message === "operator action");
+        assert.deepEqual(
+          {
+            action: action.action,
+            user: action.user,
+            sessions: action.sessions,
+            revoked: action.gitlabTokensRevoked,
+          },
+          { action: "sessions revoke", user: "ada", sessions: 2, revoked: 2 },
+        );
+        assert.equal(gitlab.revokedTokens.size, revokedBefore + 2, "both GitLab tokens revoked");
+
+        for (const tokens of adaTokens) {
+          const refreshed = await postToken(service.url, {
+            grant_type: "refresh_token",
+            refresh_token: tokens.refresh_token,
+          });
+          assert.equal(refreshed.status, 400);
+          assert.equal(refreshed.body.error, "invalid_grant");
+        }
+        // The gateway accepted these tokens a moment ago and may remember them for at most
+        // VERIFIED_TOKEN_TTL_MS: the revocation bites within that, in another process.
+        await delay(revokedAt + VERIFIED_TOKEN_TTL_MS - Date.now());
+        for (const tokens of adaTokens) {
+          assert.equal(await gatewayStatus(service.url, tokens.access_token), 401);
+        }
+        assert.equal(await gatewayStatus(service.url, graceTokens.access_token), 200);
+        const graceRefresh = await postToken(service.url, {
+          grant_type: "refresh_token",
+          refresh_token: graceTokens.refresh_token,
+        });
+        assert.equal(graceRefresh.status, 200, "another user's session is untouched");
+
+        const byId = await admin(["sessions", "list", "--user", "77", "--json"]);
+        const [graceSession] = jsonLines(byId.stdout);
+        assert.equal(graceSession.username, "grace");
+        const one = await admin(["sessions", "revoke", "--id", graceSession.id]);
+        assert.equal(one.code, 0, one.stderr);
+        assert.equal(await gatewayStatus(service.url, graceRefresh.body.access_token), 401);
+        const again = await admin(["sessions", "revoke", "--id", graceSession.id]);
+        assert.equal(again.code, 1, "an ended session is not there to end");
+
+        const stats = await admin(["stats", "--json"]);
+        assert.equal(stats.code, 0, stats.stderr);
+        const [counts] = jsonLines(stats.stdout);
+        assert.equal(counts.sessions, 0);
+        assert.ok(counts.kvFileBytes > 0, JSON.stringify(counts));
+      });
+    } finally {
+      await mcp.close();
+    }
+  },
+});
+
+Deno.test({
+  name: "admin: clients list and delete on a live service's KV; a deleted client cannot sign in",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    await withLiveService(
+      { REDIRECT_URI_POLICY: "registered" },
+      async ({ gitlab, service, admin }) => {
+        const redirectUri = "http://127.0.0.1:9999/callback";
+        const registered = await fetchJson(`${service.url}/register`, {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify({ client_name: "Doomed", redirect_uris: [redirectUri] }),
+        });
+        assert.equal(registered.status, 201, JSON.stringify(registered.body));
+        const clientId: string = registered.body.client_id;
+        const { flowState } = await authorizeOverHttp(service.url, {
+          client_id: clientId,
+          redirect_uri: redirectUri,
+        });
+        gitlab.approve(gitlab.lastUserCode()!);
+        const done = await pollOverHttp(service.url, flowState);
+        const { body: tokens } = await postToken(service.url, {
+          grant_type: "authorization_code",
+          client_id: clientId,
+          code: done.body.code,
+          code_verifier: PKCE.verifier,
+          redirect_uri: redirectUri,
+        });
+        assert.ok(tokens.refresh_token, JSON.stringify(tokens));
+
+        const listed = await admin(["clients", "list", "--json"]);
+        assert.equal(listed.code, 0, listed.stderr);
+        assert.deepEqual(
+          jsonLines(listed.stdout).map(({ clientId, name }) => ({ clientId, name })),
+          [{ clientId, name: "Doomed" }],
+        );
+
+        const deleted = await admin(["clients", "delete", clientId]);
+        assert.equal(deleted.code, 0, deleted.stderr);
+        const [action] = jsonLines(deleted.stdout).filter((l) => l.message === "operator action");
+        assert.equal(action.action, "clients delete");
+        assert.equal(action.sessions, 1, "the client's session ended with it");
+        const refreshed = await postToken(service.url, {
+          grant_type: "refresh_token",
+          refresh_token: tokens.refresh_token,
+        });
+        assert.equal(refreshed.body.error, "invalid_grant");
+        const authorize = await fetch(
+          `${service.url}/authorize?response_type=code&client_id=${clientId}` +
+            `&redirect_uri=${encodeURIComponent(redirectUri)}&code_challenge=${"a".repeat(43)}` +
+            "&code_challenge_method=S256",
+        );
+        await authorize.body?.cancel();
+        assert.equal(authorize.status, 400, "an unregistered client is refused");
+
+        const missing = await admin(["clients", "delete", clientId]);
+        assert.equal(missing.code, 1);
+      },
+    );
+  },
+});
+
+Deno.test("admin: bad arguments print the usage and exit 2, a bad setup one line and 1", async () => {
+  for (
+    const args of [
+      [],
+      ["bogus"],
+      ["sessions", "revoke"],
+      ["sessions", "revoke", "--user", "ada", "--id", "x"],
+      ["sessions", "list", "--user"],
+      ["sessions", "list", "--token"],
+      ["clients", "delete"],
+      ["stats", "extra"],
+    ]
+  ) {
+    const run = await runAdminCli(args, {});
+    assert.equal(run.code, 2, `${args.join(" ")}: ${run.stderr}`);
+    assert.match(run.stderr, /^usage: admin sessions list/m, args.join(" "));
+    assert.equal(run.stdout, "");
+  }
+  const badConfig = await runAdminCli(["stats"], { JWT_SECRET: "short" });
+  assert.equal(badConfig.code, 1);
+  assert.match(badConfig.stderr, /^admin: configuration error: JWT_SECRET/);
+  const noKv = await runAdminCli(["stats"], { KV_PATH: "/nonexistent/dir/kv.sqlite3" });
+  assert.equal(noKv.code, 1);
+  assert.match(noKv.stderr, /^admin: cannot open KV \/nonexistent/);
+  const help = await runAdminCli(["help"], {});
+  assert.equal(help.code, 0);
+  assert.match(help.stdout, /^usage: admin/);
+});
+
+Deno.test("admin: keys generate prints two fresh secrets the service accepts", async () => {
+  const runs = [
+    await runAdminCli(["keys", "generate"], {}),
+    await runAdminCli(["keys", "generate"], {}),
+  ];
+  const values = runs.map((run) => {
+    assert.equal(run.code, 0, run.stderr);
+    return Object.fromEntries(run.stdout.trim().split("\n").map((line) => line.split(/=(.*)/s, 2)));
+  });
+  const config = loadConfig(values[0]);
+  assert.equal(config.jwtSecret, values[0].JWT_SECRET);
+  assert.equal(config.encryptionKey, values[0].ENCRYPTION_KEY);
+  assert.notEqual(values[0].JWT_SECRET, values[0].ENCRYPTION_KEY);
+  assert.notEqual(values[0].JWT_SECRET, values[1].JWT_SECRET, "fresh each time");
+});

@@ -1,0 +1,69 @@
+/**
+ * `deno task demo` is a whole MCP setup: the demo (dev/demo.ts, a child process on a random
+ * port) driven by the MCP SDK client as an MCP host would: 401 at `/mcp` → discovery →
+ * registration → sign-in at the demo's simulated GitLab (approved over HTTP, as a person on its
+ * page) → tools on the demo's MCP server answer as the simulated user.
+ */
+
+import assert from "node:assert/strict";
+import { Client } from "@modelcontextprotocol/sdk/client";
+// @ts-types="@modelcontextprotocol/sdk/client/auth"
+import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
+// @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
+import { denoRunArgs, followPageWithoutBrowser, spawnService } from "./_service.ts";
+
+const DEMO = new URL("../dev/demo.ts", import.meta.url).pathname;
+
+/** The text of a tool's first content item. */
+function textOf(result: Awaited<ReturnType<Client["callTool"]>>): string {
+  const [content] = result.content as { type: string; text: string }[];
+  return content.text;
+}
+
+Deno.test({
+  name: "demo: MCP SDK client → 401 → discovery → registration → sign-in → whoami is the user",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const demo = await spawnService({ PORT: "0" }, denoRunArgs(DEMO));
+    const client = new Client({ name: "demo-test", version: "1.0.0" });
+    try {
+      const gitlabUrl = new URL(demo.listening.gitlab);
+      const serverUrl = new URL(`${demo.url}/mcp`);
+      // An MCP host's loopback redirect; the test follows it itself, so nothing listens there.
+      const provider = new MemoryOAuthProvider("http://127.0.0.1:9/callback", "demo test client");
+
+      const first = new StreamableHTTPClientTransport(serverUrl, { authProvider: provider });
+      await assert.rejects(
+        new Client({ name: "demo-test", version: "1.0.0" }).connect(first),
+        UnauthorizedError,
+      );
+      assert.ok(provider.authorizationUrl, "the client was sent to sign in");
+      assert.equal(provider.authorizationUrl.origin, demo.url);
+
+      const { callback } = await followPageWithoutBrowser(provider.authorizationUrl, gitlabUrl);
+      const code = callback.searchParams.get("code");
+      assert.ok(code);
+      await first.finishAuth(code);
+
+      await client.connect(
+        new StreamableHTTPClientTransport(serverUrl, { authProvider: provider }),
+      );
+      const tools = (await client.listTools()).tools.map((tool) => tool.name).sort();
+      assert.deepEqual(tools, ["list_projects", "whoami"]);
+      assert.deepEqual(JSON.parse(textOf(await client.callTool({ name: "whoami" }))), {
+        id: 4242,
+        username: "ada",
+        name: "Ada Lovelace",
+      });
+      assert.match(textOf(await client.callTool({ name: "list_projects" })), /^ada\/handbook /);
+
+      assertMcpSignInRequests(demo.logs);
+    } finally {
+      await client.close();
+      assert.equal(await demo.stop(), 0, "the demo stops cleanly on SIGTERM");
+    }
+  },
+});
