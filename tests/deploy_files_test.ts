@@ -1,13 +1,15 @@
 /**
  * The deployment files in deploy/ cannot be built here (no image registry, no systemd): these
  * tests hold them to what can be checked. Every variable they set is one the service reads,
- * the sandbox and the volume are where the service keeps KV, and compose's example MCP server
- * answers through the real gateway.
+ * their values (with env.example filled in) load as a complete configuration, the sandbox and
+ * the volume are where the service keeps KV, and compose's example MCP server answers through
+ * the real gateway.
  */
 
 import assert from "node:assert/strict";
 import { createExampleMcpServer } from "../deploy/example_mcp_server.ts";
-import { listConfigVariables } from "../src/config.ts";
+import { listConfigVariables, listenHostname, loadConfig, oauthSettings } from "../src/config.ts";
+import { TEST_SECRET } from "./_helpers.ts";
 import { signInOverHttp, spawnWithGitLab } from "./_service.ts";
 
 const DEPLOY = new URL("../deploy/", import.meta.url);
@@ -17,28 +19,40 @@ function read(name: string): Promise<string> {
   return Deno.readTextFile(new URL(name, DEPLOY));
 }
 
-/** `ENV A=1 \ B=2` of a Dockerfile: the names. */
-function dockerfileVariables(dockerfile: string): string[] {
+/** `ENV A=1 \\ B=2` of a Dockerfile. */
+function dockerfileEnv(dockerfile: string): Record<string, string> {
   const env = dockerfile.match(/^ENV ((?:.*\\\n)*.*)$/m)?.[1] ?? "";
-  return [...env.matchAll(/([A-Z][A-Z0-9_]*)=/g)].map((match) => match[1]);
+  return pairs(env.matchAll(/([A-Z][A-Z0-9_]*)=(\S+)/g));
 }
 
-/** The keys of `services.<service>.environment` in compose.yaml (a map, two-space indents). */
-function composeVariables(compose: string, service: string): string[] {
+/** `services.<service>.environment` of compose.yaml (a map, two-space indents), unquoted. */
+function composeEnv(compose: string, service: string): Record<string, string> {
   const block = compose.split(new RegExp(`^  ${service}:\\n`, "m"))[1]?.split(/^ {2}\S/m)[0];
   assert.ok(block, `compose.yaml has a service ${service}`);
   const environment = block.split(/^ {4}environment:\n/m)[1]?.split(/^ {4}\S/m)[0] ?? "";
-  return [...environment.matchAll(/^ {6}([A-Z][A-Z0-9_]*):/gm)].map((match) => match[1]);
+  return pairs(environment.matchAll(/^ {6}([A-Z][A-Z0-9_]*): "?([^"\n]*)"?$/gm));
 }
 
-/** `Environment=NAME=value` lines of a systemd unit: the names. */
-function unitVariables(unit: string): string[] {
-  return [...unit.matchAll(/^Environment=([A-Z][A-Z0-9_]*)=/gm)].map((match) => match[1]);
+/** `Environment=NAME=value` lines of a systemd unit. */
+function unitEnv(unit: string): Record<string, string> {
+  return pairs(unit.matchAll(/^Environment=([A-Z][A-Z0-9_]*)=(.*)$/gm));
 }
 
-/** `NAME=value` lines of an env file: the names. */
-function envFileVariables(text: string): string[] {
-  return [...text.matchAll(/^([A-Z][A-Z0-9_]*)=/gm)].map((match) => match[1]);
+/** `NAME=value` lines of an env file. */
+function envFile(text: string): Record<string, string> {
+  return pairs(text.matchAll(/^([A-Z][A-Z0-9_]*)=(.*)$/gm));
+}
+
+function pairs(matches: Iterable<RegExpMatchArray>): Record<string, string> {
+  return Object.fromEntries([...matches].map((match) => [match[1], match[2]]));
+}
+
+/** Compose's `${NAME}`, `${NAME:?message}` and `${NAME:-default}` with the values of `env`. */
+function interpolate(value: string, env: Record<string, string>): string {
+  return value.replace(
+    /\$\{([A-Z][A-Z0-9_]*)(?::([-?])([^}]*))?\}/g,
+    (_, name, kind, rest) => env[name] || (kind === "-" ? rest : ""),
+  );
 }
 
 function assertKnown(file: string, names: string[]): void {
@@ -47,15 +61,46 @@ function assertKnown(file: string, names: string[]): void {
   assert.deepEqual(unknown, [], `${file} sets variables the service does not read`);
 }
 
+/** env.example as an operator fills it in: the secret and the application id set. */
+async function filledEnvExample(): Promise<Record<string, string>> {
+  return {
+    ...envFile(await read("env.example")),
+    GITLAB_CLIENT_ID: "app-id",
+    JWT_SECRET: TEST_SECRET,
+  };
+}
+
 Deno.test("deploy/: every variable set for the service is one it reads", async () => {
   const compose = await read("compose.yaml");
-  assertKnown("Dockerfile", dockerfileVariables(await read("Dockerfile")));
-  assertKnown("compose.yaml (auth)", composeVariables(compose, "auth"));
-  assertKnown("gitlab-mcp-auth.service", unitVariables(await read("gitlab-mcp-auth.service")));
+  assertKnown("Dockerfile", Object.keys(dockerfileEnv(await read("Dockerfile"))));
+  assertKnown("compose.yaml (auth)", Object.keys(composeEnv(compose, "auth")));
+  assertKnown(
+    "gitlab-mcp-auth.service",
+    Object.keys(unitEnv(await read("gitlab-mcp-auth.service"))),
+  );
   // env.example feeds the unit and compose: a name there is the service's or compose's own.
-  const envExample = envFileVariables(await read("env.example"));
-  const forCompose = envExample.filter((name) => !KNOWN.has(name));
+  const forCompose = Object.keys(await filledEnvExample()).filter((name) => !KNOWN.has(name));
   for (const name of forCompose) assert.match(compose, new RegExp(`\\$\\{${name}\\b`), name);
+});
+
+Deno.test("deploy/: the values they set make a complete configuration", async () => {
+  const example = await filledEnvExample();
+  const compose = await read("compose.yaml");
+  const fromCompose = Object.fromEntries(
+    Object.entries(composeEnv(compose, "auth")).map(([name, value]) => [
+      name,
+      interpolate(value, example),
+    ]),
+  );
+  const container = loadConfig({ ...dockerfileEnv(await read("Dockerfile")), ...fromCompose });
+  assert.ok(oauthSettings(container), "the container is configured");
+  assert.equal(container.baseUrl, `https://${example.AUTH_DOMAIN}`);
+  // Compose trusts exactly Caddy's fixed address.
+  const caddy = compose.match(/ipv4_address: (\S+)/)?.[1];
+  assert.equal(fromCompose.TRUST_PROXY, `${caddy}/32`);
+  const unit = loadConfig({ ...example, ...unitEnv(await read("gitlab-mcp-auth.service")) });
+  assert.ok(oauthSettings(unit), "the unit is configured");
+  assert.equal(listenHostname(unit), "127.0.0.1");
 });
 
 Deno.test("deploy/Dockerfile: pinned image, unprivileged, KV on the volume, liveness probe", async () => {
