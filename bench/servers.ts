@@ -60,10 +60,10 @@ export function createServers(options: ServerOptions): Servers {
       processes.start({
         name,
         cpu: 0,
-        cmd: [deno, "run", ...v8Flags, "-A", "main.ts"],
+        cmd: [deno, "run", ...v8Flags, "-A", "main.ts", "start"],
         env: {
           PORT: String(port),
-          HOSTNAME: "127.0.0.1",
+          HOST: "127.0.0.1",
           KV_PATH: kvPath,
           JWT_SECRET: options.secret,
           GITLAB_CLIENT_ID: options.gitlabClientId,

@@ -138,7 +138,18 @@ export const CONFIG_VARIABLES = {
     "HS256 signing secret, at least 32 bytes",
   ),
   port: variable("PORT", "8000", integerBetween(0, 65535), "port to listen on"),
-  hostname: variable("HOSTNAME", "0.0.0.0", text, "address to listen on"),
+  /** Undefined: HOSTNAME when it names an address, else every interface (`listenHostname`). */
+  host: variable("HOST", undefined, unbracketed, "address to listen on", "`0.0.0.0`"),
+  /**
+   * Read only when it is an IP literal or `localhost`: shells and container runtimes set it to
+   * the machine's name, which would bind the service to that one address.
+   */
+  hostname: variable(
+    "HOSTNAME",
+    undefined,
+    addressOrIgnored,
+    "older name of `HOST`, honoured only as an IP address or `localhost`; `HOST` wins",
+  ),
   gitlabUrl: variable(
     "GITLAB_URL",
     "https://gitlab.com",
@@ -469,6 +480,34 @@ function parseRateLimit(name: string, raw: string): RateLimit | undefined {
     );
   }
   return { limit: Number(match[1]), windowSeconds: Number(match[2]) };
+}
+
+/** Where the service listens: `HOST`, else an address-like `HOSTNAME`, else every interface. */
+export function listenHostname(config: Config): string {
+  return config.host ?? config.hostname ?? "0.0.0.0";
+}
+
+/** `[::1]` as Deno.serve takes it: `::1`. */
+function unbracketed(_name: string, raw: string): string {
+  return raw.replace(/^\[(.*)\]$/, "$1");
+}
+
+/** HOSTNAME as a listen address when it is one; a machine name is ignored, not an error. */
+function addressOrIgnored(name: string, raw: string): string | undefined {
+  const address = unbracketed(name, raw);
+  return address === "localhost" || isIpLiteral(address) ? address : undefined;
+}
+
+function isIpLiteral(text: string): boolean {
+  if (/^\d{1,3}(\.\d{1,3}){3}$/.test(text)) {
+    return text.split(".").every((part) => Number(part) <= 255);
+  }
+  if (!text.includes(":")) return false;
+  try {
+    return new URL(`http://[${text}]/`).hostname !== "";
+  } catch {
+    return false;
+  }
 }
 
 /** The OAuth settings when both are configured, otherwise undefined. */

@@ -13,7 +13,7 @@ import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
-import { type Store } from "../src/store/mod.ts";
+import type { Store } from "../src/store/mod.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
 import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {

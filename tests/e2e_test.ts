@@ -199,7 +199,7 @@ Deno.test("e2e: a wrong configuration value stops start-up with one line naming 
     ]
   ) {
     const output = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-all", new URL("../main.ts", import.meta.url).pathname],
+      args: ["run", "--allow-all", new URL("../main.ts", import.meta.url).pathname, "start"],
       env: { [name]: value, KV_PATH: ":memory:", PORT: "0" },
       stdout: "piped",
       stderr: "piped",

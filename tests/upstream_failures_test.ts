@@ -18,7 +18,7 @@ import { createApp, type FetchHandler } from "../src/app.ts";
 import { loadConfig } from "../src/config.ts";
 import { createLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
-import { type Store } from "../src/store/mod.ts";
+import type { Store } from "../src/store/mod.ts";
 import { loadTemplates } from "../src/templates.ts";
 import { recordsOf } from "../src/store/keys.ts";
 import {
