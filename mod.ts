@@ -68,6 +68,7 @@ export {
   type DeviceAuthorization,
   type DevicePollResult,
   type Upstream,
+  type UpstreamBackoff,
   UpstreamError,
   type UpstreamFailure,
   type UpstreamTokens,
