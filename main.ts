@@ -2,16 +2,40 @@
  * Composition root: reads the configuration, opens KV, wires the dependencies and serves.
  * The only module that touches Deno.env, Deno.openKv and Deno.serve (the demo reuses
  * `startService` with an environment of its own).
+ *
+ * Two ways in, both configured from the environment:
+ * - `deno serve main.ts` (also `--parallel`): the default export `{ fetch }`;
+ *   `deno serve` picks the address (`--port`, `--host`) and drains requests on SIGTERM.
+ * - `deno run main.ts start` (`deno task start`), the compiled executable and Deno Deploy: the
+ *   service listens on `HOST`:`PORT` itself, with the graceful shutdown of `startService`.
+ *
+ * `import.meta.main` is true under both `deno run` and `deno serve`, so the `start` argument
+ * is what tells them apart; imported (by the demo, the tests), this module does nothing.
  */
 
-import { createApp } from "./src/app.ts";
+import { createApp, type FetchHandler } from "./src/app.ts";
 import { systemClock } from "./src/clock.ts";
-import { type Config, ConfigError, loadConfig, missingOAuthSettings } from "./src/config.ts";
+import {
+  type Config,
+  ConfigError,
+  type Env,
+  listenHostname,
+  loadConfig,
+  missingOAuthSettings,
+} from "./src/config.ts";
 import { createAppDeps } from "./src/deps.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/templates.ts";
 
 const SHUTDOWN_GRACE_MS = 10_000;
+
+/** The app built from one environment, and the KV it owns. */
+export interface Composition {
+  app: FetchHandler;
+  config: Config;
+  /** Closed by whoever stops serving `app`. */
+  kv: Deno.Kv;
+}
 
 /** A running service. */
 export interface RunningService {
@@ -23,28 +47,38 @@ export interface RunningService {
   finished: Promise<void>;
 }
 
-/** Starts the service from an environment map. Throws ConfigError on a bad value. */
-export async function startService(
-  env: Record<string, string | undefined>,
-  logger: Logger = createLogger(),
-): Promise<RunningService> {
+/** Reads the configuration, opens KV and builds the app. Throws ConfigError on a bad value. */
+export async function composeService(env: Env, logger: Logger): Promise<Composition> {
   const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
   const kv = await Deno.openKv(config.kvPath);
   const app = createApp(
     createAppDeps(config, { kv, clock: systemClock, logger, templates: await loadTemplates() }),
   );
+  return { app, config, kv };
+}
+
+/**
+ * Starts the service from an environment map on `HOST`:`PORT`. Throws ConfigError on a bad
+ * value, and on a port already in use (naming it and `PORT`).
+ */
+export async function startService(
+  env: Env,
+  logger: Logger = createLogger(),
+): Promise<RunningService> {
+  const { app, config, kv } = await composeService(env, logger);
   const { promise: listening, resolve } = Promise.withResolvers<string>();
-  const server = Deno.serve({
-    port: config.port,
-    hostname: config.hostname,
-    onListen: ({ hostname, port }) => {
-      const host = hostname.includes(":") ? `[${hostname}]` : hostname;
-      const url = `http://${host}:${port}`;
-      logger.info("listening", { url, gitlab: config.gitlabUrl.href });
-      resolve(url);
-    },
-  }, app);
+  let server: Deno.HttpServer;
+  try {
+    server = Deno.serve({
+      port: config.port,
+      hostname: listenHostname(config),
+      onListen: (address) => resolve(logListening(address, config, logger)),
+    }, app);
+  } catch (error) {
+    kv.close();
+    throw error instanceof Deno.errors.AddrInUse ? portInUse(config) : error;
+  }
   let stopping: Promise<void> | undefined;
   return {
     url: await listening,
@@ -66,33 +100,92 @@ export async function startService(
   };
 }
 
+function portInUse(config: Config): ConfigError {
+  return new ConfigError(
+    "PORT",
+    `port ${config.port} is already in use on ${listenHostname(config)}; ` +
+      "stop what holds it or set PORT to a free port",
+  );
+}
+
+/** Logs the `listening` line (tests and operators read its `url`) and returns the URL. */
+function logListening(address: Deno.Addr, config: Config, logger: Logger): string {
+  const { hostname, port } = address as Deno.NetAddr;
+  const host = hostname.includes(":") ? `[${hostname}]` : hostname;
+  const url = `http://${host}:${port}`;
+  logger.info("listening", {
+    url,
+    gitlab: config.gitlabUrl.href,
+    securityProfile: config.securityProfile,
+  });
+  return url;
+}
+
 function warnIfNotConfigured(config: Config, logger: Logger): void {
   const missing = missingOAuthSettings(config);
   if (missing.length === 0) return;
   logger.warn(
     `OAuth is not configured (missing ${missing.join(" and ")}): ` +
-      "every endpoint answers 500 server_error until it is set",
+      "every endpoint answers 500 server_error until it is set; /readyz answers 503",
   );
 }
 
-async function main(): Promise<void> {
-  if (Deno.args[0] === "admin") {
-    const { runAdmin } = await import("./src/admin/cli.ts");
-    Deno.exit(await runAdmin(Deno.args.slice(1), Deno.env.toObject()));
-  }
-  const logger = createLogger();
-  let service: RunningService;
+/** Runs `step`; a ConfigError ends the process with one line and exit code 1. */
+async function orExit<T>(logger: Logger, step: () => Promise<T>): Promise<T> {
   try {
-    service = await startService(Deno.env.toObject(), logger);
+    return await step();
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     logger.error(`configuration error: ${error.message}`);
     Deno.exit(1);
   }
-  const stop = () => void service.shutdown();
-  Deno.addSignalListener("SIGTERM", stop);
-  Deno.addSignalListener("SIGINT", stop);
+}
+
+/**
+ * `deno run main.ts start`: listens itself; SIGTERM/SIGINT shut it down gracefully. On Deno
+ * Deploy the platform stops isolates itself, and signals may not exist there.
+ */
+async function start(onDeploy: boolean): Promise<void> {
+  const logger = createLogger();
+  const service = await orExit(logger, () => startService(Deno.env.toObject(), logger));
+  if (!onDeploy) {
+    const stop = () => void service.shutdown();
+    Deno.addSignalListener("SIGTERM", stop);
+    Deno.addSignalListener("SIGINT", stop);
+  }
   await service.finished;
 }
 
-if (import.meta.main) await main();
+/** `main.ts admin …`: the operator's CLI on the same KV (see README "Operator's CLI"). */
+async function admin(): Promise<never> {
+  const { runAdmin } = await import("./src/admin/cli.ts");
+  Deno.exit(await runAdmin(Deno.args.slice(1), Deno.env.toObject()));
+}
+
+/** `deno serve main.ts`: the handler `deno serve` runs; it owns the listener. */
+async function serveEntry(): Promise<Deno.ServeDefaultExport> {
+  const logger = createLogger();
+  const { app, config } = await orExit(logger, () => composeService(Deno.env.toObject(), logger));
+  // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
+  logger.info("ready to serve");
+  return {
+    fetch: app,
+    onListen: (address) => void logListening(address, config, logger),
+  };
+}
+
+// Without `fetch` (imported, or listening itself) Deno neither serves the export nor warns.
+let served: Partial<Deno.ServeDefaultExport> = {};
+if (import.meta.main) {
+  const [command] = Deno.args;
+  if (command === "admin") await admin();
+  // Deno Deploy sets DENO_DEPLOYMENT_ID and may run the entrypoint as `deno run` does, which
+  // would leave a default export unserved: there, as in the executable, the service listens.
+  const onDeploy = Deno.env.get("DENO_DEPLOYMENT_ID") !== undefined;
+  const standalone = command === undefined && (Deno.build.standalone || onDeploy);
+  if (command === "start" || standalone) await start(onDeploy);
+  else served = await serveEntry();
+}
+
+/** For `deno serve main.ts`: the app configured from the environment. */
+export { served as default };

@@ -63,9 +63,12 @@ export {
 export type { Clock } from "./src/clock.ts";
 export { createLogger, type LogFields, type Logger } from "./src/logger.ts";
 export {
+  type AuthorizationCodeGrant,
+  type AuthorizationRedirect,
   type DeviceAuthorization,
   type DevicePollResult,
   type Upstream,
+  type UpstreamBackoff,
   UpstreamError,
   type UpstreamFailure,
   type UpstreamTokens,

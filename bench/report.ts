@@ -209,9 +209,17 @@ function responsesCell(r: CaseResult): string {
   return r.statuses.replaceAll(",", " ");
 }
 
-/** Replaces what is between the results markers of `path` (or appends them) with `table`. */
-async function writeReadme(path: string, table: string, root: string): Promise<void> {
-  const start = "<!-- results:start -->", end = "<!-- results:end -->";
+/**
+ * Replaces what is between the `name` markers (`<!-- name:start -->`, `<!-- name:end -->`) of
+ * `path` (or appends them) with `table`, then formats the file.
+ */
+export async function writeReadme(
+  path: string,
+  table: string,
+  root: string,
+  name = "results",
+): Promise<void> {
+  const start = `<!-- ${name}:start -->`, end = `<!-- ${name}:end -->`;
   const text = await Deno.readTextFile(path).catch(() => `# Benchmarks\n\n${start}\n${end}\n`);
   const a = text.indexOf(start), b = text.indexOf(end);
   const block = `${start}\n\n${table}\n\n${end}`;

@@ -58,7 +58,7 @@ import {
 import { clockTicksPerSecond } from "./process_stats.ts";
 import { createProcessGroup, type ProcessGroup } from "./processes.ts";
 import { publishReport, type SizeResult } from "./report.ts";
-import { createServers, type Servers } from "./servers.ts";
+import { createBenchServers, type Servers } from "./servers.ts";
 import { accessTokenFor, createFlows } from "./service_client.ts";
 import { ensureWrk, type WrkLoad, wrkRunner, wrkVersion } from "./wrk.ts";
 
@@ -170,16 +170,7 @@ async function runContext(
       randomTokens: `${dir}/random-tokens.txt`,
       runKv: `${dir}/run.sqlite`,
     },
-    servers: createServers({
-      processes,
-      root: ROOT,
-      benchDir: BENCH_DIR,
-      dir,
-      port: config.port,
-      secret: SECRET,
-      gitlabClientId: GITLAB_CLIENT_ID,
-      serviceEnv: config.serviceEnv,
-    }),
+    servers: createBenchServers(processes, dir, config.port, config.serviceEnv),
     seed: {
       root: ROOT,
       script: `${BENCH_DIR}seed.ts`,

@@ -4,6 +4,7 @@
  * GitLab (sim_gitlab.ts). The measured server is pinned to CPU 0 on the bench's port.
  */
 
+import { BENCH_DIR, GITLAB_CLIENT_ID, ROOT, SECRET } from "./config.ts";
 import type { Proc, ProcessGroup } from "./processes.ts";
 
 /** What the servers of a run share. */
@@ -59,10 +60,10 @@ export function createServers(options: ServerOptions): Servers {
       processes.start({
         name,
         cpu: 0,
-        cmd: [deno, "run", ...v8Flags, "-A", "main.ts"],
+        cmd: [deno, "run", ...v8Flags, "-A", "main.ts", "start"],
         env: {
           PORT: String(port),
-          HOSTNAME: "127.0.0.1",
+          HOST: "127.0.0.1",
           KV_PATH: kvPath,
           JWT_SECRET: options.secret,
           GITLAB_CLIENT_ID: options.gitlabClientId,
@@ -109,6 +110,25 @@ export function createServers(options: ServerOptions): Servers {
         log: `${dir}/sim-gitlab.log`,
       }),
   };
+}
+
+/** The Servers of one run with the bench's own secret and GitLab application (config.ts). */
+export function createBenchServers(
+  processes: ProcessGroup,
+  dir: string,
+  port: number,
+  serviceEnv: Record<string, string>,
+): Servers {
+  return createServers({
+    processes,
+    root: ROOT,
+    benchDir: BENCH_DIR,
+    dir,
+    port,
+    secret: SECRET,
+    gitlabClientId: GITLAB_CLIENT_ID,
+    serviceEnv,
+  });
 }
 
 /** The V8 flags `deno task start` gives the service, so that the bench measures that process. */

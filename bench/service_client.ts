@@ -39,7 +39,8 @@ export async function createFlows(
   });
   const worker = async () => {
     while (next < count && Date.now() < deadline) {
-      next++;
+      // A state of its own: an identical request would show the same flow again.
+      query.set("state", `flow-${next++}`);
       const response = await fetch(`${baseUrl}/authorize?${query}`);
       const html = await response.text();
       const state = html.match(/"flowState":"([^"]+)"/)?.[1];

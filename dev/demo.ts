@@ -7,7 +7,8 @@
  * Development only. Production starts with `deno task start` and a real GitLab.
  */
 
-import { startService } from "../main.ts";
+import { type RunningService, startService } from "../main.ts";
+import { ConfigError } from "../src/config.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import { createLogger } from "../src/logger.ts";
 import { startDemoMcpServer } from "./demo_mcp_server.ts";
@@ -17,17 +18,27 @@ const env = Deno.env.toObject();
 const port = env.PORT ?? "8000";
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
 const mcp = startDemoMcpServer(gitlab.url);
-const service = await startService({
-  KV_PATH: ":memory:",
-  ACCESS_TOKEN_TTL: "3600",
-  ...env,
-  PORT: port,
-  HOSTNAME: env.HOSTNAME ?? "127.0.0.1",
-  GITLAB_URL: gitlab.url.href,
-  GITLAB_CLIENT_ID: "demo-gitlab-app",
-  JWT_SECRET: randomToken(32),
-  MCP_UPSTREAM_URL: mcp.url,
-}, createLogger());
+let service: RunningService;
+try {
+  service = await startService({
+    KV_PATH: ":memory:",
+    ACCESS_TOKEN_TTL: "3600",
+    ...env,
+    PORT: port,
+    HOST: env.HOST ?? "127.0.0.1",
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "demo-gitlab-app",
+    JWT_SECRET: randomToken(32),
+    MCP_UPSTREAM_URL: mcp.url,
+  }, createLogger());
+} catch (error) {
+  if (!(error instanceof ConfigError)) throw error;
+  // One line, no stack trace: most often PORT is taken by an earlier demo still running.
+  await Deno.stderr.write(new TextEncoder().encode(`demo: ${error.message}\n`));
+  await mcp.close();
+  await gitlab.close();
+  Deno.exit(1);
+}
 
 /** PKCE verifiers of sign-ins the example client started, by `state`. */
 const pending = new Map<string, string>();

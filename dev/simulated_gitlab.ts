@@ -73,6 +73,7 @@ function controlsOf(state: SimulatedGitLabControls): SimulatedGitLabControls {
     expireDevice: state.expireDevice,
     lastUserCode: state.lastUserCode,
     failNext: state.failNext,
+    rateLimit: state.rateLimit,
     issueTokens: state.issueTokens,
     revoke: state.revoke,
   };

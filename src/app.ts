@@ -5,6 +5,7 @@
  */
 
 import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
+import { type Config, strictTransportSecurity } from "./config.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
 import { allowCrossOrigin, preflight } from "./cors.ts";
 import { notConfiguredError, OAuthError } from "./errors.ts";
@@ -54,7 +55,7 @@ export function createApp(deps: AppDeps): FetchHandler {
     } catch (error) {
       response = renderError(error, deps, requestId);
     }
-    response = withHeaders(response, route, requestId);
+    response = withHeaders(response, route, requestId, deps.config);
     deps.logger.info("request", {
       requestId,
       method: request.method,
@@ -117,11 +118,18 @@ function notConfigured(bare: boolean | undefined): Promise<Response> {
   throw notConfiguredError();
 }
 
-function withHeaders(response: Response, route: Route | undefined, requestId: string): Response {
+function withHeaders(
+  response: Response,
+  route: Route | undefined,
+  requestId: string,
+  config: Config,
+): Response {
   const headers = response.headers;
   for (const [name, value] of Object.entries(SECURITY_HEADERS)) {
     if (!headers.has(name)) headers.set(name, value);
   }
+  const hsts = strictTransportSecurity(config);
+  if (hsts) headers.set("Strict-Transport-Security", hsts);
   headers.set("X-Request-Id", requestId);
   if (route?.cors) allowCrossOrigin(headers, route.cors);
   return response;

@@ -12,6 +12,9 @@ import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
 const MAX_REDIRECT_URIS = 20;
 const MAX_URI_LENGTH = 2000;
 const MAX_TEXT_LENGTH = 500;
+const MAX_CONTACTS = 5;
+/** More than any list we support has distinct values; repeats beyond it are abuse. */
+const MAX_LIST_ENTRIES = 10;
 const SUPPORTED_GRANTS = ["authorization_code", "refresh_token"];
 /** Host names of loopback redirect URIs, whose port may vary (RFC 8252 §7.3). */
 export const LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "localhost"];
@@ -43,8 +46,10 @@ export function parseClientMetadata(body: unknown): ClientMetadata {
     if (value !== undefined) metadata[field] = parseWebUrl(field, value);
   }
   if (input.contacts !== undefined) {
-    if (!isStringArray(input.contacts)) {
-      throw invalidMetadata("contacts must be an array of strings");
+    if (!isBoundedTextList(input.contacts, MAX_CONTACTS)) {
+      throw invalidMetadata(
+        `contacts must be an array of at most ${MAX_CONTACTS} strings of at most ${MAX_TEXT_LENGTH} characters`,
+      );
     }
     metadata.contacts = input.contacts;
   }
@@ -108,7 +113,9 @@ function parseList(
 ): string[] | undefined {
   const value = input[field];
   if (value === undefined) return undefined;
-  if (!isStringArray(value)) throw invalidMetadata(`${field} must be an array of strings`);
+  if (!isBoundedTextList(value, MAX_LIST_ENTRIES)) {
+    throw invalidMetadata(`${field} must be an array of at most ${MAX_LIST_ENTRIES} strings`);
+  }
   const unsupported = value.filter((item) => !supported.includes(item));
   if (unsupported.length > 0) {
     throw invalidMetadata(`Unsupported ${field}: ${unsupported.join(", ").slice(0, 200)}`);
@@ -143,6 +150,11 @@ function parseUrl(value: string): URL | undefined {
 
 function isStringArray(value: unknown): value is string[] {
   return Array.isArray(value) && value.every((item) => typeof item === "string");
+}
+
+function isBoundedTextList(value: unknown, maxEntries: number): value is string[] {
+  return isStringArray(value) && value.length <= maxEntries &&
+    value.every((item) => item.length <= MAX_TEXT_LENGTH);
 }
 
 function invalidRedirect(description: string): OAuthError {

@@ -138,7 +138,18 @@ export const CONFIG_VARIABLES = {
     "HS256 signing secret, at least 32 bytes",
   ),
   port: variable("PORT", "8000", integerBetween(0, 65535), "port to listen on"),
-  hostname: variable("HOSTNAME", "0.0.0.0", text, "address to listen on"),
+  /** Undefined: HOSTNAME when it names an address, else every interface (`listenHostname`). */
+  host: variable("HOST", undefined, unbracketed, "address to listen on", "`0.0.0.0`"),
+  /**
+   * Read only when it is an IP literal or `localhost`: shells and container runtimes set it to
+   * the machine's name, which would bind the service to that one address.
+   */
+  hostname: variable(
+    "HOSTNAME",
+    undefined,
+    addressOrIgnored,
+    "older name of `HOST`, honoured only as an IP address or `localhost`; `HOST` wins",
+  ),
   gitlabUrl: variable(
     "GITLAB_URL",
     "https://gitlab.com",
@@ -220,6 +231,7 @@ export const CONFIG_VARIABLES = {
     "any",
     oneOf("any", "registered"),
     "`registered`: only registered clients and their redirect URIs ([why](#redirect-uri-policy))",
+    "`any` (strict: `registered`)",
   ),
   /** `client`: `aud` is the client id (the spec); `resource`: the MCP server's URL (RFC 9068). */
   accessTokenAudience: variable(
@@ -332,8 +344,50 @@ export const CONFIG_VARIABLES = {
     "false",
     parseBoolean,
     "opt-in, see [Opt-in policies](#opt-in-policies)",
+    "`false` (strict: `true`)",
+  ),
+  /** Opt-in: presenting a rotated refresh token again ends its session (RFC 9700 §4.14.2). */
+  revokeOnRefreshReplay: variable(
+    "REVOKE_ON_REFRESH_REPLAY",
+    "false",
+    parseBoolean,
+    "opt-in, see [Opt-in policies](#opt-in-policies)",
+    "`false` (strict: `true`)",
+  ),
+  /** `spec`: the spec to the letter; `strict`: the production defaults of PROFILE_DEFAULTS. */
+  securityProfile: variable(
+    "SECURITY_PROFILE",
+    "spec",
+    caseInsensitive(oneOf("spec", "strict")),
+    "`strict`: production defaults, see [Security profile](#security-profile)",
+  ),
+  /** A request body not received completely within this answers 408. */
+  requestBodyTimeoutMs: variable(
+    "REQUEST_BODY_TIMEOUT_MS",
+    "10000",
+    integerBetween(1, 600_000),
+    "time limit for receiving a request body (then 408)",
   ),
 } satisfies ConfigTable;
+
+/** The security profiles: `spec` (the default) and `strict`. */
+export type SecurityProfile = "spec" | "strict";
+
+/**
+ * The defaults each profile gives the variables it governs (explicit values win). `strict`
+ * closes what the spec leaves open: unregistered redirect URIs and replayed codes and refresh
+ * tokens.
+ *
+ * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2
+ */
+export const PROFILE_DEFAULTS: Readonly<Record<SecurityProfile, Readonly<Env>>> = {
+  spec: {},
+  strict: {
+    REDIRECT_URI_POLICY: "registered",
+    REVOKE_ON_CODE_REPLAY: "true",
+    REVOKE_ON_REFRESH_REPLAY: "true",
+  },
+};
 
 /** Everything the service is configured with: one field per entry of CONFIG_VARIABLES. */
 export type Config = ValuesOf<typeof CONFIG_VARIABLES>;
@@ -341,10 +395,15 @@ export type Config = ValuesOf<typeof CONFIG_VARIABLES>;
 /** The limit of each rate-limited endpoint family. */
 export type RateLimits = Config["rateLimits"];
 
-/** Reads and validates the configuration from an environment map. Throws ConfigError. */
+/**
+ * Reads and validates the configuration from an environment map. SECURITY_PROFILE supplies the
+ * defaults of the variables it governs; a variable set explicitly wins. Throws ConfigError.
+ */
 export function loadConfig(env: Env): Config {
-  const config = readTable(CONFIG_VARIABLES, env);
+  const profile = CONFIG_VARIABLES.securityProfile.read(env);
+  const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
   requireBaseUrlBehindProxy(config);
+  requireProfileSettings(config);
   return config;
 }
 
@@ -361,6 +420,22 @@ function requireBaseUrlBehindProxy(config: Config): void {
 /** Every variable of CONFIG_VARIABLES, groups flattened, in table order. */
 export function listConfigVariables(): ConfigVariable<unknown>[] {
   return variablesOf(CONFIG_VARIABLES);
+}
+
+/** The environment with the profile's defaults filled in where a variable is unset or blank. */
+function withProfileDefaults(profile: SecurityProfile, env: Env): Env {
+  const filled: Env = { ...env };
+  for (const [name, value] of Object.entries(PROFILE_DEFAULTS[profile])) {
+    if (!env[name]?.trim()) filled[name] = value;
+  }
+  return filled;
+}
+
+/** What a profile cannot run without. */
+function requireProfileSettings(config: Config): void {
+  if (config.securityProfile === "strict" && !config.baseUrl) {
+    throw new ConfigError("BASE_URL", "is required with SECURITY_PROFILE=strict");
+  }
 }
 
 function variablesOf(table: ConfigTable): ConfigVariable<unknown>[] {
@@ -407,10 +482,54 @@ function parseRateLimit(name: string, raw: string): RateLimit | undefined {
   return { limit: Number(match[1]), windowSeconds: Number(match[2]) };
 }
 
+/** Where the service listens: `HOST`, else an address-like `HOSTNAME`, else every interface. */
+export function listenHostname(config: Config): string {
+  return config.host ?? config.hostname ?? "0.0.0.0";
+}
+
+/** `[::1]` as Deno.serve takes it: `::1`. */
+function unbracketed(_name: string, raw: string): string {
+  return raw.replace(/^\[(.*)\]$/, "$1");
+}
+
+/** HOSTNAME as a listen address when it is one; a machine name is ignored, not an error. */
+function addressOrIgnored(name: string, raw: string): string | undefined {
+  const address = unbracketed(name, raw);
+  return address === "localhost" || isIpLiteral(address) ? address : undefined;
+}
+
+function isIpLiteral(text: string): boolean {
+  if (/^\d{1,3}(\.\d{1,3}){3}$/.test(text)) {
+    return text.split(".").every((part) => Number(part) <= 255);
+  }
+  if (!text.includes(":")) return false;
+  try {
+    return new URL(`http://[${text}]/`).hostname !== "";
+  } catch {
+    return false;
+  }
+}
+
 /** The OAuth settings when both are configured, otherwise undefined. */
 export function oauthSettings(config: Config): OAuthSettings | undefined {
   const { gitlabClientId, jwtSecret } = config;
   return gitlabClientId && jwtSecret ? { gitlabClientId, jwtSecret } : undefined;
+}
+
+/** A year: browsers keep to https for this long after one visit (RFC 6797 §6.1.1). */
+const HSTS_MAX_AGE_SECONDS = 365 * 86_400;
+
+/**
+ * The `Strict-Transport-Security` value to send: under the strict profile when BASE_URL is
+ * https, otherwise none (over plain http browsers ignore it, and the spec profile adds nothing).
+ *
+ * @see RFC 6797 §6.1
+ */
+export function strictTransportSecurity(config: Config): string | undefined {
+  const https = config.baseUrl?.startsWith("https:");
+  return config.securityProfile === "strict" && https
+    ? `max-age=${HSTS_MAX_AGE_SECONDS}`
+    : undefined;
 }
 
 /** The JWT secrets, current first: the first signs, all verify. */

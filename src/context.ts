@@ -5,8 +5,9 @@ import type { Clock } from "./clock.ts";
 import type { Config } from "./config.ts";
 import type { TokenSigner } from "./jwt.ts";
 import type { LogFields, Logger } from "./logger.ts";
+import type { EndDeps } from "./session/end.ts";
 import type { VerifiedTokens } from "./session/verified_tokens.ts";
-import type { ConsentSigner } from "./sign_in/cookies.ts";
+import type { ConsentSigner } from "./consent_signer.ts";
 import type { Store } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import type { Upstream } from "./upstream/types.ts";
@@ -50,4 +51,10 @@ export interface RequestContext {
   requestId: string;
   /** Fields a route adds to the request's one log line (what it issued, to whom). */
   logFields: LogFields;
+}
+
+/** What a route holds of what ending a session needs (`session/end.ts`). */
+export function endDepsOf(ctx: OAuthRequestContext): EndDeps {
+  const { store, logger, verifiedTokens } = ctx.deps;
+  return { store, logger, verifiedTokens, upstream: ctx.oauth.upstream };
 }

@@ -16,7 +16,7 @@ import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./session/verified_tokens.ts";
-import { createConsentSigner } from "./sign_in/cookies.ts";
+import { createConsentSigner } from "./consent_signer.ts";
 import { createStore } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";

@@ -57,9 +57,13 @@ function uniqueParams(params: URLSearchParams, maxLength: number): Map<string, s
 
 /**
  * Reads a form-encoded or JSON object body into single-valued string parameters. JSON values
- * must be strings (numbers and booleans are not OAuth parameters).
+ * must be strings (numbers and booleans are not OAuth parameters). A body not received within
+ * `timeoutMs` answers 408 (REQUEST_BODY_TIMEOUT_MS).
  */
-export async function readParams(request: Request): Promise<Map<string, string>> {
+export async function readParams(
+  request: Request,
+  timeoutMs: number,
+): Promise<Map<string, string>> {
   const type = (request.headers.get("content-type") ?? "").split(";")[0].trim().toLowerCase();
   if (type !== "application/x-www-form-urlencoded" && type !== "application/json") {
     throw new OAuthError(
@@ -68,20 +72,20 @@ export async function readParams(request: Request): Promise<Map<string, string>>
       "Content-Type must be application/x-www-form-urlencoded or application/json",
     );
   }
-  const text = await readLimitedText(request);
+  const text = await readLimitedText(request, timeoutMs);
   if (type === "application/x-www-form-urlencoded") {
     return uniqueParams(new URLSearchParams(text), Infinity);
   }
   return paramsFromJson(text);
 }
 
-/** Reads an `application/json` body of any shape (validated by the caller). */
-export async function readJson(request: Request): Promise<unknown> {
+/** Reads an `application/json` body of any shape (validated by the caller), as readParams. */
+export async function readJson(request: Request, timeoutMs: number): Promise<unknown> {
   const type = (request.headers.get("content-type") ?? "").split(";")[0].trim().toLowerCase();
   if (type !== "application/json") {
     throw new OAuthError(400, "invalid_request", "Content-Type must be application/json");
   }
-  return parseJson(await readLimitedText(request));
+  return parseJson(await readLimitedText(request, timeoutMs));
 }
 
 function parseJson(text: string): unknown {
@@ -108,21 +112,32 @@ function paramsFromJson(text: string): Map<string, string> {
   return map;
 }
 
-async function readLimitedText(request: Request): Promise<string> {
+async function readLimitedText(request: Request, timeoutMs: number): Promise<string> {
   const declared = Number(request.headers.get("content-length") ?? "0");
   if (declared > MAX_BODY_BYTES) throw tooLarge();
   if (!request.body) return "";
   const chunks: Uint8Array[] = [];
   let size = 0;
+  const reader = request.body.getReader();
+  // A client that trickles its body would hold the request (and its connection) forever.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timedOut = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(bodyTimeout(timeoutMs)), timeoutMs);
+  });
   try {
-    for await (const chunk of request.body) {
-      size += chunk.byteLength;
+    for (;;) {
+      const { done, value } = await Promise.race([reader.read(), timedOut]);
+      if (done) break;
+      size += value.byteLength;
       if (size > MAX_BODY_BYTES) throw tooLarge();
-      chunks.push(chunk);
+      chunks.push(value);
     }
   } catch (error) {
+    reader.cancel().catch(() => {});
     if (error instanceof OAuthError) throw error;
     throw new OAuthError(400, "invalid_request", "Could not read the request body");
+  } finally {
+    clearTimeout(timer);
   }
   const bytes = new Uint8Array(size);
   let offset = 0;
@@ -135,6 +150,19 @@ async function readLimitedText(request: Request): Promise<string> {
   } catch {
     throw new OAuthError(400, "invalid_request", "Body is not valid UTF-8");
   }
+}
+
+/**
+ * The client did not send its body in time: the request is abandoned, and the connection is not
+ * kept for another one (what is left of the body would be read as the next request).
+ */
+function bodyTimeout(timeoutMs: number): OAuthError {
+  return new OAuthError(
+    408,
+    "invalid_request",
+    `Request body not received within ${timeoutMs} ms`,
+    { "Connection": "close" },
+  );
 }
 
 function tooLarge(): OAuthError {

@@ -36,7 +36,7 @@ export interface TokenSigner {
    * The claims of a token we signed, checking only the signature and algorithm (revocation
    * accepts expired tokens and any issuer spelling); null when it is not ours.
    */
-  readSigned(token: string): Promise<Partial<AccessTokenClaims> | null>;
+  readSigned(token: string): Promise<Partial<AccessTokenClaims & { exp: number }> | null>;
 }
 
 const ALGORITHM = "HS256";

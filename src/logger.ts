@@ -8,8 +8,11 @@ export type LogFields = Record<string, string | number | boolean | undefined>;
 
 /** Where log lines go. */
 export interface Logger {
+  /** A normal event: a request served, the service listening. */
   info(message: string, fields?: LogFields): void;
+  /** Something an operator should look at, that did not fail a request. */
   warn(message: string, fields?: LogFields): void;
+  /** A failure. */
   error(message: string, fields?: LogFields): void;
 }
 
@@ -32,7 +35,21 @@ export function redact(token: string | undefined): string {
   return token.length <= 8 ? "…" : `${token.slice(0, 6)}…`;
 }
 
+const encoder = new TextEncoder();
+
+/**
+ * Straight to stdout, not through `console`: `deno serve --parallel` prefixes every console
+ * line with its worker's name, and a log line must stay one JSON object. A runtime without a
+ * writable stdout (a hosted isolate) gets `console`.
+ */
 function defaultWrite(line: string): void {
-  // deno-lint-ignore no-console -- the logger is the one place that prints.
-  console.log(line);
+  if (typeof Deno.stdout?.writeSync !== "function") {
+    // deno-lint-ignore no-console -- the logger is the one place that prints.
+    console.log(line);
+    return;
+  }
+  const bytes = encoder.encode(`${line}\n`);
+  for (let written = 0; written < bytes.length;) {
+    written += Deno.stdout.writeSync(bytes.subarray(written));
+  }
 }

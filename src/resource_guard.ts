@@ -40,17 +40,21 @@ const DEFAULT_GITLAB_TIMEOUT_MS = 10_000;
 
 /** The GitLab user a request acts for. */
 export interface AuthenticatedUser {
+  /** GitLab's numeric user id. */
   id: number;
+  /** GitLab's username, as it was at sign-in. */
   username: string;
 }
 
 /** What a successful authentication knows about the request. */
 export interface AuthenticatedRequest {
+  /** Who signed in. */
   user: AuthenticatedUser;
   /** The access token's scopes. */
   scopes: string[];
   /** The OAuth client the user signed in with. */
   clientId: string;
+  /** The session the access token belongs to (its `sid` claim). */
   sessionId: string;
   /** The user's GitLab access token, valid for at least five more minutes when GitLab said. */
   gitlabToken: string;

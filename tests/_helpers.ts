@@ -13,7 +13,7 @@ import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
-import { type Store } from "../src/store/mod.ts";
+import type { Store } from "../src/store/mod.ts";
 import { loadTemplates, type Templates } from "../src/templates.ts";
 import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {
@@ -163,13 +163,20 @@ const OFFLINE_METADATA_FETCHER: ClientMetadataFetcher = {
     Promise.reject(new ClientMetadataError("this test app fetches no metadata documents")),
 };
 
-/** The real app over `:memory:` KV; `env` as the environment would give it. */
+/**
+ * The real app over `:memory:` KV (or the KV file `kvPath`, to stand for one of several
+ * processes sharing it, with the `clock` and `upstream` they share); `env` as the environment
+ * would give it.
+ */
 export async function makeTestApp(
   options: {
     env?: Record<string, string>;
     logger?: Logger;
     configured?: boolean;
     clientMetadataFetcher?: ClientMetadataFetcher;
+    kvPath?: string;
+    clock?: FakeClock;
+    upstream?: FakeUpstream;
   } = {},
 ): Promise<TestApp> {
   const env = {
@@ -183,9 +190,9 @@ export async function makeTestApp(
     delete (env as Record<string, string>).JWT_SECRET;
   }
   const config = loadConfig(env);
-  const kv = await Deno.openKv(":memory:");
-  const clock = new FakeClock();
-  const upstream = new FakeUpstream();
+  const kv = await Deno.openKv(options.kvPath ?? ":memory:");
+  const clock = options.clock ?? new FakeClock();
+  const upstream = options.upstream ?? new FakeUpstream();
   templates ??= await loadTemplates();
   const logger = options.logger ?? silentLogger;
   // Test traffic stays on loopback: documents only from a fetcher a test hands in.
@@ -334,6 +341,31 @@ export async function poll(t: AppLike, flowState: string): Promise<Response> {
   return await t.app(
     new Request(`${TEST_BASE}/oauth/poll?flow_state=${encodeURIComponent(flowState)}`),
   );
+}
+
+/** A device poll that takes `ms` (real time) to answer `result`: for concurrent polls. */
+export function slowPoll(ms: number, result: DevicePollResult): () => Promise<DevicePollResult> {
+  return async () => {
+    await new Promise((resolve) => setTimeout(resolve, ms));
+    return result;
+  };
+}
+
+/** GET /oauth/poll, asserting 200; the body. */
+export async function pollOk(t: AppLike, flowState: string): Promise<Record<string, unknown>> {
+  const response = await poll(t, flowState);
+  const body = await response.json();
+  assert.equal(response.status, 200, JSON.stringify(body));
+  return body;
+}
+
+/** One poll that completes the flow, and the code it gives exchanged (both asserted). */
+export async function pollCompletesAndExchanges(t: TestApp, flowState: string): Promise<void> {
+  const done = await pollOk(t, flowState);
+  assert.equal(done.status, "complete", JSON.stringify(done));
+  const exchanged = await exchange(t, done.code as string);
+  assert.equal(exchanged.status, 200);
+  await exchanged.body?.cancel();
 }
 
 /** Runs a flow to completion and returns the authorization code. */

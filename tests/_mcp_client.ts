@@ -94,3 +94,36 @@ export function assertMcpSignInRequests(logs: string[]): void {
     assert.ok(requests.includes(expected), `${expected} in ${requests.join(", ")}`);
   }
 }
+
+/** What a Streamable HTTP client sends with a JSON-RPC POST. */
+export const MCP_POST_HEADERS = {
+  Accept: "application/json, text/event-stream",
+  "Content-Type": "application/json",
+} as const;
+
+/** An MCP `initialize` request's JSON-RPC body, from a client named `clientName`. */
+export function initializeBody(clientName: string): string {
+  return JSON.stringify({
+    jsonrpc: "2.0",
+    id: 1,
+    method: "initialize",
+    params: {
+      protocolVersion: "2025-06-18",
+      capabilities: {},
+      clientInfo: { name: clientName, version: "1.0.0" },
+    },
+  });
+}
+
+/** POST an MCP `initialize` to `{serviceUrl}/mcp` with `accessToken` as the Bearer token. */
+export function postInitialize(
+  serviceUrl: string,
+  accessToken: string,
+  clientName: string,
+): Promise<Response> {
+  return fetch(`${serviceUrl}/mcp`, {
+    method: "POST",
+    headers: { ...MCP_POST_HEADERS, Authorization: `Bearer ${accessToken}` },
+    body: initializeBody(clientName),
+  });
+}

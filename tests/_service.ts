@@ -29,18 +29,35 @@ export interface ServiceProcess {
 }
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
+/** Longer than the service's own 10 s bound on finishing requests in flight. */
+const STOP_GRACE_MS = 30_000;
+/** The permissions `deno task start` grants. */
+const PERMISSIONS = ["--allow-net", "--allow-env", "--allow-read", "--allow-write"];
+
+/** `deno run` with `deno task start`'s permissions: `entry`, then its arguments. */
+export function denoRunArgs(entry: string, entryArgs: string[] = []): string[] {
+  return ["run", ...PERMISSIONS, entry, ...entryArgs];
+}
+
+/** `deno task start`'s way: `deno run main.ts start`. */
+const RUN_START_ARGS = denoRunArgs(MAIN, ["start"]);
+
+/** `deno serve` on a random loopback port, with `flags` (e.g. `--parallel`), serving main.ts. */
+export function denoServeArgs(flags: string[] = []): string[] {
+  return ["serve", ...PERMISSIONS, "--host", "127.0.0.1", "--port", "0", ...flags, MAIN];
+}
 
 /**
- * Starts `deno run main.ts` (or another `entry` that starts the service, like the demo) with
- * `env` (PORT=0 and HOSTNAME=127.0.0.1 unless given).
+ * Starts `deno run main.ts start` (or Deno with `args`, e.g. `denoRunArgs(demo)` for another
+ * entry that starts the service) with `env` (PORT=0 and HOST=127.0.0.1 unless given).
  */
 export async function spawnService(
   env: Record<string, string>,
-  entry = MAIN,
+  args: string[] = RUN_START_ARGS,
 ): Promise<ServiceProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "--allow-net", "--allow-env", "--allow-read", "--allow-write", entry],
-    env: { ...inheritedEnv(), PORT: "0", HOSTNAME: "127.0.0.1", ...env },
+    args,
+    env: { ...inheritedEnv(), PORT: "0", HOST: "127.0.0.1", ...env },
     clearEnv: true,
     stdin: "null",
     stdout: "piped",
@@ -80,11 +97,26 @@ export async function spawnService(
       } catch {
         // already exited
       }
+      // A lost SIGTERM must fail the test (exit code 137), not hang the whole run.
+      const kill = setTimeout(() => {
+        logs.push(`no exit ${STOP_GRACE_MS} ms after SIGTERM: SIGKILL`);
+        child.kill("SIGKILL");
+      }, STOP_GRACE_MS);
       const { code } = await status;
+      clearTimeout(kill);
       await readers;
       return code;
     },
   };
+}
+
+/** Resolves once `condition` holds (checked every 10 ms); throws after `timeoutMs`. */
+export async function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error("condition not met in time");
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
 }
 
 /** What a command-line run printed, and how it exited. */
@@ -100,16 +132,7 @@ export async function runAdminCli(
   env: Record<string, string>,
 ): Promise<CommandRun> {
   const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "--allow-net",
-      "--allow-env",
-      "--allow-read",
-      "--allow-write",
-      MAIN,
-      "admin",
-      ...args,
-    ],
+    args: denoRunArgs(MAIN, ["admin", ...args]),
     env: { ...inheritedEnv(), ...env },
     clearEnv: true,
     stdin: "null",
@@ -128,11 +151,12 @@ export interface ServiceWithGitLab {
 
 /**
  * Starts the simulated GitLab and the service aimed at it, configured (GitLab application
- * `clientId`, `TEST_SECRET`, in-memory KV) with `env` on top.
+ * `clientId`, `TEST_SECRET`, in-memory KV) with `env` on top; `args` as for spawnService.
  */
 export async function spawnWithGitLab(
   clientId: string,
   env: Record<string, string> = {},
+  args: string[] = RUN_START_ARGS,
 ): Promise<ServiceWithGitLab> {
   const gitlab = startSimulatedGitLab();
   let service: ServiceProcess;
@@ -143,7 +167,7 @@ export async function spawnWithGitLab(
       JWT_SECRET: TEST_SECRET,
       KV_PATH: ":memory:",
       ...env,
-    });
+    }, args);
   } catch (error) {
     await gitlab.close();
     throw error;

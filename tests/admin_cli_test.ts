@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { VERIFIED_TOKEN_TTL_MS } from "../src/session/verified_tokens.ts";
 import { PKCE, TEST_SECRET } from "./_helpers.ts";
+import { postInitialize } from "./_mcp_client.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import {
   authorizeOverHttp,
@@ -37,24 +38,7 @@ function jsonLines(text: string): Json[] {
 
 /** An MCP `initialize` through the gateway with `accessToken`; answers the status. */
 async function gatewayStatus(serviceUrl: string, accessToken: string): Promise<number> {
-  const response = await fetch(`${serviceUrl}/mcp`, {
-    method: "POST",
-    headers: {
-      Authorization: `Bearer ${accessToken}`,
-      "Content-Type": "application/json",
-      Accept: "application/json, text/event-stream",
-    },
-    body: JSON.stringify({
-      jsonrpc: "2.0",
-      id: 1,
-      method: "initialize",
-      params: {
-        protocolVersion: "2025-06-18",
-        capabilities: {},
-        clientInfo: { name: "admin-test", version: "1.0.0" },
-      },
-    }),
-  });
+  const response = await postInitialize(serviceUrl, accessToken, "admin-test");
   await response.body?.cancel();
   return response.status;
 }

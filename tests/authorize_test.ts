@@ -265,10 +265,12 @@ Deno.test("4.1 success / 2.1: device flow record stored under flow_state with th
     assert.deepEqual(await response.json(), { status: "pending" });
   }));
 
-Deno.test("4.1 success: every request starts its own flow with a distinct flow_state", () =>
+Deno.test("4.1 success: every distinct request starts its own flow with a distinct flow_state", () =>
   withApp(async (t) => {
     const a = flowDataFromPage(await (await authorize(t)).text()).flowState;
-    const b = flowDataFromPage(await (await authorize(t)).text()).flowState;
+    // A different state is a different request (an identical one shares the flow, see
+    // repeat_authorize_test.ts).
+    const b = flowDataFromPage(await (await authorize(t, { state: "other" })).text()).flowState;
     assert.notEqual(a, b);
     assert.equal(t.upstream.calls.start, 2);
     assert.ok(await t.store.getFlow(a));

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import {
   ConfigError,
   listConfigVariables,
+  listenHostname,
   loadConfig,
   missingOAuthSettings,
   oauthSettings,
@@ -30,7 +31,7 @@ Deno.test("loadConfig defaults", async (t) => {
 
   await t.step("server address", () => {
     assert.equal(config.port, 8000);
-    assert.equal(config.hostname, "0.0.0.0");
+    assert.equal(listenHostname(config), "0.0.0.0");
   });
   await t.step("GitLab", () => {
     assert.equal(config.gitlabUrl.href, "https://gitlab.com/");
@@ -47,9 +48,9 @@ Deno.test("loadConfig defaults", async (t) => {
     assert.equal(config.baseUrl, undefined);
   });
   await t.step("empty and blank values count as unset", () => {
-    const blank = loadConfig({ PORT: "", HOSTNAME: "  ", ACCESS_TOKEN_TTL: "", KV_PATH: "" });
+    const blank = loadConfig({ PORT: "", HOST: "  ", ACCESS_TOKEN_TTL: "", KV_PATH: "" });
     assert.equal(blank.port, 8000);
-    assert.equal(blank.hostname, "0.0.0.0");
+    assert.equal(listenHostname(blank), "0.0.0.0");
     assert.equal(blank.accessTokenTtlSeconds, 3600);
     assert.equal(blank.kvPath, undefined);
   });
@@ -60,7 +61,7 @@ Deno.test("loadConfig reads valid values", async (t) => {
     const config = loadConfig({
       ...CONFIGURED,
       PORT: "9090",
-      HOSTNAME: "127.0.0.1",
+      HOST: "127.0.0.1",
       GITLAB_URL: "https://gitlab.example.org",
       GITLAB_SCOPES: "read_user api",
       ACCESS_TOKEN_TTL: "600",
@@ -70,7 +71,7 @@ Deno.test("loadConfig reads valid values", async (t) => {
       TRUST_PROXY: "true",
     });
     assert.equal(config.port, 9090);
-    assert.equal(config.hostname, "127.0.0.1");
+    assert.equal(listenHostname(config), "127.0.0.1");
     assert.equal(config.gitlabUrl.origin, "https://gitlab.example.org");
     assert.equal(config.gitlabClientId, "gitlab-app-id");
     assert.equal(config.gitlabScopes, "read_user api");
@@ -109,6 +110,26 @@ Deno.test("loadConfig reads valid values", async (t) => {
   });
   await t.step("a JWT_SECRET of exactly 32 bytes is accepted", () => {
     assert.equal(loadConfig({ JWT_SECRET: "x".repeat(32) }).jwtSecret, "x".repeat(32));
+  });
+});
+
+Deno.test("listen address: HOST, else HOSTNAME only when it is an address", async (t) => {
+  const listen = (env: Record<string, string>) => listenHostname(loadConfig(env));
+  await t.step("a machine name in HOSTNAME (as shells and containers set it) is ignored", () => {
+    for (const name of ["web-7f9c4d", "build.example.org", "localhost.localdomain", "1.2.3"]) {
+      assert.equal(listen({ HOSTNAME: name }), "0.0.0.0", name);
+    }
+  });
+  await t.step("an IP literal or localhost in HOSTNAME is honoured", () => {
+    assert.equal(listen({ HOSTNAME: "127.0.0.1" }), "127.0.0.1");
+    assert.equal(listen({ HOSTNAME: "::1" }), "::1");
+    assert.equal(listen({ HOSTNAME: "[::1]" }), "::1");
+    assert.equal(listen({ HOSTNAME: "localhost" }), "localhost");
+    assert.equal(listen({ HOSTNAME: "256.1.1.1" }), "0.0.0.0");
+  });
+  await t.step("HOST wins over HOSTNAME", () => {
+    assert.equal(listen({ HOST: "127.0.0.1", HOSTNAME: "10.0.0.5" }), "127.0.0.1");
+    assert.equal(listen({ HOST: "[::]", HOSTNAME: "10.0.0.5" }), "::");
   });
 });
 

@@ -12,7 +12,7 @@ import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
-import { followPageWithoutBrowser, spawnService } from "./_service.ts";
+import { denoRunArgs, followPageWithoutBrowser, spawnService } from "./_service.ts";
 
 const DEMO = new URL("../dev/demo.ts", import.meta.url).pathname;
 
@@ -27,7 +27,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const demo = await spawnService({ PORT: "0" }, DEMO);
+    const demo = await spawnService({ PORT: "0" }, denoRunArgs(DEMO));
     const client = new Client({ name: "demo-test", version: "1.0.0" });
     try {
       const gitlabUrl = new URL(demo.listening.gitlab);

@@ -34,8 +34,14 @@ async function authorize(service: ServiceProcess): Promise<string> {
   return (await authorizeOverHttp(service.url, AUTHORIZE)).flowState;
 }
 
+/**
+ * A GitLab announcing `interval: 0`: the service may ask again at once, so a poll right after
+ * the approval reaches GitLab without the test waiting out an interval on the wall clock.
+ */
+const NO_INTERVAL = { interval: 0 };
+
 Deno.test("e2e: authorize → approve at GitLab → poll → code exchange → refresh, over HTTP", async () => {
-  const gitlab = startSimulatedGitLab();
+  const gitlab = startSimulatedGitLab(NO_INTERVAL);
   const service = await spawnService(serviceEnv(gitlab.url));
   try {
     const flowState = await authorize(service);
@@ -100,7 +106,7 @@ Deno.test("e2e: denied at GitLab → poll answers failed with access_denied", as
 });
 
 Deno.test("e2e: a refresh token survives a restart on a file-backed KV", async () => {
-  const gitlab = startSimulatedGitLab();
+  const gitlab = startSimulatedGitLab(NO_INTERVAL);
   const dir = await Deno.makeTempDir();
   const env = serviceEnv(gitlab.url, { KV_PATH: `${dir}/kv.sqlite` });
   try {
@@ -184,22 +190,26 @@ Deno.test("e2e: without GITLAB_CLIENT_ID and JWT_SECRET it starts, warns once, a
 
 Deno.test("e2e: a wrong configuration value stops start-up with one line naming it", async () => {
   for (
-    const [name, value] of [
+    const [name, value, named = name] of [
       ["JWT_SECRET", "too-short"],
       ["ACCESS_TOKEN_TTL", "soon"],
       ["GITLAB_URL", "not a url"],
+      // The strict profile without the BASE_URL it needs names BASE_URL.
+      ["SECURITY_PROFILE", "strict", "BASE_URL"],
     ]
   ) {
     const output = await new Deno.Command(Deno.execPath(), {
-      args: ["run", "--allow-all", new URL("../main.ts", import.meta.url).pathname],
+      args: ["run", "--allow-all", new URL("../main.ts", import.meta.url).pathname, "start"],
       env: { [name]: value, KV_PATH: ":memory:", PORT: "0" },
       stdout: "piped",
       stderr: "piped",
+      // A service that starts instead of refusing is stopped, and fails the exit-code check.
+      signal: AbortSignal.timeout(30_000),
     }).output();
     assert.equal(output.code, 1);
     const lines = new TextDecoder().decode(output.stdout).trim().split("\n");
     assert.equal(lines.length, 1, lines.join("\n"));
-    assert.match(lines[0], new RegExp(name));
+    assert.match(lines[0], new RegExp(named));
     if (name === "JWT_SECRET") assert.doesNotMatch(lines[0], /too-short/);
   }
 });

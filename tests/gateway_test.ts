@@ -23,6 +23,7 @@ import {
   type TestApp,
 } from "./_helpers.ts";
 import { recordsOf } from "../src/store/keys.ts";
+import { initializeBody, MCP_POST_HEADERS } from "./_mcp_client.ts";
 import { inProcessFetch, startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
 
 const MCP = `${TEST_BASE}/mcp`;
@@ -875,20 +876,8 @@ Deno.test("gateway: an MCP server's Set-Cookie, CORS and internal headers never 
   }
 });
 
-const INITIALIZE = JSON.stringify({
-  jsonrpc: "2.0",
-  id: 1,
-  method: "initialize",
-  params: {
-    protocolVersion: "2025-06-18",
-    capabilities: {},
-    clientInfo: { name: "hijack-test", version: "1.0.0" },
-  },
-});
-const MCP_HEADERS = {
-  Accept: "application/json, text/event-stream",
-  "Content-Type": "application/json",
-};
+const INITIALIZE = initializeBody("hijack-test");
+const MCP_HEADERS = MCP_POST_HEADERS;
 
 /** A JSON-RPC `tools/list` on an MCP session with `token`. */
 function toolsList(t: TestApp, token: string, mcpSessionId: string): Promise<Response> {

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import * as oauth from "oauth4webapi";
 import { ignoreBrowserTests, launchBrowser, startCallbackServer } from "./_browser.ts";
 import { TEST_SECRET } from "./_helpers.ts";
+import { postInitialize } from "./_mcp_client.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import {
   followPageWithoutBrowser,
@@ -293,24 +294,7 @@ Deno.test("oauth4webapi: resource (RFC 8707) in the authorization and token requ
     );
 
     const call = (base: string) =>
-      fetch(`${base}/mcp`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${refreshed.access_token}`,
-          "Content-Type": "application/json",
-          Accept: "application/json, text/event-stream",
-        },
-        body: JSON.stringify({
-          jsonrpc: "2.0",
-          id: 1,
-          method: "initialize",
-          params: {
-            protocolVersion: "2025-06-18",
-            capabilities: {},
-            clientInfo: { name: "oauth4webapi-test", version: "1" },
-          },
-        }),
-      });
+      postInitialize(base, refreshed.access_token, "oauth4webapi-test");
     const refused = await call(other.url);
     assert.equal(refused.status, 401);
     assert.equal((await refused.json()).error, "invalid_token");

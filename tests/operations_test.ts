@@ -1,7 +1,7 @@
 /** Running the service: graceful shutdown, the demo, structured logs. */
 
 import assert from "node:assert/strict";
-import { spawnService, spawnWithGitLab } from "./_service.ts";
+import { spawnService, spawnWithGitLab, waitFor } from "./_service.ts";
 
 Deno.test("SIGTERM: a request in flight finishes, then the process exits 0", async () => {
   const { gitlab, service, close } = await spawnWithGitLab("ops-app", {
@@ -37,7 +37,7 @@ Deno.test("logs are JSON lines with a request id per request", async () => {
     const entry = JSON.parse(service.logs.find((line) => line.includes(requestId))!);
     assert.equal(entry.message, "request");
     assert.equal(entry.path, "/healthz");
-    assert.equal(entry.status, 503);
+    assert.equal(entry.status, 200);
   } finally {
     await service.stop();
   }
@@ -73,11 +73,3 @@ Deno.test("deno task demo: prints a client URL that starts a sign-in at the serv
     await child.status;
   }
 });
-
-async function waitFor(condition: () => boolean, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error("condition not met in time");
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}

@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { findSessionByRefreshToken } from "../src/session/life.ts";
 import {
+  assertNo500,
   assertOneWinner,
   countRecords,
   exchange,
@@ -34,6 +35,23 @@ Deno.test("REVOKE_ON_CODE_REPLAY=true: a replayed code is refused and ends the s
     t.close();
   }
 });
+
+Deno.test("REVOKE_ON_CODE_REPLAY=true: parallel replays revoke the session's GitLab token once", () =>
+  withApp(async (t) => {
+    const code = await issueCode(t);
+    const first = await exchange(t, code);
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    const replays = await Promise.all(
+      Array.from({ length: 10 }, async () => {
+        const response = await exchange(t, code);
+        return { status: response.status, body: await response.json() };
+      }),
+    );
+    assertNo500(replays);
+    assert.ok(replays.every((r) => r.status === 400 && r.body.error === "invalid_grant"));
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"]);
+  }, { env: { REVOKE_ON_CODE_REPLAY: "true" } }));
 
 Deno.test("REVOKE_ON_CODE_REPLAY off (default): a replay is refused and the session lives on", async () => {
   const t = await makeTestApp();

@@ -154,6 +154,7 @@ Deno.test("4.2 Upstream yields no token → 200 {status: pending}", () =>
       const polled = await pollOnce(t, flowState);
       assert.equal(polled.status, 200);
       assert.deepEqual(polled.body, { status: "pending" });
+      t.clock.advance(5_000); // the interval: the upstream is asked again
     }
     assert.equal(t.upstream.calls.poll, 3);
     assert.ok(await t.store.getFlow(flowState));
@@ -182,6 +183,7 @@ Deno.test("4.2 Any other upstream error → 200 {status: pending}, flow kept", (
       assert.equal(polled.status, 200);
       assert.deepEqual(polled.body, { status: "pending" });
       assert.ok(await t.store.getFlow(flowState), "flow survives");
+      t.clock.advance(5_000);
     }
     t.upstream.approve();
     assertComplete(await pollOnce(t, flowState), { redirect_uri: REDIRECT, state: "xyz" });
@@ -226,7 +228,7 @@ Deno.test("4.2 success order: user fetched, code stored with 10-minute lifetime,
     assert.equal(session.value.updatedAt, now);
 
     assert.equal(await t.store.getFlow(flowState), null, "flow deleted");
-    assert.deepEqual(await kvKinds(t), ["code", "session"]);
+    assert.deepEqual(await kvKinds(t), ["code", "session", "unredeemed"]);
   }));
 
 Deno.test("4.2 fetchUser failing terminally → 200 failed <message>, record deleted, nothing else stored", () =>
@@ -255,7 +257,7 @@ Deno.test("4.2 fetchUser failing transiently → 200 pending; next poll complete
     assert.deepEqual(first.body, { status: "pending" });
     assert.equal(t.upstream.calls.poll, 1);
     assert.equal(t.upstream.calls.user, 1);
-    assert.deepEqual(await kvKinds(t), ["flow"], "no code, no session yet");
+    assert.deepEqual(await kvKinds(t), ["flow", "repeat"], "no code, no session yet");
 
     t.upstream.user = { id: 4242, username: "ada" };
     const code = assertComplete(await pollOnce(t, flowState), {
@@ -296,6 +298,7 @@ Deno.test("2.4 pending / failed / expired bodies carry exactly their fields", ()
   withApp(async (t) => {
     const flowState = await startFlow(t);
     assert.deepEqual(Object.keys((await pollOnce(t, flowState)).body), ["status"]);
+    t.clock.advance(5_000);
     t.upstream.polls.push(TERMINAL_ERRORS.denied);
     assert.deepEqual(Object.keys((await pollOnce(t, flowState)).body).sort(), ["error", "status"]);
     assert.deepEqual(Object.keys((await pollOnce(t, flowState)).body).sort(), ["error", "status"]);
@@ -313,7 +316,8 @@ Deno.test("3.1 (none) → pending: GET /authorize succeeds → record stored, HT
     assert.equal(response.status, 200);
     assert.match(response.headers.get("content-type") ?? "", /^text\/html/);
     await response.body?.cancel();
-    assert.deepEqual(await kvKinds(t), ["flow"]);
+    // And the request, so that an identical one within 60 s shows this flow.
+    assert.deepEqual(await kvKinds(t), ["flow", "repeat"]);
   }));
 
 Deno.test("3.1 pending → complete: upstream poll yields a token", () =>
@@ -321,9 +325,10 @@ Deno.test("3.1 pending → complete: upstream poll yields a token", () =>
     const flowState = await startFlow(t);
     assert.deepEqual((await pollOnce(t, flowState)).body, { status: "pending" });
     t.upstream.approve();
+    t.clock.advance(5_000);
     assertComplete(await pollOnce(t, flowState), { redirect_uri: REDIRECT, state: "xyz" });
     assert.equal(t.upstream.calls.user, 1);
-    assert.deepEqual(await kvKinds(t), ["code", "session"]);
+    assert.deepEqual(await kvKinds(t), ["code", "session", "unredeemed"]);
   }));
 
 Deno.test("3.1 pending → pending: upstream poll yields no token yet", () =>
@@ -334,7 +339,9 @@ Deno.test("3.1 pending → pending: upstream poll yields no token yet", () =>
     assert.equal(polled.status, 200);
     assert.deepEqual(polled.body, { status: "pending" });
     const after = await t.store.getFlow(flowState);
-    assert.deepEqual(after?.value, before?.value, "no other effect");
+    assert.ok(before && after);
+    // No other effect than when the upstream may be asked next (one interval on).
+    assert.deepEqual(after.value, { ...before.value, nextPollAt: t.clock.now() + 5_000 });
   }));
 
 for (const word of ["expired", "denied", "invalid"] as const) {

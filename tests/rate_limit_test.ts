@@ -50,8 +50,13 @@ async function send(
   return { status: response.status, headers: response.headers, body: await response.text() };
 }
 
+let authorizations = 0;
+
+/** A distinct authorization request each time (an identical one would share the first's flow). */
 function authorize(app: FetchHandler, ip: string | undefined, headers: HeadersInit = {}) {
-  return send(app, ip, `/authorize?${authorizeQuery()}`, { headers });
+  return send(app, ip, `/authorize?${authorizeQuery({ state: `s${++authorizations}` })}`, {
+    headers,
+  });
 }
 
 /** A 429 as rate limiting answers it; returns the Retry-After seconds. */
@@ -331,6 +336,7 @@ Deno.test("rate limit: /oauth/poll has its own limit", () =>
     const { flowState } = flowDataFromPage(page.body);
     const pollPath = `/oauth/poll?flow_state=${encodeURIComponent(flowState)}`;
     assert.equal((await send(t.app, CLIENT, pollPath)).status, 200);
+    t.clock.advance(5_000); // GitLab's interval
     assert.equal((await send(t.app, CLIENT, pollPath)).status, 200);
     assert.equal(t.upstream.calls.poll, 2);
     const retryAfter = assertLimited(await send(t.app, CLIENT, pollPath));
@@ -451,7 +457,9 @@ Deno.test("rate limit: two service processes on one KV file share the count", as
   const second = await spawnService(env);
   try {
     const get = async (base: string) => {
-      const response = await fetch(`${base}/authorize?${authorizeQuery()}`);
+      const response = await fetch(
+        `${base}/authorize?${authorizeQuery({ state: `s${++authorizations}` })}`,
+      );
       return { status: response.status, headers: response.headers, body: await response.text() };
     };
     assert.equal((await get(first.url)).status, 200);

@@ -8,6 +8,8 @@
 import assert from "node:assert/strict";
 import { sha256Base64Url } from "../src/crypto.ts";
 import { recordsOf } from "../src/store/keys.ts";
+import { CODE_TTL_MS } from "../src/session/life.ts";
+import { sessionIdOf } from "../src/store/session_tokens.ts";
 import {
   authorizeQuery,
   consentFormOf,
@@ -178,6 +180,23 @@ Deno.test("redirect mode: Continue → GitLab with our client, callback, state a
     assert.equal(tokens.status, 200, await tokens.clone().text());
     assert.equal((await tokens.json()).token_type, "Bearer");
     assert.equal(await countRecords(t.kv, "signin"), 0, "no step is left behind");
+  });
+});
+
+Deno.test("redirect mode: an unredeemed code leaves no session behind; the next callback revokes its GitLab token", async () => {
+  await withRedirectApp(async (t) => {
+    const signIn = async (gitlabToken: string) => {
+      const jar = new CookieJar();
+      const state = (await continueToGitLab(t, jar)).searchParams.get("state") ?? "";
+      t.upstream.exchanges.push({ accessToken: gitlabToken, refreshToken: `${gitlabToken}-r` });
+      return clientLocation(await callback(t, jar, { code: "gl-code", state })).get("code") ?? "";
+    };
+    const abandoned = await signIn("gl-abandoned");
+    t.clock.advance(CODE_TTL_MS + 1);
+    assert.equal(await t.store.getSession(sessionIdOf(abandoned) ?? ""), null);
+    await signIn("gl-next");
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-abandoned"]);
+    assert.equal(await countRecords(t.kv, "session"), 1, "only the new sign-in's");
   });
 });
 

@@ -336,3 +336,74 @@ Deno.test("register: a registration survives a restart on a file KV and authoriz
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+// ---- abuse caps: what open registration may store, and for how long --------------------------
+
+Deno.test("register: metadata over 4 KiB is refused, so open registration cannot fill the KV", () =>
+  withApp(async (t) => {
+    const longUris = Array.from(
+      { length: 20 },
+      (_, i) => `https://app.example/${i}/${"p".repeat(1000)}`,
+    );
+    const cases: Json[] = [
+      { redirect_uris: longUris },
+      { ...TYPICAL, contacts: ["a@client.example", "b", "c", "d", "e", "f"] },
+      { ...TYPICAL, contacts: [`${"x".repeat(501)}@client.example`] },
+      { ...TYPICAL, grant_types: Array(1000).fill("authorization_code") },
+      { ...TYPICAL, response_types: Array(11).fill("code") },
+    ];
+    for (const body of cases) {
+      await assertError(await register(t, body), 400, "invalid_client_metadata");
+    }
+    assert.equal((await recordsOf(t.kv, "client")).length, 0, "nothing stored");
+    const fits = await register(t, { ...TYPICAL, contacts: Array(5).fill("x".repeat(500)) });
+    assert.equal(fits.status, 201, "five contacts of 500 characters fit");
+    await fits.body?.cancel();
+  }));
+
+/** Registers TYPICAL and returns its client id. */
+async function registerTypical(t: TestApp): Promise<string> {
+  const response = await register(t, TYPICAL);
+  assert.equal(response.status, 201);
+  return (await response.json()).client_id;
+}
+
+/** `/authorize` with `clientId` and TYPICAL's redirect URI; returns the status. */
+async function authorizeAs(t: TestApp, clientId: string): Promise<number> {
+  const query = authorizeQuery({ client_id: clientId, redirect_uri: TYPICAL.redirect_uris[0] });
+  const response = await t.app(new Request(`${TEST_BASE}/authorize?${query}`));
+  await response.body?.cancel();
+  return response.status;
+}
+
+const HOUR_MS = 3600 * 1000;
+const DAY_MS = 24 * HOUR_MS;
+
+Deno.test("register: a registration no /authorize used within 24 hours is forgotten", () =>
+  withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
+    const clientId = await registerTypical(t);
+    t.clock.advance(DAY_MS + 1);
+    assert.equal(await t.store.getClient(clientId), null);
+    assert.deepEqual(await t.store.listClients(), [], "nor listed to the operator");
+    assert.equal(await authorizeAs(t, clientId), 400, "unknown under the registered policy");
+  }));
+
+Deno.test("register: a used registration lives 30 days after its last use, renewed at most daily", () =>
+  withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
+    const clientId = await registerTypical(t);
+    t.clock.advance(23 * HOUR_MS);
+    assert.equal(await authorizeAs(t, clientId), 200, "first use within the day");
+    const renewed = await recordsOf(t.kv, "client");
+
+    t.clock.advance(HOUR_MS);
+    assert.equal(await authorizeAs(t, clientId), 200);
+    assert.deepEqual(await recordsOf(t.kv, "client"), renewed, "a use a day later writes nothing");
+
+    t.clock.advance(29 * DAY_MS);
+    assert.equal(await authorizeAs(t, clientId), 200, "29 days after the first use");
+    t.clock.advance(30 * DAY_MS - 1);
+    assert.ok(await t.store.getClient(clientId), "30 days after the last use, not yet gone");
+    t.clock.advance(2);
+    assert.equal(await t.store.getClient(clientId), null, "forgotten 30 days after the last use");
+    assert.equal(await authorizeAs(t, clientId), 400);
+  }));

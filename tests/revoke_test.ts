@@ -96,10 +96,22 @@ Deno.test("revoke: an access token hinted as refresh_token is still found", () =
     await assertRefreshFails(t, tokens.refresh_token);
   }));
 
-Deno.test("revoke: an expired access token still names its session", () =>
+Deno.test("revoke: a leaked access token past its exp answers 200 and logs nobody out", () =>
   withApp(async (t) => {
     const tokens = await issueTokens(t);
     t.clock.advance(2 * 3600 * 1000);
+    await assertRevoked200(await revoke(t, { token: tokens.access_token }));
+    assert.ok(await t.store.getSession(sessionIdOf(tokens.access_token)), "the session lives");
+    assert.equal(t.upstream.calls.revoke, 0, "the GitLab token is not revoked");
+    const refreshed = await refresh(t, tokens.refresh_token);
+    assert.equal(refreshed.status, 200, "the refresh token still works");
+    await refreshed.body?.cancel();
+  }));
+
+Deno.test("revoke: an access token in its last second still ends its session", () =>
+  withApp(async (t) => {
+    const tokens = await issueTokens(t);
+    t.clock.advance(3600 * 1000 - 1);
     await assertRevoked200(await revoke(t, { token: tokens.access_token }));
     assert.equal(await t.store.getSession(sessionIdOf(tokens.access_token)), null);
   }));

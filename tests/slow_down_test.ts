@@ -5,17 +5,16 @@
  */
 
 import assert from "node:assert/strict";
-import type { DevicePollResult } from "../src/upstream/types.ts";
-import { countRecords, exchange, poll, startFlow, type TestApp, withApp } from "./_helpers.ts";
-
-const delay = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-async function pollBody(t: TestApp, flowState: string): Promise<Record<string, unknown>> {
-  const response = await poll(t, flowState);
-  const body = await response.json();
-  assert.equal(response.status, 200, JSON.stringify(body));
-  return body;
-}
+import {
+  countRecords,
+  poll,
+  pollCompletesAndExchanges,
+  pollOk as pollBody,
+  slowPoll,
+  startFlow,
+  type TestApp,
+  withApp,
+} from "./_helpers.ts";
 
 async function storedFlow(t: TestApp, flowState: string) {
   const flow = await t.store.getFlow(flowState);
@@ -49,12 +48,8 @@ Deno.test("slow_down: the flow is not polled upstream again for interval + 5 s, 
 
     // Once the interval has passed it is polled again, and completes.
     t.clock.current = slowedAt + 10_000;
-    const done = await pollBody(t, flowState);
-    assert.equal(done.status, "complete");
+    await pollCompletesAndExchanges(t, flowState);
     assert.equal(t.upstream.calls.poll, 2);
-    const exchanged = await exchange(t, done.code as string);
-    assert.equal(exchanged.status, 200);
-    await exchanged.body?.cancel();
   }));
 
 Deno.test("slow_down: every slow_down adds another 5 s", () =>
@@ -85,7 +80,7 @@ Deno.test("slow_down: every slow_down adds another 5 s", () =>
 Deno.test("slow_down: only the flow GitLab slowed down waits", () =>
   withApp(async (t) => {
     const slowed = await startFlow(t);
-    const other = await startFlow(t);
+    const other = await startFlow(t, { state: "other" });
     t.upstream.polls.push({ kind: "slow_down" });
     await pollBody(t, slowed);
     assert.equal(t.upstream.calls.poll, 1);
@@ -112,14 +107,6 @@ Deno.test("slow_down: a flow waiting out its interval still expires on time", ()
     assert.equal(await t.store.getFlow(flowState), null);
   }));
 
-/** A device poll that takes `ms` to answer `result`. */
-function slowPoll(ms: number, result: DevicePollResult): () => Promise<DevicePollResult> {
-  return async () => {
-    await delay(ms);
-    return result;
-  };
-}
-
 Deno.test("slow_down: 10 concurrent polls of one flow share one upstream call", () =>
   withApp(async (t) => {
     const flowState = await startFlow(t);
@@ -131,7 +118,8 @@ Deno.test("slow_down: 10 concurrent polls of one flow share one upstream call", 
     assert.equal(t.upstream.calls.poll, 1);
     assert.equal(await countRecords(t.kv, "lease"), 0);
 
-    // The lease is gone: the next poll asks GitLab again.
+    // The lease is gone: once the interval has passed, the next poll asks GitLab again.
+    t.clock.advance(5_000);
     await pollBody(t, flowState);
     assert.equal(t.upstream.calls.poll, 2);
   }));

@@ -205,7 +205,6 @@ Deno.test("transient failures of the token endpoint", async (t) => {
     for (
       const [mode, code] of [
         ["500", "http_500"],
-        ["429", "http_429"],
         ["malformed", "malformed"],
         ["timeout", "timeout"],
       ] as const
@@ -218,10 +217,18 @@ Deno.test("transient failures of the token endpoint", async (t) => {
       });
     }
 
+    await t.step("429 is a rate_limited answer with its Retry-After, not an error", async () => {
+      gitlab.failNext("token", "429");
+      assert.deepEqual(await upstream.pollDeviceToken(flow.deviceCode), {
+        kind: "rate_limited",
+        backoff: { retryAfterSeconds: 1 },
+      });
+      assert.deepEqual(await upstream.pollDeviceToken(flow.deviceCode), { kind: "pending" });
+    });
+
     await t.step("each transient failure was logged, without secrets", () => {
       assert.deepEqual(logs.map((line) => line.fields?.code), [
         "http_500",
-        "http_429",
         "malformed",
         "timeout",
       ]);
@@ -553,7 +560,6 @@ Deno.test("responses: classification of token errors", async (t) => {
     [400, { error: "has spaces and <html>" }, "transient", "http_400"],
     [400, "not json", "transient", "http_400"],
     [404, { message: "404 Not Found" }, "transient", "http_404"],
-    [429, { error: "invalid_request" }, "transient", "http_429"],
     [502, { error: "invalid_grant" }, "transient", "http_502"],
     [503, "<html>down</html>", "transient", "http_503"],
   ];
@@ -566,6 +572,18 @@ Deno.test("responses: classification of token errors", async (t) => {
       await assertUpstreamError(upstream.refreshTokens("rt"), failure, code);
     });
   }
+
+  await t.step(
+    '429 {"error":"invalid_request"}: the refresh is transient http_429, the device poll rate_limited',
+    async () => {
+      const { upstream } = cannedClient([
+        () => jsonResponse(429, { error: "invalid_request" }),
+        () => jsonResponse(429, { error: "invalid_request" }),
+      ]);
+      await assertUpstreamError(upstream.refreshTokens("rt"), "transient", "http_429");
+      assert.deepEqual(await upstream.pollDeviceToken("dc"), { kind: "rate_limited", backoff: {} });
+    },
+  );
 
   await t.step("authorization_pending on the refresh grant is not a success", async () => {
     const { upstream } = cannedClient([
@@ -707,4 +725,73 @@ Deno.test("a server that never answers times out before the headers too", async 
   });
   await assertUpstreamError(upstream.pollDeviceToken("dc"), "transient", "timeout");
   await assertUpstreamError(upstream.fetchUser("at"), "transient", "timeout");
+});
+
+Deno.test("responses: the device poll surfaces GitLab's rate limit from its status and headers, never its text", async (t) => {
+  const pendingBody = { error: "authorization_pending" };
+  const token = { access_token: "at-rl", token_type: "Bearer", refresh_token: "rt-rl" };
+  const answer = (status: number, body: unknown, headers: Record<string, string>) => () =>
+    new Response(JSON.stringify(body), {
+      status,
+      headers: { "Content-Type": "application/json", ...headers },
+    });
+  const cases: [string, () => Response, unknown][] = [
+    ["429 without headers", answer(429, {}, {}), { kind: "rate_limited", backoff: {} }],
+    [
+      "429 Retry-After: 30",
+      answer(429, {}, { "Retry-After": "30" }),
+      { kind: "rate_limited", backoff: { retryAfterSeconds: 30 } },
+    ],
+    [
+      "429 Retry-After as an HTTP date",
+      answer(429, {}, { "Retry-After": "Thu, 01 Jan 2026 00:00:30 GMT" }),
+      { kind: "rate_limited", backoff: { resumeAtEpochSeconds: 1767225630 } },
+    ],
+    [
+      "429 RateLimit-Reset as a Unix time (GitLab)",
+      answer(429, {}, { "RateLimit-Reset": "1767225630", "RateLimit-Remaining": "0" }),
+      { kind: "rate_limited", backoff: { resumeAtEpochSeconds: 1767225630 } },
+    ],
+    [
+      "429 RateLimit-Reset in seconds (IETF draft)",
+      answer(429, {}, { "RateLimit-Reset": "42" }),
+      { kind: "rate_limited", backoff: { retryAfterSeconds: 42 } },
+    ],
+    [
+      "429 Retry-After wins over RateLimit-Reset",
+      answer(429, {}, { "Retry-After": "7", "RateLimit-Reset": "1767225630" }),
+      { kind: "rate_limited", backoff: { retryAfterSeconds: 7 } },
+    ],
+    [
+      "429 with unreadable headers",
+      answer(429, {}, { "Retry-After": "soon", "RateLimit-Reset": "-5" }),
+      { kind: "rate_limited", backoff: {} },
+    ],
+    [
+      "429 whose body says slow_down is still the rate limit",
+      answer(429, { error: "slow_down" }, { "Retry-After": "3" }),
+      { kind: "rate_limited", backoff: { retryAfterSeconds: 3 } },
+    ],
+    [
+      "pending with RateLimit-Remaining: 0",
+      answer(400, pendingBody, { "RateLimit-Remaining": "0", "RateLimit-Reset": "1767225690" }),
+      { kind: "pending", backoff: { resumeAtEpochSeconds: 1767225690 } },
+    ],
+    [
+      "pending with requests remaining",
+      answer(400, pendingBody, { "RateLimit-Remaining": "5", "RateLimit-Reset": "1767225690" }),
+      { kind: "pending" },
+    ],
+    [
+      "a token with RateLimit-Remaining: 0 and no reset",
+      answer(200, token, { "RateLimit-Remaining": "0" }),
+      { kind: "token", tokens: { accessToken: "at-rl", refreshToken: "rt-rl" }, backoff: {} },
+    ],
+  ];
+  for (const [name, response, expected] of cases) {
+    await t.step(name, async () => {
+      const { upstream } = cannedClient([response]);
+      assert.deepEqual(await upstream.pollDeviceToken("dc"), expected);
+    });
+  }
 });

@@ -10,7 +10,14 @@ import {
   decisionPage,
   deviceFormPage,
 } from "./pages.ts";
-import { invalidClient, invalidGrant, json, oauthError, readForm } from "./responses.ts";
+import {
+  invalidClient,
+  invalidGrant,
+  json,
+  oauthError,
+  readForm,
+  tooManyRequests,
+} from "./responses.ts";
 import type { StalledBodies } from "./stalled_bodies.ts";
 import type { SimulatedGitLabState, TokenRecord } from "./state.ts";
 import type { SimulatedEndpoint, SimulatedFailure } from "./types.ts";
@@ -71,10 +78,7 @@ export function createSimulatedGitLabHandler(
       case "500":
         return json(500, { message: "500 Internal Server Error" });
       case "429":
-        return new Response("Retry later\n", {
-          status: 429,
-          headers: { "Content-Type": "text/plain", "Retry-After": "1" },
-        });
+        return tooManyRequests(1);
       case "malformed":
         return new Response("<!DOCTYPE html><p>We're sorry, something went wrong.</p>", {
           status: 200,
@@ -132,6 +136,10 @@ export function createSimulatedGitLabHandler(
   }
 
   function deviceCodeGrant(form: URLSearchParams): Response {
+    const rateLimited = state.rateLimitSecondsLeft();
+    if (rateLimited > 0) {
+      return tooManyRequests(rateLimited);
+    }
     const failure = injected("token", ["no_refresh_token", "slow_down"]);
     if (failure instanceof Response) return failure;
     if (failure === "slow_down") {

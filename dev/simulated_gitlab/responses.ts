@@ -53,3 +53,11 @@ export function invalidClient(): Response {
     "Client authentication failed due to unknown client, no client authentication included, or unsupported authentication method.",
   );
 }
+
+/** GitLab's rate limit answer: plain text, HTTP 429, `Retry-After` in seconds. */
+export function tooManyRequests(retryAfterSeconds: number): Response {
+  return new Response("Retry later\n", {
+    status: 429,
+    headers: { "Content-Type": "text/plain", "Retry-After": String(retryAfterSeconds) },
+  });
+}

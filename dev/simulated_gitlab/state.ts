@@ -98,6 +98,8 @@ export interface SimulatedGitLabState extends SimulatedGitLabControls {
   liveAccessToken(accessToken: string): TokenRecord | undefined;
   /** Takes the next queued failure of `endpoint`, if any. */
   takeFailure(endpoint: SimulatedEndpoint): SimulatedFailure | undefined;
+  /** Whole seconds left of the rate limit `rateLimit` set; 0 when none is on. */
+  rateLimitSecondsLeft(): number;
 }
 
 const DEFAULT_USER: SimulatedUser = { id: 4242, username: "ada", name: "Ada Lovelace" };
@@ -145,6 +147,7 @@ export function createSimulatedGitLabState(
     user: [],
   };
   let latestUserCode: string | undefined;
+  let rateLimitedUntil = 0;
 
   function findUser(userId: number): SimulatedUser {
     const user = users.find((candidate) => candidate.id === userId);
@@ -261,6 +264,10 @@ export function createSimulatedGitLabState(
       return record;
     },
     takeFailure: (endpoint) => failures[endpoint].shift(),
+    rateLimitSecondsLeft: () => Math.max(0, Math.ceil((rateLimitedUntil - clock.now()) / 1000)),
+    rateLimit(seconds) {
+      rateLimitedUntil = clock.now() + seconds * 1000;
+    },
 
     approve(userCode, userId = users[0].id) {
       const outcome = decide(userCode, true, userId);

@@ -93,6 +93,11 @@ export interface SimulatedGitLabControls {
   expireDevice(userCode: string): void;
   /** The user code of the most recent device authorization, if any. */
   lastUserCode(): string | undefined;
+  /**
+   * GitLab's rate limit: every device-token poll in the next `seconds` answers HTTP 429 with
+   * `Retry-After` (the seconds left), counted in `calls.deviceToken` like any other.
+   */
+  rateLimit(seconds: number): void;
   /** Queues a failure for the next request to `endpoint` (first queued, first used). */
   failNext(endpoint: SimulatedEndpoint, mode: SimulatedFailure): void;
   /**

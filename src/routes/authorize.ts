@@ -1,7 +1,8 @@
 /**
- * `GET /authorize`: validates the authorization request, starts an upstream device flow and
- * answers the page that shows the user code (or, with GITLAB_SIGN_IN=redirect, answers the
- * consent page of the redirect sign-in: `sign_in/redirect_flow.ts`).
+ * `GET /authorize`: validates the authorization request, starts an upstream device flow (or
+ * shows the one an identical request started moments ago, see device_flow.ts) and answers the
+ * page that shows the user code (or, with GITLAB_SIGN_IN=redirect, answers the consent page of
+ * the redirect sign-in: `sign_in/redirect_flow.ts`).
  *
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
@@ -10,7 +11,6 @@ import { ClientMetadataError, isClientMetadataUrl } from "../client_metadata/doc
 import { resolveClientMetadata } from "../client_metadata/resolver.ts";
 import { matchesRegisteredRedirect } from "../clients.ts";
 import type { OAuthRequestContext } from "../context.ts";
-import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { PKCE_METHOD } from "../pkce.ts";
@@ -18,11 +18,9 @@ import { isAllowedRedirect } from "../redirect_allow_list.ts";
 import { requireProtectedResource } from "../resource_indicator.ts";
 import { mcpResourceUrl } from "../resource_urls.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
-import type { FlowRecord } from "../store/records.ts";
+import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
-
-/** Flow state size parameter (spec §8): 32 random bytes. */
-const FLOW_STATE_BYTES = 32;
+import { deviceFlowFor, type ShownFlow } from "../device_flow.ts";
 
 interface AuthorizationRequest {
   clientId: string;
@@ -39,11 +37,13 @@ export interface IdentifiedClient {
   clientName?: string;
   /** The host of a metadata document client id: its name is that host's word. */
   verifiedHost?: string;
+  /** The client's registration (RFC 7591), when it has one: using it keeps it alive. */
+  registration?: ClientRecord;
 }
 
 /** Handles `GET /authorize`. */
 export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Response> {
-  const { store, clock, templates, logger } = ctx.deps;
+  const { clock, templates, logger } = ctx.deps;
   const request = parseAuthorizationRequest(ctx.url.searchParams);
   const resource = requireProtectedResource(
     request.resource,
@@ -51,6 +51,8 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
   );
   const client = await identifyClient(ctx, request);
   requireAllowedRedirect(ctx, client.redirectUri);
+  // After every check: a request refused for its redirect URI is no use of the registration.
+  if (client.registration) await ctx.deps.store.recordClientUse(client.registration);
   if (ctx.deps.config.gitlabSignIn === "redirect") {
     return await answerRedirectSignIn(
       ctx,
@@ -59,20 +61,23 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     );
   }
 
-  const flowState = randomToken(FLOW_STATE_BYTES);
-  let device: DeviceAuthorization;
+  let shown: ShownFlow;
   try {
-    device = await ctx.oauth.upstream.startDeviceAuthorization();
-    await store.createFlow(flowState, flowRecord(request, client, resource, device, clock.now()));
+    shown = await deviceFlowFor(
+      ctx,
+      (device, nowMs) => flowRecord(request, client, resource, device, nowMs),
+    );
   } catch (error) {
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Failed to initiate authentication");
   }
+  const { flowState, flow } = shown;
 
   const page = templates.renderDevicePage({
-    userCode: device.userCode,
-    verificationUrl: device.verificationUriComplete ?? device.verificationUri,
-    expiresInSeconds: device.expiresInSeconds,
+    userCode: flow.userCode,
+    verificationUrl: flow.verificationUriComplete ?? flow.verificationUri,
+    // A repeated request shows the first one's flow, with what is left of its lifetime.
+    expiresInSeconds: Math.max(0, Math.ceil((flow.expiresAt - clock.now()) / 1000)),
     flowState,
     pollUrl: `${ctx.baseUrl}/oauth/poll`,
     redirectUri: client.redirectUri,
@@ -129,12 +134,17 @@ async function identifyClient(
   if (isClientMetadataUrl(request.clientId)) return await documentClient(ctx, request);
   const client = await ctx.deps.store.getClient(request.clientId);
   if (ctx.deps.config.redirectUriPolicy !== "registered") {
-    return { redirectUri: request.redirectUri, clientName: client?.clientName };
+    return {
+      redirectUri: request.redirectUri,
+      clientName: client?.clientName,
+      registration: client ?? undefined,
+    };
   }
   if (!client) throw new OAuthError(400, "invalid_request", "Unknown client_id");
   return {
     redirectUri: ownRedirectUri(request.redirectUri, client.redirectUris, "registered"),
     clientName: client.clientName,
+    registration: client,
   };
 }
 

@@ -9,11 +9,12 @@
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
 
-import type { OAuthRequestContext } from "../context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../context.ts";
 import { notFound } from "../router.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
 import { redact } from "../logger.ts";
+import { sweepAbandonedSignIns } from "../session/end.ts";
 import { newSignIn } from "../session/life.ts";
 import { type SignInRecord, upstreamTokenSet } from "../store/records.ts";
 import {
@@ -68,7 +69,7 @@ async function complete(
   signIn: SignInRecord,
   upstreamCode: string,
 ): Promise<Response> {
-  const { store, clock, config, logger } = ctx.deps;
+  const { store, clock, logger } = ctx.deps;
   const { upstream } = ctx.oauth;
   const exchanged = await upstream.exchangeAuthorizationCode({
     code: upstreamCode,
@@ -82,11 +83,11 @@ async function complete(
     signIn,
     { sealedTokens, expiresAt: tokens.expiresAt, user },
     clock.now(),
-    config.sessionIdleTtlSeconds,
   );
   if (!await store.completeSignIn(completion)) {
     throw new OAuthError(500, "server_error", "Failed to store the sign-in");
   }
+  await sweepAbandonedSignIns(endDepsOf(ctx), { requestId: ctx.requestId });
   logger.info("sign-in completed", {
     requestId: ctx.requestId,
     sessionId: completion.session.id,

@@ -26,7 +26,7 @@ import {
 export async function handleConsent(ctx: OAuthRequestContext): Promise<Response> {
   if (ctx.deps.config.gitlabSignIn !== "redirect") throw notFound(ctx.url.pathname);
   // A form post: the body limits of readParams apply, and the content type must be a form's.
-  const params = await readParams(ctx.request);
+  const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const signIn = await liveStep(ctx, params.get("sign_in"), "consent");
   if (!signIn) return alreadyUsed(ctx);
   if (!isSameBrowser(ctx, signIn.value) || !isCsrfToken(signIn.value, params.get("csrf_token"))) {

@@ -1,26 +1,37 @@
-/** `GET /healthz`: for load balancers and orchestrators; tells nothing secret. */
+/**
+ * Probes for load balancers and orchestrators; they tell nothing secret.
+ * `GET /healthz` (liveness): the process serves requests. `GET /readyz` (readiness): it can
+ * also do its job, KV reachable and OAuth configured.
+ *
+ * @see README.md "Health probes"
+ */
 
 import type { RequestContext } from "../context.ts";
-import { json } from "../http.ts";
+import { json, NO_STORE } from "../http.ts";
 
-/** 200 when KV answers and OAuth is configured, else 503 with which check failed. */
-export async function handleHealth(ctx: RequestContext): Promise<Response> {
+/** 200 whenever the process answers, configured or not: restarting would not help. */
+export function handleLiveness(_ctx: RequestContext): Promise<Response> {
+  return Promise.resolve(json({ status: "ok" }, 200, NO_STORE));
+}
+
+/** 200 when KV answers and OAuth is configured, else 503 naming the failing check. */
+export async function handleReadiness(ctx: RequestContext): Promise<Response> {
   const { store, oauth, logger } = ctx.deps;
   let kv = "ok";
   try {
     await store.ping();
   } catch (error) {
     kv = "unreachable";
-    logger.error("health check: KV unreachable", {
+    logger.error("readiness check: KV unreachable", {
       requestId: ctx.requestId,
       error: String(error),
     });
   }
   const configuration = oauth ? "ok" : "missing";
-  const healthy = kv === "ok" && configuration === "ok";
+  const ready = kv === "ok" && configuration === "ok";
   return json(
-    { status: healthy ? "ok" : "unavailable", checks: { kv, configuration } },
-    healthy ? 200 : 503,
-    { "Cache-Control": "no-store" },
+    { status: ready ? "ok" : "unavailable", checks: { kv, configuration } },
+    ready ? 200 : 503,
+    NO_STORE,
   );
 }

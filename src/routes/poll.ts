@@ -5,16 +5,24 @@
  * @see spec §3.1, §4.2, RFC 8628 §3.4–3.5
  */
 
-import type { OAuthRequestContext } from "../context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../context.ts";
 import { json, NO_STORE } from "../http.ts";
 import { redact } from "../logger.ts";
+import { sweepAbandonedSignIns } from "../session/end.ts";
 import { newSignIn } from "../session/life.ts";
 import type { Versioned } from "../store/mod.ts";
 import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";
-import { UpstreamError, type UpstreamUser } from "../upstream/types.ts";
+import {
+  type DevicePollResult,
+  type UpstreamBackoff,
+  UpstreamError,
+  type UpstreamUser,
+} from "../upstream/types.ts";
 
 /** How much the upstream's `slow_down` adds to the polling interval (RFC 8628 §3.5). */
 const SLOW_DOWN_STEP_SECONDS = 5;
+/** The longest pause an upstream's rate-limit headers can impose on all polling. */
+const MAX_PAUSE_MS = 15 * 60_000;
 
 /** The poll body of spec §2.4. */
 export type PollBody =
@@ -41,6 +49,9 @@ export async function handlePoll(ctx: OAuthRequestContext): Promise<Response> {
     await store.deleteFlow(flow);
     return answer(400, { status: "expired", error: "Device code expired" });
   }
+
+  // Between upstream polls (and while the upstream is paused) the page hears "pending" from KV.
+  if (!flow.value.upstreamTokens && await upstreamPollWaits(ctx, flow.value)) return pending();
 
   // One upstream call per flow at a time, across instances: the others just see "pending".
   const lease = await store.tryLeaseFlow(flow, 2 * config.upstreamTimeoutMs + 5_000);
@@ -71,14 +82,23 @@ async function advanceFlow(
   const { upstream } = ctx.oauth;
   let tokens = flow.value.upstreamTokens;
   if (!tokens) {
-    if (clock.now() < (flow.value.nextPollAt ?? 0)) return pending();
-    const result = await upstream.pollDeviceToken(flow.value.deviceCode);
-    if (result.kind === "slow_down") {
-      // RFC 8628 §3.5: the interval grows by 5 s for this and every later request.
-      const interval = flow.value.intervalSeconds + SLOW_DOWN_STEP_SECONDS;
-      await store.deferFlowPolling(flow, interval, clock.now() + interval * 1000);
+    if (await upstreamPollWaits(ctx, flow.value)) return pending();
+    let result: DevicePollResult;
+    try {
+      result = await upstream.pollDeviceToken(flow.value.deviceCode);
+    } catch (error) {
+      if (error instanceof UpstreamError && error.failure === "transient") {
+        await deferNextPoll(ctx, flow, flow.value.intervalSeconds);
+      }
+      throw error;
     }
-    if (result.kind !== "token") return pending();
+    if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
+    if (result.kind !== "token") {
+      // RFC 8628 §3.5: after slow_down the interval grows by 5 s for this and every later poll.
+      const grow = result.kind === "slow_down" ? SLOW_DOWN_STEP_SECONDS : 0;
+      await deferNextPoll(ctx, flow, flow.value.intervalSeconds + grow);
+      return pending();
+    }
     tokens = upstreamTokenSet(result.tokens, clock.now());
     // The device code is spent now; keep the token before anything else can fail.
     const saved = await store.saveFlowUpstreamTokens(flow, tokens);
@@ -96,23 +116,71 @@ async function advanceFlow(
   return await complete(ctx, flow, tokens, user);
 }
 
+/**
+ * Whether the upstream must not be polled for this flow yet: its interval since the last
+ * answer has not passed, or the upstream asked the whole service to pause.
+ */
+async function upstreamPollWaits(ctx: OAuthRequestContext, flow: FlowRecord): Promise<boolean> {
+  const now = ctx.deps.clock.now();
+  if (now < (flow.nextPollAt ?? 0)) return true;
+  return now < await ctx.deps.store.upstreamPausedUntil();
+}
+
+/**
+ * Records that the upstream may be polled for this flow again `intervalSeconds` after its
+ * answer (not after our request: with the network's jitter that could reach the upstream a
+ * little early, which GitLab answers with `slow_down`).
+ */
+async function deferNextPoll(
+  ctx: OAuthRequestContext,
+  flow: Versioned<FlowRecord>,
+  intervalSeconds: number,
+): Promise<void> {
+  const { store, clock } = ctx.deps;
+  await store.deferFlowPolling(flow, intervalSeconds, clock.now() + intervalSeconds * 1000);
+}
+
+/**
+ * Pauses all upstream polling, service-wide, until the upstream's `Retry-After` or
+ * `RateLimit-Reset` (one interval when it named neither; never longer than MAX_PAUSE_MS).
+ */
+async function pauseUpstream(
+  ctx: OAuthRequestContext,
+  backoff: UpstreamBackoff,
+  intervalSeconds: number,
+): Promise<void> {
+  const now = ctx.deps.clock.now();
+  const asked = backoff.retryAfterSeconds !== undefined
+    ? now + backoff.retryAfterSeconds * 1000
+    : backoff.resumeAtEpochSeconds !== undefined
+    ? backoff.resumeAtEpochSeconds * 1000
+    : now + intervalSeconds * 1000;
+  const until = Math.min(asked, now + MAX_PAUSE_MS);
+  if (until <= now) return;
+  ctx.deps.logger.warn("upstream rate limit: polling paused", {
+    requestId: ctx.requestId,
+    pausedForSeconds: Math.ceil((until - now) / 1000),
+  });
+  await ctx.deps.store.pauseUpstream(until);
+}
+
 async function complete(
   ctx: OAuthRequestContext,
   flow: Versioned<FlowRecord>,
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
 ): Promise<Response> {
-  const { store, clock, config, logger } = ctx.deps;
+  const { store, clock, logger } = ctx.deps;
   const sealedTokens = await store.sealUpstreamTokens(tokens);
   const signIn = newSignIn(
     flow.value,
     { sealedTokens, expiresAt: tokens.expiresAt, user },
     clock.now(),
-    config.sessionIdleTtlSeconds,
   );
   const done = await store.completeFlow(flow, signIn);
   // Only a flow changed under us fails here; the next poll tells the truth about it.
   if (!done) return pending();
+  await sweepAbandonedSignIns(endDepsOf(ctx), { requestId: ctx.requestId });
   const { code, session } = signIn;
   const { redirectUri, state } = flow.value;
   logger.info("flow completed", {

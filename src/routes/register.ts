@@ -10,13 +10,22 @@ import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readJson } from "../http.ts";
 import { isAllowedRedirect } from "../redirect_allow_list.ts";
-import type { ClientRecord } from "../store/records.ts";
+import type { ClientMetadata, ClientRecord } from "../store/records.ts";
+
+/**
+ * The most metadata one registration may store: open registration must not let anyone fill the
+ * KV (each field is bounded too, but twenty long redirect URIs add up).
+ */
+export const MAX_REGISTRATION_BYTES = 4096;
 
 /** Handles `POST /register`; answers 201 with the client id and the metadata echoed. */
 export async function handleRegister(ctx: OAuthRequestContext): Promise<Response> {
   const { store, clock, logger } = ctx.deps;
-  const metadata = parseClientMetadata(await readJson(ctx.request));
+  const metadata = parseClientMetadata(
+    await readJson(ctx.request, ctx.deps.config.requestBodyTimeoutMs),
+  );
   requireAllowedRedirects(ctx, metadata.redirect_uris);
+  requireStorableSize(metadata);
   const client: ClientRecord = {
     clientId: randomToken(16),
     clientIdIssuedAt: Math.floor(clock.now() / 1000),
@@ -40,6 +49,18 @@ export async function handleRegister(ctx: OAuthRequestContext): Promise<Response
     201,
     NO_STORE,
   );
+}
+
+/** Refuses metadata whose stored form exceeds MAX_REGISTRATION_BYTES (RFC 7591 §3.2.2). */
+function requireStorableSize(metadata: ClientMetadata): void {
+  const bytes = new TextEncoder().encode(JSON.stringify(metadata)).length;
+  if (bytes > MAX_REGISTRATION_BYTES) {
+    throw new OAuthError(
+      400,
+      "invalid_client_metadata",
+      `The registration metadata exceeds ${MAX_REGISTRATION_BYTES} bytes`,
+    );
+  }
 }
 
 /** ALLOWED_REDIRECT_URIS, when set: a registration may carry only allowed redirect URIs. */

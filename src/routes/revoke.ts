@@ -1,25 +1,28 @@
 /**
- * `POST /revoke`: ends the session a refresh token or access token belongs to, and revokes
- * the session's upstream token (best effort).
+ * `POST /revoke`: ends the session a refresh token or live access token belongs to, and revokes
+ * the session's upstream token (best effort). An expired access token ends nothing.
  *
  * @see RFC 7009 §2
  */
 
-import type { OAuthRequestContext } from "../context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../context.ts";
 import { OAuthError } from "../errors.ts";
 import { NO_STORE, readParams } from "../http.ts";
-import { redact } from "../logger.ts";
+import { endSession } from "../session/end.ts";
 import { findSessionByRefreshToken } from "../session/life.ts";
 import type { SessionRecord } from "../store/records.ts";
 
 /** Handles `POST /revoke`; 200 for known and unknown tokens alike (RFC 7009 §2.2). */
 export async function handleRevoke(ctx: OAuthRequestContext): Promise<Response> {
-  const params = await readParams(ctx.request);
+  const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const token = params.get("token");
   if (!token) throw new OAuthError(400, "invalid_request", "token is required");
 
   const session = await findSession(ctx, token, params.get("token_type_hint"));
-  if (session) await endSession(ctx, session);
+  if (session) {
+    ctx.deps.logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
+    await endSession(endDepsOf(ctx), session, { requestId: ctx.requestId });
+  }
   return new Response(null, { status: 200, headers: NO_STORE });
 }
 
@@ -45,6 +48,8 @@ async function bySignedAccessToken(
   if (token.split(".").length !== 3) return null;
   const claims = await ctx.oauth.signer.readSigned(token);
   if (typeof claims?.sid !== "string") return null;
+  // A leaked token past its expiry must not log its user out.
+  if (typeof claims.exp !== "number" || claims.exp * 1000 <= ctx.deps.clock.now()) return null;
   return (await ctx.deps.store.getSession(claims.sid))?.value ?? null;
 }
 
@@ -53,23 +58,4 @@ async function byRefreshToken(
   token: string,
 ): Promise<SessionRecord | null> {
   return (await findSessionByRefreshToken(ctx.deps.store, token))?.value ?? null;
-}
-
-async function endSession(ctx: OAuthRequestContext, session: SessionRecord): Promise<void> {
-  const { store, logger, verifiedTokens } = ctx.deps;
-  await store.deleteSession(session.id);
-  verifiedTokens.forgetSession(session.id);
-  logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
-  const upstreamTokens = await store.openUpstreamTokens(session);
-  if (!upstreamTokens) return;
-  try {
-    await ctx.oauth.upstream.revokeToken(upstreamTokens.accessToken);
-  } catch (error) {
-    logger.warn("GitLab token revocation failed", {
-      requestId: ctx.requestId,
-      sessionId: session.id,
-      gitlabToken: redact(upstreamTokens.accessToken),
-      error: String(error),
-    });
-  }
 }

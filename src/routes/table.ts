@@ -9,7 +9,7 @@ import type { Routes } from "../router.ts";
 import { handleAuthorize } from "./authorize.ts";
 import { handleCallback } from "./callback.ts";
 import { handleConsent } from "./consent.ts";
-import { handleHealth } from "./health.ts";
+import { handleLiveness, handleReadiness } from "./health.ts";
 import { handleHome } from "./home.ts";
 import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
 import { handlePoll } from "./poll.ts";
@@ -29,7 +29,8 @@ const protectedResourceMetadata = {
 /** Path → handlers and rules. */
 export const ROUTES: Routes = {
   "/": { methods: { GET: handleHome } },
-  "/healthz": { methods: { GET: handleHealth } },
+  "/healthz": { methods: { GET: handleLiveness } },
+  "/readyz": { methods: { GET: handleReadiness } },
   "/authorize": { methods: { GET: handleAuthorize }, oauth: true, rateLimit: "authorize" },
   "/oauth/poll": {
     methods: { GET: handlePoll },

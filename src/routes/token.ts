@@ -5,15 +5,17 @@
  * @see spec §4.3, RFC 6749 §4.1.3 and §6, RFC 7636 §4.6
  */
 
-import type { OAuthRequestContext } from "../context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../context.ts";
 import { OAuthError } from "../errors.ts";
 import { json, NO_STORE, readParams } from "../http.ts";
 import { redact } from "../logger.ts";
 import { verifyPkce } from "../pkce.ts";
+import { afterSessionEnded } from "../session/end.ts";
 import { invalidTarget, requireProtectedResource, sameResource } from "../resource_indicator.ts";
 import { mcpResourceUrl } from "../resource_urls.ts";
 import { isClientMetadataUrl } from "../client_metadata/document.ts";
 import {
+  endSessionOnRefreshReplay,
   findSessionByRefreshToken,
   isCurrentRefreshToken,
   issueTokens,
@@ -27,7 +29,7 @@ import type { SessionRecord } from "../store/records.ts";
 
 /** Handles `POST /token`. */
 export async function handleToken(ctx: OAuthRequestContext): Promise<Response> {
-  const params = await readParams(ctx.request);
+  const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const grantType = params.get("grant_type");
   if (grantType === "authorization_code") return await exchangeCode(ctx, params);
   if (grantType === "refresh_token") return await refresh(ctx, params);
@@ -53,7 +55,7 @@ async function exchangeCode(
   if (!found) throw invalidGrant("Invalid authorization code");
   const { code, session } = found;
   if (code.value.redeemedAt !== undefined) {
-    await revokeReplayedCodeSession(ctx, code.value.sessionId);
+    await revokeReplayedCodeSession(ctx, code.value.sessionId, session);
     throw invalidGrant("Invalid authorization code");
   }
   if (clock.now() > code.value.expiresAt) {
@@ -95,7 +97,10 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
   const found = await findSessionByRefreshToken(store, refreshToken);
   if (!found) {
     const replayed = await takeRefreshGrace(ctx.deps, refreshToken);
-    if (!replayed) throw invalidGrant("Invalid refresh token");
+    if (!replayed) {
+      await endReplayedSession(ctx, refreshToken);
+      throw invalidGrant("Invalid refresh token");
+    }
     logger.info("refresh retried within grace", { requestId: ctx.requestId });
     return json(replayed, 200, NO_STORE);
   }
@@ -134,17 +139,37 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
 
 /**
  * Opt-in (REVOKE_ON_CODE_REPLAY): a code used twice was probably stolen, so the session its
- * first use created ends (RFC 6749 §4.1.2).
+ * first use created ends (RFC 6749 §4.1.2), and its GitLab token with it (best effort; once,
+ * by the replay whose checked delete wins).
  */
 async function revokeReplayedCodeSession(
   ctx: OAuthRequestContext,
   sessionId: string,
+  session: Versioned<SessionRecord> | null,
 ): Promise<void> {
-  await ctx.deps.store.deleteSession(sessionId);
   ctx.deps.logger.warn("authorization code replayed; session revoked", {
     requestId: ctx.requestId,
     sessionId,
   });
+  if (session && await ctx.deps.store.deleteSessionIfUnchanged(session)) {
+    await afterSessionEnded(endDepsOf(ctx), session.value, { requestId: ctx.requestId });
+  } else {
+    await ctx.deps.store.deleteSession(sessionId);
+  }
+}
+
+/**
+ * Opt-in (REVOKE_ON_REFRESH_REPLAY): a rotated refresh token presented again ends its session
+ * and its GitLab token (RFC 9700 §4.14.2); the replay is still answered invalid_grant.
+ */
+async function endReplayedSession(ctx: OAuthRequestContext, refreshToken: string): Promise<void> {
+  const ended = await endSessionOnRefreshReplay(ctx.deps, refreshToken);
+  if (!ended) return;
+  ctx.deps.logger.warn("refresh token replayed; session revoked", {
+    requestId: ctx.requestId,
+    sessionId: ended.id,
+  });
+  await afterSessionEnded(endDepsOf(ctx), ended, { requestId: ctx.requestId });
 }
 
 function tokenDeps(ctx: OAuthRequestContext) {

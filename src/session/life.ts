@@ -1,10 +1,11 @@
 /**
- * A session's life, in one place: a sign-in creates it with a single-use code; the code's
- * exchange and every refresh mint an access token and rotate the refresh token; only the
- * current refresh token is accepted, except, opt-in, the previous one within its grace window.
- * Routes call these; the store keeps the records.
+ * A session's life, in one place: a sign-in creates it with a single-use code (and it lives no
+ * longer than the code until that is redeemed); the code's exchange and every refresh mint an
+ * access token and rotate the refresh token; only the current refresh token is accepted, except,
+ * opt-in, the previous one within its grace window; opt-in, the previous one presented after
+ * that ends the session. Routes call these; the store keeps the records.
  *
- * @see spec §2.3, §2.5, §2.6, §3.3, §4.3
+ * @see spec §2.3, §2.5, §2.6, §3.3, §4.3, RFC 9700 §4.14.2
  */
 
 import type { Clock } from "../clock.ts";
@@ -19,7 +20,8 @@ import type { UpstreamUser } from "../upstream/types.ts";
 /** Authorization code lifetime (spec §8). */
 export const CODE_TTL_MS = 10 * 60 * 1000;
 
-const TAKE_GRACE_ATTEMPTS = 5;
+/** Attempts at a session transition that something else (an upstream refresh) may race. */
+const RACED_TRANSITION_ATTEMPTS = 5;
 
 /** What an authorization request asked that its code must remember. */
 export type SignInRequest = Pick<
@@ -54,7 +56,20 @@ export interface IssuedTokens {
 export interface IssueDeps {
   signer: Pick<TokenSigner, "sign">;
   clock: Clock;
-  config: Pick<Config, "accessTokenTtlSeconds" | "sessionIdleTtlSeconds" | "accessTokenAudience">;
+  config: Pick<
+    Config,
+    | "accessTokenTtlSeconds"
+    | "sessionIdleTtlSeconds"
+    | "accessTokenAudience"
+    | "revokeOnRefreshReplay"
+  >;
+}
+
+/** What refresh-replay detection needs. */
+export interface ReplayDeps {
+  store: Store;
+  clock: Clock;
+  config: Pick<Config, "revokeOnRefreshReplay" | "refreshGraceSeconds">;
 }
 
 /** What the refresh grace needs. */
@@ -66,15 +81,22 @@ export interface GraceDeps {
 
 /**
  * A completed sign-in: a new session with service tokens unset (spec §3.3) and the single-use
- * code that names it (spec §2.2), to be stored in one commit.
+ * code that names it (spec §2.2), to be stored in one commit. The session lives only as long as
+ * the code until the code's exchange gives it the inactivity lifetime: a code never redeemed
+ * leaves no session behind.
  */
 export function newSignIn(
   request: SignInRequest,
   upstream: UpstreamGrant,
   nowMs: number,
-  idleTtlSeconds: number,
 ): FlowCompletion {
-  const session = newSession(request.clientId, upstream, nowMs, idleTtlSeconds, request.resource);
+  const session = newSession(
+    request.clientId,
+    upstream,
+    nowMs,
+    CODE_TTL_MS / 1000,
+    request.resource,
+  );
   const { clientId, codeChallenge, codeChallengeMethod, redirectUri } = request;
   return {
     code: newSessionToken(session.id),
@@ -84,7 +106,7 @@ export function newSignIn(
       codeChallenge,
       codeChallengeMethod,
       redirectUri,
-      expiresAt: nowMs + CODE_TTL_MS,
+      expiresAt: session.expiresAt,
     },
     session,
   };
@@ -117,10 +139,10 @@ export function newSession(
 
 /**
  * Mints an access token (spec §2.6) and a new refresh token, and the session that records
- * them: its refresh-token hash, the access token's expiry, and a renewed inactivity lifetime.
- * The token names the session's resource (RFC 8707), or `protectedResource` for a session
- * from before resource indicators; `aud` is the client id unless ACCESS_TOKEN_AUDIENCE says
- * `resource`.
+ * them: its refresh-token hash, the access token's expiry, and a renewed inactivity lifetime;
+ * with REVOKE_ON_REFRESH_REPLAY, also the hash of the token it replaces. The token names the
+ * session's resource (RFC 8707), or `protectedResource` for a session from before resource
+ * indicators; `aud` is the client id unless ACCESS_TOKEN_AUDIENCE says `resource`.
  */
 export async function issueTokens(
   { signer, clock, config }: IssueDeps,
@@ -146,6 +168,10 @@ export async function issueTokens(
     now,
     ttl,
   );
+  const { replacedRefresh: _older, ...current } = session;
+  const replaced = config.revokeOnRefreshReplay && session.mcpRefreshTokenHash
+    ? { replacedRefresh: { hash: session.mcpRefreshTokenHash, rotatedAt: now } }
+    : {};
   return {
     body: {
       access_token: accessToken,
@@ -155,7 +181,8 @@ export async function issueTokens(
       scope,
     },
     session: {
-      ...session,
+      ...current,
+      ...replaced,
       mcpRefreshTokenHash: refreshTokenHash(refreshToken),
       mcpTokenExpiry: now + ttl * 1000,
       updatedAt: now,
@@ -201,7 +228,7 @@ export async function takeRefreshGrace(
   const hash = refreshTokenHash(token);
   // Retried only when something else (an upstream refresh by the gateway) saved the session in
   // between; a rotation or another taker ends the grace, which the next read sees.
-  for (let attempt = 0; attempt < TAKE_GRACE_ATTEMPTS; attempt++) {
+  for (let attempt = 0; attempt < RACED_TRANSITION_ATTEMPTS; attempt++) {
     const session = await store.getSessionNamedBy(token);
     const grace = session?.value.previousRefresh;
     if (!session || grace?.hash !== hash || clock.now() > grace.untilMs) return null;
@@ -210,4 +237,40 @@ export async function takeRefreshGrace(
     if (taken.kind === "unusable") return null;
   }
   return null;
+}
+
+/**
+ * Opt-in (REVOKE_ON_REFRESH_REPLAY, RFC 9700 §4.14.2): when `token` is exactly the refresh token
+ * its session's last rotation replaced, presented after any grace window, the token was used by
+ * two parties and the session ends. Answers the session as deleted (for the caller to revoke its
+ * GitLab token), or null when nothing ended: detection off, not that exact token, inside the
+ * grace window, or a concurrent replay ended it first.
+ */
+export async function endSessionOnRefreshReplay(
+  { store, clock, config }: ReplayDeps,
+  token: string,
+): Promise<SessionRecord | null> {
+  if (!config.revokeOnRefreshReplay) return null;
+  const first = await store.getSessionNamedBy(token);
+  if (!first || !isReplayedRefreshToken(first.value, token, clock.now(), config)) return null;
+  // Once recognised, whatever the session has become since (an upstream refresh saved it) ends.
+  let session: Versioned<SessionRecord> | null = first;
+  for (let attempt = 0; session && attempt < RACED_TRANSITION_ATTEMPTS; attempt++) {
+    if (await store.deleteSessionIfUnchanged(session)) return session.value;
+    session = await store.getSession(first.value.id);
+  }
+  return null;
+}
+
+function isReplayedRefreshToken(
+  session: SessionRecord,
+  token: string,
+  nowMs: number,
+  config: Pick<Config, "refreshGraceSeconds">,
+): boolean {
+  const replaced = session.replacedRefresh;
+  if (replaced === undefined || replaced.hash !== refreshTokenHash(token)) return false;
+  const graceMs = config.refreshGraceSeconds * 1000;
+  // The grace window is inclusive, as takeRefreshGrace's is.
+  return graceMs === 0 || nowMs > replaced.rotatedAt + graceMs;
 }

@@ -4,7 +4,7 @@
  */
 
 import type { StoreIo, Versioned } from "./io.ts";
-import { codeKey, sessionKey } from "./keys.ts";
+import { codeKey, sessionKey, unredeemedKey } from "./keys.ts";
 import type { CodeRecord, SessionRecord } from "./records.ts";
 import { sessionIdOf } from "./session_tokens.ts";
 import type { SessionRecords } from "./sessions.ts";
@@ -23,7 +23,8 @@ export interface CodeStore {
   getCodeAndSession(code: string): Promise<CodeAndSession | null>;
   deleteCode(code: Versioned<CodeRecord>): Promise<boolean>;
   /**
-   * Consumes the code and stores the session with its first refresh token, all or nothing;
+   * Consumes the code (and its unredeemed sign-in) and stores the session with its first
+   * refresh token, all or nothing;
    * false when the code or session changed since read (someone else redeemed it).
    */
   redeemCode(
@@ -70,7 +71,8 @@ export function createCodeStore(io: StoreIo, sessions: SessionRecords): CodeStor
     },
 
     async redeemCode(code, session, updated, options) {
-      const op = io.atomic().check(code).check(session);
+      const op = io.atomic().check(code).check(session)
+        .delete(unredeemedKey(code.value.expiresAt, code.value.sessionId));
       if (options?.keepRedeemedMarker) {
         // Kept until the code would have expired, so a replay can be recognised.
         const marker: CodeRecord = { ...code.value, redeemedAt: io.clock.now() };

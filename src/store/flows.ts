@@ -6,8 +6,15 @@
 import type { SecretBox } from "../secret_box.ts";
 import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
-import { codeKey, flowKey, sessionKey } from "./keys.ts";
-import type { CodeRecord, FlowRecord, SessionRecord, UpstreamTokenSet } from "./records.ts";
+import { codeKey, flowKey, repeatKey, sessionKey, unredeemedKey } from "./keys.ts";
+import type {
+  CodeRecord,
+  FlowRecord,
+  SessionRecord,
+  UnredeemedSignIn,
+  UpstreamTokenSet,
+} from "./records.ts";
+import { UNREDEEMED_KEEP_MS } from "./unredeemed.ts";
 
 /** What a completed sign-in writes in one commit. */
 export interface FlowCompletion {
@@ -29,15 +36,18 @@ export interface FlowStore {
     tokens: UpstreamTokenSet,
   ): Promise<Versioned<FlowRecord> | null>;
   /**
-   * Records the upstream's `slow_down`: the new interval, and no upstream poll before
-   * `nextPollAt`; null when the flow changed since read.
+   * Records when the upstream may next be polled for this flow (`nextPollAt`) and the interval
+   * (grown after `slow_down`); null when the flow changed since read.
    */
   deferFlowPolling(
     flow: Versioned<FlowRecord>,
     intervalSeconds: number,
     nextPollAt: number,
   ): Promise<Versioned<FlowRecord> | null>;
-  /** Stores code and session and deletes the flow, all or nothing; false if the flow changed. */
+  /**
+   * Stores code and session (and the unredeemed sign-in that revokes them if the code expires
+   * unused) and deletes the flow, all or nothing; false if the flow changed.
+   */
   completeFlow(flow: Versioned<FlowRecord>, completion: FlowCompletion): Promise<boolean>;
 }
 
@@ -92,7 +102,7 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
     },
 
     deleteFlow(flow) {
-      return io.commit(io.atomic().check(flow).delete(flow.key));
+      return io.commit(forgetRepeat(io.atomic().check(flow).delete(flow.key), flow.value));
     },
 
     saveFlowUpstreamTokens(flow, tokens) {
@@ -104,12 +114,26 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
     },
 
     completeFlow(flow, completion) {
-      return io.commit(withCompletion(io, io.atomic().check(flow).delete(flow.key), completion));
+      return io.commit(
+        withCompletion(
+          io,
+          forgetRepeat(io.atomic().check(flow).delete(flow.key), flow.value),
+          completion,
+        ),
+      );
     },
   };
 }
 
-/** `op` that also stores a completed sign-in's new code and new session. */
+/** A flow that ends takes the record of the request that started it along (see repeats.ts). */
+function forgetRepeat(op: AtomicWrite, flow: FlowRecord): AtomicWrite {
+  return flow.requestHash === undefined ? op : op.delete(repeatKey(flow.requestHash));
+}
+
+/**
+ * `op` that also stores a completed sign-in's new code and new session, and the unredeemed
+ * sign-in that revokes them if the code expires unused.
+ */
 export function withCompletion(
   io: StoreIo,
   op: AtomicWrite,
@@ -121,5 +145,12 @@ export function withCompletion(
     .check({ key: codeAt, versionstamp: null })
     .check({ key: sessionAt, versionstamp: null })
     .set(codeAt, codeRecord, { expireIn: io.ttlUntil(codeRecord.expiresAt) })
-    .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) });
+    .set(sessionAt, session, { expireIn: io.ttlUntil(session.expiresAt) })
+    .set(unredeemedKey(codeRecord.expiresAt, session.id), unredeemedSignIn(session), {
+      expireIn: io.ttlUntil(codeRecord.expiresAt + UNREDEEMED_KEEP_MS),
+    });
+}
+
+function unredeemedSignIn(session: SessionRecord): UnredeemedSignIn {
+  return { sessionId: session.id, sealedUpstreamTokens: session.sealedUpstreamTokens };
 }

@@ -25,6 +25,8 @@ export interface StoreIo {
   readMany(keys: Deno.KvKey[]): Promise<(Versioned<unknown> | null)[]>;
   /** Every entry under `prefix`, in key order, read in pages (not one snapshot). */
   list<T>(prefix: Deno.KvKey): AsyncIterable<Versioned<T>>;
+  /** At most `limit` entries in `selector`'s range, in key order. */
+  listRange<T>(selector: Deno.KvListSelector, limit: number): Promise<Versioned<T>[]>;
   /** A write that joins the group commit when committed. */
   atomic(): AtomicWrite;
   /** Commits `op`; false when one of its checks failed. */
@@ -55,6 +57,9 @@ export function createStoreIo(kv: Deno.Kv, clock: Clock): StoreIo {
       return (await getMany(keys)).map(versioned);
     },
     list: <T>(prefix: Deno.KvKey) => kv.list<T>({ prefix }, { batchSize: LIST_PAGE_SIZE }),
+    listRange<T>(selector: Deno.KvListSelector, limit: number) {
+      return retryLocked(() => Array.fromAsync(kv.list<T>(selector, { limit })));
+    },
     atomic: () => new AtomicWrite(submit),
     async commit(op) {
       return (await op.commit()).ok;

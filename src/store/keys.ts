@@ -7,12 +7,15 @@
  * | ["flow", sha256(flow_state)]        | StoredFlow        | upstream `expires_in`         |
  * | ["signin", sha256(id or state)]     | StoredSignIn      | 10 minutes                    |
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
+ * | ["unredeemed", expiresAt, session]  | UnredeemedSignIn  | until swept (GC: a week)      |
  * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
- * | ["client", client id]               | ClientRecord      | kept                          |
+ * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
  * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
  * | ["client_metadata", sha256(url)]    | ClientDocumentRecord | its cache lifetime         |
+ * | ["pause", "upstream"]               | { expiresAt }     | the pause (at most 15 min)    |
+ * | ["repeat", sha256(request)]         | StoredRepeat      | 60 seconds                    |
  *
  * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
@@ -24,12 +27,15 @@ export const RECORD_KINDS = [
   "flow",
   "signin",
   "code",
+  "unredeemed",
   "session",
   "lease",
   "client",
   "rate",
   "mcp_session",
   "client_metadata",
+  "pause",
+  "repeat",
 ] as const;
 
 /** One kind of record. */
@@ -51,6 +57,19 @@ export function signInKey(idOrState: string): Deno.KvKey {
 /** The key of an authorization code. */
 export function codeKey(code: string): Deno.KvKey {
   return ["code", sha256Base64Url(code)];
+}
+
+/**
+ * The key of a sign-in whose code is not redeemed yet: ordered by the code's expiry, so the
+ * abandoned ones are a key range.
+ */
+export function unredeemedKey(codeExpiresAt: number, sessionId: string): Deno.KvKey {
+  return ["unredeemed", codeExpiresAt, sessionId];
+}
+
+/** The range of unredeemed sign-ins whose code expired before `nowMs`. */
+export function abandonedSignInRange(nowMs: number): Deno.KvListSelector {
+  return { start: ["unredeemed"], end: ["unredeemed", nowMs] };
 }
 
 /** The key of a session. */
@@ -76,6 +95,16 @@ export function clientDocumentKey(url: string): Deno.KvKey {
 /** The key of one rate-limit counter: a bucket, an address, a fixed window. */
 export function rateKey(bucket: string, ip: string, window: number): Deno.KvKey {
   return ["rate", bucket, ip, window];
+}
+
+/** The key of the one service-wide pause of upstream polling (the upstream's rate limit). */
+export function upstreamPauseKey(): Deno.KvKey {
+  return ["pause", "upstream"];
+}
+
+/** The key of a recent `/authorize` request, by the hash of its whole query. */
+export function repeatKey(requestHash: string): Deno.KvKey {
+  return ["repeat", requestHash];
 }
 
 /** The key of the binding of an MCP server's `Mcp-Session-Id` to one of our sessions. */

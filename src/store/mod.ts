@@ -23,8 +23,11 @@ import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
 import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
 import { createOperatorStore, type OperatorStore } from "./operators.ts";
+import { createRepeatStore, type RepeatStore } from "./repeats.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
+import { createUnredeemedStore, type UnredeemedStore } from "./unredeemed.ts";
 import { createSignInStore, type SignInStore } from "./sign_ins.ts";
+import { createUpstreamPauseStore, type UpstreamPauseStore } from "./upstream_pause.ts";
 
 export type { Versioned } from "./io.ts";
 export type { CodeAndSession } from "./codes.ts";
@@ -32,6 +35,7 @@ export type { FlowCompletion } from "./flows.ts";
 export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
 export type { RecordCounts, SessionFilter } from "./operators.ts";
+export type { RepeatRecord } from "./repeats.ts";
 
 /** The service's storage operations. */
 export interface Store
@@ -45,7 +49,10 @@ export interface Store
     LimitStore,
     LeaseStore,
     McpSessionStore,
-    OperatorStore {
+    OperatorStore,
+    UpstreamPauseStore,
+    RepeatStore,
+    UnredeemedStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
@@ -66,6 +73,9 @@ export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Stor
     ...createLeaseStore(io),
     ...createMcpSessionStore(io, sessions),
     ...createOperatorStore(io),
+    ...createUpstreamPauseStore(io),
+    ...createRepeatStore(io, secrets),
+    ...createUnredeemedStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },

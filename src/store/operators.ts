@@ -88,7 +88,9 @@ export function createOperatorStore(io: StoreIo): OperatorStore {
     async listClients() {
       const clients: ClientRecord[] = [];
       for await (const entry of io.list<ClientRecord>(recordPrefix("client"))) {
-        clients.push(entry.value);
+        // A registration past its expiry is forgotten, even before KV collects it.
+        const { expiresAt } = entry.value;
+        if (expiresAt === undefined || io.isLive({ expiresAt })) clients.push(entry.value);
       }
       return clients.sort((a, b) => a.clientIdIssuedAt - b.clientIdIssuedAt);
     },

@@ -38,7 +38,7 @@ export interface FlowRecord {
   /** Epoch ms: creation plus upstream `expires_in`. */
   expiresAt: number;
   intervalSeconds: number;
-  /** Epoch ms before which the upstream is not polled again (set after `slow_down`, RFC 8628 §3.5). */
+  /** Epoch ms before which the upstream is not polled again: `interval` after its last answer. */
   nextPollAt?: number;
   clientId: string;
   codeChallenge: string;
@@ -48,6 +48,8 @@ export interface FlowRecord {
   redirectUri?: string;
   /** The MCP server the client asked a token for (RFC 8707); absent in flows from before. */
   resource?: string;
+  /** The hash of the `/authorize` request that started it, when identical ones may share it. */
+  requestHash?: string;
   /**
    * Set the moment the upstream returns a token, before the user lookup: the device code is spent
    * then, so a failed lookup must be retried with these instead of polling again.
@@ -91,6 +93,16 @@ export interface CodeRecord {
   redeemedAt?: number;
 }
 
+/**
+ * A sign-in whose code has not been redeemed: what is needed to revoke its GitLab tokens once
+ * the code expired unused (its session expires with the code).
+ */
+export interface UnredeemedSignIn {
+  sessionId: string;
+  /** The session's `sealedUpstreamTokens`. */
+  sealedUpstreamTokens: string;
+}
+
 /** A signed-in user's session (spec §2.3). */
 export interface SessionRecord {
   id: string;
@@ -125,6 +137,11 @@ export interface SessionRecord {
    * that token may fetch once more until `untilMs`.
    */
   previousRefresh?: { hash: string; untilMs: number; sealedResponse: string };
+  /**
+   * Opt-in (REVOKE_ON_REFRESH_REPLAY): the hash of the refresh token the last rotation replaced,
+   * and when, so that token presented again ends the session (RFC 9700 §4.14.2).
+   */
+  replacedRefresh?: { hash: string; rotatedAt: number };
 }
 
 /** A session as stored before the provider-neutral names (GitLab was the only upstream). */
@@ -159,6 +176,11 @@ export interface ClientRecord {
   clientName?: string;
   /** The validated metadata exactly as echoed in the registration response (wire names). */
   metadata: ClientMetadata;
+  /**
+   * Epoch ms after which the registration is forgotten: a day after registration, 30 days
+   * after the last `/authorize` that used it. Absent on records stored before expiry existed.
+   */
+  expiresAt?: number;
 }
 
 /** A validated Client ID Metadata Document, as the service keeps it. */

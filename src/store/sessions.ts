@@ -54,10 +54,14 @@ export interface SessionStore {
   ): Promise<Versioned<SessionRecord> | null>;
   /** Deletes a session, which ends its refresh token (and any grace) with it. */
   deleteSession(id: string): Promise<void>;
+  /** Deletes the session if unchanged since read; false when it changed or is gone. */
+  deleteSessionIfUnchanged(session: Versioned<SessionRecord>): Promise<boolean>;
   /** Seals upstream tokens for `SessionRecord.sealedUpstreamTokens`. */
   sealUpstreamTokens(tokens: UpstreamTokenPair): Promise<string>;
   /** Opens a session's upstream tokens; null when sealed under a key we no longer hold. */
-  openUpstreamTokens(session: SessionRecord): Promise<UpstreamTokenPair | null>;
+  openUpstreamTokens(
+    session: Pick<SessionRecord, "sealedUpstreamTokens">,
+  ): Promise<UpstreamTokenPair | null>;
 }
 
 /** What the code and flow records need of sessions beyond the store's operations. */
@@ -182,6 +186,10 @@ export function createSessionRecords(io: StoreIo, secrets: SecretBox): SessionRe
     async deleteSession(id) {
       // A rotation that read the session before this delete fails its versionstamp check.
       await io.commit(io.atomic().delete(sessionKey(id)));
+    },
+
+    deleteSessionIfUnchanged(session) {
+      return io.commit(io.atomic().check(session).delete(session.key));
     },
 
     sealUpstreamTokens({ accessToken, refreshToken }) {

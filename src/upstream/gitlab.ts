@@ -18,6 +18,7 @@ import {
   type DeviceAuthorization,
   type DevicePollResult,
   type Upstream,
+  type UpstreamBackoff,
   UpstreamError,
   type UpstreamTokens,
   type UpstreamUser,
@@ -31,6 +32,8 @@ const DEFAULT_INTERVAL_SECONDS = 5;
  * case words joined by `_`. Anything else (which could be a token echoed back) is not repeated.
  */
 const ERROR_CODE_PATTERN = /^(?=.{1,64}$)[a-z]+(?:_[a-z]+)*$/;
+/** A `RateLimit-Reset` at least this large is a Unix time (2001), smaller is seconds from now. */
+const UNIX_TIME_FLOOR_SECONDS = 1_000_000_000;
 
 /** Where the client reports transient failures; structurally a subset of the service's Logger. */
 export interface UpstreamLogger {
@@ -249,11 +252,40 @@ export async function processDeviceAuthorizationResponse(
  */
 export async function processDeviceTokenResponse(response: Response): Promise<DevicePollResult> {
   const body = await readBody(response);
-  if (response.status === 200) return { kind: "token", tokens: parseTokens(body) };
+  const backoff = backoffOf(response);
+  if (response.status === 429) return { kind: "rate_limited", backoff: backoff ?? {} };
+  const withBackoff = backoff ? { backoff } : {};
+  if (response.status === 200) return { kind: "token", tokens: parseTokens(body), ...withBackoff };
   const code = oauthErrorCode(response.status, body);
-  if (code === "authorization_pending") return { kind: "pending" };
-  if (code === "slow_down") return { kind: "slow_down" };
+  if (code === "authorization_pending") return { kind: "pending", ...withBackoff };
+  if (code === "slow_down") return { kind: "slow_down", ...withBackoff };
   throw oauthFailure(response.status, body);
+}
+
+/**
+ * The pause an answer asks for: on HTTP 429 or `RateLimit-Remaining: 0`, what `Retry-After`
+ * (seconds or HTTP date) and `RateLimit-Reset` say; undefined when the answer asks for none.
+ * GitLab sends `RateLimit-Reset` as a Unix time; a small number is read as seconds from now
+ * (the IETF draft's form).
+ *
+ * @see RFC 9110 §10.2.3, https://docs.gitlab.com/security/rate_limits/
+ */
+export function backoffOf(response: Response): UpstreamBackoff | undefined {
+  const remaining = response.headers.get("RateLimit-Remaining")?.trim();
+  if (response.status !== 429 && remaining !== "0") return undefined;
+  const backoff: UpstreamBackoff = {};
+  const retryAfter = response.headers.get("Retry-After")?.trim() ?? "";
+  const reset = response.headers.get("RateLimit-Reset")?.trim() ?? "";
+  if (/^\d{1,10}$/.test(retryAfter)) {
+    backoff.retryAfterSeconds = Number(retryAfter);
+  } else if (retryAfter !== "" && Number.isFinite(Date.parse(retryAfter))) {
+    backoff.resumeAtEpochSeconds = Math.ceil(Date.parse(retryAfter) / 1000);
+  } else if (/^\d{1,10}$/.test(reset)) {
+    const value = Number(reset);
+    if (value >= UNIX_TIME_FLOOR_SECONDS) backoff.resumeAtEpochSeconds = value;
+    else backoff.retryAfterSeconds = value;
+  }
+  return backoff;
 }
 
 /** Validates a refresh-token grant response (RFC 6749 §5.1) and consumes its body. */

@@ -17,9 +17,13 @@
 
 /** A device authorization started at the upstream provider (RFC 8628 §3.2). */
 export interface DeviceAuthorization {
+  /** `device_code`: what polls present; never shown to the user. */
   deviceCode: string;
+  /** `user_code`: what the user enters at the provider. */
   userCode: string;
+  /** `verification_uri`: where the user enters it. */
   verificationUri: string;
+  /** `verification_uri_complete`: the same with the code filled in, when the provider sent it. */
   verificationUriComplete?: string;
   /** Lifetime of the device code, in seconds. */
   expiresInSeconds: number;
@@ -29,6 +33,7 @@ export interface DeviceAuthorization {
 
 /** Tokens the upstream provider issued. */
 export interface UpstreamTokens {
+  /** The provider's access token. */
   accessToken: string;
   /** Empty string when the provider issued none. */
   refreshToken: string;
@@ -38,7 +43,9 @@ export interface UpstreamTokens {
 
 /** The upstream user, as far as we need them. */
 export interface UpstreamUser {
+  /** The provider's numeric user id. */
   id: number;
+  /** The provider's username. */
   username: string;
 }
 
@@ -47,11 +54,35 @@ export interface UpstreamUser {
  * never from message text.
  */
 export type DevicePollResult =
-  | { kind: "token"; tokens: UpstreamTokens }
-  /** `authorization_pending`: the user has not approved yet. */
-  | { kind: "pending" }
-  /** `slow_down`: still pending, and the provider wants a longer interval. */
-  | { kind: "slow_down" };
+  & (
+    | { kind: "token"; tokens: UpstreamTokens }
+    /** `authorization_pending`: the user has not approved yet. */
+    | { kind: "pending" }
+    /** `slow_down`: still pending, and the provider wants a longer interval. */
+    | { kind: "slow_down" }
+    /** HTTP 429: the provider refuses calls for a while; the flow itself is unchanged. */
+    | { kind: "rate_limited" }
+  )
+  & {
+    /**
+     * Set when the provider asks for a pause of all calls: on HTTP 429, or on any answer that
+     * says `RateLimit-Remaining: 0`.
+     */
+    backoff?: UpstreamBackoff;
+  };
+
+/**
+ * How long the provider wants to be left alone, from its `Retry-After` (seconds or an HTTP
+ * date) or `RateLimit-Reset` (GitLab: a Unix time) headers. Both empty: it did not say.
+ *
+ * @see RFC 9110 §10.2.3, https://docs.gitlab.com/security/rate_limits/
+ */
+export interface UpstreamBackoff {
+  /** From `Retry-After: <seconds>`. */
+  retryAfterSeconds?: number;
+  /** Epoch seconds, from `Retry-After: <HTTP date>` or `RateLimit-Reset`. */
+  resumeAtEpochSeconds?: number;
+}
 
 /**
  * Why an upstream call failed. `terminal` means the flow or grant can never succeed
@@ -62,6 +93,7 @@ export type UpstreamFailure = "terminal" | "transient";
 
 /** An upstream call failed; raised only at the upstream boundary. */
 export class UpstreamError extends Error {
+  /** A failure of kind `failure`, with the provider's or our `code`. */
   constructor(
     readonly failure: UpstreamFailure,
     /** The provider's OAuth `error` code, or a short code of ours (`timeout`, `network`, `http_502`, `malformed`). */
@@ -80,6 +112,7 @@ export class UpstreamError extends Error {
 export interface AuthorizationRedirect {
   /** `{base}/oauth/callback`, registered with the provider. */
   redirectUri: string;
+  /** A fresh random value the callback must bring back (CSRF). */
   state: string;
   /** BASE64URL(SHA256(verifier)). */
   codeChallenge: string;
@@ -87,8 +120,11 @@ export interface AuthorizationRedirect {
 
 /** A code the provider returned to our callback, and what its exchange must repeat. */
 export interface AuthorizationCodeGrant {
+  /** The provider's authorization code. */
   code: string;
+  /** The PKCE verifier whose challenge went out with the redirect. */
   codeVerifier: string;
+  /** The redirect URI the authorization request carried. */
   redirectUri: string;
 }
 

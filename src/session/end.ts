@@ -1,0 +1,90 @@
+/**
+ * Ending sessions: the record goes, and the GitLab token it held is revoked, best effort (a
+ * GitLab that does not answer must not keep a session alive). Also the sweep of sign-ins whose
+ * code expired unredeemed.
+ *
+ * @see RFC 7009 §2, RFC 9700 §4.14.2
+ */
+
+import type { LogFields, Logger } from "../logger.ts";
+import { redact } from "../logger.ts";
+import type { Store } from "../store/mod.ts";
+import type { SessionRecord } from "../store/records.ts";
+import type { Upstream } from "../upstream/types.ts";
+import type { VerifiedTokens } from "./verified_tokens.ts";
+
+/** At most this many abandoned sign-ins are revoked per sweep (their revocations run in parallel). */
+const SWEEP_LIMIT = 5;
+
+/** What ending a session needs. */
+export interface EndDeps {
+  store: Store;
+  logger: Logger;
+  upstream: Upstream;
+  verifiedTokens: Pick<VerifiedTokens, "forgetSession">;
+}
+
+/** Deletes the session, then revokes its GitLab token (best effort). */
+export async function endSession(
+  deps: EndDeps,
+  session: SessionRecord,
+  fields: LogFields,
+): Promise<void> {
+  await deps.store.deleteSession(session.id);
+  await afterSessionEnded(deps, session, fields);
+}
+
+/**
+ * What follows a session's deletion: its access tokens are no longer accepted from this
+ * process's memory, and its GitLab token is revoked (best effort).
+ */
+export async function afterSessionEnded(
+  deps: EndDeps,
+  session: SessionRecord,
+  fields: LogFields,
+): Promise<void> {
+  deps.verifiedTokens.forgetSession(session.id);
+  await revokeUpstreamTokens(deps, session, { ...fields, sessionId: session.id });
+}
+
+/**
+ * Revokes the GitLab token sealed in `sealed` (revoking the access token ends its refresh token
+ * too); a failure is logged, never thrown.
+ */
+export async function revokeUpstreamTokens(
+  deps: EndDeps,
+  sealed: Pick<SessionRecord, "sealedUpstreamTokens">,
+  fields: LogFields,
+): Promise<void> {
+  const tokens = await deps.store.openUpstreamTokens(sealed);
+  if (!tokens) return;
+  try {
+    await deps.upstream.revokeToken(tokens.accessToken);
+  } catch (error) {
+    deps.logger.warn("GitLab token revocation failed", {
+      ...fields,
+      gitlabToken: redact(tokens.accessToken),
+      error: String(error),
+    });
+  }
+}
+
+/**
+ * Revokes the GitLab tokens of sign-ins whose code expired unredeemed (their sessions are
+ * deleted with them). Run where sign-ins complete, so abandoned ones are swept at the pace they
+ * are made; a few per call keeps the caller's latency bounded. Never throws.
+ */
+export async function sweepAbandonedSignIns(deps: EndDeps, fields: LogFields): Promise<void> {
+  let abandoned;
+  try {
+    abandoned = await deps.store.takeAbandonedSignIns(SWEEP_LIMIT);
+  } catch (error) {
+    // The sign-in that runs the sweep has completed; a failed sweep is left to the next one.
+    deps.logger.warn("sweep of unredeemed sign-ins failed", { ...fields, error: String(error) });
+    return;
+  }
+  await Promise.all(abandoned.map((signIn) => {
+    deps.logger.info("unredeemed sign-in ended", { ...fields, sessionId: signIn.sessionId });
+    return revokeUpstreamTokens(deps, signIn, { ...fields, sessionId: signIn.sessionId });
+  }));
+}

@@ -1,0 +1,43 @@
+/**
+ * Sign-ins whose authorization code was never redeemed. Completing a device flow stores one
+ * beside the code and the session; redeeming the code deletes it in the same commit. One still
+ * there after its code expired is abandoned: taking it deletes it and its session, and hands
+ * back the sealed GitLab tokens for a best-effort revocation.
+ */
+
+import type { StoreIo, Versioned } from "./io.ts";
+import { abandonedSignInRange, sessionKey } from "./keys.ts";
+import type { UnredeemedSignIn } from "./records.ts";
+
+/**
+ * How long an abandoned sign-in waits for a sweep before KV collects it unrevoked (GitLab
+ * refresh tokens do not expire on their own, so a sweep is worth waiting for).
+ */
+export const UNREDEEMED_KEEP_MS = 7 * 24 * 60 * 60 * 1000;
+
+/** The unredeemed sign-in operations of the store. */
+export interface UnredeemedStore {
+  /**
+   * Deletes up to `limit` sign-ins whose code expired unredeemed, and their sessions; answers
+   * those this call deleted (a concurrent sweep gets the others).
+   */
+  takeAbandonedSignIns(limit: number): Promise<UnredeemedSignIn[]>;
+}
+
+/** Unredeemed sign-ins over the shared KV access. */
+export function createUnredeemedStore(io: StoreIo): UnredeemedStore {
+  async function take(entry: Versioned<UnredeemedSignIn>): Promise<UnredeemedSignIn | null> {
+    const op = io.atomic().check(entry).delete(entry.key)
+      .delete(sessionKey(entry.value.sessionId));
+    return await io.commit(op) ? entry.value : null;
+  }
+
+  return {
+    async takeAbandonedSignIns(limit) {
+      const range = abandonedSignInRange(io.clock.now());
+      const entries = await io.listRange<UnredeemedSignIn>(range, limit);
+      const taken = await Promise.all(entries.map(take));
+      return taken.filter((signIn) => signIn !== null);
+    },
+  };
+}

@@ -1,0 +1,171 @@
+/**
+ * The deployment files in deploy/ cannot be built here (no image registry, no systemd): these
+ * tests hold them to what can be checked. Every variable they set is one the service reads,
+ * their values (with env.example filled in) load as a complete configuration, the sandbox and
+ * the volume are where the service keeps KV, and compose's example MCP server answers through
+ * the real gateway.
+ */
+
+import assert from "node:assert/strict";
+import { createExampleMcpServer } from "../deploy/example_mcp_server.ts";
+import { listConfigVariables, listenHostname, loadConfig, oauthSettings } from "../src/config.ts";
+import { TEST_SECRET } from "./_helpers.ts";
+import { signInOverHttp, spawnWithGitLab } from "./_service.ts";
+
+const DEPLOY = new URL("../deploy/", import.meta.url);
+const KNOWN = new Set(listConfigVariables().map((variable) => variable.name));
+
+function read(name: string): Promise<string> {
+  return Deno.readTextFile(new URL(name, DEPLOY));
+}
+
+/** `ENV A=1 \\ B=2` of a Dockerfile. */
+function dockerfileEnv(dockerfile: string): Record<string, string> {
+  const env = dockerfile.match(/^ENV ((?:.*\\\n)*.*)$/m)?.[1] ?? "";
+  return pairs(env.matchAll(/([A-Z][A-Z0-9_]*)=(\S+)/g));
+}
+
+/** `services.<service>.environment` of compose.yaml (a map, two-space indents), unquoted. */
+function composeEnv(compose: string, service: string): Record<string, string> {
+  const block = compose.split(new RegExp(`^  ${service}:\\n`, "m"))[1]?.split(/^ {2}\S/m)[0];
+  assert.ok(block, `compose.yaml has a service ${service}`);
+  const environment = block.split(/^ {4}environment:\n/m)[1]?.split(/^ {4}\S/m)[0] ?? "";
+  return pairs(environment.matchAll(/^ {6}([A-Z][A-Z0-9_]*): "?([^"\n]*)"?$/gm));
+}
+
+/** `Environment=NAME=value` lines of a systemd unit. */
+function unitEnv(unit: string): Record<string, string> {
+  return pairs(unit.matchAll(/^Environment=([A-Z][A-Z0-9_]*)=(.*)$/gm));
+}
+
+/** `NAME=value` lines of an env file. */
+function envFile(text: string): Record<string, string> {
+  return pairs(text.matchAll(/^([A-Z][A-Z0-9_]*)=(.*)$/gm));
+}
+
+function pairs(matches: Iterable<RegExpMatchArray>): Record<string, string> {
+  return Object.fromEntries([...matches].map((match) => [match[1], match[2]]));
+}
+
+/** Compose's `${NAME}`, `${NAME:?message}` and `${NAME:-default}` with the values of `env`. */
+function interpolate(value: string, env: Record<string, string>): string {
+  return value.replace(
+    /\$\{([A-Z][A-Z0-9_]*)(?::([-?])([^}]*))?\}/g,
+    (_, name, kind, rest) => env[name] || (kind === "-" ? rest : ""),
+  );
+}
+
+function assertKnown(file: string, names: string[]): void {
+  assert.ok(names.length > 0, `${file} sets variables`);
+  const unknown = names.filter((name) => !KNOWN.has(name));
+  assert.deepEqual(unknown, [], `${file} sets variables the service does not read`);
+}
+
+/** env.example as an operator fills it in: the secret and the application id set. */
+async function filledEnvExample(): Promise<Record<string, string>> {
+  return {
+    ...envFile(await read("env.example")),
+    GITLAB_CLIENT_ID: "app-id",
+    JWT_SECRET: TEST_SECRET,
+  };
+}
+
+Deno.test("deploy/: every variable set for the service is one it reads", async () => {
+  const compose = await read("compose.yaml");
+  assertKnown("Dockerfile", Object.keys(dockerfileEnv(await read("Dockerfile"))));
+  assertKnown("compose.yaml (auth)", Object.keys(composeEnv(compose, "auth")));
+  assertKnown(
+    "gitlab-mcp-auth.service",
+    Object.keys(unitEnv(await read("gitlab-mcp-auth.service"))),
+  );
+  // env.example feeds the unit and compose: a name there is the service's or compose's own.
+  const forCompose = Object.keys(await filledEnvExample()).filter((name) => !KNOWN.has(name));
+  for (const name of forCompose) assert.match(compose, new RegExp(`\\$\\{${name}\\b`), name);
+});
+
+Deno.test("deploy/: the values they set make a complete configuration", async () => {
+  const example = await filledEnvExample();
+  const compose = await read("compose.yaml");
+  const fromCompose = Object.fromEntries(
+    Object.entries(composeEnv(compose, "auth")).map(([name, value]) => [
+      name,
+      interpolate(value, example),
+    ]),
+  );
+  const container = loadConfig({ ...dockerfileEnv(await read("Dockerfile")), ...fromCompose });
+  assert.ok(oauthSettings(container), "the container is configured");
+  assert.equal(container.baseUrl, `https://${example.AUTH_DOMAIN}`);
+  // Compose trusts exactly Caddy's fixed address.
+  const caddy = compose.match(/ipv4_address: (\S+)/)?.[1];
+  assert.equal(fromCompose.TRUST_PROXY, `${caddy}/32`);
+  const unit = loadConfig({ ...example, ...unitEnv(await read("gitlab-mcp-auth.service")) });
+  assert.ok(oauthSettings(unit), "the unit is configured");
+  assert.equal(listenHostname(unit), "127.0.0.1");
+});
+
+Deno.test("deploy/Dockerfile: pinned image, unprivileged, KV on the volume, liveness probe", async () => {
+  const dockerfile = await read("Dockerfile");
+  assert.match(dockerfile, /^FROM denoland\/deno:2\.9\.6$/m);
+  assert.match(dockerfile, /^USER deno$/m);
+  const kvPath = dockerfile.match(/KV_PATH=(\S+)/)?.[1] ?? "";
+  const volume = dockerfile.match(/^VOLUME (\S+)$/m)?.[1] ?? "";
+  assert.ok(volume && kvPath.startsWith(`${volume}/`), `${kvPath} on the volume ${volume}`);
+  assert.match(dockerfile, /^RUN deno install --frozen --entrypoint main\.ts$/m);
+  assert.match(dockerfile, /^HEALTHCHECK [\s\S]*\/healthz/m);
+  const cmd: string[] = JSON.parse(dockerfile.match(/^CMD (\[.*\])$/m)?.[1] ?? "[]");
+  assert.deepEqual(cmd.slice(-2), ["main.ts", "start"]);
+  const tasks = JSON.parse(await Deno.readTextFile(new URL("../deno.json", DEPLOY))).tasks;
+  const v8Flags = tasks.start.split(" ").filter((arg: string) => arg.startsWith("--v8-flags"));
+  for (const flag of v8Flags) assert.ok(cmd.includes(flag), `CMD keeps ${flag}`);
+});
+
+Deno.test("deploy/gitlab-mcp-auth.service: sandboxed, KV in its state directory", async () => {
+  const unit = await read("gitlab-mcp-auth.service");
+  for (const line of ["DynamicUser=yes", "ProtectSystem=strict", "NoNewPrivileges=yes"]) {
+    assert.match(unit, new RegExp(`^${line}$`, "m"));
+  }
+  const state = unit.match(/^StateDirectory=(\S+)$/m)?.[1];
+  assert.ok(state);
+  assert.match(unit, new RegExp(`^Environment=KV_PATH=/var/lib/${state}/`, "m"));
+  assert.doesNotMatch(unit, /^MemoryDenyWriteExecute=yes/m, "V8 needs executable memory");
+});
+
+Deno.test("compose's example MCP server answers whoami through the real gateway", async () => {
+  // The MCP server's port goes into the service's environment before GitLab's URL is known.
+  const gitlabUrl = Promise.withResolvers<URL>();
+  const mcp = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    async (request) => createExampleMcpServer(await gitlabUrl.promise)(request),
+  );
+  const { gitlab, service, close } = await spawnWithGitLab("example-mcp-app", {
+    MCP_UPSTREAM_URL: `http://127.0.0.1:${mcp.addr.port}/mcp`,
+  });
+  gitlabUrl.resolve(gitlab.url);
+  try {
+    const { access_token } = await signInOverHttp(service.url, gitlab);
+    const response = await fetch(`${service.url}/mcp`, {
+      method: "POST",
+      headers: {
+        Authorization: `Bearer ${access_token}`,
+        "Content-Type": "application/json",
+        Accept: "application/json, text/event-stream",
+      },
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tools/call",
+        params: { name: "whoami", arguments: {} },
+      }),
+    });
+    assert.equal(response.status, 200);
+    const { result } = await response.json();
+    assert.equal(result.isError, undefined, JSON.stringify(result));
+    const user = JSON.parse(result.content[0].text);
+    assert.equal(typeof user.id, "number");
+    assert.equal(typeof user.username, "string");
+    assert.ok(user.username.length > 0);
+  } finally {
+    await close();
+    await mcp.shutdown();
+  }
+});
