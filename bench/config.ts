@@ -26,9 +26,11 @@ export const ALL_CASES = [
   "metadata",
   "mcp-direct",
   "gateway",
+  "refresh-2proc",
   "floor-proxy-1",
   "floor-proxy",
   "gateway-32",
+  "gateway-2proc",
 ] as const;
 
 /** The name of one case of ALL_CASES. */

@@ -55,6 +55,8 @@ const RATIOS: [string, string][] = [
   ["refresh", "floor-hello"],
   ["floor-jwt-kv", "floor-hello"],
   ["gateway-32", "floor-proxy"],
+  ["refresh-2proc", "refresh"],
+  ["gateway-2proc", "gateway-32"],
 ];
 
 const MiB = 2 ** 20;
