@@ -17,6 +17,7 @@ export const CLIENT_ID = "bench-client";
 /** Every case the bench knows, in the order it runs them by default. */
 export const ALL_CASES = [
   "floor-hello",
+  "floor-jwt",
   "floor-jwt-kv",
   "floor-jwt-kv-rawkey",
   "refresh",
@@ -25,9 +26,11 @@ export const ALL_CASES = [
   "metadata",
   "mcp-direct",
   "gateway",
+  "refresh-2proc",
   "floor-proxy-1",
   "floor-proxy",
   "gateway-32",
+  "gateway-2proc",
 ] as const;
 
 /** The name of one case of ALL_CASES. */

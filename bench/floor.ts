@@ -9,6 +9,8 @@
  *   `KEY_MODE=cryptokey` (default here) imports the HMAC key once, as the service does;
  *   `KEY_MODE=raw` passes the secret bytes to jose, which imports them on every call (the
  *   harness's `floor-jwt-kv-deno`).
+ * - `FLOOR=jwt`: the same form parse and HS256 signature as `jwt-kv`, and no storage at all: the
+ *   least a refresh grant can cost (issue target: refresh ≥ 0.7× this).
  * - `FLOOR=proxy`: forwards every request to `UPSTREAM_URL` with `fetch` and streams the answer
  *   back, no authentication: the least a gateway in Deno can cost (the gateway case's floor).
  */
@@ -55,7 +57,7 @@ function hello(): Response {
   });
 }
 
-function jwtKv(kv: Deno.Kv): (request: Request) => Promise<Response> {
+function jwtKv(kv: Deno.Kv | undefined): (request: Request) => Promise<Response> {
   return async (request) => {
     const form = new URLSearchParams(await request.text());
     if (!form.get("refresh_token") && !form.get("code")) {
@@ -83,7 +85,7 @@ function jwtKv(kv: Deno.Kv): (request: Request) => Promise<Response> {
       .sign(signKey);
     const refreshToken = randomToken();
     const refreshKey = ["refresh", refreshToken];
-    const result = await kv.atomic()
+    const result = kv === undefined ? { ok: true } : await kv.atomic()
       .check({ key: refreshKey, versionstamp: null })
       .set(refreshKey, session.id)
       .set(["session", session.id], {
@@ -130,9 +132,11 @@ if (FLOOR === "hello") {
   handler = hello;
 } else if (FLOOR === "jwt-kv") {
   handler = jwtKv(await Deno.openKv(Deno.env.get("KV_PATH") ?? "/tmp/bench-floor-kv.sqlite"));
+} else if (FLOOR === "jwt") {
+  handler = jwtKv(undefined);
 } else if (FLOOR === "proxy") {
   handler = proxy(new URL(Deno.env.get("UPSTREAM_URL") ?? "http://127.0.0.1:18092/mcp"));
 } else {
-  throw new Error(`FLOOR must be hello, jwt-kv or proxy, got ${FLOOR}`);
+  throw new Error(`FLOOR must be hello, jwt, jwt-kv or proxy, got ${FLOOR}`);
 }
 Deno.serve({ port: PORT, hostname: HOSTNAME, onListen() {} }, handler);

@@ -2,8 +2,8 @@
 
 import { hasCommand, runCommand } from "./commands.ts";
 
-/** A command prefix that pins what follows to one CPU, or nothing when pinning is off. */
-export type Pinner = (cpu: number) => string[];
+/** A command prefix that pins what follows to CPUs (`1`, or a list `0-1`), or nothing when off. */
+export type Pinner = (cpus: number | string) => string[];
 
 /** The number of CPUs. */
 export function cpuCount(): number {
@@ -23,7 +23,7 @@ export async function canPin(noPin: boolean): Promise<boolean> {
 
 /** The pinning prefix for `enabled`. */
 export function pinner(enabled: boolean): Pinner {
-  return (cpu) => enabled ? ["taskset", "-c", String(cpu)] : [];
+  return (cpus) => enabled ? ["taskset", "-c", String(cpus)] : [];
 }
 
 /** GNU time's path when installed (it measures wrk's own CPU), else "". */

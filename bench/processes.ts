@@ -20,8 +20,8 @@ export interface Proc {
 /** How to start one process. */
 export interface ProcSpec {
   name: string;
-  /** The CPU it is pinned to. */
-  cpu: number;
+  /** The CPU it is pinned to (or CPUs, as taskset lists them). */
+  cpu: number | string;
   cmd: string[];
   /** Its environment beside childEnv's. */
   env: Record<string, string>;

@@ -47,6 +47,7 @@ export interface ReportTargets {
 
 /** The pairs of cases whose throughput ratio the report gives, when both ran. */
 const RATIOS: [string, string][] = [
+  ["refresh", "floor-jwt"],
   ["refresh", "floor-jwt-kv"],
   ["refresh", "floor-jwt-kv-rawkey"],
   ["code", "floor-jwt-kv"],
@@ -54,6 +55,8 @@ const RATIOS: [string, string][] = [
   ["refresh", "floor-hello"],
   ["floor-jwt-kv", "floor-hello"],
   ["gateway-32", "floor-proxy"],
+  ["refresh-2proc", "refresh"],
+  ["gateway-2proc", "gateway-32"],
 ];
 
 const MiB = 2 ** 20;

@@ -64,9 +64,13 @@ import { ensureWrk, type WrkLoad, wrkRunner, wrkVersion } from "./wrk.ts";
 
 /** The latency cases send one request at a time: their p50 is a request's own latency. */
 const LATENCY_LOAD = { conns: 1, threads: 1 };
+/** The workers of the `-2proc` cases: one per CPU of the 2-CPU bench machine. */
+const PARALLEL_WORKERS = 2;
 /** The cases that run on the seeded KV. */
 const SEEDED_CASES: readonly CaseName[] = [
   "refresh",
+  "refresh-2proc",
+  "gateway-2proc",
   "code",
   "poll",
   "metadata",
@@ -227,6 +231,13 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
       split: false,
       note: "Deno.serve, fixed JSON",
     }),
+    "floor-jwt": async () => ({
+      server: await run.servers.floor("floor-jwt", "jwt"),
+      source: run.files.randomTokens,
+      mode: "refresh",
+      split: false,
+      note: "form + jose HS256 (key imported once), no storage: the refresh grant's floor",
+    }),
     "floor-jwt-kv": () =>
       jwtKvFloor(
         run,
@@ -262,6 +273,15 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
     "floor-proxy": () => proxyFloor(run, "floor-proxy"),
     "floor-proxy-1": () => proxyFloor(run, "floor-proxy-1", LATENCY_LOAD),
     "gateway-32": () => gateway(run, "gateway-32"),
+    "refresh-2proc": async () => ({
+      server: await parallelServiceOnSeededKv(run, "refresh-2proc", CLOSED_GITLAB),
+      source: run.files.refreshTokens,
+      mode: "refresh",
+      split: true,
+      note: `refresh_token grant, deno serve --parallel with ${PARALLEL_WORKERS} workers on one ` +
+        "KV file, not pinned (wrk still on CPU 1)",
+    }),
+    "gateway-2proc": () => gateway(run, "gateway-2proc", undefined, PARALLEL_WORKERS),
   };
 }
 
@@ -389,15 +409,22 @@ async function proxyFloor(run: RunContext, name: CaseName, load?: WrkLoad): Prom
  * POST /mcp through the service to the bench's MCP server: one request at a time (`load`
  * LATENCY_LOAD, for the added latency) or under the bench's full load (for throughput).
  */
-async function gateway(run: RunContext, name: CaseName, load?: WrkLoad): Promise<Target> {
+async function gateway(
+  run: RunContext,
+  name: CaseName,
+  load?: WrkLoad,
+  workers = 1,
+): Promise<Target> {
   const mcpPort = run.config.port + 2;
   await copyKv(run.files.golden, run.files.runKv);
   const mcp = await run.servers.mcpServer(1, mcpPort);
-  const server = await run.servers.service(name, run.files.runKv, CLOSED_GITLAB, {
-    MCP_UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp`,
-  });
+  const env = { MCP_UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp` };
+  const server = workers > 1
+    ? await run.servers.parallelService(name, workers, run.files.runKv, CLOSED_GITLAB, env)
+    : await run.servers.service(name, run.files.runKv, CLOSED_GITLAB, env);
   const target = `${run.files.dir}/${name}.txt`;
-  const concurrency = load ? "one at a time" : `${run.config.conns} connections`;
+  const concurrency = (load ? "one at a time" : `${run.config.conns} connections`) +
+    (workers > 1 ? `, deno serve --parallel with ${workers} workers` : "");
   return {
     server,
     helpers: [mcp],
@@ -433,6 +460,12 @@ async function gateway(run: RunContext, name: CaseName, load?: WrkLoad): Promise
 async function serviceOnSeededKv(run: RunContext, name: string) {
   await copyKv(run.files.golden, run.files.runKv);
   return await run.servers.service(name, run.files.runKv, CLOSED_GITLAB);
+}
+
+/** `deno serve --parallel` on a fresh copy of the seeded KV. */
+async function parallelServiceOnSeededKv(run: RunContext, name: string, gitlabUrl: string) {
+  await copyKv(run.files.golden, run.files.runKv);
+  return await run.servers.parallelService(name, PARALLEL_WORKERS, run.files.runKv, gitlabUrl);
 }
 
 /** The chained refresh load on KVs of each BENCH_SIZES session count. */

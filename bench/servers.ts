@@ -35,6 +35,17 @@ export interface Servers {
     gitlabUrl: string,
     extraEnv?: Record<string, string>,
   ): Promise<Proc>;
+  /**
+   * The service as `deno serve --parallel` runs it: `workers` workers in one process, each with
+   * its own app and KV handle on the same file, free to use every CPU.
+   */
+  parallelService(
+    name: string,
+    workers: number,
+    kvPath: string,
+    gitlabUrl: string,
+    extraEnv?: Record<string, string>,
+  ): Promise<Proc>;
   /** A floor (FLOOR=`floor`, KEY_MODE=`keyMode`, more `env`), logging to `<name>.log`. */
   floor(
     name: string,
@@ -54,6 +65,16 @@ export function createServers(options: ServerOptions): Servers {
   const deno = Deno.execPath();
   const v8Flags = startV8Flags(options.root);
   const floorKv = `${dir}/floor-kv.sqlite`;
+  const serviceEnv = (kvPath: string, gitlabUrl: string, extraEnv: Record<string, string>) => ({
+    PORT: String(port),
+    HOST: "127.0.0.1",
+    KV_PATH: kvPath,
+    JWT_SECRET: options.secret,
+    GITLAB_CLIENT_ID: options.gitlabClientId,
+    GITLAB_URL: gitlabUrl,
+    ...options.serviceEnv,
+    ...extraEnv,
+  });
   return {
     floorKv,
     service: (name, kvPath, gitlabUrl, extraEnv = {}) =>
@@ -61,16 +82,27 @@ export function createServers(options: ServerOptions): Servers {
         name,
         cpu: 0,
         cmd: [deno, "run", ...v8Flags, "-A", "main.ts", "start"],
-        env: {
-          PORT: String(port),
-          HOST: "127.0.0.1",
-          KV_PATH: kvPath,
-          JWT_SECRET: options.secret,
-          GITLAB_CLIENT_ID: options.gitlabClientId,
-          GITLAB_URL: gitlabUrl,
-          ...options.serviceEnv,
-          ...extraEnv,
-        },
+        env: serviceEnv(kvPath, gitlabUrl, extraEnv),
+        port,
+        log: `${dir}/${name}.log`,
+      }),
+    parallelService: (name, workers, kvPath, gitlabUrl, extraEnv = {}) =>
+      processes.start({
+        name,
+        cpu: `0-${workers - 1}`,
+        cmd: [
+          deno,
+          "serve",
+          "--parallel",
+          ...v8Flags,
+          "-A",
+          "--host",
+          "127.0.0.1",
+          "--port",
+          String(port),
+          "main.ts",
+        ],
+        env: { ...serviceEnv(kvPath, gitlabUrl, extraEnv), DENO_JOBS: String(workers) },
         port,
         log: `${dir}/${name}.log`,
       }),
