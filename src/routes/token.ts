@@ -141,6 +141,8 @@ async function revokeReplayedCodeSession(
   sessionId: string,
 ): Promise<void> {
   await ctx.deps.store.deleteSession(sessionId);
+  // The gateway's memory of accepted tokens must not keep serving the ended session here.
+  ctx.deps.verifiedTokens.forgetSession(sessionId);
   ctx.deps.logger.warn("authorization code replayed; session revoked", {
     requestId: ctx.requestId,
     sessionId,
