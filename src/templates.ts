@@ -211,9 +211,14 @@ export function createTemplates(sources: TemplateSources): Templates {
     },
     renderConsentPage(values) {
       const nonce = newNonce();
+      const upstream = new URL(httpUrl(values.upstreamOrigin, "upstreamOrigin"));
       const formTargets = [
         new URL(httpUrl(values.actionUrl, "actionUrl")).origin,
-        new URL(httpUrl(values.upstreamOrigin, "upstreamOrigin")).origin,
+        upstream.origin,
+        // Chromium holds every redirect after "Continue" to form-action, and GitLab may send the
+        // browser on to a sign-in provider of its own (SAML, OpenID Connect): any origin of
+        // GitLab's scheme may follow.
+        upstream.protocol,
         returnSource(values.redirectUri),
       ];
       return {
