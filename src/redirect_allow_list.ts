@@ -8,8 +8,12 @@
 
 /** What a port wildcard matches: one to five digits. */
 const PORT = "\\d{1,5}";
-/** What any other wildcard matches: the rest of one segment, never `/`, `?` or `#`. */
-const SEGMENT_REST = "[^/?#]*";
+/**
+ * What any other wildcard matches: the rest of one segment, never `/`, `?` or `#`, nor `\`,
+ * which URL parsers and browsers read as `/` in http(s) URLs (`https://evil\.apps.example/`
+ * leads to `evil`).
+ */
+const SEGMENT_REST = "[^/?#\\\\]*";
 
 /** Why `pattern` cannot be used, or undefined when it can. */
 export function redirectPatternProblem(pattern: string): string | undefined {

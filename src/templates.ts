@@ -211,9 +211,14 @@ export function createTemplates(sources: TemplateSources): Templates {
     },
     renderConsentPage(values) {
       const nonce = newNonce();
+      const upstream = new URL(httpUrl(values.upstreamOrigin, "upstreamOrigin"));
       const formTargets = [
         new URL(httpUrl(values.actionUrl, "actionUrl")).origin,
-        new URL(httpUrl(values.upstreamOrigin, "upstreamOrigin")).origin,
+        upstream.origin,
+        // Chromium holds every redirect after "Continue" to form-action, and GitLab may send the
+        // browser on to a sign-in provider of its own (SAML, OpenID Connect): any origin of
+        // GitLab's scheme may follow.
+        upstream.protocol,
         returnSource(values.redirectUri),
       ];
       return {
@@ -262,11 +267,13 @@ function newNonce(): string {
 /**
  * The CSP source a form may lead to when the browser returns to `redirectUri` (after Cancel):
  * the origin of a web address, the scheme of an app's. Chromium applies `form-action` to the
- * redirects that follow a form's submission too.
+ * redirects that follow a form's submission too. A CSP host source cannot name an IPv6 literal
+ * (Chromium drops `http://[::1]:8080` as invalid, blocking the return), so the scheme stands in.
  */
 function returnSource(redirectUri: string): string {
   const url = new URL(redirectUri);
-  return url.protocol === "https:" || url.protocol === "http:" ? url.origin : url.protocol;
+  const web = url.protocol === "https:" || url.protocol === "http:";
+  return web && !url.hostname.startsWith("[") ? url.origin : url.protocol;
 }
 
 /** No script at all; styles by nonce; forms only to `formTargets`. */

@@ -15,6 +15,8 @@ import { VERIFIED_TOKEN_TTL_MS } from "../src/session/verified_tokens.ts";
 import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  exchange,
+  issueCode,
   issueTokens,
   kvText,
   makeTestApp,
@@ -360,6 +362,30 @@ Deno.test("gateway: a revoked session is refused at once, though its JWT has not
     const after = await mcpRequest(t, accessToken, { body: "{}" });
     assert.equal(after.status, 401);
     assertChallenge(after, /revoked or has expired/);
+    await after.body?.cancel();
+    assert.equal(upstream.requests.length, 1);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: a session ended by a replayed code (REVOKE_ON_CODE_REPLAY) is refused at once", async () => {
+  const upstream = startScripted(echo);
+  const t = await makeTestApp({
+    env: { MCP_UPSTREAM_URL: upstream.url, REVOKE_ON_CODE_REPLAY: "true" },
+  });
+  try {
+    const code = await issueCode(t);
+    const { access_token: stolen } = await (await exchange(t, code)).json();
+    const before = await mcpRequest(t, stolen, { body: "{}" });
+    assert.equal(before.status, 200);
+    await before.body?.cancel();
+    const replay = await exchange(t, code);
+    assert.equal(replay.status, 400);
+    await replay.body?.cancel();
+    const after = await mcpRequest(t, stolen, { body: "{}" });
+    assert.equal(after.status, 401, "the token accepted a moment ago is not served from memory");
     await after.body?.cancel();
     assert.equal(upstream.requests.length, 1);
   } finally {

@@ -73,6 +73,15 @@ Deno.test("allow-list: * is a port or the rest of one path segment; everything e
   assert.ok(!isAllowedRedirect("https://aXb/cb", ["https://a.b/cb"]));
 });
 
+Deno.test("allow-list: a wildcard never matches a backslash, which browsers read as / in http(s) URLs", () => {
+  // The URL parser (and every browser) reads `\\` as `/` in an http(s) URL, so this address
+  // leads to evil.example although its text ends like the pattern.
+  const uri = "https://evil.example\\.apps.example/cb";
+  assert.equal(new URL(uri).host, "evil.example");
+  assert.ok(!isAllowedRedirect(uri, ["https://*.apps.example/cb"]), uri);
+  assert.ok(isAllowedRedirect("https://team.apps.example/cb", ["https://*.apps.example/cb"]));
+});
+
 Deno.test("allow-list: the variable is a comma list of absolute URIs; a bad entry stops start-up", () => {
   assert.deepEqual(loadConfig(ALLOW).allowedRedirectUris, PATTERNS);
   assert.equal(loadConfig({}).allowedRedirectUris, undefined);

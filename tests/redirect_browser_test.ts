@@ -146,3 +146,22 @@ browserTest(
     await clickAndWaitFor(page, "Continue with GitLab", r.gitlab.url.origin);
   },
 );
+
+browserTest(
+  "redirect browser: Cancel reaches a client whose redirect URI is on [::1] (a loopback host the service accepts)",
+  async (r, page) => {
+    const client = Deno.serve(
+      { hostname: "::1", port: 0, onListen() {} },
+      () => new Response("<p>callback reached</p>", { headers: { "Content-Type": "text/html" } }),
+    );
+    const callback = `http://[::1]:${client.addr.port}/callback`;
+    try {
+      const query = authorizeQuery({ client_id: "browser-client", redirect_uri: callback });
+      await page.goto(`${r.service.url}/authorize?${query}`);
+      await clickAndWaitFor(page, "Cancel", callback);
+      assert.equal(new URL(page.url()).searchParams.get("error"), "access_denied");
+    } finally {
+      await client.shutdown();
+    }
+  },
+);

@@ -155,6 +155,8 @@ async function revokeReplayedCodeSession(
     await afterSessionEnded(endDepsOf(ctx), session.value, { requestId: ctx.requestId });
   } else {
     await ctx.deps.store.deleteSession(sessionId);
+    // The gateway's memory of accepted tokens must not keep serving the ended session here.
+    ctx.deps.verifiedTokens.forgetSession(sessionId);
   }
 }
 
