@@ -246,9 +246,8 @@ function report(
     `service ${
       pinned ? "pinned to CPU 0" : "not pinned"
     }, GitLab (simulated, interval ${INTERVAL_S} s) ` +
-    `and the pages in the bench process. **The machine was shared with other developers' test ` +
-    `runs while this ran**: the rates are what this loaded machine did, and the counts of GitLab ` +
-    `calls, not the timings, are the result.`,
+    `and the pages in the bench process. The counts of GitLab calls, not the timings, are the ` +
+    `result: the timings move with whatever else the machine runs.`,
     "",
     "| pending sign-ins | page polls every | measured s | page polls/s | GitLab calls/s | one call per page poll would be | target (≤ flows / interval) | met? |",
     "| ---------------: | ---------------: | ---------: | -----------: | -------------: | ------------------------------: | --------------------------: | ---- |",
