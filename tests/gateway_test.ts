@@ -988,3 +988,24 @@ Deno.test("gateway: the MCP session binding is stored hashed and lives as long a
     await upstream.close();
   }
 });
+
+Deno.test("gateway: an MCP server handing out a session id bound to another session → 502, the id never reaches the client", async () => {
+  const upstream = startScripted(() =>
+    new Response("{}", { headers: { "Mcp-Session-Id": "one-id-for-everyone" } })
+  );
+  const { t, accessToken: alice } = await gatewayApp(upstream.url);
+  try {
+    const { access_token: bob } = await issueTokens(t);
+    const first = await mcpRequest(t, alice, { body: "{}" });
+    assert.equal(first.headers.get("mcp-session-id"), "one-id-for-everyone");
+    await first.body?.cancel();
+    const second = await mcpRequest(t, bob, { body: "{}" });
+    assert.equal(second.status, 502, await second.clone().text());
+    assert.equal((await second.json()).error, "bad_gateway");
+    assert.equal(second.headers.get("mcp-session-id"), null);
+    assert.equal(await t.store.mcpSessionOwner("one-id-for-everyone"), decodeJwt(alice).sid);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
