@@ -1009,3 +1009,34 @@ Deno.test("gateway: an MCP server handing out a session id bound to another sess
     await upstream.close();
   }
 });
+
+Deno.test("gateway: a binding ended on another instance is refused here within one second, however busy the session", async () => {
+  const upstream = startScripted(() =>
+    new Response("{}", { headers: { "Mcp-Session-Id": "ended-elsewhere" } })
+  );
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    await (await mcpRequest(t, accessToken, { body: "{}" })).body?.cancel();
+    // Another instance served the DELETE: the binding is gone from KV, not from our memory.
+    await t.store.unbindMcpSession("ended-elsewhere");
+    const statuses: number[] = [];
+    for (
+      let elapsed = 0;
+      elapsed < 3 * VERIFIED_TOKEN_TTL_MS;
+      elapsed += VERIFIED_TOKEN_TTL_MS / 4
+    ) {
+      t.clock.advance(VERIFIED_TOKEN_TTL_MS / 4);
+      const response = await mcpRequest(t, accessToken, {
+        headers: { "Mcp-Session-Id": "ended-elsewhere" },
+        body: "{}",
+      });
+      await response.body?.cancel();
+      statuses.push(response.status);
+    }
+    // A quarter of the TTL apart, each request could otherwise renew what memory holds.
+    assert.deepEqual(statuses.slice(4), Array(statuses.length - 4).fill(404), String(statuses));
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
