@@ -6,9 +6,10 @@
  * code): the `Authorization: Bearer` JWT (HS256 only, issuer, expiry with 30 s of leeway, the
  * current or the previous secret), its `resource` claim (RFC 8707: a token bound to another MCP
  * server is refused; tokens from before resource indicators carry none), the session it names
- * (a revoked or expired session is refused even while the JWT lives), the `mcp:tools` scope;
- * then it refreshes the session's GitLab token when it expires within five minutes, under the
- * same KV lease as the service, so the two never spend one GitLab refresh token twice.
+ * (an expired session is refused at once, a revoked one within a second, the time an accepted
+ * token is remembered, even while the JWT lives), the `mcp:tools` scope; then it refreshes the
+ * session's GitLab token when it expires within five minutes, under the same KV lease as the
+ * service, so the two never spend one GitLab refresh token twice.
  * Failures come back as ready responses: 401 with `WWW-Authenticate: Bearer
  * error="invalid_token", ..., resource_metadata=` (or a bare `Bearer resource_metadata=` when
  * no token was sent), 403 `insufficient_scope`, 503 when GitLab could not renew an already

@@ -5,7 +5,7 @@
  */
 
 import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
-import { type Config, strictTransportSecurity } from "./config.ts";
+import { strictTransportSecurity } from "./config.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
 import { allowCrossOrigin, preflight } from "./cors.ts";
 import { notConfiguredError, OAuthError } from "./errors.ts";
@@ -37,6 +37,7 @@ const SECURITY_HEADERS = {
 export function createApp(deps: AppDeps): FetchHandler {
   const gateway = createMcpGateway(deps);
   const trusted = createProxyTrust(deps.config.trustProxy);
+  const hsts = strictTransportSecurity(deps.config);
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
@@ -55,7 +56,7 @@ export function createApp(deps: AppDeps): FetchHandler {
     } catch (error) {
       response = renderError(error, deps, requestId);
     }
-    response = withHeaders(response, route, requestId, deps.config);
+    response = withHeaders(response, route, requestId, hsts);
     deps.logger.info("request", {
       requestId,
       method: request.method,
@@ -122,13 +123,12 @@ function withHeaders(
   response: Response,
   route: Route | undefined,
   requestId: string,
-  config: Config,
+  hsts: string | undefined,
 ): Response {
   const headers = response.headers;
   for (const [name, value] of Object.entries(SECURITY_HEADERS)) {
     if (!headers.has(name)) headers.set(name, value);
   }
-  const hsts = strictTransportSecurity(config);
   if (hsts) headers.set("Strict-Transport-Security", hsts);
   headers.set("X-Request-Id", requestId);
   if (route?.cors) allowCrossOrigin(headers, route.cors);

@@ -24,7 +24,7 @@ const PORT = /^[0-9]{1,5}$/;
 
 /**
  * The URL and base URL of `request`; `fromTrustedProxy` when its socket peer is a TRUST_PROXY
- * proxy, whose forwarded host and scheme (right-most values) then describe the origin. Throws a
+ * proxy, whose forwarded host and scheme (right-most values) must then be well-formed. Throws a
  * 400 OAuthError for a malformed host, forwarded host or forwarded scheme.
  */
 export function requestOrigin(
@@ -41,23 +41,26 @@ export function requestOrigin(
     throw malformed("The request's host is not a valid host[:port]");
   }
   if (url.username || url.password) throw malformed("The request's host has userinfo");
-  const origin = fromTrustedProxy ? forwardedOrigin(request.headers, url) : url.origin;
-  return { url, baseUrl: baseUrl ?? origin };
+  if (fromTrustedProxy) requireWellFormedForwarding(request.headers);
+  return { url, baseUrl: baseUrl ?? url.origin };
 }
 
-/** The origin a trusted proxy says the client used; the request's own where it says nothing. */
-function forwardedOrigin(headers: Headers, url: URL): string {
+/**
+ * A trusted proxy's forwarded host and scheme are checked, never used: TRUST_PROXY needs
+ * BASE_URL (config.ts), so the issuer never follows a header a client may have chosen.
+ */
+function requireWellFormedForwarding(headers: Headers): void {
   const host = rightmostForwarded(headers, "x-forwarded-host");
   const proto = rightmostForwarded(headers, "x-forwarded-proto")?.toLowerCase();
-  if (host !== undefined) requireHostAndPort("X-Forwarded-Host", host);
+  if (host !== undefined) {
+    requireHostAndPort("X-Forwarded-Host", host);
+    // A name the URL parser still refuses, such as `1.2.3.4.5` (it ends in a number).
+    if (!URL.canParse(`http://${host}`)) {
+      throw malformed("X-Forwarded-Host is not a valid host[:port]");
+    }
+  }
   if (proto !== undefined && proto !== "http" && proto !== "https") {
     throw malformed("X-Forwarded-Proto must be http or https");
-  }
-  try {
-    return new URL(`${proto ?? url.protocol.slice(0, -1)}://${host ?? url.host}`).origin;
-  } catch {
-    // A name the URL parser still refuses, such as `1.2.3.4.5` (it ends in a number).
-    throw malformed("X-Forwarded-Host is not a valid host[:port]");
   }
 }
 

@@ -960,12 +960,25 @@ Deno.test("gateway: an Mcp-Session-Id handed to one session, presented with anot
   }
 });
 
-Deno.test("gateway: the MCP session binding is stored hashed and lives as long as an idle session", async () => {
+/** Runs `test` on a gateway in front of an MCP server that hands out `mcpSessionId` every time. */
+async function withSessionIssuingGateway(
+  mcpSessionId: string,
+  test: (t: TestApp, accessToken: string) => Promise<void>,
+): Promise<void> {
   const upstream = startScripted(() =>
-    new Response("{}", { headers: { "Mcp-Session-Id": "secret-mcp-session-id" } })
+    new Response("{}", { headers: { "Mcp-Session-Id": mcpSessionId } })
   );
   const { t, accessToken } = await gatewayApp(upstream.url);
   try {
+    await test(t, accessToken);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+}
+
+Deno.test("gateway: the MCP session binding is stored hashed and lives as long as an idle session", () =>
+  withSessionIssuingGateway("secret-mcp-session-id", async (t, accessToken) => {
     await (await mcpRequest(t, accessToken, { body: "{}" })).body?.cancel();
     const [binding, ...others] = await recordsOf<{ sessionId: string; expiresAt: number }>(
       t.kv,
@@ -983,8 +996,40 @@ Deno.test("gateway: the MCP session binding is stored hashed and lives as long a
     await sent.body?.cancel();
     t.clock.advance(t.config.sessionIdleTtlSeconds * 1000 + 1);
     assert.equal(await t.store.mcpSessionOwner("secret-mcp-session-id"), null);
-  } finally {
-    t.close();
-    await upstream.close();
-  }
-});
+  }));
+
+Deno.test("gateway: an MCP server handing out a session id bound to another session → 502, the id never reaches the client", () =>
+  withSessionIssuingGateway("one-id-for-everyone", async (t, alice) => {
+    const { access_token: bob } = await issueTokens(t);
+    const first = await mcpRequest(t, alice, { body: "{}" });
+    assert.equal(first.headers.get("mcp-session-id"), "one-id-for-everyone");
+    await first.body?.cancel();
+    const second = await mcpRequest(t, bob, { body: "{}" });
+    assert.equal(second.status, 502, await second.clone().text());
+    assert.equal((await second.json()).error, "bad_gateway");
+    assert.equal(second.headers.get("mcp-session-id"), null);
+    assert.equal(await t.store.mcpSessionOwner("one-id-for-everyone"), decodeJwt(alice).sid);
+  }));
+
+Deno.test("gateway: a binding ended on another instance is refused here within one second, however busy the session", () =>
+  withSessionIssuingGateway("ended-elsewhere", async (t, accessToken) => {
+    await (await mcpRequest(t, accessToken, { body: "{}" })).body?.cancel();
+    // Another instance served the DELETE: the binding is gone from KV, not from our memory.
+    await t.store.unbindMcpSession("ended-elsewhere");
+    const statuses: number[] = [];
+    for (
+      let elapsed = 0;
+      elapsed < 3 * VERIFIED_TOKEN_TTL_MS;
+      elapsed += VERIFIED_TOKEN_TTL_MS / 4
+    ) {
+      t.clock.advance(VERIFIED_TOKEN_TTL_MS / 4);
+      const response = await mcpRequest(t, accessToken, {
+        headers: { "Mcp-Session-Id": "ended-elsewhere" },
+        body: "{}",
+      });
+      await response.body?.cancel();
+      statuses.push(response.status);
+    }
+    // A quarter of the TTL apart, each request could otherwise renew what memory holds.
+    assert.deepEqual(statuses.slice(4), Array(statuses.length - 4).fill(404), String(statuses));
+  }));

@@ -88,6 +88,8 @@ async function handleGatewayRequest(ctx: OAuthRequestContext, upstreamUrl: URL):
 /** Whom an `Mcp-Session-Id` is bound to, once read (from memory, or beside the session). */
 interface McpSessionOwner {
   read: boolean;
+  /** Read from memory: remembering it again would let memory renew itself past its TTL. */
+  remembered: boolean;
   sessionId: string | null;
 }
 
@@ -95,7 +97,8 @@ function rememberedOwner(ctx: OAuthRequestContext, mcpSessionId: string | null):
   const remembered = mcpSessionId === null
     ? undefined
     : ctx.deps.verifiedTokens.mcpSessionOwner(mcpSessionId, ctx.deps.clock.now());
-  return { read: remembered !== undefined, sessionId: remembered ?? null };
+  const found = remembered !== undefined;
+  return { read: found, remembered: found, sessionId: remembered ?? null };
 }
 
 /**
@@ -111,7 +114,7 @@ async function requireOwnMcpSession(
   const { store, verifiedTokens, clock } = ctx.deps;
   const sessionId = owner.read ? owner.sessionId : await store.mcpSessionOwner(mcpSessionId);
   if (sessionId !== auth.sessionId) throw unknownMcpSession();
-  verifiedTokens.rememberMcpSession(mcpSessionId, sessionId, clock.now());
+  if (!owner.remembered) verifiedTokens.rememberMcpSession(mcpSessionId, sessionId, clock.now());
 }
 
 /**
