@@ -9,7 +9,17 @@
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/config.ts";
 import { VERIFIED_TOKEN_TTL_MS } from "../src/session/verified_tokens.ts";
-import { PKCE, TEST_SECRET } from "./_helpers.ts";
+import { runStoreCommand } from "../src/admin/commands.ts";
+import { silentLogger } from "../src/logger.ts";
+import {
+  exchange,
+  issueCode,
+  PKCE,
+  TEST_BASE,
+  TEST_REDIRECT,
+  TEST_SECRET,
+  withApp,
+} from "./_helpers.ts";
 import { postInitialize } from "./_mcp_client.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import {
@@ -270,3 +280,39 @@ Deno.test("admin: keys generate prints two fresh secrets the service accepts", a
   assert.notEqual(values[0].JWT_SECRET, values[0].ENCRYPTION_KEY);
   assert.notEqual(values[0].JWT_SECRET, values[1].JWT_SECRET, "fresh each time");
 });
+
+Deno.test("admin: lists print what a hostile client registered or sent as plain text, never a terminal control", () =>
+  withApp(async (t) => {
+    const hostile = "Evil\x1b[2J\x1b]8;;https://evil.example\x07\r\nFAKE  ROW\x9b1m";
+    const registered = await t.app(
+      new Request(`${TEST_BASE}/register`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({
+          client_name: hostile,
+          redirect_uris: [`${TEST_REDIRECT}/\x1b[31mred`],
+        }),
+      }),
+    );
+    assert.equal(registered.status, 201, await registered.clone().text());
+    // The spec's default policy takes any client_id at /authorize.
+    assert.equal((await exchange(t, await issueCode(t, { client_id: hostile }))).status, 200);
+
+    for (const name of ["clients list", "sessions list"] as const) {
+      const lines: string[] = [];
+      const command = { name, json: false };
+      const deps = {
+        store: t.store,
+        logger: silentLogger,
+        print: (line: string) => lines.push(line),
+      };
+      assert.equal(
+        await runStoreCommand(command, { ...deps, kvFileSize: () => Promise.resolve(0) }),
+        0,
+      );
+      assert.equal(lines.length, 3, `${name}: header, one row, the count\n${lines.join("\n")}`);
+      // deno-lint-ignore no-control-regex -- the controls are what must not be printed.
+      assert.ok(lines.every((line) => !/[\x00-\x1f\x7f-\x9f]/.test(line)), lines.join("\n"));
+      assert.ok(lines[1].includes("Evil\\u001b[2J"), `${name}: shown escaped\n${lines[1]}`);
+    }
+  }));

@@ -66,3 +66,24 @@ Deno.test("operator store: clients listed oldest first, deleted once", () =>
     assert.equal(await t.store.getClient("a"), null);
     assert.equal(await t.store.deleteClient("missing"), false);
   }));
+
+Deno.test("operator store: a deleted client stays deleted when an /authorize that read it records its use", () =>
+  withApp(async (t) => {
+    const redirectUris = ["http://127.0.0.1/cb"];
+    await t.store.registerClient({
+      clientId: "c",
+      clientIdIssuedAt: 1,
+      redirectUris,
+      metadata: {
+        redirect_uris: redirectUris,
+        token_endpoint_auth_method: "none",
+        grant_types: ["authorization_code"],
+        response_types: ["code"],
+      },
+    });
+    const readByAuthorize = await t.store.getClient("c");
+    assert.ok(readByAuthorize);
+    assert.equal(await t.store.deleteClient("c"), true);
+    await t.store.recordClientUse(readByAuthorize);
+    assert.equal(await t.store.getClient("c"), null, "the use does not register it again");
+  }));

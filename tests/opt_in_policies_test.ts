@@ -53,6 +53,23 @@ Deno.test("REVOKE_ON_CODE_REPLAY=true: parallel replays revoke the session's Git
     assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"]);
   }, { env: { REVOKE_ON_CODE_REPLAY: "true" } }));
 
+Deno.test("REVOKE_ON_CODE_REPLAY=true: a refresh between the replay's read and its delete does not save the GitLab token", () =>
+  withApp(async (t) => {
+    const code = await issueCode(t);
+    const { refresh_token } = await (await exchange(t, code)).json();
+    const read = t.store.getCodeAndSession.bind(t.store);
+    t.store.getCodeAndSession = async (value) => {
+      const found = await read(value);
+      // The first redeemer refreshes after the replay read the session.
+      assert.equal((await refresh(t, refresh_token)).status, 200);
+      return found;
+    };
+    const replay = await exchange(t, code);
+    assert.equal((await replay.json()).error, "invalid_grant");
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"]);
+    assert.equal(await countRecords(t.kv, "session"), 0);
+  }, { env: { REVOKE_ON_CODE_REPLAY: "true" } }));
+
 Deno.test("REVOKE_ON_CODE_REPLAY off (default): a replay is refused and the session lives on", async () => {
   const t = await makeTestApp();
   try {

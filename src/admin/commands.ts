@@ -4,7 +4,8 @@
  * JSON line naming the operator action.
  */
 
-import { type LogFields, type Logger, redact } from "../logger.ts";
+import type { LogFields, Logger } from "../logger.ts";
+import { revokeUpstreamTokens } from "../session/end.ts";
 import type { Store } from "../store/mod.ts";
 import type { ClientRecord, SessionRecord } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
@@ -156,7 +157,11 @@ async function endSessions(
     let next = 0;
     const worker = async () => {
       while (next < sessions.length) {
-        if (await revokeUpstream(sessions[next++], upstream, deps)) gitlabTokensRevoked++;
+        const session = sessions[next++];
+        const fields = { sessionId: session.id };
+        if (await revokeUpstreamTokens({ ...deps, upstream }, session, fields)) {
+          gitlabTokensRevoked++;
+        }
       }
     };
     await Promise.all(Array.from({ length: REVOCATION_CONCURRENCY }, worker));
@@ -169,26 +174,6 @@ async function endSessions(
     gitlabTokensRevoked,
     gitlabRevocationsFailed: upstream ? sessions.length - gitlabTokensRevoked : 0,
   });
-}
-
-async function revokeUpstream(
-  session: SessionRecord,
-  upstream: Upstream,
-  deps: AdminDeps,
-): Promise<boolean> {
-  const tokens = await deps.store.openUpstreamTokens(session);
-  if (!tokens) return false;
-  try {
-    await upstream.revokeToken(tokens.accessToken);
-    return true;
-  } catch (error) {
-    deps.logger.warn("GitLab token revocation failed", {
-      sessionId: session.id,
-      gitlabToken: redact(tokens.accessToken),
-      error: String(error),
-    });
-    return false;
-  }
 }
 
 function iso(epochMs: number): string {

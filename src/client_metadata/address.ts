@@ -7,6 +7,9 @@
  *   §6 (server-side request forgery)
  */
 
+import type { IPv4, IPv6 } from "ipaddr.js";
+import { parseIpAddress } from "../ip_address.ts";
+
 /** IPv4 ranges that are not public: [network, prefix length (1–32)]. */
 const IPV4_BLOCKED: readonly [string, number][] = [
   ["0.0.0.0", 8], // "this network"
@@ -28,24 +31,37 @@ const IPV4_BLOCKED: readonly [string, number][] = [
 
 /** Whether `address` (IPv4 dotted or IPv6, brackets allowed) is a public unicast address. */
 export function isPublicAddress(address: string): boolean {
-  const bare = address.replace(/^\[|\]$/g, "");
-  const v4 = parseIpv4(bare);
-  if (v4 !== undefined) return isPublicIpv4(v4);
-  const v6 = parseIpv6(bare);
-  return v6 !== undefined && isPublicIpv6(v6);
+  const parsed = parseIpAddress(unbracketed(address));
+  if (parsed === undefined) return false;
+  // parseIpAddress reads an IPv4-mapped IPv6 address as the IPv4 address.
+  return parsed.kind() === "ipv4"
+    ? isPublicIpv4(ipv4Number((parsed as IPv4).octets))
+    : isPublicIpv6((parsed as IPv6).parts);
 }
 
 /** Whether `host` is an IP literal rather than a name. */
 export function isIpLiteral(host: string): boolean {
-  const bare = host.replace(/^\[|\]$/g, "");
-  return parseIpv4(bare) !== undefined || parseIpv6(bare) !== undefined;
+  return parseIpAddress(unbracketed(host)) !== undefined;
 }
 
+function unbracketed(host: string): string {
+  return host.replace(/^\[|\]$/g, "");
+}
+
+function ipv4Number(octets: number[]): number {
+  return ((octets[0] << 24) >>> 0) + (octets[1] << 16) + (octets[2] << 8) + octets[3];
+}
+
+/** The table's networks as numbers. */
+const IPV4_BLOCKED_NETWORKS = IPV4_BLOCKED.map(([network, prefix]) => {
+  const octets = network.split(".").map(Number);
+  return [ipv4Number(octets), prefix] as const;
+});
+
 function isPublicIpv4(address: number): boolean {
-  return !IPV4_BLOCKED.some(([network, prefix]) => {
+  return !IPV4_BLOCKED_NETWORKS.some(([network, prefix]) => {
     const mask = (~0 << (32 - prefix)) >>> 0;
-    // The table's entries are valid addresses; `?? 0` only satisfies the type.
-    return ((address & mask) >>> 0) === (((parseIpv4(network) ?? 0) & mask) >>> 0);
+    return ((address & mask) >>> 0) === ((network & mask) >>> 0);
   });
 }
 
@@ -65,38 +81,4 @@ function isPublicIpv6(h: number[]): boolean {
   if (h[0] === 0x0100 && h[1] === 0 && h[2] === 0 && h[3] === 0) return false; // discard
   if (h[0] === 0x2001 && h[1] < 0x0200) return false; // Teredo, benchmarking, ORCHID …
   return true;
-}
-
-function parseIpv4(text: string): number | undefined {
-  const parts = text.split(".");
-  if (parts.length !== 4 || !parts.every((p) => /^(0|[1-9]\d{0,2})$/.test(p))) return undefined;
-  const octets = parts.map(Number);
-  if (octets.some((o) => o > 255)) return undefined;
-  return ((octets[0] << 24) >>> 0) + (octets[1] << 16) + (octets[2] << 8) + octets[3];
-}
-
-/** Eight 16-bit groups, or undefined; an embedded dotted IPv4 tail is accepted. */
-function parseIpv6(text: string): number[] | undefined {
-  if (!text.includes(":") || text.includes("%")) return undefined;
-  const lastColon = text.lastIndexOf(":");
-  const dotted = text.slice(lastColon + 1);
-  if (dotted.includes(".")) {
-    const v4 = parseIpv4(dotted);
-    if (v4 === undefined) return undefined;
-    const hex = `${(v4 >>> 16).toString(16)}:${(v4 & 0xffff).toString(16)}`;
-    return parseIpv6(text.slice(0, lastColon + 1) + hex);
-  }
-  const halves = text.split("::");
-  if (halves.length > 2) return undefined;
-  const groups = (part: string) => part === "" ? [] : part.split(":");
-  const left = groups(halves[0]);
-  const right = halves.length === 2 ? groups(halves[1]) : [];
-  if (![...left, ...right].every((g) => /^[0-9a-f]{1,4}$/i.test(g))) return undefined;
-  const missing = 8 - left.length - right.length;
-  if (halves.length === 2 ? missing < 1 : missing !== 0) return undefined;
-  return [
-    ...left.map((g) => parseInt(g, 16)),
-    ...Array<number>(halves.length === 2 ? missing : 0).fill(0),
-    ...right.map((g) => parseInt(g, 16)),
-  ];
 }

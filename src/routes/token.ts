@@ -15,6 +15,7 @@ import { invalidTarget, requireProtectedResource, sameResource } from "../resour
 import { mcpResourceUrl } from "../resource_urls.ts";
 import { isClientMetadataUrl } from "../client_metadata/document.ts";
 import {
+  endSessionAsItIsNow,
   endSessionOnRefreshReplay,
   findSessionByRefreshToken,
   isCurrentRefreshToken,
@@ -139,8 +140,8 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
 
 /**
  * Opt-in (REVOKE_ON_CODE_REPLAY): a code used twice was probably stolen, so the session its
- * first use created ends (RFC 6749 §4.1.2), and its GitLab token with it (best effort; once,
- * by the replay whose checked delete wins).
+ * first use created ends (RFC 6749 §4.1.2), whatever it has become since, and its GitLab token
+ * with it (best effort; once, by the replay whose checked delete wins).
  */
 async function revokeReplayedCodeSession(
   ctx: OAuthRequestContext,
@@ -151,8 +152,9 @@ async function revokeReplayedCodeSession(
     requestId: ctx.requestId,
     sessionId,
   });
-  if (session && await ctx.deps.store.deleteSessionIfUnchanged(session)) {
-    await afterSessionEnded(endDepsOf(ctx), session.value, { requestId: ctx.requestId });
+  const ended = session && await endSessionAsItIsNow(ctx.deps.store, session);
+  if (ended) {
+    await afterSessionEnded(endDepsOf(ctx), ended, { requestId: ctx.requestId });
   } else {
     await ctx.deps.store.deleteSession(sessionId);
     // The gateway's memory of accepted tokens must not keep serving the ended session here.

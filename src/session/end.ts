@@ -49,23 +49,25 @@ export async function afterSessionEnded(
 
 /**
  * Revokes the GitLab token sealed in `sealed` (revoking the access token ends its refresh token
- * too); a failure is logged, never thrown.
+ * too); a failure is logged, never thrown. Answers whether GitLab confirmed the revocation.
  */
 export async function revokeUpstreamTokens(
-  deps: EndDeps,
+  deps: Pick<EndDeps, "store" | "logger" | "upstream">,
   sealed: Pick<SessionRecord, "sealedUpstreamTokens">,
   fields: LogFields,
-): Promise<void> {
+): Promise<boolean> {
   const tokens = await deps.store.openUpstreamTokens(sealed);
-  if (!tokens) return;
+  if (!tokens) return false;
   try {
     await deps.upstream.revokeToken(tokens.accessToken);
+    return true;
   } catch (error) {
     deps.logger.warn("GitLab token revocation failed", {
       ...fields,
       gitlabToken: redact(tokens.accessToken),
       error: String(error),
     });
+    return false;
   }
 }
 

@@ -253,11 +253,22 @@ export async function endSessionOnRefreshReplay(
   if (!config.revokeOnRefreshReplay) return null;
   const first = await store.getSessionNamedBy(token);
   if (!first || !isReplayedRefreshToken(first.value, token, clock.now(), config)) return null;
-  // Once recognised, whatever the session has become since (an upstream refresh saved it) ends.
-  let session: Versioned<SessionRecord> | null = first;
+  return await endSessionAsItIsNow(store, first);
+}
+
+/**
+ * Ends the session `read`, whatever it has become since it was read (a rotation or an upstream
+ * refresh saved it in between): answers the record as deleted, with the GitLab tokens it held
+ * last, for the caller to revoke; null when it is gone (whoever ended it revokes them).
+ */
+export async function endSessionAsItIsNow(
+  store: Store,
+  read: Versioned<SessionRecord>,
+): Promise<SessionRecord | null> {
+  let session: Versioned<SessionRecord> | null = read;
   for (let attempt = 0; session && attempt < RACED_TRANSITION_ATTEMPTS; attempt++) {
     if (await store.deleteSessionIfUnchanged(session)) return session.value;
-    session = await store.getSession(first.value.id);
+    session = await store.getSession(read.value.id);
   }
   return null;
 }

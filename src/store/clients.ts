@@ -56,12 +56,13 @@ export function createClientStore(io: StoreIo): ClientStore {
       const now = io.clock.now();
       if (client.expiresAt !== undefined && client.expiresAt - now > RENEW_BELOW_MS) return;
       const expiresAt = now + USED_CLIENT_TTL_MS;
-      // Unconditional: concurrent uses all write about the same expiry, and nothing else
-      // changes a registration.
-      const op = io.atomic()
-        .set(clientKey(client.clientId), { ...client, expiresAt }, {
-          expireIn: io.ttlUntil(expiresAt),
-        });
+      // Checked against the stored registration (read again only on a renewal, at most daily):
+      // an operator's `clients delete` since the caller's read must not be undone. Concurrent
+      // uses write about the same expiry, so a failed check needs no retry.
+      const stored = await io.read<ClientRecord>(clientKey(client.clientId));
+      if (!stored) return;
+      const op = io.atomic().check(stored)
+        .set(stored.key, { ...stored.value, expiresAt }, { expireIn: io.ttlUntil(expiresAt) });
       await io.commit(op);
     },
   };

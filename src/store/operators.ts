@@ -30,7 +30,10 @@ export interface RecordCounts {
 export interface OperatorStore {
   /** Every live session matching `filter` (all of them without one), oldest first. */
   listSessions(filter?: SessionFilter): Promise<SessionRecord[]>;
-  /** Deletes the sessions `ids`, in batches of atomic commits; answers how many were deleted. */
+  /**
+   * Deletes the sessions `ids`, in batches of atomic commits; answers how many ids it was given
+   * (a KV delete does not tell whether the record was still there).
+   */
   deleteSessions(ids: readonly string[]): Promise<number>;
   /** Every registered client, oldest first. */
   listClients(): Promise<ClientRecord[]>;
