@@ -92,8 +92,8 @@ async function advanceFlow(
       }
       throw error;
     }
-    if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
     if (result.kind !== "token") {
+      if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
       // RFC 8628 §3.5: after slow_down the interval grows by 5 s for this and every later poll.
       const grow = result.kind === "slow_down" ? SLOW_DOWN_STEP_SECONDS : 0;
       await deferNextPoll(ctx, flow, flow.value.intervalSeconds + grow);
@@ -102,6 +102,7 @@ async function advanceFlow(
     tokens = upstreamTokenSet(result.tokens, clock.now());
     // The device code is spent now; keep the token before anything else can fail.
     const saved = await store.saveFlowUpstreamTokens(flow, tokens);
+    if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
     if (!saved) return pending();
     flow = saved;
   }
