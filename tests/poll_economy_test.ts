@@ -210,3 +210,21 @@ Deno.test("poll economy: a flow paused by GitLab's rate limit still expires on t
     assert.deepEqual(await response.json(), { status: "expired", error: "Device code expired" });
     assert.equal(t.upstream.calls.poll, 1);
   }));
+
+Deno.test("poll economy: GitLab's token with RateLimit-Remaining: 0 is kept even when the pause cannot be stored", () =>
+  withApp(async (t) => {
+    const flowState = await startFlow(t);
+    t.upstream.polls.push({
+      kind: "token",
+      tokens: { accessToken: "gl-at", refreshToken: "gl-rt", expiresInSeconds: 7200 },
+      backoff: { retryAfterSeconds: 30 },
+    });
+    const store = t.store;
+    t.deps.store = { ...store, pauseUpstream: () => Promise.reject(new Error("kv unavailable")) };
+    const failed = await poll(t, flowState);
+    await failed.body?.cancel();
+    t.deps.store = store;
+    // The device code is spent at GitLab: the token it bought must not be lost with the pause.
+    await pollCompletesAndExchanges(t, flowState);
+    assert.equal(t.upstream.calls.poll, 1, "GitLab asked once");
+  }));

@@ -368,6 +368,22 @@ Deno.test("redirect mode: a replayed callback gets the 400 page; parallel callba
   });
 });
 
+Deno.test("redirect mode: parallel consent posts of one page (Continue and Cancel) → one answer acts, the rest get the 400 page", async () => {
+  await withRedirectApp(async (t) => {
+    const jar = new CookieJar();
+    const { form } = await consentPage(t, jar);
+    const actions = ["continue", "cancel", "continue", "cancel", "continue", "continue"];
+    const answers = await Promise.all(
+      actions.map((action) => postConsent(t, jar, { ...form, action })),
+    );
+    const statuses = answers.map((answer) => answer.status).sort();
+    await Promise.all(answers.map((answer) => answer.body?.cancel()));
+    assert.deepEqual(statuses, [302, 400, 400, 400, 400, 400]);
+    // The consent step is gone; at most the one GitLab step a winning Continue stored remains.
+    assert.ok(await countRecords(t.kv, "signin") <= 1);
+  });
+});
+
 Deno.test("redirect mode: steps live 10 minutes", async () => {
   await withRedirectApp(async (t) => {
     const jar = new CookieJar();

@@ -9,13 +9,11 @@
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../context.ts";
+import type { OAuthRequestContext } from "../context.ts";
 import { notFound } from "../router.ts";
 import { OAuthError } from "../errors.ts";
 import { singleValued } from "../http.ts";
-import { redact } from "../logger.ts";
-import { sweepAbandonedSignIns } from "../session/end.ts";
-import { newSignIn } from "../session/life.ts";
+import { storeSignIn } from "../sign_in/completion.ts";
 import { type SignInRecord, upstreamTokenSet } from "../store/records.ts";
 import {
   alreadyUsed,
@@ -69,7 +67,7 @@ async function complete(
   signIn: SignInRecord,
   upstreamCode: string,
 ): Promise<Response> {
-  const { store, clock, logger } = ctx.deps;
+  const { store, clock } = ctx.deps;
   const { upstream } = ctx.oauth;
   const exchanged = await upstream.exchangeAuthorizationCode({
     code: upstreamCode,
@@ -78,22 +76,12 @@ async function complete(
   });
   const tokens = upstreamTokenSet(exchanged, clock.now());
   const user = await upstream.fetchUser(tokens.accessToken);
-  const sealedTokens = await store.sealUpstreamTokens(tokens);
-  const completion = newSignIn(
+  const completion = await storeSignIn(
+    ctx,
     signIn,
-    { sealedTokens, expiresAt: tokens.expiresAt, user },
-    clock.now(),
+    { tokens, user },
+    (completion) => store.completeSignIn(completion),
   );
-  if (!await store.completeSignIn(completion)) {
-    throw new OAuthError(500, "server_error", "Failed to store the sign-in");
-  }
-  await sweepAbandonedSignIns(endDepsOf(ctx), { requestId: ctx.requestId });
-  logger.info("sign-in completed", {
-    requestId: ctx.requestId,
-    sessionId: completion.session.id,
-    clientId: completion.session.clientId,
-    gitlabUser: user.username,
-    code: redact(completion.code),
-  });
+  if (!completion) throw new OAuthError(500, "server_error", "Failed to store the sign-in");
   return returnToClient(ctx, signIn, { code: completion.code });
 }

@@ -5,11 +5,9 @@
  * @see spec §3.1, §4.2, RFC 8628 §3.4–3.5
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../context.ts";
+import type { OAuthRequestContext } from "../context.ts";
 import { json, NO_STORE } from "../http.ts";
-import { redact } from "../logger.ts";
-import { sweepAbandonedSignIns } from "../session/end.ts";
-import { newSignIn } from "../session/life.ts";
+import { storeSignIn } from "../sign_in/completion.ts";
 import type { Versioned } from "../store/mod.ts";
 import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";
 import {
@@ -92,8 +90,8 @@ async function advanceFlow(
       }
       throw error;
     }
-    if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
     if (result.kind !== "token") {
+      if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
       // RFC 8628 §3.5: after slow_down the interval grows by 5 s for this and every later poll.
       const grow = result.kind === "slow_down" ? SLOW_DOWN_STEP_SECONDS : 0;
       await deferNextPoll(ctx, flow, flow.value.intervalSeconds + grow);
@@ -102,6 +100,7 @@ async function advanceFlow(
     tokens = upstreamTokenSet(result.tokens, clock.now());
     // The device code is spent now; keep the token before anything else can fail.
     const saved = await store.saveFlowUpstreamTokens(flow, tokens);
+    if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
     if (!saved) return pending();
     flow = saved;
   }
@@ -170,30 +169,19 @@ async function complete(
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
 ): Promise<Response> {
-  const { store, clock, logger } = ctx.deps;
-  const sealedTokens = await store.sealUpstreamTokens(tokens);
-  const signIn = newSignIn(
+  const signIn = await storeSignIn(
+    ctx,
     flow.value,
-    { sealedTokens, expiresAt: tokens.expiresAt, user },
-    clock.now(),
+    { tokens, user },
+    (completion) => ctx.deps.store.completeFlow(flow, completion),
   );
-  const done = await store.completeFlow(flow, signIn);
   // Only a flow changed under us fails here; the next poll tells the truth about it.
-  if (!done) return pending();
-  await sweepAbandonedSignIns(endDepsOf(ctx), { requestId: ctx.requestId });
-  const { code, session } = signIn;
+  if (!signIn) return pending();
   const { redirectUri, state } = flow.value;
-  logger.info("flow completed", {
-    requestId: ctx.requestId,
-    sessionId: session.id,
-    clientId: session.clientId,
-    gitlabUser: user.username,
-    code: redact(code),
-  });
   return answer(200, {
     status: "complete",
     ...(redirectUri === undefined ? {} : { redirect_uri: redirectUri }),
-    code,
+    code: signIn.code,
     ...(state ? { state } : {}),
   });
 }
