@@ -51,8 +51,9 @@ export function createApp(deps: AppDeps): FetchHandler {
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, trusted(peer));
       path = url.pathname;
       route = gateway?.route(url, baseUrl) ?? findRoute(ROUTES, url.pathname);
-      const ctx = { request, url, baseUrl, deps, requestId, logFields };
-      response = await dispatch(route, ctx, () => clientIp(request, peer, trusted));
+      const clientAddress = () => clientIp(request, peer, trusted);
+      const ctx = { request, url, baseUrl, deps, requestId, logFields, clientAddress };
+      response = await dispatch(route, ctx);
     } catch (error) {
       response = renderError(error, deps, requestId);
     }
@@ -69,15 +70,8 @@ export function createApp(deps: AppDeps): FetchHandler {
   };
 }
 
-/**
- * The route's rules in order: 404, CORS preflight, 405, rate limit (against `client()`, the
- * client address), OAuth configuration.
- */
-async function dispatch(
-  route: Route | undefined,
-  ctx: RequestContext,
-  client: () => string,
-): Promise<Response> {
+/** The route's rules in order: 404, CORS preflight, 405, rate limit, OAuth configuration. */
+async function dispatch(route: Route | undefined, ctx: RequestContext): Promise<Response> {
   const { request, url, deps } = ctx;
   if (!route) throw notFound(url.pathname);
   if (route.cors && request.method === "OPTIONS") {
@@ -85,7 +79,7 @@ async function dispatch(
   }
   const handle = handlerFor(route, request.method);
   if (route.rateLimit) {
-    await enforceRateLimit(deps, route.rateLimit, client());
+    await enforceRateLimit(deps, route.rateLimit, ctx.clientAddress());
   }
   return await handle(ctx);
 }

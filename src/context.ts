@@ -51,6 +51,8 @@ export interface RequestContext {
   requestId: string;
   /** Fields a route adds to the request's one log line (what it issued, to whom). */
   logFields: LogFields;
+  /** The client's address as the rate limits count it (TRUST_PROXY applied, canonical). */
+  clientAddress(): string;
 }
 
 /** What a route holds of what ending a session needs (`session/end.ts`). */

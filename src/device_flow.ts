@@ -1,7 +1,7 @@
 /**
  * The device flow an `/authorize` page shows: a new one started at the upstream, or, when the
- * identical request (every parameter, on the same base URL) arrived within the last 60 seconds
- * and its flow is still live, that same flow. A double redirect, a prefetch or a reload then
+ * identical request (every parameter, on the same base URL, from the same client address)
+ * arrived within the last 60 seconds and its flow is still live, that same flow. A double redirect, a prefetch or a reload then
  * costs the upstream nothing and leaves no abandoned device flow behind.
  *
  * Once the first flow is complete, failed or expired, the same request starts a fresh flow (and
@@ -127,5 +127,7 @@ function requestHashOf(ctx: OAuthRequestContext): string {
   const params = [...ctx.url.searchParams].sort(([a, x], [b, y]) =>
     a === b ? (x < y ? -1 : x > y ? 1 : 0) : (a < b ? -1 : 1)
   );
-  return sha256Base64Url(JSON.stringify([ctx.baseUrl, params]));
+  // The client's address too: whoever else holds the URL (a proxy log, a synced history) must
+  // not be shown the same user code, which they could approve with their own GitLab account.
+  return sha256Base64Url(JSON.stringify([ctx.baseUrl, ctx.clientAddress(), params]));
 }

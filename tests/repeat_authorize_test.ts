@@ -91,6 +91,27 @@ Deno.test("repeat: two instances on one KV file, the same /authorize at once →
   }
 });
 
+Deno.test("repeat: the same URL from another client address starts its own flow (a leaked URL shows no one else's user code)", () =>
+  withNumberedDevices(async (t) => {
+    const from = (hostname: string) =>
+      ({ remoteAddr: { transport: "tcp", hostname, port: 40000 } }) as Deno.ServeHandlerInfo;
+    const load = async (hostname: string) => {
+      const response = await t.app(
+        new Request(`${TEST_BASE}/authorize?${authorizeQuery()}`),
+        from(hostname),
+      );
+      const html = await response.text();
+      assert.equal(response.status, 200, html);
+      return flowDataFromPage(html).flowState;
+    };
+    const victim = await load("203.0.113.9");
+    const holderOfTheUrl = await load("198.51.100.7");
+    assert.notEqual(holderOfTheUrl, victim);
+    assert.equal(t.upstream.calls.start, 2, "a device flow each");
+    assert.equal(await load("203.0.113.9"), victim, "the victim's own reload still shares");
+    assert.equal(t.upstream.calls.start, 2);
+  }));
+
 Deno.test("repeat: the same parameters in another order are the same request", () =>
   withNumberedDevices(async (t) => {
     const query = new URLSearchParams(authorizeQuery());
