@@ -27,16 +27,17 @@ import { ROUTES } from "./routes/table.ts";
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
 
-const SECURITY_HEADERS = {
-  "X-Content-Type-Options": "nosniff",
-  "X-Frame-Options": "DENY",
-  "Referrer-Policy": "no-referrer",
-} as const;
+const SECURITY_HEADERS: readonly (readonly [string, string])[] = [
+  ["X-Content-Type-Options", "nosniff"],
+  ["X-Frame-Options", "DENY"],
+  ["Referrer-Policy", "no-referrer"],
+];
 
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
   const gateway = createMcpGateway(deps);
   const trusted = createProxyTrust(deps.config.trustProxy);
+  const trustsProxies = deps.config.trustProxy.length > 0;
   const hsts = strictTransportSecurity(deps.config);
   return async (request, info) => {
     const started = performance.now();
@@ -46,12 +47,15 @@ export function createApp(deps: AppDeps): FetchHandler {
     let path: string | undefined;
     let response: Response;
     try {
-      const peer = peerAddress(info);
+      // Parsed only when needed: most requests never ask where they came from.
+      let peer: string | undefined;
+      const peerOf = () => peer ??= peerAddress(info);
+      const fromTrustedProxy = trustsProxies && trusted(peerOf());
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
-      const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, trusted(peer));
+      const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
       route = gateway?.route(url, baseUrl) ?? findRoute(ROUTES, url.pathname);
-      const clientAddress = () => clientIp(request, peer, trusted);
+      const clientAddress = () => clientIp(request, peerOf(), trusted);
       const ctx = { request, url, baseUrl, deps, requestId, logFields, clientAddress };
       response = await dispatch(route, ctx);
     } catch (error) {
@@ -120,7 +124,7 @@ function withHeaders(
   hsts: string | undefined,
 ): Response {
   const headers = response.headers;
-  for (const [name, value] of Object.entries(SECURITY_HEADERS)) {
+  for (const [name, value] of SECURITY_HEADERS) {
     if (!headers.has(name)) headers.set(name, value);
   }
   if (hsts) headers.set("Strict-Transport-Security", hsts);

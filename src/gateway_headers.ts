@@ -67,27 +67,39 @@ export function upstreamRequestHeaders(
   incoming: Headers,
   extra: readonly string[],
   token: { header: "authorization" | "private-token"; value: string },
-): Headers {
-  const headers = pick(incoming, [...FORWARDED_REQUEST_HEADERS, ...extra]);
-  if (token.header === "private-token") headers.set("PRIVATE-TOKEN", token.value);
-  else headers.set("Authorization", `Bearer ${token.value}`);
+): HeaderList {
+  const headers = pick(incoming, FORWARDED_REQUEST_HEADERS);
+  for (const [name, value] of extra.length > 0 ? pick(incoming, extra) : []) {
+    // An operator's list may repeat a name, or one passed anyway: each goes once.
+    if (!headers.some(([sent]) => sent === name)) headers.push([name, value]);
+  }
+  if (token.header === "private-token") headers.push(["PRIVATE-TOKEN", token.value]);
+  else headers.push(["Authorization", `Bearer ${token.value}`]);
   return headers;
 }
 
 /** The MCP server's headers the client may see; never `Set-Cookie` or internal headers. */
-export function relayedResponseHeaders(upstream: Headers): Headers {
+export function relayedResponseHeaders(upstream: Headers): HeaderList {
   const headers = pick(upstream, RETURNED_RESPONSE_HEADERS);
-  const encoding = headers.get("content-encoding")?.trim().toLowerCase();
+  const encoding = upstream.get("content-encoding")?.trim().toLowerCase();
   // fetch has decoded these already: the client gets the plain body.
-  if (encoding && DECODED_BY_FETCH.has(encoding)) headers.delete("content-encoding");
+  if (encoding && DECODED_BY_FETCH.has(encoding)) {
+    return headers.filter(([name]) => name !== "content-encoding");
+  }
   return headers;
 }
 
-function pick(source: Headers, names: readonly string[]): Headers {
-  const headers = new Headers();
+/**
+ * Headers as a list of name and value: what `fetch` and `Response` take, built without the
+ * checks a `Headers` object runs on every change (the values come from one already).
+ */
+export type HeaderList = [string, string][];
+
+function pick(source: Headers, names: readonly string[]): HeaderList {
+  const headers: HeaderList = [];
   for (const name of names) {
     const value = source.get(name);
-    if (value !== null) headers.set(name, value);
+    if (value !== null) headers.push([name, value]);
   }
   return headers;
 }

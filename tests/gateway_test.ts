@@ -808,6 +808,29 @@ Deno.test("gateway: without OAuth settings the MCP path answers 500 like every e
   }
 });
 
+Deno.test("gateway: a header MCP_UPSTREAM_FORWARD_HEADERS names twice, or passed anyway, goes once", async () => {
+  const upstream = startScripted((request) => Response.json(Object.fromEntries(request.headers)));
+  const { t, accessToken } = await gatewayApp(upstream.url, {
+    MCP_UPSTREAM_FORWARD_HEADERS: "X-Tenant, x-tenant, Accept",
+  });
+  try {
+    const response = await mcpRequest(t, accessToken, {
+      headers: {
+        "X-Tenant": "acme",
+        Accept: "application/json",
+        "Content-Type": "application/json",
+      },
+      body: "{}",
+    });
+    const seen: Record<string, string> = await response.json();
+    assert.equal(seen["x-tenant"], "acme");
+    assert.equal(seen.accept, "application/json");
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gateway: a client's JOB-TOKEN, Sudo, Cookie, Forwarded, X-Forwarded-*, X-GitLab-* never reach the MCP server", async () => {
   const upstream = startScripted((request) => Response.json(Object.fromEntries(request.headers)));
   const { t, accessToken } = await gatewayApp(upstream.url, {

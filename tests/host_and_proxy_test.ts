@@ -45,6 +45,10 @@ Deno.test("host: a Host that is not host[:port] → 400 invalid_request JSON ove
       `Host: 127.0.0.1:${port}`,
     ]);
     assert.equal(good.status, 200, good.body);
+    // Request lines are written on the event loop's next turn, after the answer.
+    for (let i = 0; i < 200 && !service.logs.some((l) => l.includes('"status":200')); i++) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
     for (const host of BAD_HOSTS) {
       const before = service.logs.length;
       const answer = await rawRequest(service.url, ["GET /healthz HTTP/1.1", `Host: ${host}`]);

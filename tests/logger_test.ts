@@ -159,3 +159,30 @@ Deno.test("no log line carries a secret", async (t) => {
     app?.close();
   }
 });
+
+Deno.test("createLogger on stdout: request lines are gathered, a warning or an error writes them at once", async () => {
+  const script = `
+    import { createLogger } from ${
+    JSON.stringify(new URL("../src/logger.ts", import.meta.url).href)
+  };
+    const logger = createLogger();
+    for (let i = 0; i < 3; i++) logger.info("request", { i });
+    if (Deno.args[0] === "exit") {
+      logger.error("exiting");
+      Deno.exit(1);
+    }
+  `;
+  for (const mode of ["exit", "finish"]) {
+    const { stdout } = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--quiet", script, mode],
+      stdout: "piped",
+      stderr: "inherit",
+    }).output();
+    const lines = new TextDecoder().decode(stdout).trimEnd().split("\n").map((l) => JSON.parse(l));
+    assert.deepEqual(
+      lines.map((line) => line.i ?? line.message),
+      mode === "exit" ? [0, 1, 2, "exiting"] : [0, 1, 2],
+      `${mode}: every line, in order, none lost`,
+    );
+  }
+});

@@ -24,6 +24,7 @@ import { mcpResourceUrl } from "../resource_urls.ts";
 import type { Route } from "../router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import type { Store } from "../store/mod.ts";
+import { createDeadlines, type Deadlines } from "../deadlines.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -38,15 +39,40 @@ const FORWARDED_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] as c
 export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
   const upstreamUrl = deps.config.mcpUpstreamUrl;
   if (!upstreamUrl) return undefined;
-  const handler = (ctx: OAuthRequestContext) => handleGatewayRequest(ctx, upstreamUrl);
+  const gateway: Gateway = {
+    upstreamUrl,
+    guard: undefined,
+    deadlines: createDeadlines(deps.config.mcpUpstreamTimeoutMs),
+  };
+  const handler = (ctx: OAuthRequestContext) => handleGatewayRequest(ctx, gateway);
   const route: Route = {
     methods: Object.fromEntries(FORWARDED_METHODS.map((method) => [method, handler])),
     oauth: true,
     cors: MCP_CORS,
   };
+  const pathFor = lastValueMemo((baseUrl: string) => resourcePath(deps, baseUrl));
   return {
-    route: (url, baseUrl) =>
-      trimPath(url.pathname) === resourcePath(deps, baseUrl) ? route : undefined,
+    route: (url, baseUrl) => trimPath(url.pathname) === pathFor(baseUrl) ? route : undefined,
+  };
+}
+
+/** What every gateway request shares: where to, the guard's dependencies, the time limits. */
+interface Gateway {
+  upstreamUrl: URL;
+  /** Built on the first request, from the OAuth dependencies only a configured service has. */
+  guard: GuardDeps | undefined;
+  deadlines: Deadlines;
+}
+
+/**
+ * `compute` remembering its last argument and result: the base URL is the same on every request
+ * with BASE_URL set, and nearly always without it.
+ */
+function lastValueMemo<T>(compute: (key: string) => T): (key: string) => T {
+  let last: { key: string; value: T } | undefined;
+  return (key) => {
+    if (last?.key !== key) last = { key, value: compute(key) };
+    return last.value;
   };
 }
 
@@ -65,17 +91,21 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
   };
 }
 
-async function handleGatewayRequest(ctx: OAuthRequestContext, upstreamUrl: URL): Promise<Response> {
+async function handleGatewayRequest(
+  ctx: OAuthRequestContext,
+  gateway: Gateway,
+): Promise<Response> {
   const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
   const mcpSessionId = ctx.request.headers.get("mcp-session-id");
   const owner = rememberedOwner(ctx, mcpSessionId);
+  const guard = gateway.guard ??= guardDeps(ctx);
   const deps = mcpSessionId === null || owner.read
-    ? guardDeps(ctx)
-    : { ...guardDeps(ctx), store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
+    ? guard
+    : { ...guard, store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
   const auth = await authenticateRequest(deps, ctx.request, { issuer: ctx.baseUrl, resource });
   if (auth instanceof Response) return auth;
   if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
-  const upstream = await forward(ctx, auth, upstreamUrl);
+  const upstream = await forward(ctx, auth, gateway);
   try {
     await trackMcpSession(ctx, auth, mcpSessionId, upstream);
   } catch (error) {
@@ -179,14 +209,13 @@ function unknownMcpSession(): OAuthError {
 async function forward(
   ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
-  upstreamUrl: URL,
+  gateway: Gateway,
 ): Promise<Response> {
   const { request, deps } = ctx;
-  const timeoutMs = deps.config.mcpUpstreamTimeoutMs;
-  const timeout = new AbortController();
-  const timer = setTimeout(() => timeout.abort(), timeoutMs);
-  const target = new URL(upstreamUrl);
-  target.search = ctx.url.search;
+  const deadline = gateway.deadlines.start();
+  const target = ctx.url.search
+    ? withSearch(gateway.upstreamUrl, ctx.url.search)
+    : gateway.upstreamUrl;
   try {
     return await fetch(target, {
       method: request.method,
@@ -202,13 +231,19 @@ async function forward(
       redirect: "manual",
       // Not request.signal: Deno.serve aborts it after every response. A client that leaves
       // mid-stream cancels the relayed body, which closes the upstream exchange too.
-      signal: timeout.signal,
+      signal: deadline.signal,
     });
   } catch (error) {
-    throw upstreamFailure(ctx, auth, error, timeout.signal.aborted);
+    throw upstreamFailure(ctx, auth, error, deadline.signal.aborted);
   } finally {
-    clearTimeout(timer);
+    deadline.done();
   }
+}
+
+function withSearch(url: URL, search: string): URL {
+  const target = new URL(url);
+  target.search = search;
+  return target;
 }
 
 /**
@@ -218,10 +253,10 @@ async function forward(
 function relayResponse(upstream: Response, resource: string): Response {
   const headers = relayedResponseHeaders(upstream.headers);
   if (upstream.status === 401) {
-    headers.set(
+    headers.push([
       "WWW-Authenticate",
       invalidTokenChallenge(resource, "The MCP server refused the GitLab token; sign in again"),
-    );
+    ]);
   }
   return new Response(upstream.body, {
     status: upstream.status,
