@@ -5,12 +5,20 @@ import { AtomicWrite, createGroupCommit, type PlannedWrite } from "../src/store/
 async function recordingGroupCommit(limits?: Parameters<typeof createGroupCommit>[1]) {
   const kv = await Deno.openKv(":memory:");
   const transactions: PlannedWrite[] = [];
-  const submit = createGroupCommit((write) => {
+  /** While set, every transaction waits for it before it reaches KV. */
+  const held: { until?: Promise<void> } = {};
+  const submit = createGroupCommit(async (write) => {
     transactions.push(write);
-    return kv.atomic().check(...write.checks).mutate(...write.mutations).commit();
+    await held.until;
+    return await kv.atomic().check(...write.checks).mutate(...write.mutations).commit();
   }, limits);
   const atomic = () => new AtomicWrite(submit);
-  return { kv, transactions, atomic, [Symbol.dispose]: () => kv.close() };
+  return { kv, transactions, atomic, held, [Symbol.dispose]: () => kv.close() };
+}
+
+/** Resolves once `condition` holds, checking on every turn of the event loop. */
+async function until(condition: () => boolean): Promise<void> {
+  while (!condition()) await new Promise((resolve) => setTimeout(resolve, 0));
 }
 
 /** A write that creates `key` only if it does not exist yet. */
@@ -26,11 +34,26 @@ Deno.test("group commit: a write with nothing in flight commits at once, alone",
   assert.equal((await t.kv.get(["a"])).value, 1);
 });
 
-Deno.test("group commit: writes arriving during a commit share the next one", async () => {
+Deno.test("group commit: writes submitted in one turn of the event loop share one commit", async () => {
   using t = await recordingGroupCommit();
   const outcomes = await Promise.all(
     Array.from({ length: 20 }, (_, i) => createOnce(t.atomic, ["k", i], i)),
   );
+  assert.ok(outcomes.every((outcome) => outcome.ok));
+  assert.deepEqual(t.transactions.map((write) => write.mutations.length), [20]);
+  const stored = await Array.fromAsync(t.kv.list<number>({ prefix: ["k"] }));
+  assert.deepEqual(stored.map((entry) => entry.value), Array.from({ length: 20 }, (_, i) => i));
+});
+
+Deno.test("group commit: writes arriving during a commit share the next one", async () => {
+  using t = await recordingGroupCommit();
+  const { promise, resolve } = Promise.withResolvers<void>();
+  t.held.until = promise;
+  const first = createOnce(t.atomic, ["k", 0], 0);
+  await until(() => t.transactions.length === 1);
+  const rest = Array.from({ length: 19 }, (_, i) => createOnce(t.atomic, ["k", i + 1], i + 1));
+  resolve();
+  const outcomes = await Promise.all([first, ...rest]);
   assert.ok(outcomes.every((outcome) => outcome.ok));
   // The first goes alone; the 19 that queued behind it go together.
   assert.deepEqual(t.transactions.map((write) => write.mutations.length), [1, 19]);

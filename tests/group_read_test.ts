@@ -22,13 +22,30 @@ Deno.test("group read: a read with nothing in flight goes at once, alone", async
   assert.deepEqual(t.calls, [[["k", 1], ["k", 2]]]);
 });
 
-Deno.test("group read: reads arriving during a read share the next one, each gets its own", async () => {
+Deno.test("group read: reads of one turn share a getMany, up to its limit, each gets its own", async () => {
   using t = await recordingGroupRead();
   const reads = Array.from({ length: 9 }, (_, i) => t.read([["k", 2 * i], ["k", 2 * i + 1]]));
   const results = await Promise.all(reads);
   results.forEach((entries, i) => assert.deepEqual(values(entries), [2 * i, 2 * i + 1]));
-  // The first alone; then at most 10 keys (5 reads of 2) per getMany.
-  assert.deepEqual(t.calls.map((keys) => keys.length), [2, 10, 6]);
+  // At most 10 keys (5 reads of 2) per getMany.
+  assert.deepEqual(t.calls.map((keys) => keys.length), [10, 8]);
+});
+
+Deno.test("group read: reads arriving during a read share the next one", async () => {
+  const { promise: held, resolve: release } = Promise.withResolvers<void>();
+  let started = 0;
+  using t = await recordingGroupRead((read) => async (keys) => {
+    started++;
+    await held;
+    return await read(keys);
+  });
+  const first = t.read([["k", 0]]);
+  while (started === 0) await new Promise((resolve) => setTimeout(resolve, 0));
+  const rest = [1, 2, 3].map((i) => t.read([["k", i]]));
+  release();
+  const results = await Promise.all([first, ...rest]);
+  results.forEach((entries, i) => assert.deepEqual(values(entries), [i]));
+  assert.deepEqual(t.calls.map((keys) => keys.length), [1, 3]);
 });
 
 Deno.test("group read: absent keys and repeated keys answer like getMany", async () => {

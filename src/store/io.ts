@@ -8,6 +8,7 @@
 import type { Clock } from "../clock.ts";
 import { AtomicWrite, createGroupCommit } from "./group_commit.ts";
 import { createGroupRead } from "./group_read.ts";
+import { retryLocked } from "./locked_retry.ts";
 
 /** A record as read, with what is needed to change it atomically later. */
 export interface Versioned<T> {
@@ -37,7 +38,6 @@ export interface StoreIo {
   isLive(record: { expiresAt: number }): boolean;
 }
 
-const LOCKED_RETRIES = 8;
 /** The largest page Deno KV's list reads at once. */
 const LIST_PAGE_SIZE = 1000;
 
@@ -74,19 +74,4 @@ function versioned<T>(entry: Deno.KvEntryMaybe<T>): Versioned<T> | null {
   return entry.versionstamp === null
     ? null
     : { key: entry.key, value: entry.value, versionstamp: entry.versionstamp };
-}
-
-/**
- * Several processes on one SQLite-backed KV file see transient "database is locked" errors;
- * they are retried with backoff instead of surfacing as 500s.
- */
-async function retryLocked<T>(operation: () => Promise<T>): Promise<T> {
-  for (let attempt = 0;; attempt++) {
-    try {
-      return await operation();
-    } catch (error) {
-      if (attempt >= LOCKED_RETRIES || !/database is locked|busy/i.test(String(error))) throw error;
-      await new Promise((resolve) => setTimeout(resolve, 5 * 2 ** attempt * Math.random() + 1));
-    }
-  }
 }
