@@ -51,6 +51,19 @@ Deno.test("TokenSigner.sign", async (t) => {
     assert.equal(payload.iat, past / 1000);
     assert.equal(payload.exp, past / 1000 + 60);
   });
+  await t.step("claims outside ASCII are signed as their UTF-8 bytes", async () => {
+    const claims = { ...CLAIMS, gitlab_user: "zoë-日本", resource: "https://mcp.example.org/ü" };
+    const signed = await signer.sign(claims, NOW_MS, TTL);
+    const { payload } = await jwtVerify(signed, rawKey(), { currentDate: new Date(NOW_MS) });
+    assert.equal(payload.gitlab_user, "zoë-日本");
+    assert.equal(payload.resource, "https://mcp.example.org/ü");
+  });
+  await t.step("a rotated signer signs with the first secret only", async () => {
+    const rotated = createTokenSigner(["another-secret-that-is-at-least-32-bytes", SECRET]);
+    const signed = await rotated.sign(CLAIMS, NOW_MS, TTL);
+    await assert.rejects(jwtVerify(signed, rawKey(), { currentDate: new Date(NOW_MS) }));
+    assert.equal((await rotated.verify(signed, ISSUER, NOW_MS)).sub, "4242");
+  });
 });
 
 Deno.test("TokenSigner.verify", async (t) => {
