@@ -5,8 +5,8 @@
  * @see spec §2.6, RFC 7519
  */
 
-import { createHmac, createSecretKey, type KeyObject } from "node:crypto";
 import { compactVerify, errors, jwtVerify } from "jose";
+import { hmacSha256Base64Url } from "./crypto.ts";
 
 /** The claims of an access token beyond `iat` and `exp`. */
 export interface AccessTokenClaims {
@@ -48,12 +48,12 @@ const SIGNED_HEADER = base64Url(JSON.stringify({ alg: ALGORITHM, typ: "JWT" }));
 /**
  * A signer over `secrets`: the first signs, every one verifies. Verification is jose's, with
  * keys imported once, on first use. Signing is a plain HMAC-SHA256 over our own fixed header
- * and claims, with node:crypto: it runs in place, where each `crypto.subtle` call is a round
- * trip through a thread pool that cost a refresh grant more than everything else it signs.
+ * and claims, computed in place (crypto.ts): a `crypto.subtle` call is a round trip through a
+ * thread pool that cost a refresh grant more than everything else it signs.
  */
 export function createTokenSigner(secrets: readonly string[]): TokenSigner {
   if (secrets.length === 0) throw new TypeError("createTokenSigner needs a secret");
-  const signingKey: KeyObject = createSecretKey(new TextEncoder().encode(secrets[0]));
+  const mac = hmacSha256Base64Url(new TextEncoder().encode(secrets[0]));
   let imported: Promise<CryptoKey[]> | undefined;
   const keys = () => imported ??= Promise.all(secrets.map(importHmacKey));
 
@@ -76,8 +76,7 @@ export function createTokenSigner(secrets: readonly string[]): TokenSigner {
       const iat = Math.floor(nowMs / 1000);
       const payload = base64Url(JSON.stringify({ ...claims, iat, exp: iat + ttlSeconds }));
       const signingInput = `${SIGNED_HEADER}.${payload}`;
-      const signature = createHmac("sha256", signingKey).update(signingInput).digest("base64url");
-      return Promise.resolve(`${signingInput}.${signature}`);
+      return Promise.resolve(`${signingInput}.${mac(signingInput)}`);
     },
     verify(token, issuer, nowMs, clockToleranceSeconds = 0) {
       return withEachKey(async (key) => {
