@@ -62,7 +62,7 @@ export {
   type ResourceGuardOptions,
 } from "./src/resource_guard.ts";
 export type { Clock } from "./src/clock.ts";
-export { createLogger, type LogFields, type Logger } from "./src/logger.ts";
+export { createLogger, type LineWriter, type LogFields, type Logger } from "./src/logger.ts";
 export {
   type AuthorizationCodeGrant,
   type AuthorizationRedirect,
