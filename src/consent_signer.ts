@@ -7,9 +7,9 @@
  * @see MCP security best practices (per-client consent), RFC 8252 §7.3
  */
 
-import { createHmac, hkdfSync } from "node:crypto";
+import { hkdfSync } from "node:crypto";
 import { LOOPBACK_HOSTS } from "./clients.ts";
-import { timingSafeEqual } from "./crypto.ts";
+import { hmacSha256Base64Url, timingSafeEqual } from "./crypto.ts";
 
 const HKDF_SALT = "gitlab-mcp-auth cookies";
 const HKDF_INFO = "consent cookie v1";
@@ -26,12 +26,14 @@ export interface ConsentSigner {
 export function createConsentSigner(secrets: readonly string[]): ConsentSigner {
   if (secrets.length === 0) throw new Error("createConsentSigner needs at least one secret");
   const keys = secrets.map((secret) =>
-    new Uint8Array(hkdfSync("sha256", secret, HKDF_SALT, HKDF_INFO, 32))
+    hmacSha256Base64Url(new Uint8Array(hkdfSync("sha256", secret, HKDF_SALT, HKDF_INFO, 32)))
   );
-  const mac = (key: Uint8Array, clientId: string, redirectUri: string, expiresAt: string) =>
-    createHmac("sha256", key)
-      .update(JSON.stringify(["consent", clientId, consentTarget(redirectUri), expiresAt]))
-      .digest("base64url");
+  const mac = (
+    key: (text: string) => string,
+    clientId: string,
+    redirectUri: string,
+    expiresAt: string,
+  ) => key(JSON.stringify(["consent", clientId, consentTarget(redirectUri), expiresAt]));
   return {
     sign(clientId, redirectUri, expiresAtMs) {
       const expiresAt = String(Math.floor(expiresAtMs / 1000));
