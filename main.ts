@@ -13,7 +13,7 @@
  * is what tells them apart; imported (by the demo, the tests), this module does nothing.
  */
 
-import { createApp, type FetchHandler } from "./src/app.ts";
+import { createApp, type FetchHandler } from "./src/http/app.ts";
 import { systemClock } from "./src/clock.ts";
 import {
   type Config,

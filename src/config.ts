@@ -5,9 +5,9 @@
  * @see README.md "Configuration"
  */
 
-import { NEVER_FORWARDED_HEADERS } from "./gateway_headers.ts";
-import { parseCidr } from "./ip_address.ts";
-import { redirectPatternProblem } from "./redirect_allow_list.ts";
+import { NEVER_FORWARDED_HEADERS } from "./gateway/headers.ts";
+import { parseCidr } from "./http/ip_address.ts";
+import { redirectPatternProblem } from "./clients/redirect_allow_list.ts";
 
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
 export interface RateLimit {

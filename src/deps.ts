@@ -11,12 +11,12 @@ import {
 } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
 import { type Config, jwtSecrets, oauthSettings } from "./config.ts";
-import type { AppDeps } from "./context.ts";
+import type { AppDeps } from "./http/context.ts";
 import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
-import { createVerifiedTokens } from "./session/verified_tokens.ts";
-import { createConsentSigner } from "./consent_signer.ts";
+import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
+import { createConsentSigner } from "./sign_in/consent_signer.ts";
 import { createStore } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import { createGitLabUpstream } from "./upstream/gitlab.ts";

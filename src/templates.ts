@@ -18,7 +18,7 @@ import deviceHtml from "../templates/device.html" with { type: "text" };
 import deviceJs from "../templates/device.js" with { type: "text" };
 import homeHtml from "../templates/home.html" with { type: "text" };
 import signInHtml from "../templates/sign_in.html" with { type: "text" };
-import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
+import { UNSAFE_REDIRECT_SCHEMES } from "./clients/uri_schemes.ts";
 
 /** What the device page shows and what its script needs. */
 export interface DevicePageValues {

@@ -4,7 +4,7 @@
  * run has been handed so the stateful paths are reached.
  */
 
-import { MAX_BODY_BYTES } from "../src/http.ts";
+import { MAX_BODY_BYTES } from "../src/http/params.ts";
 import { PKCE, TEST_BASE, TEST_REDIRECT as REDIRECT } from "./_helpers.ts";
 
 /** The endpoints the fuzz sends to (`unknown`: paths the service does not serve). */

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { createApp } from "../src/app.ts";
+import { createApp } from "../src/http/app.ts";
 import {
   createClientMetadataFetcher,
   type FetcherOptions,

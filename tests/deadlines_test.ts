@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createDeadlines, type Timers } from "../src/deadlines.ts";
+import { createDeadlines, type Timers } from "../src/gateway/deadlines.ts";
 
 /** Timers on a hand-moved clock: `advance` fires what is due, in order. */
 function manualTimers() {

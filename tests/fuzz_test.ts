@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { findSessionByRefreshToken } from "../src/session/life.ts";
-import { MAX_QUERY_PARAMETER_LENGTH } from "../src/http.ts";
+import { MAX_QUERY_PARAMETER_LENGTH } from "../src/http/params.ts";
 import type { Logger } from "../src/logger.ts";
 import { sessionIdOf } from "../src/store/session_tokens.ts";
 import { kindOfKey, recordsOf, sessionKey } from "../src/store/keys.ts";

@@ -8,10 +8,10 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { decodeJwt, SignJWT } from "jose";
-import { createApp, type FetchHandler } from "../src/app.ts";
+import { createApp, type FetchHandler } from "../src/http/app.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
-import { VERIFIED_TOKEN_TTL_MS } from "../src/session/verified_tokens.ts";
+import { VERIFIED_TOKEN_TTL_MS } from "../src/gateway/verified_tokens.ts";
 import { loadTemplates } from "../src/templates.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {

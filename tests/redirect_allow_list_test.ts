@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { ConfigError, loadConfig } from "../src/config.ts";
-import { isAllowedRedirect } from "../src/redirect_allow_list.ts";
+import { isAllowedRedirect } from "../src/clients/redirect_allow_list.ts";
 import {
   assertError,
   authorizeQuery,

@@ -8,7 +8,7 @@ import { decodeJwt } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createResourceGuard, type ResourceGuardOptions, UpstreamError } from "../mod.ts";
 import { createLogger } from "../src/logger.ts";
-import { CLOCK_TOLERANCE_SECONDS } from "../src/resource_guard.ts";
+import { CLOCK_TOLERANCE_SECONDS } from "../src/gateway/guard.ts";
 import {
   FakeUpstream,
   issueTokens,

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
 import { createResourceGuard } from "../mod.ts";
 import { createTokenSigner } from "../src/jwt.ts";
-import { sameResource } from "../src/resource_indicator.ts";
+import { sameResource } from "../src/gateway/resource.ts";
 import {
   assertError,
   authorizeQuery,

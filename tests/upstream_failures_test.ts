@@ -14,7 +14,7 @@ import {
   type SimulatedGitLab,
   startSimulatedGitLab,
 } from "../dev/simulated_gitlab.ts";
-import { createApp, type FetchHandler } from "../src/app.ts";
+import { createApp, type FetchHandler } from "../src/http/app.ts";
 import { loadConfig } from "../src/config.ts";
 import { createLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";

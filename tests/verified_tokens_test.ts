@@ -11,7 +11,7 @@ import {
   createVerifiedTokens,
   VERIFIED_TOKEN_TTL_MS,
   type VerifiedToken,
-} from "../src/session/verified_tokens.ts";
+} from "../src/gateway/verified_tokens.ts";
 import type { SessionRecord } from "../src/store/records.ts";
 
 const NOW = Date.parse("2026-01-01T00:00:00Z");

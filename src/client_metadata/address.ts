@@ -8,7 +8,7 @@
  */
 
 import type { IPv4, IPv6 } from "ipaddr.js";
-import { parseIpAddress } from "../ip_address.ts";
+import { parseIpAddress } from "../http/ip_address.ts";
 
 /** IPv4 ranges that are not public: [network, prefix length (1–32)]. */
 const IPV4_BLOCKED: readonly [string, number][] = [

@@ -6,8 +6,8 @@
  *   ("Client ID Metadata Documents")
  */
 
-import { parseClientMetadata } from "../clients.ts";
-import { OAuthError } from "../errors.ts";
+import { parseClientMetadata } from "../clients/registration.ts";
+import { OAuthError } from "../http/errors.ts";
 import type { ClientMetadataDocument } from "../store/records.ts";
 
 export type { ClientMetadataDocument };

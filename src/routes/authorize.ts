@@ -9,18 +9,17 @@
 
 import { ClientMetadataError, isClientMetadataUrl } from "../client_metadata/document.ts";
 import { resolveClientMetadata } from "../client_metadata/resolver.ts";
-import { matchesRegisteredRedirect } from "../clients.ts";
-import type { OAuthRequestContext } from "../context.ts";
-import { OAuthError } from "../errors.ts";
-import { singleValued } from "../http.ts";
+import { matchesRegisteredRedirect } from "../clients/registration.ts";
+import type { OAuthRequestContext } from "../http/context.ts";
+import { OAuthError } from "../http/errors.ts";
+import { singleValued } from "../http/params.ts";
 import { PKCE_METHOD } from "../pkce.ts";
-import { isAllowedRedirect } from "../redirect_allow_list.ts";
-import { requireProtectedResource } from "../resource_indicator.ts";
-import { mcpResourceUrl } from "../resource_urls.ts";
+import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
+import { mcpResourceUrl, requireProtectedResource } from "../gateway/resource.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
 import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
-import { deviceFlowFor, type ShownFlow } from "../device_flow.ts";
+import { deviceFlowFor, type ShownFlow } from "../sign_in/device.ts";
 
 interface AuthorizationRequest {
   clientId: string;

@@ -9,10 +9,10 @@
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
 
-import type { OAuthRequestContext } from "../context.ts";
-import { notFound } from "../router.ts";
-import { OAuthError } from "../errors.ts";
-import { singleValued } from "../http.ts";
+import type { OAuthRequestContext } from "../http/context.ts";
+import { notFound } from "../http/router.ts";
+import { OAuthError } from "../http/errors.ts";
+import { singleValued } from "../http/params.ts";
 import { storeSignIn } from "../sign_in/completion.ts";
 import { type SignInRecord, upstreamTokenSet } from "../store/records.ts";
 import {

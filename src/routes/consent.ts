@@ -7,9 +7,9 @@
  * @see RFC 6749 §4.1.2.1 and §10.12, MCP security best practices (per-client consent)
  */
 
-import type { OAuthRequestContext } from "../context.ts";
-import { notFound } from "../router.ts";
-import { readParams } from "../http.ts";
+import type { OAuthRequestContext } from "../http/context.ts";
+import { notFound } from "../http/router.ts";
+import { readParams } from "../http/params.ts";
 import {
   alreadyUsed,
   isCsrfToken,

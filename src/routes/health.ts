@@ -6,8 +6,8 @@
  * @see README.md "Health probes"
  */
 
-import type { RequestContext } from "../context.ts";
-import { json, NO_STORE } from "../http.ts";
+import type { RequestContext } from "../http/context.ts";
+import { json, NO_STORE } from "../http/responses.ts";
 
 /** 200 whenever the process answers, configured or not: restarting would not help. */
 export function handleLiveness(_ctx: RequestContext): Promise<Response> {

@@ -3,10 +3,10 @@
  * metadata of the MCP server this service protects (RFC 9728).
  */
 
-import type { RequestContext } from "../context.ts";
-import { json, NO_STORE } from "../http.ts";
-import { mcpResourceUrl, pathOf, PROTECTED_RESOURCE_METADATA_PATH } from "../resource_urls.ts";
-import { notFound } from "../router.ts";
+import type { RequestContext } from "../http/context.ts";
+import { json, NO_STORE } from "../http/responses.ts";
+import { mcpResourceUrl, pathOf, PROTECTED_RESOURCE_METADATA_PATH } from "../gateway/resource.ts";
+import { notFound } from "../http/router.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 
 const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";

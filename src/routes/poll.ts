@@ -5,8 +5,8 @@
  * @see spec §3.1, §4.2, RFC 8628 §3.4–3.5
  */
 
-import type { OAuthRequestContext } from "../context.ts";
-import { json, NO_STORE } from "../http.ts";
+import type { OAuthRequestContext } from "../http/context.ts";
+import { json, NO_STORE } from "../http/responses.ts";
 import { storeSignIn } from "../sign_in/completion.ts";
 import type { Versioned } from "../store/mod.ts";
 import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";

@@ -4,12 +4,13 @@
  * @see RFC 7591 §3
  */
 
-import { parseClientMetadata } from "../clients.ts";
-import type { OAuthRequestContext } from "../context.ts";
+import { parseClientMetadata } from "../clients/registration.ts";
+import type { OAuthRequestContext } from "../http/context.ts";
 import { randomToken } from "../crypto.ts";
-import { OAuthError } from "../errors.ts";
-import { json, NO_STORE, readJson } from "../http.ts";
-import { isAllowedRedirect } from "../redirect_allow_list.ts";
+import { OAuthError } from "../http/errors.ts";
+import { readJson } from "../http/params.ts";
+import { json, NO_STORE } from "../http/responses.ts";
+import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
 import type { ClientMetadata, ClientRecord } from "../store/records.ts";
 
 /**

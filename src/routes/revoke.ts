@@ -5,9 +5,10 @@
  * @see RFC 7009 §2
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../context.ts";
-import { OAuthError } from "../errors.ts";
-import { NO_STORE, readParams } from "../http.ts";
+import { endDepsOf, type OAuthRequestContext } from "../http/context.ts";
+import { OAuthError } from "../http/errors.ts";
+import { readParams } from "../http/params.ts";
+import { NO_STORE } from "../http/responses.ts";
 import { endSession } from "../session/end.ts";
 import { findSessionByRefreshToken } from "../session/life.ts";
 import type { SessionRecord } from "../store/records.ts";

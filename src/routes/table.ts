@@ -4,8 +4,8 @@
  * (derived per request) is matched before these (see `mcp_gateway.ts`).
  */
 
-import { OAUTH_CORS } from "../cors.ts";
-import type { Routes } from "../router.ts";
+import { OAUTH_CORS } from "../http/cors.ts";
+import type { Routes } from "../http/router.ts";
 import { handleAuthorize } from "./authorize.ts";
 import { handleCallback } from "./callback.ts";
 import { handleConsent } from "./consent.ts";

@@ -5,14 +5,19 @@
  * @see spec §4.3, RFC 6749 §4.1.3 and §6, RFC 7636 §4.6
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../context.ts";
-import { OAuthError } from "../errors.ts";
-import { json, NO_STORE, readParams } from "../http.ts";
+import { endDepsOf, type OAuthRequestContext } from "../http/context.ts";
+import { OAuthError } from "../http/errors.ts";
+import { readParams } from "../http/params.ts";
+import { json, NO_STORE } from "../http/responses.ts";
 import { redact } from "../logger.ts";
 import { verifyPkce } from "../pkce.ts";
 import { afterSessionEnded } from "../session/end.ts";
-import { invalidTarget, requireProtectedResource, sameResource } from "../resource_indicator.ts";
-import { mcpResourceUrl } from "../resource_urls.ts";
+import {
+  invalidTarget,
+  mcpResourceUrl,
+  requireProtectedResource,
+  sameResource,
+} from "../gateway/resource.ts";
 import { isClientMetadataUrl } from "../client_metadata/document.ts";
 import {
   endSessionAsItIsNow,

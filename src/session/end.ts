@@ -11,7 +11,7 @@ import { redact } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
 import type { SessionRecord } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
-import type { VerifiedTokens } from "./verified_tokens.ts";
+import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 
 /** At most this many abandoned sign-ins are revoked per sweep (their revocations run in parallel). */
 const SWEEP_LIMIT = 5;

@@ -9,7 +9,7 @@
  * @see RFC 6265bis §4.1.3 (cookie prefixes), MCP security best practices (per-client consent)
  */
 
-import { consentTarget } from "../consent_signer.ts";
+import { consentTarget } from "./consent_signer.ts";
 import { sha256Base64Url } from "../crypto.ts";
 
 /** How long a consent is remembered: 30 days. */

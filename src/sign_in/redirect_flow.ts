@@ -9,13 +9,13 @@
  * @see RFC 6749 §4.1 and §10.12, RFC 7636, RFC 9207, MCP security best practices (consent)
  */
 
-import type { OAuthRequestContext, RequestContext } from "../context.ts";
+import type { OAuthRequestContext, RequestContext } from "../http/context.ts";
 import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
 import { PKCE_METHOD } from "../pkce.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { SignInRecord } from "../store/records.ts";
 import type { RenderedPage } from "../templates.ts";
-import { UNSAFE_REDIRECT_SCHEMES } from "../uri_schemes.ts";
+import { UNSAFE_REDIRECT_SCHEMES } from "../clients/uri_schemes.ts";
 import {
   CONSENT_MAX_AGE_SECONDS,
   readCookie,

@@ -11,7 +11,7 @@
 
 import type { AccessTokenClaims } from "../jwt.ts";
 import type { SessionRecord } from "../store/records.ts";
-import { UPSTREAM_REFRESH_BUFFER_MS } from "./upstream_refresh.ts";
+import { UPSTREAM_REFRESH_BUFFER_MS } from "../session/upstream_refresh.ts";
 
 /** How long an accepted token is remembered: the bound on how late a revocation bites. */
 export const VERIFIED_TOKEN_TTL_MS = 1000;

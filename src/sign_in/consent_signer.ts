@@ -8,8 +8,8 @@
  */
 
 import { hkdfSync } from "node:crypto";
-import { LOOPBACK_HOSTS } from "./clients.ts";
-import { hmacSha256Base64Url, timingSafeEqual } from "./crypto.ts";
+import { LOOPBACK_HOSTS } from "../clients/registration.ts";
+import { hmacSha256Base64Url, timingSafeEqual } from "../crypto.ts";
 
 const HKDF_SALT = "gitlab-mcp-auth cookies";
 const HKDF_INFO = "consent cookie v1";

@@ -5,12 +5,12 @@
  */
 
 import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
-import { strictTransportSecurity } from "./config.ts";
+import { strictTransportSecurity } from "../config.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
 import { allowCrossOrigin, preflight } from "./cors.ts";
 import { notConfiguredError, OAuthError } from "./errors.ts";
-import { errorResponse, json, NO_STORE } from "./http.ts";
-import type { LogFields } from "./logger.ts";
+import { errorResponse, json, NO_STORE } from "./responses.ts";
+import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "./rate_limit.ts";
 import { requestOrigin } from "./request_origin.ts";
 import {
@@ -21,8 +21,8 @@ import {
   notFound,
   type Route,
 } from "./router.ts";
-import { createMcpGateway } from "./routes/mcp_gateway.ts";
-import { ROUTES } from "./routes/table.ts";
+import { createMcpGateway } from "../gateway/proxy.ts";
+import { ROUTES } from "../routes/table.ts";
 
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;

@@ -10,11 +10,11 @@
  * @see spec §4.1, RFC 8628 §3.1–3.2, README "Where the spec is silent"
  */
 
-import type { OAuthRequestContext } from "./context.ts";
-import { randomToken, sha256Base64Url } from "./crypto.ts";
-import type { RepeatRecord, Versioned } from "./store/mod.ts";
-import type { FlowRecord } from "./store/records.ts";
-import type { DeviceAuthorization } from "./upstream/types.ts";
+import type { OAuthRequestContext } from "../http/context.ts";
+import { randomToken, sha256Base64Url } from "../crypto.ts";
+import type { RepeatRecord, Versioned } from "../store/mod.ts";
+import type { FlowRecord } from "../store/records.ts";
+import type { DeviceAuthorization } from "../upstream/types.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
 const FLOW_STATE_BYTES = 32;

@@ -1,16 +1,16 @@
 /** The dependencies a request handler works with, and what each request knows of itself. */
 
-import type { ClientMetadataFetcher } from "./client_metadata/fetcher.ts";
-import type { Clock } from "./clock.ts";
-import type { Config } from "./config.ts";
-import type { TokenSigner } from "./jwt.ts";
-import type { LogFields, Logger } from "./logger.ts";
-import type { EndDeps } from "./session/end.ts";
-import type { VerifiedTokens } from "./session/verified_tokens.ts";
-import type { ConsentSigner } from "./consent_signer.ts";
-import type { Store } from "./store/mod.ts";
-import type { Templates } from "./templates.ts";
-import type { Upstream } from "./upstream/types.ts";
+import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
+import type { Clock } from "../clock.ts";
+import type { Config } from "../config.ts";
+import type { TokenSigner } from "../jwt.ts";
+import type { LogFields, Logger } from "../logger.ts";
+import type { EndDeps } from "../session/end.ts";
+import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
+import type { ConsentSigner } from "../sign_in/consent_signer.ts";
+import type { Store } from "../store/mod.ts";
+import type { Templates } from "../templates.ts";
+import type { Upstream } from "../upstream/types.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
 export interface OAuthDeps {

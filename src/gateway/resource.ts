@@ -1,11 +1,33 @@
 /**
- * Resource indicators: the one MCP server this service protects is the only `resource` a client
- * may ask a token for, and tokens name it so that another MCP server refuses them.
+ * The protected MCP resource: where it is and where its metadata lives (what the metadata route,
+ * the gateway and the resource guard derive from the configuration and the base URL), and the
+ * resource-indicator rules: it is the only `resource` a client may ask a token for, and tokens
+ * name it so that another MCP server refuses them.
  *
- * @see RFC 8707 §2, MCP authorization spec ("Resource Parameter Implementation")
+ * @see RFC 9728 §3.1, RFC 8707 §2, MCP authorization spec ("Resource Parameter Implementation")
  */
 
-import { OAuthError } from "./errors.ts";
+import type { Config } from "../config.ts";
+import { OAuthError } from "../http/errors.ts";
+
+/** The well-known path of protected resource metadata. */
+export const PROTECTED_RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource";
+
+/** The protected MCP resource: MCP_RESOURCE_URL, or `{base}/mcp`. */
+export function mcpResourceUrl(config: Pick<Config, "mcpResourceUrl">, baseUrl: string): string {
+  return config.mcpResourceUrl ?? `${baseUrl}/mcp`;
+}
+
+/** Where the protected resource metadata of `resource` lives (RFC 9728 §3.1). */
+export function protectedResourceMetadataUrl(resource: string): string {
+  const url = new URL(resource);
+  return `${url.origin}${PROTECTED_RESOURCE_METADATA_PATH}${pathOf(resource)}`;
+}
+
+/** A URL's path without trailing slashes (`""` for the root). */
+export function pathOf(url: string): string {
+  return new URL(url).pathname.replace(/\/+$/, "");
+}
 
 /**
  * The resource a request names: `protectedResource` when `requested` is absent or names it

@@ -9,22 +9,22 @@
  *   Hijacking")
  */
 
-import type { AppDeps, OAuthRequestContext } from "../context.ts";
-import { MCP_CORS } from "../cors.ts";
-import { OAuthError } from "../errors.ts";
-import { relayedResponseHeaders, upstreamRequestHeaders } from "../gateway_headers.ts";
+import type { AppDeps, OAuthRequestContext } from "../http/context.ts";
+import { MCP_CORS } from "../http/cors.ts";
+import { OAuthError } from "../http/errors.ts";
+import { relayedResponseHeaders, upstreamRequestHeaders } from "./headers.ts";
 import {
   type AuthenticatedRequest,
   authenticateRequest,
   CLOCK_TOLERANCE_SECONDS,
   type GuardDeps,
   invalidTokenChallenge,
-} from "../resource_guard.ts";
-import { mcpResourceUrl } from "../resource_urls.ts";
-import type { Route } from "../router.ts";
+} from "./guard.ts";
+import { mcpResourceUrl } from "./resource.ts";
+import type { Route } from "../http/router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import type { Store } from "../store/mod.ts";
-import { createDeadlines, type Deadlines } from "../deadlines.ts";
+import { createDeadlines, type Deadlines } from "./deadlines.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {

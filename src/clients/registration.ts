@@ -5,8 +5,8 @@
  * @see RFC 7591 §2 and §3.2.2, RFC 8252 §7.3 (loopback redirects), OAuth 2.1 §2.3.1
  */
 
-import { OAuthError } from "./errors.ts";
-import type { ClientMetadata } from "./store/records.ts";
+import { OAuthError } from "../http/errors.ts";
+import type { ClientMetadata } from "../store/records.ts";
 import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
 
 const MAX_REDIRECT_URIS = 20;

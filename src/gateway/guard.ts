@@ -8,26 +8,25 @@
  */
 
 import { errors } from "jose";
-import type { Clock } from "./clock.ts";
-import { systemClock } from "./clock.ts";
-import { OAuthError } from "./errors.ts";
-import { errorResponse, NO_STORE } from "./http.ts";
-import { type AccessTokenClaims, createTokenSigner, type TokenSigner } from "./jwt.ts";
-import { type Logger, silentLogger } from "./logger.ts";
-import { sameResource } from "./resource_indicator.ts";
-import { protectedResourceMetadataUrl } from "./resource_urls.ts";
-import { MCP_TOOLS_SCOPE } from "./scopes.ts";
-import { createSecretBox, sealingSecrets } from "./secret_box.ts";
-import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "./session/upstream_refresh.ts";
+import type { Clock } from "../clock.ts";
+import { systemClock } from "../clock.ts";
+import { OAuthError } from "../http/errors.ts";
+import { errorResponse, NO_STORE } from "../http/responses.ts";
+import { type AccessTokenClaims, createTokenSigner, type TokenSigner } from "../jwt.ts";
+import { type Logger, silentLogger } from "../logger.ts";
+import { protectedResourceMetadataUrl, sameResource } from "./resource.ts";
+import { MCP_TOOLS_SCOPE } from "../scopes.ts";
+import { createSecretBox, sealingSecrets } from "../secret_box.ts";
+import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../session/upstream_refresh.ts";
 import {
   createVerifiedTokens,
   type VerifiedToken,
   type VerifiedTokens,
-} from "./session/verified_tokens.ts";
-import { createStore, type Store, type Versioned } from "./store/mod.ts";
-import type { SessionRecord } from "./store/records.ts";
-import { createGitLabUpstream } from "./upstream/gitlab.ts";
-import { type Upstream, UpstreamError } from "./upstream/types.ts";
+} from "./verified_tokens.ts";
+import { createStore, type Store, type Versioned } from "../store/mod.ts";
+import type { SessionRecord } from "../store/records.ts";
+import { createGitLabUpstream } from "../upstream/gitlab.ts";
+import { type Upstream, UpstreamError } from "../upstream/types.ts";
 
 export { MCP_TOOLS_SCOPE };
 
