@@ -60,7 +60,7 @@ export {
   MCP_TOOLS_SCOPE,
   type ResourceGuard,
   type ResourceGuardOptions,
-} from "./src/gateway/guard.ts";
+} from "./src/gateway/library.ts";
 export type { Clock } from "./src/clock.ts";
 export { createLogger, type LineWriter, type LogFields, type Logger } from "./src/logger.ts";
 export {

@@ -2,7 +2,7 @@
  * Gateway mode (MCP_UPSTREAM_URL set): every request to the MCP resource path is authenticated
  * with the resource guard and forwarded to the MCP server with the user's upstream token in place
  * of ours. Bodies stream both ways, so Server-Sent Events reach the client event by event. Only
- * allow-listed headers pass either way (gateway_headers.ts), and an `Mcp-Session-Id` works only
+ * allow-listed headers pass either way (headers.ts), and an `Mcp-Session-Id` works only
  * with the session it was handed to.
  *
  * @see MCP spec "Streamable HTTP", "Authorization" and security best practices ("Session
@@ -13,12 +13,12 @@ import type { AppDeps, OAuthRequestContext } from "../http/context.ts";
 import { MCP_CORS } from "../http/cors.ts";
 import { OAuthError } from "../http/errors.ts";
 import { relayedResponseHeaders, upstreamRequestHeaders } from "./headers.ts";
+import { BearerChallengeError } from "./challenges.ts";
 import {
+  authenticate,
   type AuthenticatedRequest,
-  authenticateRequest,
   CLOCK_TOLERANCE_SECONDS,
   type GuardDeps,
-  invalidTokenChallenge,
 } from "./guard.ts";
 import { mcpResourceUrl } from "./resource.ts";
 import type { Route } from "../http/router.ts";
@@ -102,8 +102,7 @@ async function handleGatewayRequest(
   const deps = mcpSessionId === null || owner.read
     ? guard
     : { ...guard, store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
-  const auth = await authenticateRequest(deps, ctx.request, { issuer: ctx.baseUrl, resource });
-  if (auth instanceof Response) return auth;
+  const auth = await authenticate(deps, ctx.request, { issuer: ctx.baseUrl, resource });
   if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
   const upstream = await forward(ctx, auth, gateway);
   try {
@@ -112,7 +111,15 @@ async function handleGatewayRequest(
     await upstream.body?.cancel();
     throw error;
   }
-  return relayResponse(upstream, resource);
+  if (upstream.status === 401) {
+    // Its challenge would send the client to someone else's authorization server.
+    await upstream.body?.cancel();
+    throw BearerChallengeError.invalidToken(
+      resource,
+      "The MCP server refused the GitLab token; sign in again",
+    );
+  }
+  return relayResponse(upstream);
 }
 
 /** Whom an `Mcp-Session-Id` is bound to, once read (from memory, or beside the session). */
@@ -246,22 +253,12 @@ function withSearch(url: URL, search: string): URL {
   return target;
 }
 
-/**
- * The MCP server's response with a streaming body. Its challenges would send the client to
- * someone else's authorization server, so a 401 carries ours instead.
- */
-function relayResponse(upstream: Response, resource: string): Response {
-  const headers = relayedResponseHeaders(upstream.headers);
-  if (upstream.status === 401) {
-    headers.push([
-      "WWW-Authenticate",
-      invalidTokenChallenge(resource, "The MCP server refused the GitLab token; sign in again"),
-    ]);
-  }
+/** The MCP server's response with a streaming body. */
+function relayResponse(upstream: Response): Response {
   return new Response(upstream.body, {
     status: upstream.status,
     statusText: upstream.statusText,
-    headers,
+    headers: relayedResponseHeaders(upstream.headers),
   });
 }
 

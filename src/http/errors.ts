@@ -35,12 +35,17 @@ export class OAuthError extends Error {
     this.name = "OAuthError";
   }
 
-  /** The same error answered with more headers (a challenge, `Retry-After`). */
+  /** The same error answered with more headers (`Retry-After`, ...). */
   withHeaders(headers: Record<string, string>): OAuthError {
     return new OAuthError(this.status, this.code, this.description, {
       ...this.headers,
       ...headers,
     });
+  }
+
+  /** The JSON body it is answered with (spec §2.7). */
+  body(): Record<string, string> {
+    return { error: this.code, error_description: this.description };
   }
 }
 

@@ -7,15 +7,10 @@ export const NO_STORE = { "Cache-Control": "no-store", "Pragma": "no-cache" } as
 
 /** A JSON response. */
 export function json(body: unknown, status = 200, headers: HeadersInit = {}): Response {
-  const response = Response.json(body, { status, headers });
-  return response;
+  return Response.json(body, { status, headers });
 }
 
-/** The `{error, error_description}` body of spec §2.7 for an OAuthError. */
+/** An OAuthError as it answers: its body (`{error, error_description}`, spec §2.7), its headers. */
 export function errorResponse(error: OAuthError): Response {
-  return json(
-    { error: error.code, error_description: error.description },
-    error.status,
-    { ...NO_STORE, ...error.headers },
-  );
+  return json(error.body(), error.status, { ...NO_STORE, ...error.headers });
 }

@@ -1,6 +1,6 @@
 /**
  * `GET /authorize`: validates the authorization request, starts an upstream device flow (or
- * shows the one an identical request started moments ago, see device_flow.ts) and answers the
+ * shows the one an identical request started moments ago, see sign_in/device.ts) and answers the
  * page that shows the user code (or, with GITLAB_SIGN_IN=redirect, answers the consent page of
  * the redirect sign-in: `sign_in/redirect_flow.ts`).
  *

@@ -1,7 +1,7 @@
 /**
  * The fixed endpoints and their rules: which need OAuth configuration (spec §1.7), which
  * rate-limit bucket each counts in, which answer CORS. In gateway mode the MCP resource path
- * (derived per request) is matched before these (see `mcp_gateway.ts`).
+ * (derived per request) is matched before these (see `gateway/proxy.ts`).
  */
 
 import { OAUTH_CORS } from "../http/cors.ts";
