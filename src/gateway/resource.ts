@@ -9,9 +9,7 @@
 
 import type { Config } from "../config.ts";
 import { OAuthError } from "../http/errors.ts";
-
-/** The well-known path of protected resource metadata. */
-export const PROTECTED_RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource";
+import { PATHS } from "../http/paths.ts";
 
 /** The protected MCP resource: MCP_RESOURCE_URL, or `{base}/mcp`. */
 export function mcpResourceUrl(config: Pick<Config, "mcpResourceUrl">, baseUrl: string): string {
@@ -21,7 +19,7 @@ export function mcpResourceUrl(config: Pick<Config, "mcpResourceUrl">, baseUrl: 
 /** Where the protected resource metadata of `resource` lives (RFC 9728 §3.1). */
 export function protectedResourceMetadataUrl(resource: string): string {
   const url = new URL(resource);
-  return `${url.origin}${PROTECTED_RESOURCE_METADATA_PATH}${pathOf(resource)}`;
+  return `${url.origin}${PATHS.protectedResourceMetadata}${pathOf(resource)}`;
 }
 
 /** A URL's path without trailing slashes (`""` for the root). */

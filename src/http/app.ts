@@ -20,6 +20,7 @@ import {
   type Methods,
   notFound,
   type Route,
+  routesFor,
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
 import { ROUTES } from "../routes/table.ts";
@@ -39,6 +40,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const trusted = createProxyTrust(deps.config.trustProxy);
   const trustsProxies = deps.config.trustProxy.length > 0;
   const hsts = strictTransportSecurity(deps.config);
+  const routes = routesFor(ROUTES, deps.config);
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
@@ -54,7 +56,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
-      route = gateway?.route(url, baseUrl) ?? findRoute(ROUTES, url.pathname);
+      route = gateway?.route(url, baseUrl) ?? findRoute(routes, url.pathname);
       const clientAddress = () => clientIp(request, peerOf(), trusted);
       const ctx = { request, url, baseUrl, deps, requestId, logFields, clientAddress };
       response = await dispatch(route, ctx);

@@ -4,6 +4,7 @@
  * 404, and 405 with `Allow`.
  */
 
+import type { Config } from "../config.ts";
 import type { OAuthRequestContext, RequestContext } from "./context.ts";
 import type { CorsPolicy } from "./cors.ts";
 import { OAuthError } from "./errors.ts";
@@ -21,6 +22,8 @@ export interface RouteRules {
   rateLimit?: RateLimitBucket;
   /** Answer CORS preflights and allow any origin, without credentials. */
   cors?: CorsPolicy;
+  /** The route exists only in the configurations this admits (else 404). */
+  when?: (config: Config) => boolean;
 }
 
 /**
@@ -41,6 +44,13 @@ export type Route =
 
 /** Path (or `prefix/*`) → route. */
 export type Routes = Record<string, Route>;
+
+/** The routes that exist in `config`: those without a `when` rule, or whose rule admits it. */
+export function routesFor(routes: Routes, config: Config): Routes {
+  return Object.fromEntries(
+    Object.entries(routes).filter(([, route]) => route.when?.(config) ?? true),
+  );
+}
 
 /** The route for a path, exact match first, then the longest `prefix/*`; undefined if none. */
 export function findRoute(routes: Routes, pathname: string): Route | undefined {

@@ -7,6 +7,7 @@
  * @see spec §4.1, RFC 6749 §4.1.1, RFC 7636 §4.3
  */
 
+import { PATHS } from "../http/paths.ts";
 import { ClientMetadataError, isClientMetadataUrl } from "../client_metadata/document.ts";
 import { resolveClientMetadata } from "../client_metadata/resolver.ts";
 import { matchesRegisteredRedirect } from "../clients/registration.ts";
@@ -78,7 +79,7 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     // A repeated request shows the first one's flow, with what is left of its lifetime.
     expiresInSeconds: Math.max(0, Math.ceil((flow.expiresAt - clock.now()) / 1000)),
     flowState,
-    pollUrl: `${ctx.baseUrl}/oauth/poll`,
+    pollUrl: `${ctx.baseUrl}${PATHS.poll}`,
     redirectUri: client.redirectUri,
     clientId: request.clientId,
     clientName: client.clientName,

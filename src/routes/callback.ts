@@ -10,7 +10,6 @@
  */
 
 import type { OAuthRequestContext } from "../http/context.ts";
-import { notFound } from "../http/router.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
 import { storeSignIn } from "../sign_in/completion.ts";
@@ -27,7 +26,6 @@ import { UpstreamError } from "../upstream/types.ts";
 
 /** Handles `GET /oauth/callback`. */
 export async function handleCallback(ctx: OAuthRequestContext): Promise<Response> {
-  if (ctx.deps.config.gitlabSignIn !== "redirect") throw notFound(ctx.url.pathname);
   const params = singleValued(ctx.url.searchParams);
   const signIn = await liveStep(ctx, params.get("state"), "upstream");
   if (!signIn) return alreadyUsed(ctx);

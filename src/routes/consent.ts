@@ -8,7 +8,6 @@
  */
 
 import type { OAuthRequestContext } from "../http/context.ts";
-import { notFound } from "../http/router.ts";
 import { readParams } from "../http/params.ts";
 import {
   alreadyUsed,
@@ -24,7 +23,6 @@ import {
 
 /** Handles `POST /oauth/consent`. */
 export async function handleConsent(ctx: OAuthRequestContext): Promise<Response> {
-  if (ctx.deps.config.gitlabSignIn !== "redirect") throw notFound(ctx.url.pathname);
   // A form post: the body limits of readParams apply, and the content type must be a form's.
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const signIn = await liveStep(ctx, params.get("sign_in"), "consent");

@@ -5,11 +5,11 @@
 
 import type { RequestContext } from "../http/context.ts";
 import { json, NO_STORE } from "../http/responses.ts";
-import { mcpResourceUrl, pathOf, PROTECTED_RESOURCE_METADATA_PATH } from "../gateway/resource.ts";
+import { mcpResourceUrl, pathOf } from "../gateway/resource.ts";
+import { PATHS } from "../http/paths.ts";
 import { notFound } from "../http/router.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 
-const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };
 
 /**
@@ -23,14 +23,14 @@ function cachingOf(ctx: RequestContext): HeadersInit {
 /** Authorization server metadata. @see RFC 8414 §2, §3 (path-inserted well-known URI) */
 export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<Response> {
   const issuer = ctx.baseUrl;
-  requireSuffix(ctx.url.pathname, AS_METADATA_PATH, pathOf(issuer));
+  requireSuffix(ctx.url.pathname, PATHS.authorizationServerMetadata, pathOf(issuer));
   return Promise.resolve(json(
     {
       issuer,
-      authorization_endpoint: `${issuer}/authorize`,
-      token_endpoint: `${issuer}/token`,
-      registration_endpoint: `${issuer}/register`,
-      revocation_endpoint: `${issuer}/revoke`,
+      authorization_endpoint: `${issuer}${PATHS.authorize}`,
+      token_endpoint: `${issuer}${PATHS.token}`,
+      registration_endpoint: `${issuer}${PATHS.register}`,
+      revocation_endpoint: `${issuer}${PATHS.revoke}`,
       response_types_supported: ["code"],
       response_modes_supported: ["query"],
       grant_types_supported: ["authorization_code", "refresh_token"],
@@ -40,7 +40,7 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
       scopes_supported: [...GRANTED_SCOPES],
       authorization_response_iss_parameter_supported: true,
       client_id_metadata_document_supported: true,
-      service_documentation: `${issuer}/`,
+      service_documentation: `${issuer}${PATHS.home}`,
     },
     200,
     cachingOf(ctx),
@@ -50,7 +50,7 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
 /** Protected resource metadata for the MCP server. @see RFC 9728 §2, §3.1 */
 export function handleProtectedResourceMetadata(ctx: RequestContext): Promise<Response> {
   const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
-  requireSuffix(ctx.url.pathname, PROTECTED_RESOURCE_METADATA_PATH, pathOf(resource));
+  requireSuffix(ctx.url.pathname, PATHS.protectedResourceMetadata, pathOf(resource));
   return Promise.resolve(json(
     {
       resource,

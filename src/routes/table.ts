@@ -4,7 +4,9 @@
  * (derived per request) is matched before these (see `gateway/proxy.ts`).
  */
 
+import type { Config } from "../config.ts";
 import { OAUTH_CORS } from "../http/cors.ts";
+import { PATHS } from "../http/paths.ts";
 import type { Routes } from "../http/router.ts";
 import { handleAuthorize } from "./authorize.ts";
 import { handleCallback } from "./callback.ts";
@@ -26,33 +28,55 @@ const protectedResourceMetadata = {
   cors: OAUTH_CORS,
 };
 
+const redirectSignIn = (config: Config) => config.gitlabSignIn === "redirect";
+
 /** Path → handlers and rules. */
 export const ROUTES: Routes = {
-  "/": { methods: { GET: handleHome } },
-  "/healthz": { methods: { GET: handleLiveness } },
-  "/readyz": { methods: { GET: handleReadiness } },
-  "/authorize": { methods: { GET: handleAuthorize }, oauth: true, rateLimit: "authorize" },
-  "/oauth/poll": {
+  [PATHS.home]: { methods: { GET: handleHome } },
+  [PATHS.liveness]: { methods: { GET: handleLiveness } },
+  [PATHS.readiness]: { methods: { GET: handleReadiness } },
+  [PATHS.authorize]: { methods: { GET: handleAuthorize }, oauth: true, rateLimit: "authorize" },
+  [PATHS.poll]: {
     methods: { GET: handlePoll },
     oauth: true,
     bareNotConfigured: true,
     rateLimit: "poll",
   },
-  // The redirect sign-in (GITLAB_SIGN_IN=redirect; 404 in device mode). They follow an
-  // /authorize, which counts in its own bucket, as the page's polls do in device mode, so they
-  // count with those: a sign-in costs one request of the authorize bucket in either mode.
-  "/oauth/consent": { methods: { POST: handleConsent }, oauth: true, rateLimit: "poll" },
-  "/oauth/callback": { methods: { GET: handleCallback }, oauth: true, rateLimit: "poll" },
-  "/token": { methods: { POST: handleToken }, oauth: true, rateLimit: "token", cors: OAUTH_CORS },
-  "/register": {
+  // The redirect sign-in's (GITLAB_SIGN_IN=redirect only). They follow an /authorize, which
+  // counts in its own bucket, as the page's polls do in device mode, so they count with those:
+  // a sign-in costs one request of the authorize bucket in either mode.
+  [PATHS.consent]: {
+    methods: { POST: handleConsent },
+    oauth: true,
+    rateLimit: "poll",
+    when: redirectSignIn,
+  },
+  [PATHS.callback]: {
+    methods: { GET: handleCallback },
+    oauth: true,
+    rateLimit: "poll",
+    when: redirectSignIn,
+  },
+  [PATHS.token]: {
+    methods: { POST: handleToken },
+    oauth: true,
+    rateLimit: "token",
+    cors: OAUTH_CORS,
+  },
+  [PATHS.register]: {
     methods: { POST: handleRegister },
     oauth: true,
     rateLimit: "register",
     cors: OAUTH_CORS,
   },
-  "/revoke": { methods: { POST: handleRevoke }, oauth: true, rateLimit: "token", cors: OAUTH_CORS },
-  "/.well-known/oauth-authorization-server": authorizationServerMetadata,
-  "/.well-known/oauth-authorization-server/*": authorizationServerMetadata,
-  "/.well-known/oauth-protected-resource": protectedResourceMetadata,
-  "/.well-known/oauth-protected-resource/*": protectedResourceMetadata,
+  [PATHS.revoke]: {
+    methods: { POST: handleRevoke },
+    oauth: true,
+    rateLimit: "token",
+    cors: OAUTH_CORS,
+  },
+  [PATHS.authorizationServerMetadata]: authorizationServerMetadata,
+  [`${PATHS.authorizationServerMetadata}/*`]: authorizationServerMetadata,
+  [PATHS.protectedResourceMetadata]: protectedResourceMetadata,
+  [`${PATHS.protectedResourceMetadata}/*`]: protectedResourceMetadata,
 };

@@ -9,6 +9,7 @@
  * @see RFC 6749 §4.1 and §10.12, RFC 7636, RFC 9207, MCP security best practices (consent)
  */
 
+import { PATHS } from "../http/paths.ts";
 import type { OAuthRequestContext, RequestContext } from "../http/context.ts";
 import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
 import { PKCE_METHOD } from "../pkce.ts";
@@ -25,12 +26,6 @@ import {
 
 /** How long each step (consent page, upstream round trip) may take. */
 export const SIGN_IN_STEP_TTL_MS = 10 * 60 * 1000;
-
-/** Where the upstream sends the browser back. */
-export const CALLBACK_PATH = "/oauth/callback";
-
-/** Where the consent page's form posts. */
-export const CONSENT_PATH = "/oauth/consent";
 
 /** What `/authorize` validated, as far as the redirect sign-in needs it. */
 export interface RedirectSignInRequest {
@@ -92,7 +87,7 @@ export async function answerRedirectSignIn(
     scopes: config.gitlabScopes,
     signInId,
     csrfToken,
-    actionUrl: `${ctx.baseUrl}${CONSENT_PATH}`,
+    actionUrl: `${ctx.baseUrl}${PATHS.consent}`,
     upstreamOrigin: config.gitlabUrl.origin,
   });
   return htmlResponse(page, 200, headers);
@@ -135,7 +130,7 @@ export async function sendUpstream(
 
 /** `{base}/oauth/callback`: the redirect URI registered with the upstream application. */
 export function callbackUrl(baseUrl: string): string {
-  return `${baseUrl}${CALLBACK_PATH}`;
+  return `${baseUrl}${PATHS.callback}`;
 }
 
 /** Remembers this browser's consent to the client and return address for 30 days. */

@@ -1,0 +1,19 @@
+/**
+ * Every endpoint's path, named once: the route table, the metadata documents, the redirect
+ * sign-in and the pages all build their URLs from these. The gateway's MCP path is not here:
+ * it follows MCP_RESOURCE_URL (`{base}/mcp` by default, see gateway/resource.ts).
+ */
+export const PATHS = {
+  home: "/",
+  liveness: "/healthz",
+  readiness: "/readyz",
+  authorize: "/authorize",
+  poll: "/oauth/poll",
+  consent: "/oauth/consent",
+  callback: "/oauth/callback",
+  token: "/token",
+  register: "/register",
+  revoke: "/revoke",
+  authorizationServerMetadata: "/.well-known/oauth-authorization-server",
+  protectedResourceMetadata: "/.well-known/oauth-protected-resource",
+} as const;
