@@ -56,6 +56,7 @@ type Scripted<T> = T | UpstreamError | (() => Promise<T>);
 
 /** An in-process GitLab whose next answers the test queues. */
 export class FakeUpstream implements Upstream {
+  profile = { displayName: "GitLab", url: new URL("https://gitlab.test"), scopes: "api" };
   calls = { start: 0, poll: 0, refresh: 0, user: 0, revoke: 0, exchange: 0 };
   revokedTokens: string[] = [];
   device: DeviceAuthorization = {

@@ -124,6 +124,7 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
   }
 
   return {
+    profile: { displayName: "GitLab", url: options.gitlabUrl, scopes },
     authorizationUrl: (redirect: AuthorizationRedirect) =>
       authorizationUrl(endpoints.authorize, clientId, scopes, redirect),
 

@@ -128,8 +128,23 @@ export interface AuthorizationCodeGrant {
   redirectUri: string;
 }
 
+/**
+ * How the provider presents itself: pages, metadata, consent and the guard's messages read
+ * this, never a provider's name of their own.
+ */
+export interface UpstreamProfile {
+  /** The provider's name as people know it, e.g. `GitLab`. */
+  displayName: string;
+  /** Where users sign in (the provider's origin, with any sub-path), e.g. `https://gitlab.com`. */
+  url: URL;
+  /** Space-separated provider scopes every sign-in asks for. */
+  scopes: string;
+}
+
 /** What the service needs of the upstream identity provider. */
 export interface Upstream {
+  /** How the provider presents itself. */
+  readonly profile: UpstreamProfile;
   /** The provider's authorization URL for a redirect sign-in (no request is made). */
   authorizationUrl(redirect: AuthorizationRedirect): URL;
   /** Exchanges a code from our callback for tokens (RFC 6749 §4.1.3). Throws UpstreamError. */
