@@ -22,7 +22,7 @@ import {
   listenHostname,
   loadConfig,
   missingOAuthSettings,
-} from "./src/config.ts";
+} from "./src/config/mod.ts";
 import { createAppDeps } from "./src/deps.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/templates.ts";

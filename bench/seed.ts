@@ -26,7 +26,7 @@
  */
 
 import { systemClock } from "../src/clock.ts";
-import { loadConfig } from "../src/config.ts";
+import { loadConfig } from "../src/config/mod.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import type { FlowRecord } from "../src/store/records.ts";
 import { newSessionToken } from "../src/store/session_tokens.ts";

@@ -10,7 +10,7 @@ import {
   createClientMetadataFetcher,
 } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
-import { type Config, jwtSecrets, oauthSettings } from "./config.ts";
+import { type Config, jwtSecrets, oauthSettings } from "./config/mod.ts";
 import type { AppDeps } from "./http/context.ts";
 import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";

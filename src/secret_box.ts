@@ -4,7 +4,7 @@
  * readable so rotating one does not log everyone out.
  */
 
-import type { Config } from "./config.ts";
+import type { Config } from "./config/mod.ts";
 import { randomToken, sha256Base64Url } from "./crypto.ts";
 
 /** Seals and opens strings. */

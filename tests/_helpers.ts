@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { createAppDeps } from "../src/deps.ts";
 import { createApp, type FetchHandler } from "../src/http/app.ts";
 import type { Clock } from "../src/clock.ts";
-import { type Config, loadConfig } from "../src/config.ts";
+import { type Config, loadConfig } from "../src/config/mod.ts";
 import { ClientMetadataError } from "../src/client_metadata/document.ts";
 import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/http/context.ts";

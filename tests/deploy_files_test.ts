@@ -8,7 +8,12 @@
 
 import assert from "node:assert/strict";
 import { createExampleMcpServer } from "../deploy/example_mcp_server.ts";
-import { listConfigVariables, listenHostname, loadConfig, oauthSettings } from "../src/config.ts";
+import {
+  listConfigVariables,
+  listenHostname,
+  loadConfig,
+  oauthSettings,
+} from "../src/config/mod.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 import { signInOverHttp, spawnWithGitLab } from "./_service.ts";
 

@@ -9,7 +9,7 @@
  */
 
 import { systemClock } from "../clock.ts";
-import { ConfigError, loadConfig } from "../config.ts";
+import { ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
 import { createLogger } from "../logger.ts";

@@ -7,7 +7,7 @@
  * @see RFC 9728 §3.1, RFC 8707 §2, MCP authorization spec ("Resource Parameter Implementation")
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/mod.ts";
 import { OAuthError } from "../http/errors.ts";
 import { PATHS } from "../http/paths.ts";
 

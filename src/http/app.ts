@@ -5,7 +5,7 @@
  */
 
 import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
-import { strictTransportSecurity } from "../config.ts";
+import { strictTransportSecurity } from "../config/mod.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
 import { allowCrossOrigin, preflight } from "./cors.ts";
 import { notConfiguredError, OAuthError } from "./errors.ts";

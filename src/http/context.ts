@@ -2,7 +2,7 @@
 
 import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { Clock } from "../clock.ts";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/mod.ts";
 import type { TokenSigner } from "../jwt.ts";
 import type { LogFields, Logger } from "../logger.ts";
 import type { EndDeps } from "../session/end.ts";

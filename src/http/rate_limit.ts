@@ -3,7 +3,7 @@
  * rate limits; over a limit we answer 429 before any other work (and any upstream call).
  */
 
-import type { RateLimits } from "../config.ts";
+import type { RateLimits } from "../config/mod.ts";
 import type { AppDeps } from "./context.ts";
 import { OAuthError } from "./errors.ts";
 import { isLoopbackIp, rateLimitSubject } from "./ip_address.ts";

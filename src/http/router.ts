@@ -4,7 +4,7 @@
  * 404, and 405 with `Allow`.
  */
 
-import type { Config } from "../config.ts";
+import type { Config } from "../config/mod.ts";
 import type { OAuthRequestContext, RequestContext } from "./context.ts";
 import type { CorsPolicy } from "./cors.ts";
 import { OAuthError } from "./errors.ts";

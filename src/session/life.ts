@@ -9,7 +9,7 @@
  */
 
 import type { Clock } from "../clock.ts";
-import type { Config } from "../config.ts";
+import type { Config } from "../config/mod.ts";
 import type { TokenSigner } from "../jwt.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import type { FlowCompletion, RefreshGrace, Store, Versioned } from "../store/mod.ts";

@@ -1,0 +1,115 @@
+/**
+ * Configuration from the environment, validated once at start-up. Nothing else reads the
+ * environment. The table of variables is in variables.ts, their parsers in parsers.ts.
+ *
+ * @see README.md "Configuration"
+ */
+
+import { CONFIG_VARIABLES, PROFILE_DEFAULTS, type SecurityProfile } from "./variables.ts";
+import {
+  ConfigError,
+  type ConfigVariable,
+  type Env,
+  readTable,
+  type ValuesOf,
+  variablesOf,
+} from "./variable.ts";
+
+export { ConfigError, type ConfigVariable, type Env } from "./variable.ts";
+export type { RateLimit } from "./parsers.ts";
+export { CONFIG_VARIABLES, PROFILE_DEFAULTS, type SecurityProfile } from "./variables.ts";
+
+/** The parts of Config that make OAuth work; both must be present. */
+export interface OAuthSettings {
+  gitlabClientId: string;
+  jwtSecret: string;
+}
+
+/** Everything the service is configured with: one field per entry of CONFIG_VARIABLES. */
+export type Config = ValuesOf<typeof CONFIG_VARIABLES>;
+
+/** The limit of each rate-limited endpoint family. */
+export type RateLimits = Config["rateLimits"];
+
+/**
+ * Reads and validates the configuration from an environment map. SECURITY_PROFILE supplies the
+ * defaults of the variables it governs; a variable set explicitly wins. Throws ConfigError.
+ */
+export function loadConfig(env: Env): Config {
+  const profile = CONFIG_VARIABLES.securityProfile.read(env);
+  const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
+  requireBaseUrlBehindProxy(config);
+  requireProfileSettings(config);
+  return config;
+}
+
+/**
+ * Behind a proxy the issuer is not taken from forwarded headers: a proxy that passes a client's
+ * `X-Forwarded-Host` on would let it choose the issuer of tokens and metadata.
+ */
+function requireBaseUrlBehindProxy(config: Config): void {
+  if (config.trustProxy.length > 0 && !config.baseUrl) {
+    throw new ConfigError("TRUST_PROXY", "needs BASE_URL: set BASE_URL to the public base URL");
+  }
+}
+
+/** Every variable of CONFIG_VARIABLES, groups flattened, in table order. */
+export function listConfigVariables(): ConfigVariable<unknown>[] {
+  return variablesOf(CONFIG_VARIABLES);
+}
+
+/** The environment with the profile's defaults filled in where a variable is unset or blank. */
+function withProfileDefaults(profile: SecurityProfile, env: Env): Env {
+  const filled: Env = { ...env };
+  for (const [name, value] of Object.entries(PROFILE_DEFAULTS[profile])) {
+    if (!env[name]?.trim()) filled[name] = value;
+  }
+  return filled;
+}
+
+/** What a profile cannot run without. */
+function requireProfileSettings(config: Config): void {
+  if (config.securityProfile === "strict" && !config.baseUrl) {
+    throw new ConfigError("BASE_URL", "is required with SECURITY_PROFILE=strict");
+  }
+}
+
+/** Where the service listens: `HOST`, else an address-like `HOSTNAME`, else every interface. */
+export function listenHostname(config: Config): string {
+  return config.host ?? config.hostname ?? "0.0.0.0";
+}
+
+/** The OAuth settings when both are configured, otherwise undefined. */
+export function oauthSettings(config: Config): OAuthSettings | undefined {
+  const { gitlabClientId, jwtSecret } = config;
+  return gitlabClientId && jwtSecret ? { gitlabClientId, jwtSecret } : undefined;
+}
+
+/** A year: browsers keep to https for this long after one visit (RFC 6797 §6.1.1). */
+const HSTS_MAX_AGE_SECONDS = 365 * 86_400;
+
+/**
+ * The `Strict-Transport-Security` value to send: under the strict profile when BASE_URL is
+ * https, otherwise none (over plain http browsers ignore it, and the spec profile adds nothing).
+ *
+ * @see RFC 6797 §6.1
+ */
+export function strictTransportSecurity(config: Config): string | undefined {
+  const https = config.baseUrl?.startsWith("https:");
+  return config.securityProfile === "strict" && https
+    ? `max-age=${HSTS_MAX_AGE_SECONDS}`
+    : undefined;
+}
+
+/** The JWT secrets, current first: the first signs, all verify. */
+export function jwtSecrets(settings: OAuthSettings, config: Config): string[] {
+  return [settings.jwtSecret, ...(config.jwtSecretPrevious ? [config.jwtSecretPrevious] : [])];
+}
+
+/** The one warning main.ts logs when OAuth is not configured, naming what is missing. */
+export function missingOAuthSettings(config: Config): string[] {
+  return [
+    ...(config.gitlabClientId ? [] : ["GITLAB_CLIENT_ID"]),
+    ...(config.jwtSecret ? [] : ["JWT_SECRET"]),
+  ];
+}

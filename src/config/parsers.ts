@@ -1,0 +1,156 @@
+/**
+ * Parsers of environment variable text: each turns a variable's text into its value or throws
+ * a ConfigError naming the variable. The service's table and `createResourceGuard`'s options
+ * share them.
+ */
+
+import { NEVER_FORWARDED_HEADERS } from "../gateway/headers.ts";
+import { parseCidr } from "../http/ip_address.ts";
+import { redirectPatternProblem } from "../clients/redirect_allow_list.ts";
+import { ConfigError, type Parser } from "./variable.ts";
+
+/** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
+export interface RateLimit {
+  limit: number;
+  windowSeconds: number;
+}
+
+export const MIN_SECRET_BYTES = 32;
+
+export const LOOPBACK_RANGES = ["127.0.0.0/8", "::1/128"] as const;
+
+export const text: Parser<string> = (_name, raw) => raw;
+
+export function integerBetween(min: number, max: number): Parser<number> {
+  return (name, raw) => parseInteger(name, raw, min, max);
+}
+
+export function oneOf<T extends string>(...choices: T[]): Parser<T> {
+  return (name, raw) => parseChoice(name, raw, choices);
+}
+
+export function caseInsensitive<T>(parse: Parser<T>): Parser<T> {
+  return (name, raw) => parse(name, raw.toLowerCase());
+}
+
+export function urlWithoutTrailingSlash(name: string, raw: string): string {
+  return parseHttpUrl(name, raw).href.replace(/\/+$/, "");
+}
+
+export function parseSecret(name: string, raw: string): string {
+  if (new TextEncoder().encode(raw).length < MIN_SECRET_BYTES) {
+    throw new ConfigError(name, `must be at least ${MIN_SECRET_BYTES} bytes long`);
+  }
+  return raw;
+}
+
+export function parseChoice<T extends string>(name: string, raw: string, choices: readonly T[]): T {
+  if ((choices as readonly string[]).includes(raw)) return raw as T;
+  throw new ConfigError(name, `must be one of ${choices.join(", ")}, got ${JSON.stringify(raw)}`);
+}
+
+export function parseRateLimit(name: string, raw: string): RateLimit | undefined {
+  if (raw.toLowerCase() === "off") return undefined;
+  const match = raw.match(/^(\d+)\/(\d+)$/);
+  if (!match || Number(match[1]) < 1 || Number(match[2]) < 1) {
+    throw new ConfigError(
+      name,
+      `must be "<requests>/<seconds>" or "off", got ${JSON.stringify(raw)}`,
+    );
+  }
+  return { limit: Number(match[1]), windowSeconds: Number(match[2]) };
+}
+
+/** `[::1]` as Deno.serve takes it: `::1`. */
+export function unbracketed(_name: string, raw: string): string {
+  return raw.replace(/^\[(.*)\]$/, "$1");
+}
+
+/** HOSTNAME as a listen address when it is one; a machine name is ignored, not an error. */
+export function addressOrIgnored(name: string, raw: string): string | undefined {
+  const address = unbracketed(name, raw);
+  return address === "localhost" || isIpLiteral(address) ? address : undefined;
+}
+
+export function isIpLiteral(text: string): boolean {
+  if (/^\d{1,3}(\.\d{1,3}){3}$/.test(text)) {
+    return text.split(".").every((part) => Number(part) <= 255);
+  }
+  if (!text.includes(":")) return false;
+  try {
+    return new URL(`http://[${text}]/`).hostname !== "";
+  } catch {
+    return false;
+  }
+}
+
+export function parseInteger(name: string, raw: string, min: number, max: number): number {
+  if (!/^\d+$/.test(raw)) {
+    throw new ConfigError(name, `must be a whole number, got ${JSON.stringify(raw)}`);
+  }
+  const n = Number(raw);
+  if (n < min || n > max) throw new ConfigError(name, `must be between ${min} and ${max}`);
+  return n;
+}
+
+export function parseHttpUrl(name: string, raw: string): URL {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new ConfigError(name, `is not a valid URL: ${JSON.stringify(raw)}`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new ConfigError(name, "must be an http or https URL");
+  }
+  if (url.search || url.hash) throw new ConfigError(name, "must not have a query or fragment");
+  return url;
+}
+
+/** TRUST_PROXY as ranges: `true` is loopback (a proxy on this host), `false` none. */
+export function parseTrustProxy(name: string, raw: string): readonly string[] {
+  const lower = raw.toLowerCase();
+  if (["0", "false", "no", "off"].includes(lower)) return [];
+  if (["1", "true", "yes", "on"].includes(lower)) return LOOPBACK_RANGES;
+  return raw.split(",").map((entry) => {
+    const cidr = parseCidr(entry.trim());
+    if (cidr === undefined) {
+      throw new ConfigError(
+        name,
+        `must be true, false or CIDRs like 10.0.0.0/8, got ${JSON.stringify(entry.trim())}`,
+      );
+    }
+    return cidr;
+  });
+}
+
+/** Header names only; no header that carries a credential or frames the message. */
+export function parseForwardHeaders(name: string, raw: string): readonly string[] {
+  return raw.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry)
+    .map((header) => {
+      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(header)) {
+        throw new ConfigError(name, `${JSON.stringify(header)} is not a header name`);
+      }
+      if (NEVER_FORWARDED_HEADERS.has(header) || header.startsWith("proxy-")) {
+        throw new ConfigError(name, `must not name ${header}: the gateway never forwards it`);
+      }
+      return header;
+    });
+}
+
+export function parseRedirectPatterns(name: string, raw: string): string[] {
+  const patterns = raw.split(",").map((item) => item.trim()).filter((item) => item !== "");
+  for (const pattern of patterns) {
+    const problem = redirectPatternProblem(pattern);
+    if (problem) throw new ConfigError(name, `${JSON.stringify(pattern)}: ${problem}`);
+  }
+  if (patterns.length === 0) throw new ConfigError(name, "lists no redirect URI");
+  return patterns;
+}
+
+export function parseBoolean(name: string, raw: string): boolean {
+  const lower = raw.toLowerCase();
+  if (["1", "true", "yes", "on"].includes(lower)) return true;
+  if (["0", "false", "no", "off"].includes(lower)) return false;
+  throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
+}

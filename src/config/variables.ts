@@ -1,0 +1,291 @@
+/**
+ * Every environment variable the service reads, keyed by its Config field, and what each
+ * security profile defaults.
+ *
+ * @see README.md "Configuration"
+ */
+
+import {
+  addressOrIgnored,
+  caseInsensitive,
+  integerBetween,
+  oneOf,
+  parseBoolean,
+  parseForwardHeaders,
+  parseHttpUrl,
+  parseRateLimit,
+  parseRedirectPatterns,
+  parseSecret,
+  parseTrustProxy,
+  text,
+  unbracketed,
+  urlWithoutTrailingSlash,
+} from "./parsers.ts";
+import { type ConfigTable, type Env, variable } from "./variable.ts";
+
+/**
+ * Every environment variable the service reads, keyed by its Config field. Adding a variable is
+ * one entry here and one row in README.md's configuration table (a test compares the two).
+ */
+export const CONFIG_VARIABLES = {
+  // The OAuth settings first: when several values are wrong, JWT_SECRET's error is reported.
+  /** Absent: the service starts but every operation answers 500 (spec §1.7). */
+  gitlabClientId: variable("GITLAB_CLIENT_ID", undefined, text, "GitLab OAuth application id"),
+  /** Absent: as gitlabClientId. */
+  jwtSecret: variable(
+    "JWT_SECRET",
+    undefined,
+    parseSecret,
+    "HS256 signing secret, at least 32 bytes",
+  ),
+  port: variable("PORT", "8000", integerBetween(0, 65535), "port to listen on"),
+  /** Undefined: HOSTNAME when it names an address, else every interface (`listenHostname`). */
+  host: variable("HOST", undefined, unbracketed, "address to listen on", "`0.0.0.0`"),
+  /**
+   * Read only when it is an IP literal or `localhost`: shells and container runtimes set it to
+   * the machine's name, which would bind the service to that one address.
+   */
+  hostname: variable(
+    "HOSTNAME",
+    undefined,
+    addressOrIgnored,
+    "older name of `HOST`, honoured only as an IP address or `localhost`; `HOST` wins",
+  ),
+  gitlabUrl: variable(
+    "GITLAB_URL",
+    "https://gitlab.com",
+    parseHttpUrl,
+    "GitLab instance (self-hosted too, with or without a sub-path)",
+  ),
+  gitlabScopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
+  /** `device`: the spec's device flow; `redirect`: consent page and GitLab's redirect sign-in. */
+  gitlabSignIn: variable(
+    "GITLAB_SIGN_IN",
+    "device",
+    caseInsensitive(oneOf("device", "redirect")),
+    "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
+  ),
+  /** A confidential GitLab application's secret (redirect sign-in only); a secret: never logged. */
+  gitlabClientSecret: variable(
+    "GITLAB_CLIENT_SECRET",
+    undefined,
+    text,
+    "redirect sign-in: the secret of a confidential GitLab application",
+  ),
+  accessTokenTtlSeconds: variable(
+    "ACCESS_TOKEN_TTL",
+    "3600",
+    integerBetween(1, 86_400 * 365),
+    "access-token lifetime in seconds (`expires_in`)",
+  ),
+  /** Sessions unused this long are forgotten; renewed by every refresh. */
+  sessionIdleTtlSeconds: variable(
+    "SESSION_IDLE_TTL",
+    String(30 * 86_400),
+    integerBetween(60, 86_400 * 3650),
+    "a session unused this long is forgotten; every refresh renews it",
+    "`2592000` (30 days)",
+  ),
+  upstreamTimeoutMs: variable(
+    "UPSTREAM_TIMEOUT_MS",
+    "10000",
+    integerBetween(1, 600_000),
+    "time limit of every call to GitLab",
+  ),
+  /** Undefined: Deno's default KV location. */
+  kvPath: variable(
+    "KV_PATH",
+    undefined,
+    text,
+    "file path, `:memory:`, or a KV Connect URL",
+    "Deno's default `Deno.openKv()`",
+  ),
+  /** Overrides the base URL (issuer) otherwise derived from each request. No trailing slash. */
+  baseUrl: variable(
+    "BASE_URL",
+    undefined,
+    urlWithoutTrailingSlash,
+    "issuer and base URL override (no trailing slash needed)",
+    "from the request",
+  ),
+  /** Ranges of the proxies whose `X-Forwarded-*` headers count (canonical CIDRs; none: off). */
+  trustProxy: variable(
+    "TRUST_PROXY",
+    "false",
+    parseTrustProxy,
+    "proxies whose `X-Forwarded-*` count: `true` (loopback) or CIDRs; needs `BASE_URL`",
+  ),
+  /**
+   * The protected MCP resource (RFC 9728 `resource`), without a trailing slash. Undefined:
+   * `{base}/mcp`, derived like the issuer.
+   */
+  mcpResourceUrl: variable(
+    "MCP_RESOURCE_URL",
+    undefined,
+    urlWithoutTrailingSlash,
+    "the protected MCP server (RFC 9728 `resource`)",
+    "`{base}/mcp`",
+  ),
+  /** `any`: the spec's behaviour; `registered`: redirect URIs must be registered (RFC 7591). */
+  redirectUriPolicy: variable(
+    "REDIRECT_URI_POLICY",
+    "any",
+    oneOf("any", "registered"),
+    "`registered`: only registered clients and their redirect URIs ([why](#redirect-uri-policy))",
+    "`any` (strict: `registered`)",
+  ),
+  /** `client`: `aud` is the client id (the spec); `resource`: the MCP server's URL (RFC 9068). */
+  accessTokenAudience: variable(
+    "ACCESS_TOKEN_AUDIENCE",
+    "client",
+    oneOf("client", "resource"),
+    "`resource`: `aud` is the MCP server URL ([trade-off](#resource-indicators-rfc-8707))",
+  ),
+  /** Redirect URI patterns every client must use; undefined: any (the spec). */
+  allowedRedirectUris: variable(
+    "ALLOWED_REDIRECT_URIS",
+    undefined,
+    parseRedirectPatterns,
+    "comma list of redirect URIs clients may use ([allow-list](#client-allow-list))",
+    "any",
+  ),
+  /** Lifts the SSRF guard on metadata document fetches (intranets, tests). */
+  clientMetadataAllowPrivate: variable(
+    "CLIENT_METADATA_ALLOW_PRIVATE",
+    "false",
+    parseBoolean,
+    "fetch metadata documents from private addresses too ([CIMD](#client-id-metadata-documents))",
+  ),
+  /** Gateway mode: where authenticated MCP requests are forwarded. Undefined: no gateway. */
+  mcpUpstreamUrl: variable(
+    "MCP_UPSTREAM_URL",
+    undefined,
+    parseHttpUrl,
+    "gateway mode: where authenticated MCP requests go",
+  ),
+  /** How the gateway hands the MCP server the user's GitLab token. */
+  mcpUpstreamTokenHeader: variable(
+    "MCP_UPSTREAM_TOKEN_HEADER",
+    "authorization",
+    caseInsensitive(oneOf("authorization", "private-token")),
+    "gateway: `private-token` sends `PRIVATE-TOKEN` instead of a Bearer",
+  ),
+  /**
+   * Client headers the gateway passes on beyond its own list (lower case); never a credential.
+   * Undefined: none.
+   */
+  mcpUpstreamForwardHeaders: variable(
+    "MCP_UPSTREAM_FORWARD_HEADERS",
+    undefined,
+    parseForwardHeaders,
+    "gateway: more client headers to pass on, comma-separated ([which](#the-gateways-headers))",
+  ),
+  /** How long the gateway waits for the MCP server's response headers. */
+  mcpUpstreamTimeoutMs: variable(
+    "MCP_UPSTREAM_TIMEOUT_MS",
+    "30000",
+    integerBetween(1, 3_600_000),
+    "gateway: time limit for the MCP server's response headers",
+  ),
+  /** Per-client-IP limits; undefined when `off`. */
+  rateLimits: {
+    authorize: variable(
+      "RATE_LIMIT_AUTHORIZE",
+      "30/600",
+      parseRateLimit,
+      "per client IP: requests / seconds, or `off`",
+    ),
+    poll: variable("RATE_LIMIT_POLL", "120/60", parseRateLimit, "the same for `/oauth/poll`"),
+    token: variable(
+      "RATE_LIMIT_TOKEN",
+      "300/600",
+      parseRateLimit,
+      "the same for `/token` and `/revoke`",
+    ),
+    register: variable(
+      "RATE_LIMIT_REGISTER",
+      "20/3600",
+      parseRateLimit,
+      "the same for `/register`",
+    ),
+  },
+  /** `exempt`: loopback clients are never limited; `limit`: they are, like everyone. */
+  rateLimitLoopback: variable(
+    "RATE_LIMIT_LOOPBACK",
+    "exempt",
+    oneOf("exempt", "limit"),
+    "`limit`: loopback clients are limited too",
+  ),
+  /** Key for GitLab tokens at rest (AES-GCM); undefined: derived from JWT_SECRET with HKDF. */
+  encryptionKey: variable(
+    "ENCRYPTION_KEY",
+    undefined,
+    parseSecret,
+    "key (≥ 32 bytes) for GitLab tokens at rest",
+    "derived from `JWT_SECRET`",
+  ),
+  /** A retired signing secret whose tokens are still accepted while they live. */
+  jwtSecretPrevious: variable(
+    "JWT_SECRET_PREVIOUS",
+    undefined,
+    parseSecret,
+    "the secret before a rotation: its tokens and stored sessions stay valid",
+  ),
+  /** Opt-in: a client that lost a refresh response may retry the old token this long. 0: off. */
+  refreshGraceSeconds: variable(
+    "REFRESH_GRACE_SECONDS",
+    "0",
+    integerBetween(0, 3600),
+    "opt-in, see [Opt-in policies](#opt-in-policies)",
+    "`0` (off)",
+  ),
+  /** Opt-in: replaying a used authorization code revokes the session it created. */
+  revokeOnCodeReplay: variable(
+    "REVOKE_ON_CODE_REPLAY",
+    "false",
+    parseBoolean,
+    "opt-in, see [Opt-in policies](#opt-in-policies)",
+    "`false` (strict: `true`)",
+  ),
+  /** Opt-in: presenting a rotated refresh token again ends its session (RFC 9700 §4.14.2). */
+  revokeOnRefreshReplay: variable(
+    "REVOKE_ON_REFRESH_REPLAY",
+    "false",
+    parseBoolean,
+    "opt-in, see [Opt-in policies](#opt-in-policies)",
+    "`false` (strict: `true`)",
+  ),
+  /** `spec`: the spec to the letter; `strict`: the production defaults of PROFILE_DEFAULTS. */
+  securityProfile: variable(
+    "SECURITY_PROFILE",
+    "spec",
+    caseInsensitive(oneOf("spec", "strict")),
+    "`strict`: production defaults, see [Security profile](#security-profile)",
+  ),
+  /** A request body not received completely within this answers 408. */
+  requestBodyTimeoutMs: variable(
+    "REQUEST_BODY_TIMEOUT_MS",
+    "10000",
+    integerBetween(1, 600_000),
+    "time limit for receiving a request body (then 408)",
+  ),
+} satisfies ConfigTable;
+
+/** The security profiles: `spec` (the default) and `strict`. */
+export type SecurityProfile = "spec" | "strict";
+
+/**
+ * The defaults each profile gives the variables it governs (explicit values win). `strict`
+ * closes what the spec leaves open: unregistered redirect URIs and replayed codes and refresh
+ * tokens.
+ *
+ * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2
+ */
+export const PROFILE_DEFAULTS: Readonly<Record<SecurityProfile, Readonly<Env>>> = {
+  spec: {},
+  strict: {
+    REDIRECT_URI_POLICY: "registered",
+    REVOKE_ON_CODE_REPLAY: "true",
+    REVOKE_ON_REFRESH_REPLAY: "true",
+  },
+};
