@@ -1,10 +1,10 @@
 /**
  * The report of a run: the markdown tables (cases, throughput ratios, gateway latency, size
  * sweep), printed on stdout, written with the raw numbers into bench/results/<stamp>.{md,json},
- * and into bench/README.md between the results markers.
+ * and into bench/README.md between the results markers (writeReadme: that file, those markers,
+ * nothing else).
  */
 
-import { runCommand } from "./commands.ts";
 import { count, ms } from "./format.ts";
 import { say } from "./log.ts";
 import type { CaseResult } from "./measure.ts";
@@ -211,9 +211,17 @@ function responsesCell(r: CaseResult): string {
   return r.statuses.replaceAll(",", " ");
 }
 
+/** The one file the report writers may change, relative to the project root. */
+export const BENCH_README = "bench/README.md";
+
 /**
  * Replaces what is between the `name` markers (`<!-- name:start -->`, `<!-- name:end -->`) of
- * `path` (or appends them) with `table`, then formats the file.
+ * bench/README.md with `table`, and formats the result as `deno fmt` would (with `root`'s
+ * deno.json), so that `deno fmt --check` stays green. Nothing else is ever written: it throws,
+ * leaving every file as it was, when `path` is not `root`'s bench/README.md (after symlinks),
+ * when that file lacks exactly one start marker followed by one end marker of `name`, when
+ * another marker lies between them or `table` holds one, and when formatting would change a
+ * byte outside the markers (a file not formatted: run `deno fmt bench/README.md` first).
  */
 export async function writeReadme(
   path: string,
@@ -221,15 +229,74 @@ export async function writeReadme(
   root: string,
   name = "results",
 ): Promise<void> {
+  const target = await benchReadme(path, root);
+  if (!/^[a-z0-9][a-z0-9_.-]*$/i.test(name)) {
+    throw new Error(`bad marker name ${JSON.stringify(name)}`);
+  }
   const start = `<!-- ${name}:start -->`, end = `<!-- ${name}:end -->`;
-  const text = await Deno.readTextFile(path).catch(() => `# Benchmarks\n\n${start}\n${end}\n`);
+  if (MARKER.test(table)) throw new Error(`refusing to write ${target}: the table holds a marker`);
+  const text = await Deno.readTextFile(target);
   const a = text.indexOf(start), b = text.indexOf(end);
-  const block = `${start}\n\n${table}\n\n${end}`;
-  const next = a >= 0 && b > a
-    ? text.slice(0, a) + block + text.slice(b + end.length)
-    : `${text.trimEnd()}\n\n${block}\n`;
-  await Deno.writeTextFile(path, next);
-  // Keep `deno fmt --check` green: the tables are written unaligned.
-  await runCommand(Deno.execPath(), ["fmt", path], { cwd: root });
-  say(`wrote the results into ${path}`);
+  const starts = text.split(start).length - 1, ends = text.split(end).length - 1;
+  if (starts !== 1 || ends !== 1 || b < a) {
+    throw new Error(
+      `refusing to write ${target}: it needs one ${start} followed by one ${end} ` +
+        `(found ${starts} start and ${ends} end${
+          starts === 1 && ends === 1 ? ", in the wrong order" : ""
+        })`,
+    );
+  }
+  const before = text.slice(0, a + start.length), after = text.slice(b);
+  if (MARKER.test(text.slice(a + start.length, b))) {
+    throw new Error(`refusing to write ${target}: another marker lies between ${start} and ${end}`);
+  }
+  const next = await formatMarkdown(`${before}\n\n${table.trim()}\n\n${after}`, root);
+  if (!next.startsWith(before) || !next.endsWith(after)) {
+    throw new Error(
+      `refusing to write ${target}: formatting would change it outside the ${name} markers ` +
+        `(run deno fmt ${BENCH_README} first)`,
+    );
+  }
+  if (next === text) return say(`the ${name} in ${target} are unchanged`);
+  await Deno.writeTextFile(target, next);
+  say(`wrote the ${name} into ${target}`);
+}
+
+/** Any `<!-- x:start -->` or `<!-- x:end -->` marker. */
+const MARKER = /<!--\s*[\w.-]+:(?:start|end)\s*-->/;
+
+/** `path`, resolved, when it is `root`'s bench/README.md; throws for any other file. */
+async function benchReadme(path: string, root: string): Promise<string> {
+  const real = async (p: string) => {
+    try {
+      return await Deno.realPath(p);
+    } catch (error) {
+      throw new Error(`refusing to write ${path}: ${p} cannot be resolved (${error})`);
+    }
+  };
+  const expected = `${(await real(root)).replace(/\/+$/, "")}/${BENCH_README}`;
+  const actual = await real(path);
+  if (actual !== expected) {
+    throw new Error(`refusing to write ${path}: the bench writes only into ${expected}`);
+  }
+  return actual;
+}
+
+/** `text` formatted as `deno fmt` formats a markdown file, with `root`'s deno.json. */
+async function formatMarkdown(text: string, root: string): Promise<string> {
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["fmt", `--config=${root}/deno.json`, "--ext=md", "-"],
+    cwd: root,
+    stdin: "piped",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const writer = child.stdin.getWriter();
+  await writer.write(new TextEncoder().encode(text));
+  await writer.close();
+  const out = await child.output();
+  if (!out.success) {
+    throw new Error(`deno fmt failed: ${new TextDecoder().decode(out.stderr).trim()}`);
+  }
+  return new TextDecoder().decode(out.stdout);
 }
