@@ -16,6 +16,7 @@ import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
+import { createOpenStreams, endingStreamsWithSessions } from "./gateway/open_streams.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
 import { createStore } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
@@ -39,13 +40,17 @@ export interface Resources {
 export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const { kv, clock, logger, templates } = resources;
   const settings = oauthSettings(config);
+  const store = createStore(kv, clock, createSecretBoxFromConfig(config));
+  const openStreams = createOpenStreams({ store, clock, logger });
   return {
     config,
-    store: createStore(kv, clock, createSecretBoxFromConfig(config)),
+    store,
     clock,
     templates,
     logger,
-    verifiedTokens: createVerifiedTokens(),
+    // A session that ends in this process ends its open streams at once.
+    verifiedTokens: endingStreamsWithSessions(createVerifiedTokens(), openStreams),
+    openStreams,
     clientMetadataFetcher: resources.clientMetadataFetcher ??
       createClientMetadataFetcher({ allowPrivate: config.clientMetadataAllowPrivate }),
     oauth: settings && {

@@ -142,7 +142,7 @@ function assertChallenge(response: Response, description?: RegExp): void {
   if (description) assert.match(challenge, description);
 }
 
-Deno.test("gateway: forwards with the GitLab token in place of ours, query and body kept", async () => {
+Deno.test("gateway: forwards with the GitLab token in place of ours, body kept, query dropped (issue 21)", async () => {
   const upstream = startScripted(echo);
   const { t, accessToken } = await gatewayApp(upstream.url);
   try {
@@ -159,7 +159,7 @@ Deno.test("gateway: forwards with the GitLab token in place of ours, query and b
       authorization: "Bearer gl-access-0",
       privateToken: null,
       body: '{"jsonrpc":"2.0","id":1,"method":"ping"}',
-      search: "?probe=1",
+      search: "",
     });
   } finally {
     t.close();

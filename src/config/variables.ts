@@ -187,6 +187,13 @@ export const CONFIG_VARIABLES = {
     integerBetween(1, 3_600_000),
     "gateway: time limit for the MCP server's response headers",
   ),
+  /** The gateway's audit line per MCP message. */
+  auditLog: variable(
+    "AUDIT_LOG",
+    "on",
+    parseBoolean,
+    "gateway: `off` drops the audit line written per MCP message",
+  ),
   /** Per-client-IP limits; undefined when `off`. */
   rateLimits: {
     authorize: variable(

@@ -81,7 +81,8 @@ async function dispatch(route: Route | undefined, ctx: RequestContext): Promise<
   const { request, url, deps } = ctx;
   if (!route) throw notFound(url.pathname);
   if (route.cors && request.method === "OPTIONS") {
-    return preflight(route.cors, Object.keys(route.methods));
+    const requested = request.headers.get("access-control-request-headers");
+    return preflight(route.cors, Object.keys(route.methods), requested);
   }
   const handle = handlerFor(route, request.method);
   if (route.rateLimit) {

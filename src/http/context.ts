@@ -7,6 +7,7 @@ import type { TokenSigner } from "../jwt.ts";
 import type { LogFields, Logger } from "../logger.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
+import type { OpenStreams } from "../gateway/open_streams.ts";
 import type { ConsentSigner } from "../sign_in/consent_signer.ts";
 import type { Store } from "../store/mod.ts";
 import type { Templates } from "../templates.ts";
@@ -29,6 +30,8 @@ export interface AppDeps {
   logger: Logger;
   /** Access tokens the gateway accepted within the last second. */
   verifiedTokens: VerifiedTokens;
+  /** The gateway's open event streams, ended when their session or token ends. */
+  openStreams: OpenStreams;
   /** Fetches Client ID Metadata Documents (with the SSRF guard unless configured off). */
   clientMetadataFetcher: ClientMetadataFetcher;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */
