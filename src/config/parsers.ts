@@ -94,6 +94,16 @@ export function parseInteger(name: string, raw: string, min: number, max: number
 }
 
 export function parseHttpUrl(name: string, raw: string): URL {
+  const url = parseHttpUrlWithQuery(name, raw);
+  if (url.search) throw new ConfigError(name, "must not have a query or fragment");
+  return url;
+}
+
+/**
+ * An http(s) URL that may carry a query (an MCP server may take its tenant or key there), never
+ * a fragment.
+ */
+export function parseHttpUrlWithQuery(name: string, raw: string): URL {
   let url: URL;
   try {
     url = new URL(raw);
@@ -103,7 +113,7 @@ export function parseHttpUrl(name: string, raw: string): URL {
   if (url.protocol !== "http:" && url.protocol !== "https:") {
     throw new ConfigError(name, "must be an http or https URL");
   }
-  if (url.search || url.hash) throw new ConfigError(name, "must not have a query or fragment");
+  if (url.hash) throw new ConfigError(name, "must not have a query or fragment");
   return url;
 }
 

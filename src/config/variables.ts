@@ -13,6 +13,7 @@ import {
   parseBoolean,
   parseForwardHeaders,
   parseHttpUrl,
+  parseHttpUrlWithQuery,
   parseRateLimit,
   parseRedirectPatterns,
   parseSecret,
@@ -160,7 +161,7 @@ export const CONFIG_VARIABLES = {
   mcpUpstreamUrl: variable(
     "MCP_UPSTREAM_URL",
     undefined,
-    parseHttpUrl,
+    parseHttpUrlWithQuery,
     "gateway mode: where authenticated MCP requests go",
   ),
   /** How the gateway hands the MCP server the user's GitLab token. */
