@@ -43,7 +43,13 @@ export interface GatewayServer {
 
 export async function startGateway(
   upstreamUrl: string,
-  options: { env?: Record<string, string>; kvPath?: string; clock?: FakeClock } = {},
+  options: {
+    env?: Record<string, string>;
+    kvPath?: string;
+    clock?: FakeClock;
+    /** false: no user signs in here (another instance's tokens are used). */
+    signIn?: boolean;
+  } = {},
 ): Promise<GatewayServer> {
   const lines: Record<string, unknown>[] = [];
   const logger: Logger = createLogger((line) => lines.push(JSON.parse(line)));
@@ -53,7 +59,9 @@ export async function startGateway(
     kvPath: options.kvPath,
     clock: options.clock,
   });
-  const { access_token, refresh_token } = await issueTokens(t);
+  const { access_token, refresh_token } = options.signIn === false
+    ? { access_token: "", refresh_token: "" }
+    : await issueTokens(t);
   const server = Deno.serve(
     { hostname: "127.0.0.1", port: 0, onListen() {} },
     (request, info) => t.app(request, info),
