@@ -152,6 +152,7 @@ Deno.test("main.ts's module graph holds only what the service runs (what deno co
   assert.deepEqual(npm.map((specifier) => specifier.replace(/@\d[^/]*/, "")), [
     "npm:/@noble/hashes/hmac.js",
     "npm:/@noble/hashes/sha2.js",
+    "npm:/@opentelemetry/api",
     "npm:/ipaddr.js",
     "npm:/jose",
   ]);

@@ -43,8 +43,6 @@ export interface AuthenticatedRequest {
   clientId: string;
   /** The session the access token belongs to (its `sid` claim). */
   sessionId: string;
-  /** When the access token expires (its `exp`, in milliseconds): an open stream ends then. */
-  expiresAtMs: number;
   /** The user's GitLab access token, valid for at least five more minutes when GitLab said. */
   gitlabToken: string;
 }
@@ -246,15 +244,12 @@ function refreshFailed(
   );
 }
 
-function authenticated(
-  { claims, session, upstreamToken, expiresAtMs }: VerifiedToken,
-): AuthenticatedRequest {
+function authenticated({ claims, session, upstreamToken }: VerifiedToken): AuthenticatedRequest {
   return {
     user: { id: session.upstreamUserId, username: session.upstreamUsername },
     scopes: claims.scope.split(" ").filter((scope) => scope !== ""),
     clientId: session.clientId,
     sessionId: session.id,
-    expiresAtMs,
     gitlabToken: upstreamToken,
   };
 }

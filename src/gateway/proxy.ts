@@ -336,7 +336,7 @@ async function relayResponse(
     const watcher = gateway.audit.enabled ? sseErrorWatcher() : undefined;
     const body = ctx.deps.openStreams.hold(upstream.body, {
       sessionId: auth.sessionId,
-      expiresAtMs: auth.expiresAtMs,
+      expiresAtMs: accessTokenExpiry(ctx.request),
     }, {
       see: watcher?.feed,
       finished: () =>
@@ -355,6 +355,28 @@ async function relayResponse(
   }
   gateway.audit.record(audit, { status: upstream.status });
   return new Response(upstream.body, init);
+}
+
+/**
+ * When the request's access token expires: its `exp`, read again only for a stream (the guard
+ * has verified the token; a token without `exp` is never accepted, so 0 is never reached).
+ */
+function accessTokenExpiry(request: Request): number {
+  const token = request.headers.get("authorization")?.replace(/^Bearer[ \t]+/i, "") ?? "";
+  try {
+    const payload = token.split(".")[1] ?? "";
+    const { exp } = JSON.parse(
+      new TextDecoder().decode(Uint8Array.from(atob(base64(payload)), (c) => c.charCodeAt(0))),
+    );
+    return typeof exp === "number" ? exp * 1000 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function base64(base64url: string): string {
+  const plain = base64url.replace(/-/g, "+").replace(/_/g, "/");
+  return plain + "=".repeat((4 - plain.length % 4) % 4);
 }
 
 function setHeader(headers: [string, string][], name: string, value: string): void {
