@@ -98,9 +98,11 @@ export class UpstreamError extends Error {
     readonly failure: UpstreamFailure,
     /** The provider's OAuth `error` code, or a short code of ours (`timeout`, `network`, `http_502`, `malformed`). */
     readonly code: string,
-    message: string = code,
+    message?: string,
+    /** The provider's HTTP status, when it answered (never with a body of its own). */
+    readonly status?: number,
   ) {
-    super(message);
+    super(message ?? code);
     this.name = "UpstreamError";
   }
 }
