@@ -122,7 +122,7 @@ const banner = [
   "",
   `  1. Open the example client:   ${clientUrl}`,
   "     It sends you to the service's /authorize page with a fresh PKCE challenge.",
-  ...(service.config.gitlabSignIn === "redirect"
+  ...(service.config.upstream.signIn === "redirect"
     ? [
       '  2. Click "Continue with GitLab" on the consent page (Cancel to see a refusal): a',
       `     simulated GitLab (${gitlab.url.origin}) asks; click Approve (or Deny).`,

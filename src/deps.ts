@@ -10,7 +10,7 @@ import {
   createClientMetadataFetcher,
 } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
-import { type Config, jwtSecrets, oauthSettings } from "./config/mod.ts";
+import { type Config, CONFIG_VARIABLES, jwtSecrets, oauthSettings } from "./config/mod.ts";
 import type { AppDeps } from "./http/context.ts";
 import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
@@ -19,7 +19,8 @@ import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
 import { createStore } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
-import { createGitLabUpstream } from "./upstream/gitlab.ts";
+import { createGitLabUpstream, gitLabProfile } from "./upstream/gitlab.ts";
+import type { MisconfigurationHints } from "./upstream/oauth_http.ts";
 import type { Upstream } from "./upstream/types.ts";
 
 /**
@@ -39,26 +40,50 @@ export interface Resources {
 export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const { kv, clock, logger, templates } = resources;
   const settings = oauthSettings(config);
+  const upstream = resources.upstream ??
+    (settings && configuredUpstream(config, settings.gitlabClientId, logger));
   return {
     config,
     store: createStore(kv, clock, createSecretBoxFromConfig(config)),
     clock,
     templates,
     logger,
+    upstreamProfile: upstream?.profile ??
+      gitLabProfile(config.upstream.url, config.upstream.scopes),
     verifiedTokens: createVerifiedTokens(),
     clientMetadataFetcher: resources.clientMetadataFetcher ??
       createClientMetadataFetcher({ allowPrivate: config.clientMetadataAllowPrivate }),
-    oauth: settings && {
-      upstream: resources.upstream ?? createGitLabUpstream({
-        gitlabUrl: config.gitlabUrl,
-        clientId: settings.gitlabClientId,
-        clientSecret: config.gitlabClientSecret,
-        scopes: config.gitlabScopes,
-        timeoutMs: config.upstreamTimeoutMs,
-        logger,
-      }),
+    oauth: settings && upstream && {
+      upstream,
       signer: createTokenSigner(jwtSecrets(settings, config)),
       consentSigner: createConsentSigner(jwtSecrets(settings, config)),
     },
+  };
+}
+
+/**
+ * The upstream the configuration describes. A second provider is one more branch here, on a
+ * variable of `CONFIG_VARIABLES.upstream` choosing it.
+ */
+function configuredUpstream(config: Config, clientId: string, logger: Logger): Upstream {
+  const { url, scopes, clientSecret } = config.upstream;
+  return createGitLabUpstream({
+    gitlabUrl: url,
+    clientId,
+    clientSecret,
+    scopes,
+    timeoutMs: config.upstreamTimeoutMs,
+    logger,
+    hints: misconfigurationHints(),
+  });
+}
+
+/** The variables an operator should check when the provider refuses our application. */
+function misconfigurationHints(): MisconfigurationHints {
+  const { clientId, clientSecret, scopes, url } = CONFIG_VARIABLES.upstream;
+  return {
+    client: `${clientId.name} and ${clientSecret.name}`,
+    scopes: scopes.name,
+    url: url.name,
   };
 }

@@ -193,7 +193,7 @@ export async function makeTestApp(
   const config = loadConfig(env);
   const kv = await Deno.openKv(options.kvPath ?? ":memory:");
   const clock = options.clock ?? new FakeClock();
-  const upstream = options.upstream ?? new FakeUpstream();
+  const upstream = options.upstream ?? fakeUpstreamAsConfigured(config);
   templates ??= await loadTemplates();
   const logger = options.logger ?? silentLogger;
   // Test traffic stays on loopback: documents only from a fetcher a test hands in.
@@ -217,6 +217,17 @@ export async function makeTestApp(
     deps,
     close: () => kv.close(),
   };
+}
+
+/** A FakeUpstream presenting itself with the configured URL and scopes, as the real one does. */
+function fakeUpstreamAsConfigured(config: Config): FakeUpstream {
+  const upstream = new FakeUpstream();
+  upstream.profile = {
+    ...upstream.profile,
+    url: config.upstream.url,
+    scopes: config.upstream.scopes,
+  };
+  return upstream;
 }
 
 /** Runs `fn` with a fresh test app and closes it afterwards, whatever happens. */

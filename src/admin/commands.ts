@@ -166,7 +166,7 @@ async function endSessions(
     };
     await Promise.all(Array.from({ length: REVOCATION_CONCURRENCY }, worker));
   } else if (sessions.length > 0) {
-    deps.logger.warn("OAuth is not configured: GitLab tokens were not revoked");
+    deps.logger.warn("OAuth is not configured: the upstream tokens were not revoked");
   }
   deps.logger.info("operator action", {
     ...named,

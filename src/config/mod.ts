@@ -21,6 +21,7 @@ export { CONFIG_VARIABLES, PROFILE_DEFAULTS, type SecurityProfile } from "./vari
 
 /** The parts of Config that make OAuth work; both must be present. */
 export interface OAuthSettings {
+  /** `upstream.clientId` (GITLAB_CLIENT_ID), known to be set. */
   gitlabClientId: string;
   jwtSecret: string;
 }
@@ -81,8 +82,8 @@ export function listenHostname(config: Config): string {
 
 /** The OAuth settings when both are configured, otherwise undefined. */
 export function oauthSettings(config: Config): OAuthSettings | undefined {
-  const { gitlabClientId, jwtSecret } = config;
-  return gitlabClientId && jwtSecret ? { gitlabClientId, jwtSecret } : undefined;
+  const { upstream: { clientId }, jwtSecret } = config;
+  return clientId && jwtSecret ? { gitlabClientId: clientId, jwtSecret } : undefined;
 }
 
 /** A year: browsers keep to https for this long after one visit (RFC 6797 §6.1.1). */
@@ -109,7 +110,7 @@ export function jwtSecrets(settings: OAuthSettings, config: Config): string[] {
 /** The one warning main.ts logs when OAuth is not configured, naming what is missing. */
 export function missingOAuthSettings(config: Config): string[] {
   return [
-    ...(config.gitlabClientId ? [] : ["GITLAB_CLIENT_ID"]),
-    ...(config.jwtSecret ? [] : ["JWT_SECRET"]),
+    ...(config.upstream.clientId ? [] : [CONFIG_VARIABLES.upstream.clientId.name]),
+    ...(config.jwtSecret ? [] : [CONFIG_VARIABLES.jwtSecret.name]),
   ];
 }

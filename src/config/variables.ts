@@ -30,14 +30,38 @@ import { type ConfigTable, type Env, variable } from "./variable.ts";
 export const CONFIG_VARIABLES = {
   // The OAuth settings first: when several values are wrong, JWT_SECRET's error is reported.
   /** Absent: the service starts but every operation answers 500 (spec §1.7). */
-  gitlabClientId: variable("GITLAB_CLIENT_ID", undefined, text, "GitLab OAuth application id"),
-  /** Absent: as gitlabClientId. */
   jwtSecret: variable(
     "JWT_SECRET",
     undefined,
     parseSecret,
     "HS256 signing secret, at least 32 bytes",
   ),
+  /** The upstream identity provider and our application there. */
+  upstream: {
+    /** Absent: as jwtSecret. */
+    clientId: variable("GITLAB_CLIENT_ID", undefined, text, "GitLab OAuth application id"),
+    url: variable(
+      "GITLAB_URL",
+      "https://gitlab.com",
+      parseHttpUrl,
+      "GitLab instance (self-hosted too, with or without a sub-path)",
+    ),
+    scopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
+    /** `device`: the spec's device flow; `redirect`: consent page and the provider's sign-in. */
+    signIn: variable(
+      "GITLAB_SIGN_IN",
+      "device",
+      caseInsensitive(oneOf("device", "redirect")),
+      "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
+    ),
+    /** A confidential application's secret (redirect sign-in only); a secret: never logged. */
+    clientSecret: variable(
+      "GITLAB_CLIENT_SECRET",
+      undefined,
+      text,
+      "redirect sign-in: the secret of a confidential GitLab application",
+    ),
+  },
   port: variable("PORT", "8000", integerBetween(0, 65535), "port to listen on"),
   /** Undefined: HOSTNAME when it names an address, else every interface (`listenHostname`). */
   host: variable("HOST", undefined, unbracketed, "address to listen on", "`0.0.0.0`"),
@@ -50,27 +74,6 @@ export const CONFIG_VARIABLES = {
     undefined,
     addressOrIgnored,
     "older name of `HOST`, honoured only as an IP address or `localhost`; `HOST` wins",
-  ),
-  gitlabUrl: variable(
-    "GITLAB_URL",
-    "https://gitlab.com",
-    parseHttpUrl,
-    "GitLab instance (self-hosted too, with or without a sub-path)",
-  ),
-  gitlabScopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
-  /** `device`: the spec's device flow; `redirect`: consent page and GitLab's redirect sign-in. */
-  gitlabSignIn: variable(
-    "GITLAB_SIGN_IN",
-    "device",
-    caseInsensitive(oneOf("device", "redirect")),
-    "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
-  ),
-  /** A confidential GitLab application's secret (redirect sign-in only); a secret: never logged. */
-  gitlabClientSecret: variable(
-    "GITLAB_CLIENT_SECRET",
-    undefined,
-    text,
-    "redirect sign-in: the secret of a confidential GitLab application",
   ),
   accessTokenTtlSeconds: variable(
     "ACCESS_TOKEN_TTL",

@@ -224,7 +224,8 @@ function refreshFailed(
   resource: string,
 ): SessionRecord {
   const terminal = error.cause instanceof UpstreamError && error.cause.failure === "terminal";
-  deps.logger.warn("GitLab token refresh failed", {
+  const { displayName } = deps.upstream.profile;
+  deps.logger.warn(`${displayName} token refresh failed`, {
     sessionId: session.id,
     terminal,
     error: String(error.cause),
@@ -232,14 +233,14 @@ function refreshFailed(
   if (terminal) {
     throw BearerChallengeError.invalidToken(
       resource,
-      "GitLab no longer accepts this sign-in; sign in again",
+      `${displayName} no longer accepts this sign-in; sign in again`,
     );
   }
   if (session.upstreamTokenExpiry > deps.clock.now()) return session;
   throw new OAuthError(
     503,
     "temporarily_unavailable",
-    "GitLab could not renew the token; try again",
+    `${displayName} could not renew the token; try again`,
     { "Retry-After": RETRY_AFTER_SECONDS },
   );
 }

@@ -116,7 +116,7 @@ async function handleGatewayRequest(
     await upstream.body?.cancel();
     throw BearerChallengeError.invalidToken(
       resource,
-      "The MCP server refused the GitLab token; sign in again",
+      `The MCP server refused the ${ctx.oauth.upstream.profile.displayName} token; sign in again`,
     );
   }
   return relayResponse(upstream);

@@ -10,7 +10,7 @@ import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { ConsentSigner } from "../sign_in/consent_signer.ts";
 import type { Store } from "../store/mod.ts";
 import type { Templates } from "../templates.ts";
-import type { Upstream } from "../upstream/types.ts";
+import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
 export interface OAuthDeps {
@@ -27,6 +27,11 @@ export interface AppDeps {
   clock: Clock;
   templates: Templates;
   logger: Logger;
+  /**
+   * How the upstream provider presents itself, configured or not (pages and metadata name it);
+   * `oauth.upstream.profile` when OAuth is configured.
+   */
+  upstreamProfile: UpstreamProfile;
   /** Access tokens the gateway accepted within the last second. */
   verifiedTokens: VerifiedTokens;
   /** Fetches Client ID Metadata Documents (with the SSRF guard unless configured off). */

@@ -53,7 +53,7 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
   requireAllowedRedirect(ctx, client.redirectUri);
   // After every check: a request refused for its redirect URI is no use of the registration.
   if (client.registration) await ctx.deps.store.recordClientUse(client.registration);
-  if (ctx.deps.config.gitlabSignIn === "redirect") {
+  if (ctx.deps.config.upstream.signIn === "redirect") {
     return await answerRedirectSignIn(
       ctx,
       { ...request, redirectUri: client.redirectUri, resource },

@@ -57,7 +57,7 @@ export function handleProtectedResourceMetadata(ctx: RequestContext): Promise<Re
       authorization_servers: [ctx.baseUrl],
       scopes_supported: [...GRANTED_SCOPES],
       bearer_methods_supported: ["header"],
-      resource_name: "MCP server (sign in with GitLab)",
+      resource_name: `MCP server (sign in with ${ctx.deps.upstreamProfile.displayName})`,
     },
     200,
     cachingOf(ctx),

@@ -28,7 +28,7 @@ const protectedResourceMetadata = {
   cors: OAUTH_CORS,
 };
 
-const redirectSignIn = (config: Config) => config.gitlabSignIn === "redirect";
+const redirectSignIn = (config: Config) => config.upstream.signIn === "redirect";
 
 /** Path → handlers and rules. */
 export const ROUTES: Routes = {

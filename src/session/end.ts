@@ -62,7 +62,7 @@ export async function revokeUpstreamTokens(
     await deps.upstream.revokeToken(tokens.accessToken);
     return true;
   } catch (error) {
-    deps.logger.warn("GitLab token revocation failed", {
+    deps.logger.warn(`${deps.upstream.profile.displayName} token revocation failed`, {
       ...fields,
       gitlabToken: redact(tokens.accessToken),
       error: String(error),

@@ -55,7 +55,8 @@ export async function answerRedirectSignIn(
   request: RedirectSignInRequest,
   client: ConsentClient,
 ): Promise<Response> {
-  const { store, clock, templates, config } = ctx.deps;
+  const { store, clock, templates } = ctx.deps;
+  const { profile } = ctx.oauth.upstream;
   const redirectUri = request.redirectUri;
   if (!redirectUri || !isFollowable(redirectUri)) {
     return notice(ctx, 400, "Sign-in failed", "The application named no address to return to.");
@@ -84,11 +85,11 @@ export async function answerRedirectSignIn(
     clientName: client.clientName,
     clientVerifiedHost: client.verifiedHost,
     redirectUri,
-    scopes: config.gitlabScopes,
+    scopes: profile.scopes,
     signInId,
     csrfToken,
     actionUrl: `${ctx.baseUrl}${PATHS.consent}`,
-    upstreamOrigin: config.gitlabUrl.origin,
+    upstreamOrigin: profile.url.origin,
   });
   return htmlResponse(page, 200, headers);
 }

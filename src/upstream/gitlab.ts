@@ -29,6 +29,7 @@ import {
   type AuthorizationRedirect,
   type Upstream,
   UpstreamError,
+  type UpstreamProfile,
   type UpstreamUser,
 } from "./types.ts";
 import { isWebUrl } from "../web_url.ts";
@@ -76,7 +77,7 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
   };
 
   return {
-    profile: { displayName: GITLAB_DISPLAY_NAME, url: options.gitlabUrl, scopes },
+    profile: gitLabProfile(options.gitlabUrl, scopes),
     authorizationUrl: (redirect: AuthorizationRedirect) =>
       authorizationUrl(endpoints.authorize, clientId, scopes, redirect),
 
@@ -137,6 +138,11 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
         return await processRevocationResponse(response);
       }),
   };
+}
+
+/** How a GitLab instance at `url` presents itself, asked for `scopes`. */
+export function gitLabProfile(url: URL, scopes: string): UpstreamProfile {
+  return { displayName: GITLAB_DISPLAY_NAME, url, scopes };
 }
 
 /** Validates a `GET /api/v4/user` response and consumes its body. */
