@@ -9,6 +9,7 @@ import {
   addressOrIgnored,
   caseInsensitive,
   integerBetween,
+  MIN_SECRET_BYTES,
   oneOf,
   parseBoolean,
   parseForwardHeaders,
@@ -34,7 +35,7 @@ export const CONFIG_VARIABLES = {
     "JWT_SECRET",
     undefined,
     parseSecret,
-    "HS256 signing secret, at least 32 bytes",
+    `HS256 signing secret, at least ${MIN_SECRET_BYTES} bytes`,
   ),
   /** The upstream identity provider and our application there. */
   upstream: {
@@ -224,7 +225,7 @@ export const CONFIG_VARIABLES = {
     "ENCRYPTION_KEY",
     undefined,
     parseSecret,
-    "key (≥ 32 bytes) for GitLab tokens at rest",
+    `key (≥ ${MIN_SECRET_BYTES} bytes) for GitLab tokens at rest`,
     "derived from `JWT_SECRET`",
   ),
   /** A retired signing secret whose tokens are still accepted while they live. */

@@ -5,6 +5,9 @@
  */
 
 import type { Clock } from "../clock.ts";
+import { CONFIG_VARIABLES } from "../config/variables.ts";
+import { parseHttpUrl, parseSecret, urlWithoutTrailingSlash } from "../config/parsers.ts";
+import { ConfigError, type Parser } from "../config/variable.ts";
 import { systemClock } from "../clock.ts";
 import { OAuthError } from "../http/errors.ts";
 import { errorResponse } from "../http/responses.ts";
@@ -26,7 +29,6 @@ import { createVerifiedTokens } from "./verified_tokens.ts";
 export { CLOCK_TOLERANCE_SECONDS, MCP_TOOLS_SCOPE };
 export type { AuthenticatedRequest, AuthenticatedUser } from "./guard.ts";
 
-const MIN_SECRET_BYTES = 32;
 const DEFAULT_GITLAB_TIMEOUT_MS = 10_000;
 
 /** Authenticates requests to one protected resource. */
@@ -78,16 +80,20 @@ export interface ResourceGuardOptions {
  * TypeError on unusable options.
  */
 export function createResourceGuard(options: ResourceGuardOptions): ResourceGuard {
-  const issuer = requireHttpUrl("issuer", options.issuer);
+  const issuer = option(urlWithoutTrailingSlash, "issuer", options.issuer);
   const resource = options.resource === undefined
     ? `${issuer}/mcp`
-    : requireHttpUrl("resource", options.resource);
+    : option(urlWithoutTrailingSlash, "resource", options.resource);
   const clock = options.clock ?? systemClock;
   const logger = options.logger ?? silentLogger;
-  const jwtSecrets = [options.jwtSecret, ...optionalList(options.jwtSecretPrevious)];
-  for (const secret of [...jwtSecrets, ...optionalList(options.encryptionKey)]) {
-    requireSecret(secret);
+  option(parseSecret, "jwtSecret", options.jwtSecret);
+  if (options.jwtSecretPrevious !== undefined) {
+    option(parseSecret, "jwtSecretPrevious", options.jwtSecretPrevious);
   }
+  if (options.encryptionKey !== undefined) {
+    option(parseSecret, "encryptionKey", options.encryptionKey);
+  }
+  const jwtSecrets = [options.jwtSecret, ...optionalList(options.jwtSecretPrevious)];
   const deps: GuardDeps = {
     store: createStore(options.kv, clock, createSecretBox(sealingSecrets(options))),
     clock,
@@ -114,7 +120,11 @@ export function createResourceGuard(options: ResourceGuardOptions): ResourceGuar
 function gitLabUpstream(gitlab: GuardGitLabOptions | undefined, logger: Logger): Upstream {
   if (!gitlab) throw new TypeError("createResourceGuard needs gitlab settings or an upstream");
   return createGitLabUpstream({
-    gitlabUrl: new URL(gitlab.url ?? "https://gitlab.com"),
+    gitlabUrl: option(
+      parseHttpUrl,
+      "gitlab.url",
+      String(gitlab.url ?? CONFIG_VARIABLES.upstream.url.defaultValue),
+    ),
     clientId: gitlab.clientId,
     // Scopes matter only when starting a device flow, which a guard never does.
     scopes: "api",
@@ -123,23 +133,17 @@ function gitLabUpstream(gitlab: GuardGitLabOptions | undefined, logger: Logger):
   });
 }
 
-function requireSecret(secret: string): void {
-  if (new TextEncoder().encode(secret).length < MIN_SECRET_BYTES) {
-    throw new TypeError(`secrets must be at least ${MIN_SECRET_BYTES} bytes long`);
-  }
-}
-
-function requireHttpUrl(name: string, raw: string): string {
-  let url: URL;
+/**
+ * An option read by the parser its environment variable has, so the library and the service
+ * accept the same values; the library's callers get a TypeError naming the option.
+ */
+function option<T>(parse: Parser<T>, name: string, raw: string): T {
   try {
-    url = new URL(raw);
-  } catch {
-    throw new TypeError(`${name} must be a URL`);
+    return parse(name, raw);
+  } catch (error) {
+    if (error instanceof ConfigError) throw new TypeError(error.message, { cause: error });
+    throw error;
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new TypeError(`${name} must be an http or https URL`);
-  }
-  return raw.replace(/\/+$/, "");
 }
 
 function optionalList(value: string | undefined): string[] {
