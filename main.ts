@@ -115,7 +115,7 @@ function logListening(address: Deno.Addr, config: Config, logger: Logger): strin
   const url = `http://${host}:${port}`;
   logger.info("listening", {
     url,
-    upstream: config.upstream.url.href,
+    gitlab: config.upstream.url.href,
     securityProfile: config.securityProfile,
   });
   return url;
