@@ -8,8 +8,11 @@ import { recordsOf } from "../src/store/keys.ts";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import {
   assertError,
+  authorize,
   authorizeQuery,
   makeTestApp,
+  register,
+  registerClient,
   TEST_BASE,
   TEST_SECRET,
   type TestApp,
@@ -20,20 +23,6 @@ import { spawnService } from "./_service.ts";
 
 // deno-lint-ignore no-explicit-any
 type Json = Record<string, any>;
-
-function register(
-  t: TestApp,
-  body: unknown,
-  headers: Record<string, string> = { "Content-Type": "application/json" },
-): Promise<Response> {
-  return t.app(
-    new Request(`${TEST_BASE}/register`, {
-      method: "POST",
-      headers,
-      body: typeof body === "string" ? body : JSON.stringify(body),
-    }),
-  );
-}
 
 async function call(response: Response): Promise<{ status: number; body: Json; headers: Headers }> {
   const text = await response.text();
@@ -243,7 +232,7 @@ Deno.test("register: without OAuth configuration → 500 'OAuth not configured'"
 });
 
 async function authorizePage(t: TestApp, overrides: Record<string, string | null>) {
-  const response = await t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
+  const response = await authorize(t, overrides);
   assert.equal(response.status, 200);
   return await response.text();
 }
@@ -361,17 +350,12 @@ Deno.test("register: metadata over 4 KiB is refused, so open registration cannot
     await fits.body?.cancel();
   }));
 
-/** Registers TYPICAL and returns its client id. */
-async function registerTypical(t: TestApp): Promise<string> {
-  const response = await register(t, TYPICAL);
-  assert.equal(response.status, 201);
-  return (await response.json()).client_id;
-}
-
 /** `/authorize` with `clientId` and TYPICAL's redirect URI; returns the status. */
 async function authorizeAs(t: TestApp, clientId: string): Promise<number> {
-  const query = authorizeQuery({ client_id: clientId, redirect_uri: TYPICAL.redirect_uris[0] });
-  const response = await t.app(new Request(`${TEST_BASE}/authorize?${query}`));
+  const response = await authorize(t, {
+    client_id: clientId,
+    redirect_uri: TYPICAL.redirect_uris[0],
+  });
   await response.body?.cancel();
   return response.status;
 }
@@ -381,7 +365,7 @@ const DAY_MS = 24 * HOUR_MS;
 
 Deno.test("register: a registration no /authorize used within 24 hours is forgotten", () =>
   withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
-    const clientId = await registerTypical(t);
+    const clientId = await registerClient(t, TYPICAL.redirect_uris, TYPICAL);
     t.clock.advance(DAY_MS + 1);
     assert.equal(await t.store.getClient(clientId), null);
     assert.deepEqual(await t.store.listClients(), [], "nor listed to the operator");
@@ -390,7 +374,7 @@ Deno.test("register: a registration no /authorize used within 24 hours is forgot
 
 Deno.test("register: a used registration lives 30 days after its last use, renewed at most daily", () =>
   withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
-    const clientId = await registerTypical(t);
+    const clientId = await registerClient(t, TYPICAL.redirect_uris, TYPICAL);
     t.clock.advance(23 * HOUR_MS);
     assert.equal(await authorizeAs(t, clientId), 200, "first use within the day");
     const renewed = await recordsOf(t.kv, "client");
