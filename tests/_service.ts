@@ -5,7 +5,11 @@
  */
 
 import assert from "node:assert/strict";
-import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import {
+  type SimulatedGitLab,
+  type SimulatedGitLabOptions,
+  startSimulatedGitLab,
+} from "../dev/simulated_gitlab.ts";
 import {
   authorizeQuery,
   consentFormOf,
@@ -139,6 +143,19 @@ export async function runAdminCli(
   }).output();
   const decoder = new TextDecoder();
   return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };
+}
+
+/** Runs `fn` with a simulated GitLab started with `options`, and closes it afterwards. */
+export async function withGitLab(
+  fn: (gitlab: SimulatedGitLab) => Promise<void>,
+  options: SimulatedGitLabOptions = {},
+): Promise<void> {
+  const gitlab = startSimulatedGitLab(options);
+  try {
+    await fn(gitlab);
+  } finally {
+    await gitlab.close();
+  }
 }
 
 /** A simulated GitLab and a service using it, stopped together. */
