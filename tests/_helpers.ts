@@ -237,6 +237,18 @@ export function withEnv(env: Record<string, string>, fn: (t: TestApp) => Promise
   return withApp(fn, { env });
 }
 
+// deno-lint-ignore no-explicit-any -- a JSON body, read field by field by the assertions
+export type Json = Record<string, any>;
+
+/** A JSON answer's status, parsed body and headers (asserting it is JSON). */
+export async function readJsonAnswer(
+  response: Response,
+): Promise<{ status: number; body: Json; headers: Headers }> {
+  const text = await response.text();
+  assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
+  return { status: response.status, body: JSON.parse(text), headers: response.headers };
+}
+
 /** An error answer's body (spec §2.7). */
 export interface OAuthErrorBody {
   error: string;

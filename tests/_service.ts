@@ -15,6 +15,7 @@ import {
   consentFormOf,
   CookieJar,
   flowDataFromPage,
+  type Json,
   PKCE,
   TEST_REDIRECT,
   TEST_SECRET,
@@ -211,8 +212,8 @@ function inheritedEnv(): Record<string, string> {
 
 // ---- over HTTP -------------------------------------------------------------------------------
 
-// deno-lint-ignore no-explicit-any -- a JSON body, read field by field by the assertions
-export type Json = Record<string, any>;
+/** A JSON body, read field by field by the assertions. */
+export type { Json };
 
 /** A status and the parsed JSON body. */
 export interface HttpResult {
@@ -242,6 +243,11 @@ export function postToken(serviceUrl: string, form: Record<string, string>): Pro
     headers: { "Content-Type": "application/x-www-form-urlencoded" },
     body: new URLSearchParams(form),
   });
+}
+
+/** The refresh_token grant. */
+export function refreshOverHttp(serviceUrl: string, refreshToken: string): Promise<HttpResult> {
+  return postToken(serviceUrl, { grant_type: "refresh_token", refresh_token: refreshToken });
 }
 
 /** The authorization_code grant for `code` with the PKCE verifier. */

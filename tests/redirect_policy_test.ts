@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import {
   authorize,
   issueCode,
+  type Json,
   PKCE,
   poll,
   registerClient,
@@ -19,9 +20,6 @@ import {
 } from "./_helpers.ts";
 
 const REGISTERED = { REDIRECT_URI_POLICY: "registered" };
-
-// deno-lint-ignore no-explicit-any
-type Json = Record<string, any>;
 
 async function assertAccepted(response: Response, label: string): Promise<void> {
   const text = await response.text();

@@ -10,7 +10,9 @@ import {
   assertError,
   authorize,
   authorizeQuery,
+  type Json,
   makeTestApp,
+  readJsonAnswer,
   register,
   registerClient,
   TEST_BASE,
@@ -20,15 +22,6 @@ import {
   withEnv,
 } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
-
-// deno-lint-ignore no-explicit-any
-type Json = Record<string, any>;
-
-async function call(response: Response): Promise<{ status: number; body: Json; headers: Headers }> {
-  const text = await response.text();
-  assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
-  return { status: response.status, body: JSON.parse(text), headers: response.headers };
-}
 
 /** What MCP clients in the wild send (shape of Claude Code / the TypeScript SDK's request). */
 const TYPICAL = {
@@ -47,7 +40,7 @@ const TYPICAL = {
 
 Deno.test("register: standard metadata → 201 with client_id, client_id_issued_at and the metadata echoed", () =>
   withApp(async (t) => {
-    const { status, body, headers } = await call(await register(t, TYPICAL));
+    const { status, body, headers } = await readJsonAnswer(await register(t, TYPICAL));
     assert.equal(status, 201);
     assert.equal(headers.get("cache-control"), "no-store");
     const { client_id, client_id_issued_at, ...echoed } = body;
@@ -62,7 +55,7 @@ Deno.test("register: standard metadata → 201 with client_id, client_id_issued_
 
 Deno.test("register: only redirect_uris → public-client defaults echoed", () =>
   withApp(async (t) => {
-    const { status, body } = await call(
+    const { status, body } = await readJsonAnswer(
       await register(t, { redirect_uris: ["https://app.example/cb"] }),
     );
     assert.equal(status, 201);
@@ -77,7 +70,7 @@ Deno.test("register: only redirect_uris → public-client defaults echoed", () =
 
 Deno.test("register: unknown fields are ignored and not echoed", () =>
   withApp(async (t) => {
-    const { status, body } = await call(
+    const { status, body } = await readJsonAnswer(
       await register(t, {
         ...TYPICAL,
         jwks_uri: "https://client.example/jwks",
@@ -94,8 +87,8 @@ Deno.test("register: unknown fields are ignored and not echoed", () =>
 
 Deno.test("register: the same client registering twice gets two distinct client_ids", () =>
   withApp(async (t) => {
-    const first = await call(await register(t, TYPICAL));
-    const second = await call(await register(t, TYPICAL));
+    const first = await readJsonAnswer(await register(t, TYPICAL));
+    const second = await readJsonAnswer(await register(t, TYPICAL));
     assert.equal(first.status, 201);
     assert.equal(second.status, 201);
     assert.notEqual(first.body.client_id, second.body.client_id);
@@ -112,7 +105,7 @@ Deno.test("register: loopback http, https and private-use scheme redirect URIs a
       "https://app.example/oauth/callback?tenant=1",
       "com.example.app:/oauth2redirect",
     ];
-    const { status, body } = await call(await register(t, { redirect_uris }));
+    const { status, body } = await readJsonAnswer(await register(t, { redirect_uris }));
     assert.equal(status, 201, JSON.stringify(body));
     assert.deepEqual(body.redirect_uris, redirect_uris);
   }));
@@ -239,7 +232,7 @@ async function authorizePage(t: TestApp, overrides: Record<string, string | null
 
 Deno.test("page: names a registered client by its client_name (escaped) and shows the redirect host", () =>
   withApp(async (t) => {
-    const { body } = await call(
+    const { body } = await readJsonAnswer(
       await register(t, {
         redirect_uris: ["http://127.0.0.1:9999/callback"],
         client_name: `Claude <Desktop> & "friends"`,
@@ -263,7 +256,7 @@ Deno.test("page: an unregistered client is shown by its client_id, and the redir
 
 Deno.test("page: a registered client without client_name is shown by its client_id", () =>
   withApp(async (t) => {
-    const { body } = await call(
+    const { body } = await readJsonAnswer(
       await register(t, { redirect_uris: ["http://127.0.0.1:9999/callback"] }),
     );
     const html = await authorizePage(t, { client_id: body.client_id });
@@ -272,7 +265,7 @@ Deno.test("page: a registered client without client_name is shown by its client_
 
 Deno.test("page: under the registered policy, an omitted redirect_uri still shows the registered host", () =>
   withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
-    const { body } = await call(
+    const { body } = await readJsonAnswer(
       await register(t, { redirect_uris: ["https://app.example/cb"], client_name: "App" }),
     );
     const html = await authorizePage(t, { client_id: body.client_id, redirect_uri: null });
