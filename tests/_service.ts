@@ -5,12 +5,17 @@
  */
 
 import assert from "node:assert/strict";
-import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import {
+  type SimulatedGitLab,
+  type SimulatedGitLabOptions,
+  startSimulatedGitLab,
+} from "../dev/simulated_gitlab.ts";
 import {
   authorizeQuery,
   consentFormOf,
   CookieJar,
   flowDataFromPage,
+  type Json,
   PKCE,
   TEST_REDIRECT,
   TEST_SECRET,
@@ -141,6 +146,19 @@ export async function runAdminCli(
   return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };
 }
 
+/** Runs `fn` with a simulated GitLab started with `options`, and closes it afterwards. */
+export async function withGitLab(
+  fn: (gitlab: SimulatedGitLab) => Promise<void>,
+  options: SimulatedGitLabOptions = {},
+): Promise<void> {
+  const gitlab = startSimulatedGitLab(options);
+  try {
+    await fn(gitlab);
+  } finally {
+    await gitlab.close();
+  }
+}
+
 /** A simulated GitLab and a service using it, stopped together. */
 export interface ServiceWithGitLab {
   gitlab: SimulatedGitLab;
@@ -194,8 +212,8 @@ function inheritedEnv(): Record<string, string> {
 
 // ---- over HTTP -------------------------------------------------------------------------------
 
-// deno-lint-ignore no-explicit-any -- a JSON body, read field by field by the assertions
-export type Json = Record<string, any>;
+/** A JSON body, read field by field by the assertions. */
+export type { Json };
 
 /** A status and the parsed JSON body. */
 export interface HttpResult {
@@ -225,6 +243,11 @@ export function postToken(serviceUrl: string, form: Record<string, string>): Pro
     headers: { "Content-Type": "application/x-www-form-urlencoded" },
     body: new URLSearchParams(form),
   });
+}
+
+/** The refresh_token grant. */
+export function refreshOverHttp(serviceUrl: string, refreshToken: string): Promise<HttpResult> {
+  return postToken(serviceUrl, { grant_type: "refresh_token", refresh_token: refreshToken });
 }
 
 /** The authorization_code grant for `code` with the PKCE verifier. */

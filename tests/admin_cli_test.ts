@@ -15,7 +15,7 @@ import {
   exchange,
   issueCode,
   PKCE,
-  TEST_BASE,
+  register,
   TEST_REDIRECT,
   TEST_SECRET,
   withApp,
@@ -284,16 +284,10 @@ Deno.test("admin: keys generate prints two fresh secrets the service accepts", a
 Deno.test("admin: lists print what a hostile client registered or sent as plain text, never a terminal control", () =>
   withApp(async (t) => {
     const hostile = "Evil\x1b[2J\x1b]8;;https://evil.example\x07\r\nFAKE  ROW\x9b1m";
-    const registered = await t.app(
-      new Request(`${TEST_BASE}/register`, {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({
-          client_name: hostile,
-          redirect_uris: [`${TEST_REDIRECT}/\x1b[31mred`],
-        }),
-      }),
-    );
+    const registered = await register(t, {
+      client_name: hostile,
+      redirect_uris: [`${TEST_REDIRECT}/\x1b[31mred`],
+    });
     assert.equal(registered.status, 201, await registered.clone().text());
     // The spec's default policy takes any client_id at /authorize.
     assert.equal((await exchange(t, await issueCode(t, { client_id: hostile }))).status, 200);
