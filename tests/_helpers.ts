@@ -14,7 +14,7 @@ import type { AppDeps } from "../src/http/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
 import type { Store } from "../src/store/mod.ts";
-import { loadTemplates, type Templates } from "../src/templates.ts";
+import { loadTemplates, type Templates } from "../src/pages/mod.ts";
 import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {
   type AuthorizationCodeGrant,
@@ -194,6 +194,8 @@ export async function makeTestApp(
   const kv = await Deno.openKv(options.kvPath ?? ":memory:");
   const clock = options.clock ?? new FakeClock();
   const upstream = options.upstream ?? new FakeUpstream();
+  // As the GitLab client describes itself for this configuration.
+  upstream.profile = { displayName: "GitLab", url: config.gitlabUrl, scopes: config.gitlabScopes };
   templates ??= await loadTemplates();
   const logger = options.logger ?? silentLogger;
   // Test traffic stays on loopback: documents only from a fetcher a test hands in.
