@@ -25,7 +25,7 @@ import {
 } from "./src/config/mod.ts";
 import { createAppDeps } from "./src/deps.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
-import { loadTemplates } from "./src/templates.ts";
+import { loadTemplates } from "./src/pages/mod.ts";
 
 const SHUTDOWN_GRACE_MS = 10_000;
 

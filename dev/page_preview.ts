@@ -20,7 +20,7 @@
 // deno-lint-ignore-file no-console -- a command-line tool reports on the console
 
 import type { Browser, BrowserContextOptions, Page } from "playwright-core";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import { chromiumMissing, ignoreBrowserTests, launchBrowser } from "../tests/_browser.ts";
 
 const SHOTS = "/tmp/device-page";
@@ -84,6 +84,7 @@ function authorize(url: URL): Response {
     clientId: "mcp-inspector",
     clientName: url.searchParams.get("client_name") ?? undefined,
     issuer: origin,
+    upstream: { displayName: "GitLab", scopes: "api" },
   });
   return new Response(page.html, {
     headers: {

@@ -18,7 +18,7 @@ import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
 import { createStore } from "./store/mod.ts";
-import type { Templates } from "./templates.ts";
+import type { Templates } from "./pages/mod.ts";
 import { createGitLabUpstream, gitLabProfile } from "./upstream/gitlab.ts";
 import type { MisconfigurationHints } from "./upstream/oauth_http.ts";
 import type { Upstream } from "./upstream/types.ts";

@@ -14,7 +14,7 @@ import type { AppDeps } from "../src/http/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
 import type { Store } from "../src/store/mod.ts";
-import { loadTemplates, type Templates } from "../src/templates.ts";
+import { loadTemplates, type Templates } from "../src/pages/mod.ts";
 import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {
   type AuthorizationCodeGrant,

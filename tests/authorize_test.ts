@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import type { Store } from "../src/store/mod.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import { recordsOf } from "../src/store/keys.ts";
-import { escapeHtml } from "../src/templates.ts";
+import { escapeHtml } from "../src/pages/mod.ts";
 import {
   assertError,
   authorize,

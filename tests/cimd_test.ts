@@ -17,7 +17,7 @@ import { isPublicAddress } from "../src/client_metadata/address.ts";
 import { loadConfig } from "../src/config/mod.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import {
   assertError,
   authorize,

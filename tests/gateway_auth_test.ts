@@ -10,7 +10,7 @@ import { createApp, type FetchHandler } from "../src/http/app.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
 import { VERIFIED_TOKEN_TTL_MS } from "../src/gateway/verified_tokens.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import {
   exchange,
   issueCode,

@@ -25,7 +25,7 @@ import {
   withApp,
 } from "./_helpers.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
-import { createTemplates } from "../src/templates.ts";
+import { createTemplates } from "../src/pages/mod.ts";
 import deviceHtml from "../templates/device.html" with { type: "text" };
 import deviceJs from "../templates/device.js" with { type: "text" };
 import homeHtml from "../templates/home.html" with { type: "text" };

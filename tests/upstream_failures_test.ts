@@ -19,7 +19,7 @@ import { loadConfig } from "../src/config/mod.ts";
 import { createLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import type { Store } from "../src/store/mod.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import { recordsOf } from "../src/store/keys.ts";
 import {
   authorizeQuery,

@@ -13,7 +13,7 @@ import { ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
 import { createLogger } from "../logger.ts";
-import { loadTemplates } from "../templates.ts";
+import { loadTemplates } from "../pages/mod.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
 import { runStoreCommand } from "./commands.ts";
 

@@ -9,7 +9,7 @@ import type { EndDeps } from "../session/end.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { ConsentSigner } from "../sign_in/consent_signer.ts";
 import type { Store } from "../store/mod.ts";
-import type { Templates } from "../templates.ts";
+import type { Templates } from "../pages/mod.ts";
 import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */

@@ -57,7 +57,7 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     return await answerRedirectSignIn(
       ctx,
       { ...request, redirectUri: client.redirectUri, resource },
-      client,
+      { ...client, registered: client.registration !== undefined },
     );
   }
 
@@ -80,11 +80,15 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     expiresInSeconds: Math.max(0, Math.ceil((flow.expiresAt - clock.now()) / 1000)),
     flowState,
     pollUrl: `${ctx.baseUrl}${PATHS.poll}`,
-    redirectUri: client.redirectUri,
+    // The stored flow's: a failed sign-in's return link goes to what /authorize validated.
+    redirectUri: flow.redirectUri,
+    state: flow.state,
     clientId: request.clientId,
     clientName: client.clientName,
     clientVerifiedHost: client.verifiedHost,
+    clientRegistered: client.registration !== undefined,
     issuer: ctx.baseUrl,
+    upstream: ctx.oauth.upstream.profile,
   });
   return new Response(page.html, {
     headers: {

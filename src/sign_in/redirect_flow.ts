@@ -15,8 +15,8 @@ import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
 import { PKCE_METHOD } from "../pkce.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { SignInRecord } from "../store/records.ts";
-import type { RenderedPage } from "../templates.ts";
-import { UNSAFE_REDIRECT_SCHEMES } from "../clients/uri_schemes.ts";
+import type { RenderedPage } from "../pages/mod.ts";
+import { clientReturnUrl, isFollowableRedirect } from "../clients/return_url.ts";
 import {
   CONSENT_MAX_AGE_SECONDS,
   readCookie,
@@ -43,6 +43,8 @@ export interface ConsentClient {
   clientName?: string;
   /** The host of a metadata document client id, which vouches for the name. */
   verifiedHost?: string;
+  /** Whether the client id is registered here (a nameless one is still known). */
+  registered?: boolean;
 }
 
 /**
@@ -56,9 +58,8 @@ export async function answerRedirectSignIn(
   client: ConsentClient,
 ): Promise<Response> {
   const { store, clock, templates } = ctx.deps;
-  const { profile } = ctx.oauth.upstream;
   const redirectUri = request.redirectUri;
-  if (!redirectUri || !isFollowable(redirectUri)) {
+  if (!redirectUri || !isFollowableRedirect(redirectUri)) {
     return notice(ctx, 400, "Sign-in failed", "The application named no address to return to.");
   }
   const cookies = signInCookies(ctx.baseUrl);
@@ -84,12 +85,12 @@ export async function answerRedirectSignIn(
     clientId: request.clientId,
     clientName: client.clientName,
     clientVerifiedHost: client.verifiedHost,
+    clientRegistered: client.registered,
     redirectUri,
-    scopes: profile.scopes,
     signInId,
     csrfToken,
     actionUrl: `${ctx.baseUrl}${PATHS.consent}`,
-    upstreamOrigin: profile.url.origin,
+    upstream: ctx.oauth.upstream.profile,
   });
   return htmlResponse(page, 200, headers);
 }
@@ -188,10 +189,7 @@ export function returnToClient(
   params: Record<string, string>,
   headers = new Headers(),
 ): Response {
-  const location = new URL(signIn.redirectUri);
-  for (const [name, value] of Object.entries(params)) location.searchParams.set(name, value);
-  if (signIn.state) location.searchParams.set("state", signIn.state);
-  location.searchParams.set("iss", ctx.baseUrl);
+  const location = clientReturnUrl(signIn.redirectUri, params, signIn.state, ctx.baseUrl);
   headers.set("Location", location.href);
   headers.set("Cache-Control", "no-store");
   return new Response(null, { status: 302, headers });
@@ -254,10 +252,4 @@ function hasConsented(
   const value = readCookie(ctx.request, cookies.consentName(clientId, redirectUri));
   return value !== undefined &&
     ctx.oauth.consentSigner.verify(value, clientId, redirectUri, ctx.deps.clock.now());
-}
-
-/** An absolute URI a browser may be redirected to (not `javascript:` and the like). */
-function isFollowable(redirectUri: string): boolean {
-  return URL.canParse(redirectUri) &&
-    !UNSAFE_REDIRECT_SCHEMES.includes(new URL(redirectUri).protocol);
 }
