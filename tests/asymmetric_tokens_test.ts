@@ -18,10 +18,11 @@ import {
 } from "./_helpers.ts";
 import { type Algorithm, freshKeys, signingEnv } from "./_signing_keys.ts";
 import type { PrivateSigningJwk } from "../src/keys/signing_keys.ts";
+import type { Json } from "./_service.ts";
 
 const SPEC_CLAIMS = ["aud", "exp", "gitlab_user", "iat", "iss", "resource", "scope", "sid", "sub"];
 
-async function getJson(t: TestApp, path: string): Promise<{ response: Response; body: any }> {
+async function getJson(t: TestApp, path: string): Promise<{ response: Response; body: Json }> {
   const response = await t.app(new Request(`${TEST_BASE}${path}`));
   return { response, body: await response.json() };
 }
