@@ -6,7 +6,14 @@
  */
 
 import assert from "node:assert/strict";
-import { createLocalJWKSet, decodeJwt, decodeProtectedHeader, jwtVerify, SignJWT } from "jose";
+import {
+  createLocalJWKSet,
+  decodeJwt,
+  decodeProtectedHeader,
+  type JSONWebKeySet,
+  jwtVerify,
+  SignJWT,
+} from "jose";
 import {
   FakeClock,
   FakeUpstream,
@@ -83,11 +90,15 @@ for (const algorithm of ["ES256", "EdDSA"] as Algorithm[]) {
         assert.equal(key.alg, algorithm);
         assert.equal(key.use, "sig");
       }
-      const { payload } = await jwtVerify(issued.access_token, createLocalJWKSet(jwks.body), {
-        issuer: TEST_BASE,
-        algorithms: [algorithm],
-        currentDate: new Date(t.clock.now()),
-      });
+      const { payload } = await jwtVerify(
+        issued.access_token,
+        createLocalJWKSet(jwks.body as JSONWebKeySet),
+        {
+          issuer: TEST_BASE,
+          algorithms: [algorithm],
+          currentDate: new Date(t.clock.now()),
+        },
+      );
       assert.equal(payload.sid, claims.sid);
 
       const metadata = await getJson(t, "/.well-known/oauth-authorization-server");
