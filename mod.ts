@@ -57,9 +57,15 @@ export {
   CLOCK_TOLERANCE_SECONDS,
   createResourceGuard,
   type GuardGitLabOptions,
+  type GuardIntrospectionOptions,
+  type IntrospectionResourceGuardOptions,
+  type JwksResourceGuardOptions,
   MCP_TOOLS_SCOPE,
+  type RemoteGuardCommonOptions,
+  type RemoteResourceGuard,
   type ResourceGuard,
   type ResourceGuardOptions,
+  type VerifiedAccess,
 } from "./src/gateway/library.ts";
 export type { Clock } from "./src/clock.ts";
 export { createLogger, type LineWriter, type LogFields, type Logger } from "./src/logger.ts";
@@ -72,6 +78,7 @@ export {
   type UpstreamBackoff,
   UpstreamError,
   type UpstreamFailure,
+  type UpstreamProfile,
   type UpstreamTokens,
   type UpstreamUser,
 } from "./src/upstream/types.ts";

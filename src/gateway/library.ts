@@ -22,9 +22,23 @@ import {
   type GuardDeps,
 } from "./guard.ts";
 import { createVerifiedTokens } from "./verified_tokens.ts";
+import {
+  createRemoteResourceGuard,
+  type IntrospectionResourceGuardOptions,
+  type JwksResourceGuardOptions,
+  type RemoteResourceGuard,
+} from "./remote_library.ts";
 
 export { CLOCK_TOLERANCE_SECONDS, MCP_TOOLS_SCOPE };
 export type { AuthenticatedRequest, AuthenticatedUser } from "./guard.ts";
+export type {
+  GuardIntrospectionOptions,
+  IntrospectionResourceGuardOptions,
+  JwksResourceGuardOptions,
+  RemoteGuardCommonOptions,
+  RemoteResourceGuard,
+  VerifiedAccess,
+} from "./remote_library.ts";
 
 const MIN_SECRET_BYTES = 32;
 const DEFAULT_GITLAB_TIMEOUT_MS = 10_000;
@@ -74,10 +88,42 @@ export interface ResourceGuardOptions {
 }
 
 /**
- * A guard over the service's KV, for an MCP server in the same process or next to it; throws
- * TypeError on unusable options.
+ * A guard over the service's KV and JWT_SECRET, for an MCP server in the same process or next
+ * to it (and the gateway itself); throws TypeError on unusable options.
  */
-export function createResourceGuard(options: ResourceGuardOptions): ResourceGuard {
+export function createResourceGuard(options: ResourceGuardOptions): ResourceGuard;
+/**
+ * A guard that verifies ES256/EdDSA tokens with the service's JWKS (`{ jwksUrl }`), without
+ * its KV or secret: fast, but a revoked session counts only when its token expires.
+ */
+export function createResourceGuard(options: JwksResourceGuardOptions): RemoteResourceGuard;
+/**
+ * A guard that asks the service's `/introspect` (`{ introspection: { url, token } }`): a
+ * revoked session is refused within the short cache time.
+ */
+export function createResourceGuard(
+  options: IntrospectionResourceGuardOptions,
+): RemoteResourceGuard;
+export function createResourceGuard(
+  options: ResourceGuardOptions | JwksResourceGuardOptions | IntrospectionResourceGuardOptions,
+): ResourceGuard | RemoteResourceGuard {
+  const modes = ["jwtSecret", "jwksUrl", "introspection"].filter((mode) =>
+    (options as unknown as Record<string, unknown>)[mode] !== undefined
+  );
+  if (modes.length !== 1) {
+    throw new TypeError(
+      "createResourceGuard needs exactly one of jwtSecret, jwksUrl, introspection",
+    );
+  }
+  if (!("jwtSecret" in options) || options.jwtSecret === undefined) {
+    return createRemoteResourceGuard(
+      options as JwksResourceGuardOptions | IntrospectionResourceGuardOptions,
+    );
+  }
+  return createSharedSecretGuard(options);
+}
+
+function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
   const issuer = requireHttpUrl("issuer", options.issuer);
   const resource = options.resource === undefined
     ? `${issuer}/mcp`
