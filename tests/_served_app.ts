@@ -4,7 +4,7 @@
  * how a test restarts the service with other keys on the same port and KV.
  */
 
-import { makeTestApp, type TestApp } from "./_helpers.ts";
+import { FakeClock, makeTestApp, type TestApp } from "./_helpers.ts";
 
 /** A served app; `restart` swaps in one built with another environment. */
 export interface ServedApp {
@@ -14,7 +14,10 @@ export interface ServedApp {
   close(): Promise<void>;
 }
 
-/** Serves makeTestApp apps (BASE_URL: the served URL) over one KV file. */
+/**
+ * Serves makeTestApp apps (BASE_URL: the served URL) over one KV file. The fake clock starts at
+ * the wall clock's time, for verifiers outside the test (Node, a child process) that read that.
+ */
 export async function serveTestApp(env: Record<string, string>): Promise<ServedApp> {
   let app: TestApp | undefined;
   const server = Deno.serve(
@@ -29,7 +32,7 @@ export async function serveTestApp(env: Record<string, string>): Promise<ServedA
     app = await makeTestApp({
       env: { BASE_URL: url, ...more },
       kvPath: `${dir}/kv`,
-      clock: previous?.clock,
+      clock: previous?.clock ?? new FakeClock(Date.now()),
       upstream: previous?.upstream,
     });
     apps.push(app);
