@@ -12,10 +12,10 @@ import {
 import type { Clock } from "./clock.ts";
 import { type Config, CONFIG_VARIABLES, jwtSecrets, oauthSettings } from "./config/mod.ts";
 import type { AppDeps } from "./http/context.ts";
-import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
+import { createConfiguredTokenSigner } from "./keys/token_signer.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
 import { createStore } from "./store/mod.ts";
 import type { Templates } from "./pages/mod.ts";
@@ -55,7 +55,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       createClientMetadataFetcher({ allowPrivate: config.clientMetadataAllowPrivate }),
     oauth: settings && upstream && {
       upstream,
-      signer: createTokenSigner(jwtSecrets(settings, config)),
+      signer: createConfiguredTokenSigner(config, jwtSecrets(settings, config)),
       consentSigner: createConsentSigner(jwtSecrets(settings, config)),
     },
   };

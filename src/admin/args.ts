@@ -10,7 +10,8 @@ export type AdminCommand =
   | { name: "clients list"; json: boolean }
   | { name: "clients delete"; clientId: string }
   | { name: "stats"; json: boolean }
-  | { name: "keys generate" }
+  /** `--alg`: a private signing JWK for ACCESS_TOKEN_ALG instead of the secrets. */
+  | { name: "keys generate"; alg?: "ES256" | "EdDSA" }
   | { name: "help" };
 
 /** The usage text printed with every refusal (and for `help`). */
@@ -18,7 +19,7 @@ export const USAGE = [
   "usage: admin sessions list [--user <gitlab username or id>] [--json]",
   "       admin sessions revoke --user <gitlab username or id> | --id <session id>",
   "       admin clients list [--json] | clients delete <client id>",
-  "       admin stats [--json] | keys generate | help",
+  "       admin stats [--json] | keys generate [--alg ES256|EdDSA] | help",
 ].join("\n");
 
 /** Arguments that name no command; the CLI prints the message and USAGE and exits 2. */
@@ -33,7 +34,7 @@ interface Split {
 }
 
 /** Flags that take a value; every other flag is a switch. */
-const VALUE_FLAGS = new Set(["--user", "--id"]);
+const VALUE_FLAGS = new Set(["--user", "--id", "--alg"]);
 
 function split(args: readonly string[]): Split {
   const words: string[] = [];
@@ -103,9 +104,13 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
     case "stats":
       only(given, ["--json"], 1);
       return { name: "stats", json };
-    case "keys generate":
-      only(given, [], 2);
-      return { name: "keys generate" };
+    case "keys generate": {
+      only(given, ["--alg"], 2);
+      const alg = value(given, "--alg");
+      if (alg === undefined) return { name: "keys generate" };
+      if (alg !== "ES256" && alg !== "EdDSA") throw new UsageError("--alg must be ES256 or EdDSA");
+      return { name: "keys generate", alg };
+    }
     case "help":
       only(given, [], 1);
       return { name: "help" };

@@ -13,6 +13,7 @@ import { ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
 import { createLogger } from "../logger.ts";
+import { generateSigningKey } from "../keys/signing_keys.ts";
 import { loadTemplates } from "../pages/mod.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
 import { runStoreCommand } from "./commands.ts";
@@ -47,6 +48,14 @@ export async function runAdmin(
   }
   if (command.name === "help") {
     output.out(USAGE);
+    return 0;
+  }
+  if (command.name === "keys generate" && command.alg) {
+    output.out(JSON.stringify(await generateSigningKey(command.alg, new Date(systemClock.now()))));
+    output.err(
+      "# A private key: add it to SIGNING_KEYS (a JSON array), second to publish it first, " +
+        "first to sign with it (README: rotation). Keep it as secret as JWT_SECRET.",
+    );
     return 0;
   }
   if (command.name === "keys generate") {

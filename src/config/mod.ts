@@ -15,6 +15,8 @@ import {
   variablesOf,
 } from "./variable.ts";
 
+import { requireSigningKeys } from "../keys/signing_config.ts";
+
 export { ConfigError, type ConfigVariable, type Env } from "./variable.ts";
 export type { RateLimit } from "./parsers.ts";
 export { CONFIG_VARIABLES, PROFILE_DEFAULTS, type SecurityProfile } from "./variables.ts";
@@ -41,6 +43,7 @@ export function loadConfig(env: Env): Config {
   const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
   requireBaseUrlBehindProxy(config);
   requireProfileSettings(config);
+  requireSigningKeys(config);
   return config;
 }
 

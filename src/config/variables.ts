@@ -23,6 +23,8 @@ import {
   urlWithoutTrailingSlash,
 } from "./parsers.ts";
 import { type ConfigTable, type Env, variable } from "./variable.ts";
+import { parseSigningKeys, parseSigningKeysFile } from "../keys/signing_keys.ts";
+import { parseIntrospectionTokens } from "../introspection/callers.ts";
 
 /**
  * Every environment variable the service reads, keyed by its Config field. Adding a variable is
@@ -212,6 +214,12 @@ export const CONFIG_VARIABLES = {
       parseRateLimit,
       "the same for `/register`",
     ),
+    introspect: variable(
+      "RATE_LIMIT_INTROSPECT",
+      "1200/60",
+      parseRateLimit,
+      "per introspection caller (its token), for `/introspect`",
+    ),
   },
   /** `exempt`: loopback clients are never limited; `limit`: they are, like everyone. */
   rateLimitLoopback: variable(
@@ -234,6 +242,34 @@ export const CONFIG_VARIABLES = {
     undefined,
     parseSecret,
     "the secret before a rotation: its tokens and stored sessions stay valid",
+  ),
+  /** `HS256`: the spec; `ES256`/`EdDSA`: signed with SIGNING_KEYS, published at the JWKS. */
+  accessTokenAlg: variable(
+    "ACCESS_TOKEN_ALG",
+    "HS256",
+    oneOf("HS256", "ES256", "EdDSA"),
+    "`ES256`/`EdDSA`: access tokens resource servers verify with `/.well-known/jwks.json`",
+  ),
+  /** Private JWKs, first signs, all published; undefined: none (or SIGNING_KEYS_FILE). */
+  signingKeys: variable(
+    "SIGNING_KEYS",
+    undefined,
+    parseSigningKeys,
+    "ES256/EdDSA: JSON array of private JWKs with `kid`s; the first signs, all verify",
+  ),
+  /** A file holding what SIGNING_KEYS would; read once at start-up. */
+  signingKeysFile: variable(
+    "SIGNING_KEYS_FILE",
+    undefined,
+    parseSigningKeysFile,
+    "a file holding `SIGNING_KEYS` (instead of it)",
+  ),
+  /** Bearer credentials of the resource servers that may call /introspect; undefined: 404. */
+  introspectionTokens: variable(
+    "INTROSPECTION_TOKENS",
+    undefined,
+    parseIntrospectionTokens,
+    "comma list of secrets (≥ 32 bytes each) that may call `/introspect` (else it is 404)",
   ),
   /** Opt-in: a client that lost a refresh response may retry the old token this long. 0: off. */
   refreshGraceSeconds: variable(
