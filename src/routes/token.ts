@@ -61,7 +61,11 @@ async function exchangeCode(
   if (!found) throw invalidGrant("Invalid authorization code");
   const { code, session } = found;
   if (code.value.redeemedAt !== undefined) {
-    await revokeReplayedCodeSession(ctx, code.value.sessionId, session);
+    // Only a replay that also proves possession of the verifier ends the session: anyone who saw
+    // the used code (a log, a referrer, browser history) could otherwise end it at will.
+    if (verifyPkce(verifier, code.value.codeChallenge, code.value.codeChallengeMethod)) {
+      await revokeReplayedCodeSession(ctx, code.value.sessionId, session);
+    }
     throw invalidGrant("Invalid authorization code");
   }
   if (clock.now() > code.value.expiresAt) {
