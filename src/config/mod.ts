@@ -67,6 +67,18 @@ function withProfileDefaults(profile: SecurityProfile, env: Env): Env {
   return filled;
 }
 
+/**
+ * Why the sign-in runs as it does, for the start-up line: set explicitly, implied by the strict
+ * profile (the device flow is phishable, RFC 8628 §5.4), or the spec's default.
+ */
+export function signInReason(env: Env): string {
+  if (env.GITLAB_SIGN_IN?.trim()) return "GITLAB_SIGN_IN is set";
+  const profile = env.SECURITY_PROFILE?.trim().toLowerCase();
+  return profile === "strict"
+    ? "SECURITY_PROFILE=strict: the device flow is phishable (RFC 8628 §5.4)"
+    : "the spec's default";
+}
+
 /** What a profile cannot run without. */
 function requireProfileSettings(config: Config): void {
   if (config.securityProfile === "strict" && !config.baseUrl) {
