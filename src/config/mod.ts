@@ -40,6 +40,7 @@ export function loadConfig(env: Env): Config {
   const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
   requireBaseUrlBehindProxy(config);
   requireProfileSettings(config);
+  requireBaseUrlForRedirect(config);
   return config;
 }
 
@@ -50,6 +51,19 @@ export function loadConfig(env: Env): Config {
 function requireBaseUrlBehindProxy(config: Config): void {
   if (config.trustProxy.length > 0 && !config.baseUrl) {
     throw new ConfigError("TRUST_PROXY", "needs BASE_URL: set BASE_URL to the public base URL");
+  }
+}
+
+/**
+ * The redirect sign-in sends GitLab a callback URL, which must not follow the request's `Host`:
+ * a request naming another host would have GitLab send its code there.
+ */
+function requireBaseUrlForRedirect(config: Config): void {
+  if (config.gitlabSignIn === "redirect" && !config.baseUrl) {
+    throw new ConfigError(
+      "BASE_URL",
+      "is required with GITLAB_SIGN_IN=redirect (GitLab's callback URL is built from it)",
+    );
   }
 }
 
