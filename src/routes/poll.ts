@@ -7,7 +7,7 @@
 
 import type { OAuthRequestContext } from "../http/context.ts";
 import { json, NO_STORE } from "../http/responses.ts";
-import { storeSignIn } from "../sign_in/completion.ts";
+import { revokeAbandonedUpstreamTokens, storeSignIn } from "../sign_in/completion.ts";
 import type { Versioned } from "../store/mod.ts";
 import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";
 import {
@@ -110,6 +110,11 @@ async function advanceFlow(
   } catch (error) {
     // Fail the flow as saved with the tokens, not the version the caller read.
     if (!(error instanceof UpstreamError)) throw error;
+    // A terminal failure ends the flow that holds the tokens: revoke them (a transient one keeps
+    // them in the flow for the next poll).
+    if (error.failure !== "transient") {
+      await revokeAbandonedUpstreamTokens(ctx, tokens, "user lookup failed");
+    }
     return await upstreamFailed(ctx, flow, error);
   }
   return await complete(ctx, flow, tokens, user);
