@@ -22,6 +22,7 @@ import {
   listenHostname,
   loadConfig,
   missingOAuthSettings,
+  signInReason,
 } from "./src/config/mod.ts";
 import { createAppDeps } from "./src/deps.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
@@ -73,7 +74,7 @@ export async function startService(
     server = Deno.serve({
       port: config.port,
       hostname: listenHostname(config),
-      onListen: (address) => resolve(logListening(address, config, logger)),
+      onListen: (address) => resolve(logListening(address, config, signInReason(env), logger)),
     }, app);
   } catch (error) {
     kv.close();
@@ -109,7 +110,12 @@ function portInUse(config: Config): ConfigError {
 }
 
 /** Logs the `listening` line (tests and operators read its `url`) and returns the URL. */
-function logListening(address: Deno.Addr, config: Config, logger: Logger): string {
+function logListening(
+  address: Deno.Addr,
+  config: Config,
+  signInBecause: string,
+  logger: Logger,
+): string {
   const { hostname, port } = address as Deno.NetAddr;
   const host = hostname.includes(":") ? `[${hostname}]` : hostname;
   const url = `http://${host}:${port}`;
@@ -117,6 +123,8 @@ function logListening(address: Deno.Addr, config: Config, logger: Logger): strin
     url,
     gitlab: config.upstream.url.href,
     securityProfile: config.securityProfile,
+    signIn: config.upstream.signIn,
+    signInBecause,
   });
   return url;
 }
@@ -165,12 +173,13 @@ async function admin(): Promise<never> {
 /** `deno serve main.ts`: the handler `deno serve` runs; it owns the listener. */
 async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   const logger = createLogger();
-  const { app, config } = await orExit(logger, () => composeService(Deno.env.toObject(), logger));
+  const env = Deno.env.toObject();
+  const { app, config } = await orExit(logger, () => composeService(env, logger));
   // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
   logger.info("ready to serve");
   return {
     fetch: app,
-    onListen: (address) => void logListening(address, config, logger),
+    onListen: (address) => void logListening(address, config, signInReason(env), logger),
   };
 }
 

@@ -30,6 +30,10 @@ try {
     GITLAB_CLIENT_ID: "demo-gitlab-app",
     JWT_SECRET: randomToken(32),
     MCP_UPSTREAM_URL: mcp.url,
+    // The redirect sign-in needs BASE_URL (GitLab's callback URL is built from it).
+    ...(env.GITLAB_SIGN_IN === "redirect" && !env.BASE_URL
+      ? { BASE_URL: `http://${env.HOST ?? "127.0.0.1"}:${port}` }
+      : {}),
   }, createLogger());
 } catch (error) {
   if (!(error instanceof ConfigError)) throw error;

@@ -11,6 +11,7 @@ import type { ClientRecord, SessionRecord } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
 import type { AdminCommand } from "./args.ts";
 import { formatTable } from "./table.ts";
+import { jsonLine } from "./terminal.ts";
 
 /** What the commands run against. */
 export interface AdminDeps {
@@ -67,7 +68,7 @@ function sessionView(session: SessionRecord) {
 
 function printSessions(sessions: SessionRecord[], json: boolean, deps: AdminDeps): void {
   const views = sessions.map(sessionView);
-  if (json) return views.forEach((view) => deps.print(JSON.stringify(view)));
+  if (json) return views.forEach((view) => deps.print(jsonLine(view)));
   const rows = views.map((v) => [
     v.id,
     `${v.username} (${v.userId})`,
@@ -88,7 +89,7 @@ function printClients(clients: ClientRecord[], json: boolean, deps: AdminDeps): 
     issuedAt: iso(client.clientIdIssuedAt * 1000),
     redirectUris: client.redirectUris,
   }));
-  if (json) return views.forEach((view) => deps.print(JSON.stringify(view)));
+  if (json) return views.forEach((view) => deps.print(jsonLine(view)));
   const rows = views.map((v) => [v.clientId, v.name, v.issuedAt, v.redirectUris.join(" ")]);
   formatTable(["CLIENT", "NAME", "REGISTERED", "REDIRECT URIS"], rows)
     .forEach((line) => deps.print(line));
@@ -102,7 +103,7 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
   ]);
   const { flows: pendingFlows, sessions, clients } = counts;
   const stats = { pendingFlows, sessions, clients, kvFileBytes: kvFileBytes ?? null };
-  if (json) return deps.print(JSON.stringify(stats));
+  if (json) return deps.print(jsonLine(stats));
   formatTable(["", ""], [
     ["pending flows", String(stats.pendingFlows)],
     ["sessions", String(stats.sessions)],

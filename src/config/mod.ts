@@ -44,6 +44,7 @@ export function loadConfig(env: Env): Config {
   requireBaseUrlBehindProxy(config);
   requireProfileSettings(config);
   requireSigningKeys(config);
+  requireBaseUrlForRedirect(config);
   return config;
 }
 
@@ -54,6 +55,19 @@ export function loadConfig(env: Env): Config {
 function requireBaseUrlBehindProxy(config: Config): void {
   if (config.trustProxy.length > 0 && !config.baseUrl) {
     throw new ConfigError("TRUST_PROXY", "needs BASE_URL: set BASE_URL to the public base URL");
+  }
+}
+
+/**
+ * The redirect sign-in sends GitLab a callback URL, which must not follow the request's `Host`:
+ * a request naming another host would have GitLab send its code there.
+ */
+function requireBaseUrlForRedirect(config: Config): void {
+  if (config.upstream.signIn === "redirect" && !config.baseUrl) {
+    throw new ConfigError(
+      "BASE_URL",
+      "is required with GITLAB_SIGN_IN=redirect (GitLab's callback URL is built from it)",
+    );
   }
 }
 
@@ -69,6 +83,18 @@ function withProfileDefaults(profile: SecurityProfile, env: Env): Env {
     if (!env[name]?.trim()) filled[name] = value;
   }
   return filled;
+}
+
+/**
+ * Why the sign-in runs as it does, for the start-up line: set explicitly, implied by the strict
+ * profile (the device flow is phishable, RFC 8628 §5.4), or the spec's default.
+ */
+export function signInReason(env: Env): string {
+  if (env.GITLAB_SIGN_IN?.trim()) return "GITLAB_SIGN_IN is set";
+  const profile = env.SECURITY_PROFILE?.trim().toLowerCase();
+  return profile === "strict"
+    ? "SECURITY_PROFILE=strict: the device flow is phishable (RFC 8628 §5.4)"
+    : "the spec's default";
 }
 
 /** What a profile cannot run without. */

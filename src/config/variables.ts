@@ -316,14 +316,17 @@ export type SecurityProfile = "spec" | "strict";
 
 /**
  * The defaults each profile gives the variables it governs (explicit values win). `strict`
- * closes what the spec leaves open: unregistered redirect URIs and replayed codes and refresh
- * tokens.
+ * closes what the spec leaves open: the phishable device flow, unregistered redirect URIs and
+ * replayed codes and refresh tokens.
  *
- * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2
+ * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2, RFC 8628 §5.4
  */
 export const PROFILE_DEFAULTS: Readonly<Record<SecurityProfile, Readonly<Env>>> = {
   spec: {},
   strict: {
+    // The device flow is phishable by design (RFC 8628 §5.4): anyone can start one and send the
+    // user code to a victim, whose approval then signs the attacker in.
+    GITLAB_SIGN_IN: "redirect",
     REDIRECT_URI_POLICY: "registered",
     REVOKE_ON_CODE_REPLAY: "true",
     REVOKE_ON_REFRESH_REPLAY: "true",

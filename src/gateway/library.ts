@@ -44,6 +44,8 @@ export type {
 } from "./remote_library.ts";
 
 const DEFAULT_GITLAB_TIMEOUT_MS = 10_000;
+/** ACCESS_TOKEN_TTL's default. */
+const DEFAULT_ACCESS_TOKEN_TTL_SECONDS = 3600;
 
 /** Authenticates requests to one protected resource. */
 export interface ResourceGuard {
@@ -87,6 +89,12 @@ export interface ResourceGuardOptions {
   requiredScope?: string;
   /** Leeway on expiry in seconds; default 30. */
   clockToleranceSeconds?: number;
+  /**
+   * The service's ACCESS_TOKEN_TTL in seconds; default 3600 (the service's default). A token
+   * whose `exp` lies further ahead than this plus a minute is refused; set it when the service
+   * runs with a longer lifetime.
+   */
+  accessTokenTtlSeconds?: number;
 }
 
 /**
@@ -147,6 +155,10 @@ function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
     upstream: options.upstream ?? gitLabUpstream(options.gitlab, logger),
     signer: createTokenSigner(jwtSecrets),
     clockToleranceSeconds: options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS,
+    accessTokenTtlSeconds: positiveSeconds(
+      "accessTokenTtlSeconds",
+      options.accessTokenTtlSeconds ?? DEFAULT_ACCESS_TOKEN_TTL_SECONDS,
+    ),
     requiredScope: options.requiredScope ?? MCP_TOOLS_SCOPE,
     verifiedTokens: createVerifiedTokens(),
   };
@@ -177,6 +189,11 @@ function gitLabUpstream(gitlab: GuardGitLabOptions | undefined, logger: Logger):
     timeoutMs: gitlab.timeoutMs ?? DEFAULT_GITLAB_TIMEOUT_MS,
     logger,
   });
+}
+
+function positiveSeconds(name: string, value: number): number {
+  if (!Number.isFinite(value) || value <= 0) throw new TypeError(`${name} must be positive`);
+  return value;
 }
 
 function optionalList(value: string | undefined): string[] {

@@ -86,6 +86,7 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
     upstream: ctx.oauth.upstream,
     signer: ctx.oauth.signer,
     clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
+    accessTokenTtlSeconds: ctx.deps.config.accessTokenTtlSeconds,
     requiredScope: MCP_TOOLS_SCOPE,
     verifiedTokens,
   };

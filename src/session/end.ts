@@ -1,6 +1,6 @@
 /**
- * Ending sessions: the record goes, and the GitLab token it held is revoked, best effort (a
- * GitLab that does not answer must not keep a session alive). Also the sweep of sign-ins whose
+ * Ending sessions: the record goes, its MCP session bindings too, and the GitLab token it held
+ * is revoked, best effort (a GitLab that does not answer must not keep a session alive). Also the sweep of sign-ins whose
  * code expired unredeemed.
  *
  * @see RFC 7009 §2, RFC 9700 §4.14.2
@@ -36,7 +36,7 @@ export async function endSession(
 
 /**
  * What follows a session's deletion: its access tokens are no longer accepted from this
- * process's memory, and its GitLab token is revoked (best effort).
+ * process's memory, its MCP session bindings go, and its GitLab token is revoked (best effort).
  */
 export async function afterSessionEnded(
   deps: EndDeps,
@@ -44,7 +44,23 @@ export async function afterSessionEnded(
   fields: LogFields,
 ): Promise<void> {
   deps.verifiedTokens.forgetSession(session.id);
-  await revokeUpstreamTokens(deps, session, { ...fields, sessionId: session.id });
+  await Promise.all([
+    revokeUpstreamTokens(deps, session, { ...fields, sessionId: session.id }),
+    unbindMcpSessions(deps, session.id, fields),
+  ]);
+}
+
+/** The session's MCP session bindings end with it; a failure is logged (they expire anyway). */
+async function unbindMcpSessions(deps: EndDeps, sessionId: string, fields: LogFields) {
+  try {
+    await deps.store.unbindMcpSessionsOf(sessionId);
+  } catch (error) {
+    deps.logger.warn("MCP session bindings not removed", {
+      ...fields,
+      sessionId,
+      error: String(error),
+    });
+  }
 }
 
 /**

@@ -24,7 +24,7 @@ import {
   UpstreamError,
   type UpstreamUser,
 } from "../upstream/types.ts";
-import { storeSignIn } from "./completion.ts";
+import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
 const FLOW_STATE_BYTES = 32;
@@ -241,6 +241,11 @@ async function advanceFlow(
   } catch (error) {
     // Fail the flow as saved with the tokens, not the version the caller read.
     if (!(error instanceof UpstreamError)) throw error;
+    // A terminal failure ends the flow that holds the tokens: revoke them (a transient one keeps
+    // them in the flow for the next poll).
+    if (error.failure !== "transient") {
+      await revokeAbandonedUpstreamTokens(ctx, tokens, "user lookup failed");
+    }
     return await upstreamFailed(ctx, flow, error);
   }
   return await complete(ctx, flow, tokens, user);
