@@ -265,6 +265,58 @@ Deno.test("admin: bad arguments print the usage and exit 2, a bad setup one line
   assert.match(help.stdout, /^usage: admin/);
 });
 
+/** Runs `fn` with a fresh folder holding an existing (empty) service KV file, then removes it. */
+async function withKvFile(fn: (dir: string, kvPath: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "admin-kv-" });
+  const kvPath = `${dir}/kv.sqlite3`;
+  (await Deno.openKv(kvPath)).close();
+  try {
+    await fn(dir, kvPath);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+async function assertNoFile(path: string): Promise<void> {
+  await assert.rejects(Deno.stat(path), Deno.errors.NotFound, `${path} was not created`);
+}
+
+Deno.test("admin: works only on an existing store: no KV_PATH, :memory: or a mistyped path is exit 1, nothing created", () =>
+  withKvFile(async (dir) => {
+    for (const args of [["stats"], ["sessions", "list"], ["sessions", "revoke", "--user", "ada"]]) {
+      const unset = await runAdminCli(args, {});
+      assert.equal(unset.code, 1, `${args.join(" ")}: ${unset.stderr}`);
+      assert.match(unset.stderr, /^admin: KV_PATH is not set/);
+      assert.equal(unset.stdout, "", "no count of an empty store");
+    }
+    const memory = await runAdminCli(["sessions", "list"], { KV_PATH: ":memory:" });
+    assert.equal(memory.code, 1);
+    assert.match(memory.stderr, /^admin: KV_PATH=:memory: is a store of this process alone/);
+
+    const typo = `${dir}/kv.sqlite`;
+    const mistyped = await runAdminCli(["sessions", "list"], { KV_PATH: typo });
+    assert.equal(mistyped.code, 1, mistyped.stderr);
+    assert.match(mistyped.stderr, /^admin: cannot open KV .*: no such file/);
+    assert.equal(mistyped.stdout, "");
+    await assertNoFile(typo);
+
+    const folder = `${dir}/nowhere`;
+    const noFolder = await runAdminCli(["stats"], { KV_PATH: `${folder}/kv.sqlite3` });
+    assert.equal(noFolder.code, 1);
+    assert.equal(noFolder.stderr.trim().split("\n").length, 1, noFolder.stderr);
+    assert.ok(noFolder.stderr.includes(`the folder ${folder} does not exist`), noFolder.stderr);
+  }));
+
+Deno.test("admin: sessions revoke --user that matches no session ends nothing and exits 3", () =>
+  withKvFile(async (_dir, kvPath) => {
+    const env = { KV_PATH: kvPath, JWT_SECRET: TEST_SECRET, GITLAB_CLIENT_ID: "admin-test-app" };
+    const run = await runAdminCli(["sessions", "revoke", "--user", "nobody"], env);
+    assert.equal(run.code, 3, run.stderr);
+    const lines = jsonLines(run.stdout);
+    assert.ok(lines.some((line) => /no session/.test(line.message)), run.stdout);
+    assert.ok(!lines.some((line) => line.message === "operator action"), "nothing was ended");
+  }));
+
 Deno.test("admin: keys generate prints two fresh secrets the service accepts", async () => {
   const runs = [
     await runAdminCli(["keys", "generate"], {}),

@@ -4,14 +4,19 @@
  * the same environment (KV_PATH, JWT_SECRET or ENCRYPTION_KEY to open GitLab tokens,
  * GITLAB_URL and GITLAB_CLIENT_ID to revoke them).
  *
+ * It works only on an existing store: KV_PATH must be set (to a file that exists, or a KV
+ * Connect URL), so that a missing or mistyped setting is an error instead of an empty store
+ * that reports "0 sessions".
+ *
  * Exit codes: 0 done, 1 what the command names does not exist or the configuration is bad,
- * 2 bad arguments.
+ * 2 bad arguments, 3 `sessions revoke --user` found no session to end.
  */
 
 import { systemClock } from "../clock.ts";
 import { ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
+import { existingStoreProblem, kvLocation, openKv } from "../kv_open.ts";
 import { createLogger } from "../logger.ts";
 import { loadTemplates } from "../templates.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
@@ -66,11 +71,17 @@ export async function runAdmin(
     output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
+  const storeProblem = await existingStoreProblem(config.kvPath);
+  if (storeProblem) {
+    output.err(`admin: ${storeProblem}`);
+    return 1;
+  }
   let kv: Deno.Kv;
   try {
-    kv = await Deno.openKv(config.kvPath);
+    kv = await openKv(config.kvPath);
   } catch (error) {
-    output.err(`admin: cannot open KV ${config.kvPath ?? "(Deno's default)"}: ${error}`);
+    if (!(error instanceof ConfigError)) throw error;
+    output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
   try {
@@ -95,7 +106,7 @@ export async function runAdmin(
 
 /** Bytes of a local KV file and its write-ahead log; undefined for memory or KV Connect. */
 async function kvFileSize(path: string | undefined): Promise<number | undefined> {
-  if (path === undefined || path === ":memory:" || /^https?:\/\//i.test(path)) return undefined;
+  if (path === undefined || kvLocation(path) !== "file") return undefined;
   let bytes = 0;
   for (const file of [path, `${path}-wal`]) {
     try {

@@ -30,7 +30,13 @@ export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "help
 /** Upstream revocations in flight at once: a courtesy to the GitLab instance. */
 const REVOCATION_CONCURRENCY = 8;
 
-/** Runs one command; answers the process's exit code (1: what it names does not exist). */
+/** Exit code of `sessions revoke --user` when the user has no session: nothing was ended. */
+export const NOTHING_MATCHED = 3;
+
+/**
+ * Runs one command; answers the process's exit code (1: what it names does not exist;
+ * NOTHING_MATCHED: a user with no session to end).
+ */
 export async function runStoreCommand(command: StoreCommand, deps: AdminDeps): Promise<number> {
   switch (command.name) {
     case "sessions list":
@@ -114,6 +120,10 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
 /** Offboarding: every session of the user ends, and their GitLab tokens are revoked. */
 async function revokeUserSessions(user: string, deps: AdminDeps): Promise<number> {
   const sessions = await deps.store.listSessions({ user });
+  if (sessions.length === 0) {
+    deps.logger.warn("no session of that user: nothing ended", { action: "sessions revoke", user });
+    return NOTHING_MATCHED;
+  }
   await endSessions(sessions, { action: "sessions revoke", user }, deps);
   return 0;
 }
