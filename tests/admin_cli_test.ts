@@ -57,6 +57,8 @@ async function gatewayStatus(serviceUrl: string, accessToken: string): Promise<n
 interface Live extends ServiceWithGitLab {
   /** Runs `main.ts admin …args` with the service's configuration. */
   admin(args: string[]): Promise<CommandRun>;
+  /** The service's KV file. */
+  kvPath: string;
 }
 
 /** Runs `fn` against a live service on a fresh file KV, `env` added to its configuration. */
@@ -73,7 +75,7 @@ async function withLiveService(
   const started = await spawnWithGitLab(shared.GITLAB_CLIENT_ID, { ...shared, ...env });
   const cliEnv = { ...shared, GITLAB_URL: started.gitlab.url.href };
   try {
-    await fn({ ...started, admin: (args) => runAdminCli(args, cliEnv) });
+    await fn({ ...started, admin: (args) => runAdminCli(args, cliEnv), kvPath: shared.KV_PATH });
   } finally {
     await started.close();
     await Deno.remove(dir, { recursive: true });
@@ -316,6 +318,84 @@ Deno.test("admin: sessions revoke --user that matches no session ends nothing an
     assert.ok(lines.some((line) => /no session/.test(line.message)), run.stdout);
     assert.ok(!lines.some((line) => line.message === "operator action"), "nothing was ended");
   }));
+
+Deno.test({
+  name:
+    "admin: sessions revoke checks all revoking needs before deleting anything, and revokes with ENCRYPTION_KEY alone",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const key = "k".repeat(40);
+    await withLiveService({ ENCRYPTION_KEY: key }, async ({ gitlab, service, kvPath }) => {
+      const tokens = await signInOverHttp(service.url, gitlab);
+      const cli = (env: Record<string, string>, extra: string[] = []) =>
+        runAdminCli(["sessions", "revoke", "--user", "ada", ...extra], { KV_PATH: kvPath, ...env });
+      const stillSignedIn = async () => {
+        const listed = await runAdminCli(["sessions", "list", "--json"], {
+          KV_PATH: kvPath,
+          ENCRYPTION_KEY: key,
+        });
+        return jsonLines(listed.stdout).length === 1;
+      };
+      const revokedBefore = gitlab.revokedTokens.size;
+
+      const noGitLab = await cli({ ENCRYPTION_KEY: key });
+      assert.equal(noGitLab.code, 1, noGitLab.stderr);
+      assert.match(
+        noGitLab.stderr,
+        /^admin: cannot revoke GitLab tokens: GITLAB_CLIENT_ID not set/,
+      );
+      assert.ok(await stillSignedIn(), "nothing was deleted");
+
+      const gitlabEnv = { GITLAB_URL: gitlab.url.href, GITLAB_CLIENT_ID: "admin-test-app" };
+      const noKey = await cli(gitlabEnv);
+      assert.equal(noKey.code, 1, noKey.stderr);
+      assert.match(noKey.stderr, /ENCRYPTION_KEY or JWT_SECRET not set/);
+      assert.ok(await stillSignedIn(), "nothing was deleted");
+
+      const wrongKey = await cli({ ...gitlabEnv, ENCRYPTION_KEY: "w".repeat(40) });
+      assert.equal(wrongKey.code, 1, wrongKey.stderr);
+      assert.match(wrongKey.stderr, /1 of 1 session\(s\) hold GitLab tokens sealed under a key/);
+      assert.match(wrongKey.stderr, /ENCRYPTION_KEY/);
+      assert.ok(await stillSignedIn(), "nothing was deleted");
+      assert.equal(gitlab.revokedTokens.size, revokedBefore);
+
+      // As the README allows: ENCRYPTION_KEY without JWT_SECRET opens the GitLab tokens.
+      const revoked = await cli({ ...gitlabEnv, ENCRYPTION_KEY: key });
+      assert.equal(revoked.code, 0, revoked.stderr);
+      const [action] = jsonLines(revoked.stdout).filter((l) => l.message === "operator action");
+      assert.equal(action.sessions, 1);
+      assert.equal(action.gitlabTokensRevoked, 1);
+      assert.equal(gitlab.revokedTokens.size, revokedBefore + 1, "the GitLab token was revoked");
+      const refreshed = await postToken(service.url, {
+        grant_type: "refresh_token",
+        refresh_token: tokens.refresh_token,
+      });
+      assert.equal(refreshed.body.error, "invalid_grant");
+    });
+  },
+});
+
+Deno.test({
+  name: "admin: --keep-gitlab-tokens ends sessions this environment cannot revoke, and says so",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    await withLiveService({}, async ({ gitlab, service, kvPath }) => {
+      await signInOverHttp(service.url, gitlab);
+      const revokedBefore = gitlab.revokedTokens.size;
+      const run = await runAdminCli(
+        ["sessions", "revoke", "--user", "ada", "--keep-gitlab-tokens"],
+        { KV_PATH: kvPath },
+      );
+      assert.equal(run.code, 0, run.stderr);
+      const [action] = jsonLines(run.stdout).filter((l) => l.message === "operator action");
+      assert.equal(action.sessions, 1);
+      assert.equal(action.gitlabTokensKept, 1);
+      assert.equal(gitlab.revokedTokens.size, revokedBefore);
+    });
+  },
+});
 
 Deno.test("admin: keys generate prints two fresh secrets the service accepts", async () => {
   const runs = [

@@ -6,9 +6,9 @@
 /** One operator command, as typed. */
 export type AdminCommand =
   | { name: "sessions list"; user?: string; json: boolean }
-  | { name: "sessions revoke"; by: { user: string } | { id: string } }
+  | { name: "sessions revoke"; by: { user: string } | { id: string }; keepGitLabTokens: boolean }
   | { name: "clients list"; json: boolean }
-  | { name: "clients delete"; clientId: string }
+  | { name: "clients delete"; clientId: string; keepGitLabTokens: boolean }
   | { name: "stats"; json: boolean }
   | { name: "keys generate" }
   | { name: "help" };
@@ -16,8 +16,9 @@ export type AdminCommand =
 /** The usage text printed with every refusal (and for `help`). */
 export const USAGE = [
   "usage: admin sessions list [--user <gitlab username or id>] [--json]",
-  "       admin sessions revoke --user <gitlab username or id> | --id <session id>",
-  "       admin clients list [--json] | clients delete <client id>",
+  "       admin sessions revoke (--user <gitlab username or id> | --id <session id>)",
+  "                             [--keep-gitlab-tokens]",
+  "       admin clients list [--json] | clients delete <client id> [--keep-gitlab-tokens]",
   "       admin stats [--json] | keys generate | help",
 ].join("\n");
 
@@ -31,6 +32,12 @@ interface Split {
   words: string[];
   flags: Map<string, string | true>;
 }
+
+/**
+ * Ends sessions without revoking their GitLab tokens (they stay valid at GitLab until revoked
+ * there): for when this environment cannot open or revoke them, and the operator knows it.
+ */
+const KEEP = "--keep-gitlab-tokens";
 
 /** Flags that take a value; every other flag is a switch. */
 const VALUE_FLAGS = new Set(["--user", "--id"]);
@@ -83,22 +90,26 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
       only(given, ["--user", "--json"], 2);
       return { name: "sessions list", user: value(given, "--user"), json };
     case "sessions revoke": {
-      only(given, ["--user", "--id"], 2);
+      only(given, ["--user", "--id", KEEP], 2);
       const user = value(given, "--user");
       const id = value(given, "--id");
       if ((user === undefined) === (id === undefined)) {
         throw new UsageError("sessions revoke needs exactly one of --user and --id");
       }
-      return { name: "sessions revoke", by: user === undefined ? { id: id ?? "" } : { user } };
+      return {
+        name: "sessions revoke",
+        by: user === undefined ? { id: id ?? "" } : { user },
+        keepGitLabTokens: given.flags.has(KEEP),
+      };
     }
     case "clients list":
       only(given, ["--json"], 2);
       return { name: "clients list", json };
     case "clients delete": {
-      only(given, [], 3);
+      only(given, [KEEP], 3);
       const clientId = given.words[2];
       if (clientId === undefined) throw new UsageError("clients delete needs a client id");
-      return { name: "clients delete", clientId };
+      return { name: "clients delete", clientId, keepGitLabTokens: given.flags.has(KEEP) };
     }
     case "stats":
       only(given, ["--json"], 1);

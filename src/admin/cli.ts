@@ -13,14 +13,17 @@
  */
 
 import { systemClock } from "../clock.ts";
-import { ConfigError, loadConfig } from "../config/mod.ts";
+import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
 import { existingStoreProblem, kvLocation, openKv } from "../kv_open.ts";
-import { createLogger } from "../logger.ts";
+import { createLogger, type Logger } from "../logger.ts";
+import { sealingSecrets } from "../secret_box.ts";
 import { loadTemplates } from "../templates.ts";
+import { createGitLabUpstream } from "../upstream/gitlab.ts";
+import type { Upstream } from "../upstream/types.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
-import { runStoreCommand } from "./commands.ts";
+import { AdminRefusal, runStoreCommand } from "./commands.ts";
 
 /** Where the CLI writes: output and JSON log lines to `out`, refusals to `err`. */
 export interface AdminOutput {
@@ -94,14 +97,37 @@ export async function runAdmin(
     });
     return await runStoreCommand(command, {
       store: deps.store,
-      upstream: deps.oauth?.upstream,
+      upstream: gitLabOf(config, logger),
+      missingForRevocation: sealingSecrets(config).length > 0
+        ? []
+        : ["ENCRYPTION_KEY or JWT_SECRET"],
       logger,
       print: output.out,
       kvFileSize: () => kvFileSize(config.kvPath),
     });
+  } catch (error) {
+    if (!(error instanceof AdminRefusal)) throw error;
+    output.err(`admin: ${error.message}`);
+    return 1;
   } finally {
     kv.close();
   }
+}
+
+/**
+ * GitLab's client for revocations: it needs GITLAB_URL and GITLAB_CLIENT_ID (and the secret of
+ * a confidential application), not JWT_SECRET, which the service's own OAuth settings require.
+ */
+function gitLabOf(config: Config, logger: Logger): Upstream | undefined {
+  if (!config.gitlabClientId) return undefined;
+  return createGitLabUpstream({
+    gitlabUrl: config.gitlabUrl,
+    clientId: config.gitlabClientId,
+    clientSecret: config.gitlabClientSecret,
+    scopes: config.gitlabScopes,
+    timeoutMs: config.upstreamTimeoutMs,
+    logger,
+  });
 }
 
 /** Bytes of a local KV file and its write-ahead log; undefined for memory or KV Connect. */

@@ -31,6 +31,12 @@ export interface OperatorStore {
   /** Every live session matching `filter` (all of them without one), oldest first. */
   listSessions(filter?: SessionFilter): Promise<SessionRecord[]>;
   /**
+   * The session `id` if it has not expired, whatever key sealed its GitLab tokens (unlike
+   * getSession, which treats a session it cannot open as absent): the operator must learn
+   * that it exists and cannot be opened, not that there is none.
+   */
+  readSession(id: string): Promise<SessionRecord | null>;
+  /**
    * Deletes the sessions `ids`, in batches of atomic commits; answers how many ids it was given
    * (a KV delete does not tell whether the record was still there).
    */
@@ -75,6 +81,13 @@ export function createOperatorStore(io: StoreIo): OperatorStore {
         if (matches(session, filter)) found.push(session);
       }
       return found.sort((a, b) => a.createdAt - b.createdAt);
+    },
+
+    async readSession(id) {
+      const stored = await io.read<SessionRecord>(sessionKey(id));
+      if (!stored) return null;
+      const session = sessionFromStored(stored.value);
+      return io.isLive(session) ? session : null;
     },
 
     async deleteSessions(ids) {
