@@ -397,6 +397,55 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name:
+    "admin: --user says whether it matched a user id or a username, refuses when it matches both; --user-id and --username take one",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    // A GitLab username may be all digits: "77" is one user's name and another's id.
+    const digits = { id: 5, username: "77", name: "Seventy Seven" };
+    await withLiveService({}, async ({ gitlab, service, admin }) => {
+      gitlab.users.push(GRACE, digits);
+      await signInOverHttp(service.url, gitlab, { userId: GRACE.id });
+      await signInOverHttp(service.url, gitlab, { userId: digits.id });
+      await signInOverHttp(service.url, gitlab);
+      const actionOf = (run: CommandRun) => {
+        assert.equal(run.code, 0, run.stderr);
+        return jsonLines(run.stdout).find((line) => line.message === "operator action");
+      };
+      const count = async () =>
+        jsonLines((await admin(["sessions", "list", "--json"])).stdout).length;
+
+      const both = await admin(["sessions", "revoke", "--user", "77"]);
+      assert.equal(both.code, 2, both.stderr);
+      assert.match(both.stderr, /the user id of grace \(77\) and the username of 77 \(5\)/);
+      assert.match(both.stderr, /--user-id 77 or --username 77/);
+      assert.equal(await count(), 3, "nothing was ended");
+
+      const listed = await admin(["sessions", "list", "--user-id", "77", "--json"]);
+      assert.deepEqual(jsonLines(listed.stdout).map((s) => s.username), ["grace"]);
+
+      const byId = actionOf(await admin(["sessions", "revoke", "--user-id", "77"]));
+      assert.deepEqual([byId?.matched, byId?.users, byId?.sessions], ["user id", "grace (77)", 1]);
+      const byName = actionOf(await admin(["sessions", "revoke", "--username", "77"]));
+      assert.deepEqual([byName?.matched, byName?.users, byName?.sessions], [
+        "username",
+        "77 (5)",
+        1,
+      ]);
+      const ada = actionOf(await admin(["sessions", "revoke", "--user", "ADA"]));
+      assert.deepEqual([ada?.matched, ada?.users], ["username", "ada (4242)"]);
+
+      const bad = await admin(["sessions", "revoke", "--user-id", "ada"]);
+      assert.equal(bad.code, 2);
+      assert.match(bad.stderr, /--user-id takes a number/);
+      const two = await admin(["sessions", "list", "--user", "ada", "--username", "ada"]);
+      assert.equal(two.code, 2);
+    });
+  },
+});
+
 Deno.test("admin: keys generate prints two fresh secrets the service accepts", async () => {
   const runs = [
     await runAdminCli(["keys", "generate"], {}),

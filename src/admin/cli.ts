@@ -108,7 +108,7 @@ export async function runAdmin(
   } catch (error) {
     if (!(error instanceof AdminRefusal)) throw error;
     output.err(`admin: ${error.message}`);
-    return 1;
+    return error.exitCode;
   } finally {
     kv.close();
   }

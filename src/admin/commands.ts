@@ -9,7 +9,7 @@ import { revokeOpenedUpstreamTokens } from "../session/end.ts";
 import type { Store } from "../store/mod.ts";
 import type { ClientRecord, SessionRecord, UpstreamTokenPair } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
-import type { AdminCommand } from "./args.ts";
+import type { AdminCommand, UserSelector } from "./args.ts";
 import { formatTable } from "./table.ts";
 
 /** What the commands run against. */
@@ -32,9 +32,15 @@ export interface AdminDeps {
 /** The commands that read or change KV (`keys generate` and `help` need none). */
 export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "help" }>;
 
-/** A command that refuses before changing anything: the CLI prints the message, exits 1. */
+/**
+ * A command that refuses before changing anything: the CLI prints the message and exits with
+ * `exitCode` (1: the setup is incomplete; 2: the arguments do not say what to do).
+ */
 export class AdminRefusal extends Error {
   override name = "AdminRefusal";
+  constructor(message: string, readonly exitCode = 1) {
+    super(message);
+  }
 }
 
 /** Upstream revocations in flight at once: a courtesy to the GitLab instance. */
@@ -50,12 +56,12 @@ export const NOTHING_MATCHED = 3;
 export async function runStoreCommand(command: StoreCommand, deps: AdminDeps): Promise<number> {
   switch (command.name) {
     case "sessions list":
-      printSessions(await deps.store.listSessions({ user: command.user }), command.json, deps);
+      printSessions(await deps.store.listSessions(command.who), command.json, deps);
       return 0;
     case "sessions revoke":
-      return "user" in command.by
-        ? await revokeUserSessions(command.by.user, command.keepGitLabTokens, deps)
-        : await revokeSession(command.by.id, command.keepGitLabTokens, deps);
+      return "id" in command.by
+        ? await revokeSession(command.by.id, command.keepGitLabTokens, deps)
+        : await revokeUserSessions(command.by, command.keepGitLabTokens, deps);
     case "clients list":
       printClients(await deps.store.listClients(), command.json, deps);
       return 0;
@@ -129,19 +135,50 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
 
 /** Offboarding: every session of the user ends, and their GitLab tokens are revoked. */
 async function revokeUserSessions(
-  user: string,
+  who: UserSelector,
   keepGitLabTokens: boolean,
   deps: AdminDeps,
 ): Promise<number> {
   const revoker = gitLabRevoker(keepGitLabTokens, deps);
-  const sessions = await deps.store.listSessions({ user });
+  const sessions = await deps.store.listSessions(who);
   if (sessions.length === 0) {
-    deps.logger.warn("no session of that user: nothing ended", { action: "sessions revoke", user });
+    deps.logger.warn("no session of that user: nothing ended", {
+      action: "sessions revoke",
+      ...who,
+    });
     return NOTHING_MATCHED;
   }
+  const matched = howMatched(who, sessions);
   const ending = await openAll(sessions, revoker, deps);
-  await endSessions(ending, revoker, { action: "sessions revoke", user }, deps);
+  const users = [...new Set(sessions.map(userLabel))].join(", ");
+  await endSessions(ending, revoker, { action: "sessions revoke", ...who, matched, users }, deps);
   return 0;
+}
+
+function userLabel(session: SessionRecord): string {
+  return `${session.upstreamUsername} (${session.upstreamUserId})`;
+}
+
+/**
+ * What `who` matched: "user id", "username", or both for one user whose username is their id.
+ * A `--user` that is one user's id and another's username is refused: the operator says which.
+ */
+function howMatched(who: UserSelector, sessions: SessionRecord[]): string {
+  if ("userId" in who) return "user id";
+  if ("username" in who) return "username";
+  const byId = sessions.filter((session) => String(session.upstreamUserId) === who.user.trim());
+  const byName = sessions.filter((session) => !byId.includes(session));
+  if (byId.length === 0) return "username";
+  if (byName.length === 0) {
+    const name = byId.some((s) => s.upstreamUsername.toLowerCase() === who.user.trim());
+    return name ? "user id and username" : "user id";
+  }
+  throw new AdminRefusal(
+    `--user ${who.user} matches the user id of ${userLabel(byId[0])} and the username of ` +
+      `${userLabel(byName[0])}; nothing was ended. Say which: --user-id ${who.user} or ` +
+      `--username ${who.user}.`,
+    2,
+  );
 }
 
 async function revokeSession(

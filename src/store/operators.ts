@@ -13,9 +13,14 @@ import type { StoreIo } from "./io.ts";
 import { clientKey, recordPrefix, sessionKey } from "./keys.ts";
 import { type ClientRecord, sessionFromStored, type SessionRecord } from "./records.ts";
 
-/** Which sessions: those of a user (GitLab username in any case, or GitLab user id), a client. */
+/**
+ * Which sessions: those of a user (`user`: GitLab username in any case, or GitLab user id;
+ * `userId` or `username`: only that), of a client.
+ */
 export interface SessionFilter {
   user?: string;
+  userId?: number;
+  username?: string;
   clientId?: string;
 }
 
@@ -59,8 +64,11 @@ export function sessionBelongsTo(session: SessionRecord, user: string): boolean 
   return session.upstreamUsername.toLowerCase() === wanted.toLowerCase();
 }
 
-function matches(session: SessionRecord, { user, clientId }: SessionFilter): boolean {
+function matches(session: SessionRecord, filter: SessionFilter): boolean {
+  const { user, userId, username, clientId } = filter;
   return (user === undefined || sessionBelongsTo(session, user)) &&
+    (userId === undefined || session.upstreamUserId === userId) &&
+    (username === undefined || session.upstreamUsername.toLowerCase() === username.toLowerCase()) &&
     (clientId === undefined || session.clientId === clientId);
 }
 
