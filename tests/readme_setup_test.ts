@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { dirname } from "node:path";
+import { loadConfig, oauthSettings } from "../src/config/mod.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 
 const README = new URL("../README.md", import.meta.url);
@@ -62,4 +63,14 @@ Deno.test("README Run it with GitLab: the KV file's folder is created before the
   );
   assert.ok(creates >= 0, `step 2 creates ${folder}`);
   assert.ok(creates < run.findIndex((command) => command.includes("task start")));
+});
+
+Deno.test("README Run it with GitLab: step 2's settings make a production service with its MCP server at /mcp", async () => {
+  const env = exported(await startBlock(), TEST_SECRET);
+  const config = loadConfig({ ...env, GITLAB_CLIENT_ID: "app-id" });
+  assert.ok(oauthSettings(config), "OAuth is configured");
+  assert.equal(config.securityProfile, "strict");
+  assert.ok(config.mcpUpstreamUrl, "MCP_UPSTREAM_URL is set: the gateway serves /mcp");
+  const step3 = (await readmeSection("Run it with GitLab")).split(/^3\. /m)[1] ?? "";
+  assert.ok(step3.includes(`${config.baseUrl}/mcp`), "step 3 connects clients to {BASE_URL}/mcp");
 });
