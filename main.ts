@@ -1,7 +1,7 @@
 /**
  * Composition root: reads the configuration, opens KV, wires the dependencies and serves.
- * The only module that touches Deno.env, Deno.openKv and Deno.serve (the demo reuses
- * `startService` with an environment of its own).
+ * The only module that touches Deno.env and Deno.serve, and opens the service's KV (through
+ * src/kv_open.ts; the demo reuses `startService` with an environment of its own).
  *
  * Two ways in, both configured from the environment:
  * - `deno serve main.ts` (also `--parallel`): the default export `{ fetch }`;
@@ -25,6 +25,7 @@ import {
   signInReason,
 } from "./src/config/mod.ts";
 import { createAppDeps } from "./src/deps.ts";
+import { openKv } from "./src/kv_open.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";
 
@@ -48,11 +49,14 @@ export interface RunningService {
   finished: Promise<void>;
 }
 
-/** Reads the configuration, opens KV and builds the app. Throws ConfigError on a bad value. */
+/**
+ * Reads the configuration, opens KV and builds the app. Throws ConfigError on a bad value, and
+ * on a KV that cannot be opened (naming KV_PATH).
+ */
 export async function composeService(env: Env, logger: Logger): Promise<Composition> {
   const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
-  const kv = await Deno.openKv(config.kvPath);
+  const kv = await openKv(config.kvPath);
   const app = createApp(
     createAppDeps(config, { kv, clock: systemClock, logger, templates: await loadTemplates() }),
   );

@@ -71,6 +71,8 @@ const client = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, asy
     const verifier = pending.get(state);
     pending.delete(state);
     if (!verifier) return page("Unknown or reused state", "<p>Start again.</p>");
+    const refusal = url.searchParams.get("error");
+    if (refusal !== null) return refused(refusal, url.searchParams.get("error_description"));
     const response = await fetch(`${service.url}/token`, {
       method: "POST",
       headers: { "Content-Type": "application/x-www-form-urlencoded" },
@@ -102,6 +104,23 @@ const client = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, asy
   }
   return new Response("Not found", { status: 404 });
 });
+
+/**
+ * The authorization server sent an error instead of a code (RFC 6749 §4.1.2.1): Cancel, Deny at
+ * GitLab, a GitLab failure. There is no code to exchange; say what happened.
+ */
+function refused(error: string, description: string | null): Response {
+  const why = error === "access_denied"
+    ? "You cancelled the sign-in, or denied it at GitLab."
+    : "The sign-in did not complete.";
+  return page(
+    error === "access_denied" ? "Sign-in cancelled" : "Sign-in failed",
+    `<p>${why} The service answered <code>error=${escape(error)}</code>${
+      description ? ` (${escape(description)})` : ""
+    }; no code, so nothing to exchange.</p>
+     <p><a href="/">Sign in again</a></p>`,
+  );
+}
 
 function page(title: string, body: string): Response {
   return new Response(

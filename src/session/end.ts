@@ -9,7 +9,7 @@
 import type { LogFields, Logger } from "../logger.ts";
 import { redact } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
-import type { SessionRecord } from "../store/records.ts";
+import type { SessionRecord, UpstreamTokenPair } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 
@@ -74,6 +74,18 @@ export async function revokeUpstreamTokens(
 ): Promise<boolean> {
   const tokens = await deps.store.openUpstreamTokens(sealed);
   if (!tokens) return false;
+  return await revokeOpenedUpstreamTokens(deps, tokens, fields);
+}
+
+/**
+ * Revokes GitLab tokens already opened (the operator's CLI opens every one before it deletes
+ * anything); a failure is logged, never thrown. Answers whether GitLab confirmed it.
+ */
+export async function revokeOpenedUpstreamTokens(
+  deps: Pick<EndDeps, "logger" | "upstream">,
+  tokens: UpstreamTokenPair,
+  fields: LogFields,
+): Promise<boolean> {
   try {
     await deps.upstream.revokeToken(tokens.accessToken);
     return true;
