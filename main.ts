@@ -25,7 +25,7 @@ import {
   signInReason,
 } from "./src/config/mod.ts";
 import { createAppDeps } from "./src/deps.ts";
-import { openKv } from "./src/kv_open.ts";
+import { openKv } from "./src/store/kv_open.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";
 

@@ -16,7 +16,7 @@ import { systemClock } from "../clock.ts";
 import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
-import { existingStoreProblem, kvLocation, openKv } from "../kv_open.ts";
+import { existingStoreProblem, kvLocation, openKv } from "../store/kv_open.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import { sealingSecrets } from "../secret_box.ts";
 import { generateSigningKey } from "../keys/signing_keys.ts";

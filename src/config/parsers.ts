@@ -7,7 +7,7 @@
 import { NEVER_FORWARDED_HEADERS } from "../gateway/headers.ts";
 import { parseCidr } from "../http/ip_address.ts";
 import { redirectPatternProblem } from "../clients/redirect_allow_list.ts";
-import { isWebUrl, parseUrl } from "../web_url.ts";
+import { isWebUrl, parseUrl } from "../http/web_url.ts";
 import { ConfigError, type Parser } from "./variable.ts";
 
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */

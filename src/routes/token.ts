@@ -10,7 +10,7 @@ import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { redact } from "../logger.ts";
-import { verifyPkce } from "../pkce.ts";
+import { verifyPkce } from "../sign_in/pkce.ts";
 import { afterSessionEnded } from "../session/end.ts";
 import {
   invalidTarget,

@@ -32,7 +32,7 @@ import {
   type UpstreamProfile,
   type UpstreamUser,
 } from "./types.ts";
-import { isWebUrl } from "../web_url.ts";
+import { isWebUrl } from "../http/web_url.ts";
 
 export type { MisconfigurationHints, UpstreamLogger } from "./oauth_http.ts";
 
