@@ -15,7 +15,7 @@ import { startDemoMcpServer } from "./demo_mcp_server.ts";
 import { startSimulatedGitLab } from "./simulated_gitlab.ts";
 
 const env = Deno.env.toObject();
-const port = env.PORT ?? "8000";
+const port = demoPort(env);
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
 const mcp = startDemoMcpServer(gitlab.url);
 let service: RunningService;
@@ -42,6 +42,18 @@ try {
   await mcp.close();
   await gitlab.close();
   Deno.exit(1);
+}
+
+/**
+ * PORT (default 8000). The redirect sign-in needs its BASE_URL before the service listens, so
+ * there `0` (any free port) is resolved here.
+ */
+function demoPort(env: Record<string, string>): string {
+  const port = env.PORT ?? "8000";
+  if (port !== "0" || env.GITLAB_SIGN_IN !== "redirect" || env.BASE_URL) return port;
+  const listener = Deno.listen({ hostname: env.HOST ?? "127.0.0.1", port: 0 });
+  listener.close();
+  return String(listener.addr.port);
 }
 
 /** PKCE verifiers of sign-ins the example client started, by `state`. */

@@ -205,7 +205,9 @@ export async function spawnWithGitLab(
  * picked here and handed to the child as PORT too.
  */
 function withBaseUrlForRedirect(env: Record<string, string>): Record<string, string> {
-  if (env.GITLAB_SIGN_IN !== "redirect" || env.BASE_URL || env.PORT) return env;
+  if (env.GITLAB_SIGN_IN !== "redirect" || env.BASE_URL || (env.PORT && env.PORT !== "0")) {
+    return env;
+  }
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const port = String(listener.addr.port);
   listener.close();
