@@ -10,17 +10,18 @@ import {
   createClientMetadataFetcher,
 } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
-import { type Config, jwtSecrets, oauthSettings } from "./config/mod.ts";
+import { type Config, CONFIG_VARIABLES, jwtSecrets, oauthSettings } from "./config/mod.ts";
 import type { AppDeps } from "./http/context.ts";
-import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
 import { createOpenStreams, endingStreamsWithSessions } from "./gateway/open_streams.ts";
+import { createConfiguredTokenSigner } from "./keys/token_signer.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
 import { createStore } from "./store/mod.ts";
-import type { Templates } from "./templates.ts";
-import { createGitLabUpstream } from "./upstream/gitlab.ts";
+import type { Templates } from "./pages/mod.ts";
+import { createGitLabUpstream, gitLabProfile } from "./upstream/gitlab.ts";
+import type { MisconfigurationHints } from "./upstream/oauth_http.ts";
 import type { Upstream } from "./upstream/types.ts";
 
 /**
@@ -42,28 +43,52 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const settings = oauthSettings(config);
   const store = createStore(kv, clock, createSecretBoxFromConfig(config));
   const openStreams = createOpenStreams({ store, clock, logger });
+  const upstream = resources.upstream ??
+    (settings && configuredUpstream(config, settings.gitlabClientId, logger));
   return {
     config,
     store,
     clock,
     templates,
     logger,
+    upstreamProfile: upstream?.profile ??
+      gitLabProfile(config.upstream.url, config.upstream.scopes),
     // A session that ends in this process ends its open streams at once.
     verifiedTokens: endingStreamsWithSessions(createVerifiedTokens(), openStreams),
     openStreams,
     clientMetadataFetcher: resources.clientMetadataFetcher ??
       createClientMetadataFetcher({ allowPrivate: config.clientMetadataAllowPrivate }),
-    oauth: settings && {
-      upstream: resources.upstream ?? createGitLabUpstream({
-        gitlabUrl: config.gitlabUrl,
-        clientId: settings.gitlabClientId,
-        clientSecret: config.gitlabClientSecret,
-        scopes: config.gitlabScopes,
-        timeoutMs: config.upstreamTimeoutMs,
-        logger,
-      }),
-      signer: createTokenSigner(jwtSecrets(settings, config)),
+    oauth: settings && upstream && {
+      upstream,
+      signer: createConfiguredTokenSigner(config, jwtSecrets(settings, config)),
       consentSigner: createConsentSigner(jwtSecrets(settings, config)),
     },
+  };
+}
+
+/**
+ * The upstream the configuration describes. A second provider is one more branch here, on a
+ * variable of `CONFIG_VARIABLES.upstream` choosing it.
+ */
+function configuredUpstream(config: Config, clientId: string, logger: Logger): Upstream {
+  const { url, scopes, clientSecret } = config.upstream;
+  return createGitLabUpstream({
+    gitlabUrl: url,
+    clientId,
+    clientSecret,
+    scopes,
+    timeoutMs: config.upstreamTimeoutMs,
+    logger,
+    hints: misconfigurationHints(),
+  });
+}
+
+/** The variables an operator should check when the provider refuses our application. */
+function misconfigurationHints(): MisconfigurationHints {
+  const { clientId, clientSecret, scopes, url } = CONFIG_VARIABLES.upstream;
+  return {
+    client: `${clientId.name} and ${clientSecret.name}`,
+    scopes: scopes.name,
+    url: url.name,
   };
 }

@@ -34,9 +34,9 @@ Deno.test("loadConfig defaults", async (t) => {
     assert.equal(listenHostname(config), "0.0.0.0");
   });
   await t.step("GitLab", () => {
-    assert.equal(config.gitlabUrl.href, "https://gitlab.com/");
-    assert.equal(config.gitlabScopes, "api");
-    assert.equal(config.gitlabClientId, undefined);
+    assert.equal(config.upstream.url.href, "https://gitlab.com/");
+    assert.equal(config.upstream.scopes, "api");
+    assert.equal(config.upstream.clientId, undefined);
   });
   await t.step("lifetimes", () => {
     assert.equal(config.accessTokenTtlSeconds, 3600);
@@ -72,9 +72,9 @@ Deno.test("loadConfig reads valid values", async (t) => {
     });
     assert.equal(config.port, 9090);
     assert.equal(listenHostname(config), "127.0.0.1");
-    assert.equal(config.gitlabUrl.origin, "https://gitlab.example.org");
-    assert.equal(config.gitlabClientId, "gitlab-app-id");
-    assert.equal(config.gitlabScopes, "read_user api");
+    assert.equal(config.upstream.url.origin, "https://gitlab.example.org");
+    assert.equal(config.upstream.clientId, "gitlab-app-id");
+    assert.equal(config.upstream.scopes, "read_user api");
     assert.equal(config.jwtSecret, SECRET);
     assert.equal(config.accessTokenTtlSeconds, 600);
     assert.equal(config.sessionIdleTtlSeconds, 86400);

@@ -106,9 +106,13 @@ Deno.test("security profile: strict refuses an unregistered client at /authorize
   }));
 
 Deno.test("security profile: strict ends a session whose rotated refresh token comes back", () =>
-  withEnv({ SECURITY_PROFILE: "strict", REDIRECT_URI_POLICY: "any" }, async (t) => {
-    const { refresh_token: previous } = await issueTokens(t);
-    const current = (await (await refresh(t, previous)).json()).refresh_token;
-    await assertError(await refresh(t, previous), 400, "invalid_grant");
-    await assertError(await refresh(t, current), 400, "invalid_grant");
-  }));
+  // The device flow explicitly: strict would otherwise sign in by redirect (issue 22 §1.2).
+  withEnv(
+    { SECURITY_PROFILE: "strict", REDIRECT_URI_POLICY: "any", GITLAB_SIGN_IN: "device" },
+    async (t) => {
+      const { refresh_token: previous } = await issueTokens(t);
+      const current = (await (await refresh(t, previous)).json()).refresh_token;
+      await assertError(await refresh(t, previous), 400, "invalid_grant");
+      await assertError(await refresh(t, current), 400, "invalid_grant");
+    },
+  ));

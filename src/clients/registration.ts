@@ -7,6 +7,7 @@
 
 import { OAuthError } from "../http/errors.ts";
 import type { ClientMetadata } from "../store/records.ts";
+import { parseUrl, parseWebUrl } from "../http/web_url.ts";
 import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
 
 const MAX_REDIRECT_URIS = 20;
@@ -43,7 +44,7 @@ export function parseClientMetadata(body: unknown): ClientMetadata {
   }
   for (const field of URL_FIELDS) {
     const value = optionalText(input, field);
-    if (value !== undefined) metadata[field] = parseWebUrl(field, value);
+    if (value !== undefined) metadata[field] = requireWebUrl(field, value);
   }
   if (input.contacts !== undefined) {
     if (!isBoundedTextList(input.contacts, MAX_CONTACTS)) {
@@ -132,20 +133,9 @@ function optionalText(input: Record<string, unknown>, field: string): string | u
   return value;
 }
 
-function parseWebUrl(field: string, value: string): string {
-  const url = parseUrl(value);
-  if (!url || (url.protocol !== "https:" && url.protocol !== "http:")) {
-    throw invalidMetadata(`${field} must be an http(s) URL`);
-  }
+function requireWebUrl(field: string, value: string): string {
+  if (!parseWebUrl(value)) throw invalidMetadata(`${field} must be an http(s) URL`);
   return value;
-}
-
-function parseUrl(value: string): URL | undefined {
-  try {
-    return new URL(value);
-  } catch {
-    return undefined;
-  }
 }
 
 function isStringArray(value: unknown): value is string[] {

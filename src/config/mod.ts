@@ -15,12 +15,15 @@ import {
   variablesOf,
 } from "./variable.ts";
 
+import { requireSigningKeys } from "../keys/signing_config.ts";
+
 export { ConfigError, type ConfigVariable, type Env } from "./variable.ts";
 export type { RateLimit } from "./parsers.ts";
 export { CONFIG_VARIABLES, PROFILE_DEFAULTS, type SecurityProfile } from "./variables.ts";
 
 /** The parts of Config that make OAuth work; both must be present. */
 export interface OAuthSettings {
+  /** `upstream.clientId` (GITLAB_CLIENT_ID), known to be set. */
   gitlabClientId: string;
   jwtSecret: string;
 }
@@ -40,6 +43,8 @@ export function loadConfig(env: Env): Config {
   const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
   requireBaseUrlBehindProxy(config);
   requireProfileSettings(config);
+  requireSigningKeys(config);
+  requireBaseUrlForRedirect(config);
   return config;
 }
 
@@ -50,6 +55,19 @@ export function loadConfig(env: Env): Config {
 function requireBaseUrlBehindProxy(config: Config): void {
   if (config.trustProxy.length > 0 && !config.baseUrl) {
     throw new ConfigError("TRUST_PROXY", "needs BASE_URL: set BASE_URL to the public base URL");
+  }
+}
+
+/**
+ * The redirect sign-in sends GitLab a callback URL, which must not follow the request's `Host`:
+ * a request naming another host would have GitLab send its code there.
+ */
+function requireBaseUrlForRedirect(config: Config): void {
+  if (config.upstream.signIn === "redirect" && !config.baseUrl) {
+    throw new ConfigError(
+      "BASE_URL",
+      "is required with GITLAB_SIGN_IN=redirect (GitLab's callback URL is built from it)",
+    );
   }
 }
 
@@ -67,6 +85,18 @@ function withProfileDefaults(profile: SecurityProfile, env: Env): Env {
   return filled;
 }
 
+/**
+ * Why the sign-in runs as it does, for the start-up line: set explicitly, implied by the strict
+ * profile (the device flow is phishable, RFC 8628 §5.4), or the spec's default.
+ */
+export function signInReason(env: Env): string {
+  if (env.GITLAB_SIGN_IN?.trim()) return "GITLAB_SIGN_IN is set";
+  const profile = env.SECURITY_PROFILE?.trim().toLowerCase();
+  return profile === "strict"
+    ? "SECURITY_PROFILE=strict: the device flow is phishable (RFC 8628 §5.4)"
+    : "the spec's default";
+}
+
 /** What a profile cannot run without. */
 function requireProfileSettings(config: Config): void {
   if (config.securityProfile === "strict" && !config.baseUrl) {
@@ -81,8 +111,8 @@ export function listenHostname(config: Config): string {
 
 /** The OAuth settings when both are configured, otherwise undefined. */
 export function oauthSettings(config: Config): OAuthSettings | undefined {
-  const { gitlabClientId, jwtSecret } = config;
-  return gitlabClientId && jwtSecret ? { gitlabClientId, jwtSecret } : undefined;
+  const { upstream: { clientId }, jwtSecret } = config;
+  return clientId && jwtSecret ? { gitlabClientId: clientId, jwtSecret } : undefined;
 }
 
 /** A year: browsers keep to https for this long after one visit (RFC 6797 §6.1.1). */
@@ -109,7 +139,7 @@ export function jwtSecrets(settings: OAuthSettings, config: Config): string[] {
 /** The one warning main.ts logs when OAuth is not configured, naming what is missing. */
 export function missingOAuthSettings(config: Config): string[] {
   return [
-    ...(config.gitlabClientId ? [] : ["GITLAB_CLIENT_ID"]),
-    ...(config.jwtSecret ? [] : ["JWT_SECRET"]),
+    ...(config.upstream.clientId ? [] : [CONFIG_VARIABLES.upstream.clientId.name]),
+    ...(config.jwtSecret ? [] : [CONFIG_VARIABLES.jwtSecret.name]),
   ];
 }

@@ -7,6 +7,7 @@
 import { NEVER_FORWARDED_HEADERS } from "../gateway/headers.ts";
 import { parseCidr } from "../http/ip_address.ts";
 import { redirectPatternProblem } from "../clients/redirect_allow_list.ts";
+import { isWebUrl, parseUrl } from "../http/web_url.ts";
 import { ConfigError, type Parser } from "./variable.ts";
 
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
@@ -15,6 +16,7 @@ export interface RateLimit {
   windowSeconds: number;
 }
 
+/** The one rule for every secret and key: at least this many bytes (256 bits of text). */
 export const MIN_SECRET_BYTES = 32;
 
 export const LOOPBACK_RANGES = ["127.0.0.0/8", "::1/128"] as const;
@@ -104,15 +106,9 @@ export function parseHttpUrl(name: string, raw: string): URL {
  * a fragment.
  */
 export function parseHttpUrlWithQuery(name: string, raw: string): URL {
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    throw new ConfigError(name, `is not a valid URL: ${JSON.stringify(raw)}`);
-  }
-  if (url.protocol !== "http:" && url.protocol !== "https:") {
-    throw new ConfigError(name, "must be an http or https URL");
-  }
+  const url = parseUrl(raw);
+  if (!url) throw new ConfigError(name, `is not a valid URL: ${JSON.stringify(raw)}`);
+  if (!isWebUrl(url)) throw new ConfigError(name, "must be an http or https URL");
   if (url.hash) throw new ConfigError(name, "must not have a query or fragment");
   return url;
 }

@@ -9,6 +9,7 @@ import {
   addressOrIgnored,
   caseInsensitive,
   integerBetween,
+  MIN_SECRET_BYTES,
   oneOf,
   parseBoolean,
   parseForwardHeaders,
@@ -23,6 +24,8 @@ import {
   urlWithoutTrailingSlash,
 } from "./parsers.ts";
 import { type ConfigTable, type Env, variable } from "./variable.ts";
+import { parseSigningKeys, parseSigningKeysFile } from "../keys/signing_keys.ts";
+import { parseIntrospectionTokens } from "../introspection/callers.ts";
 
 /**
  * Every environment variable the service reads, keyed by its Config field. Adding a variable is
@@ -31,14 +34,38 @@ import { type ConfigTable, type Env, variable } from "./variable.ts";
 export const CONFIG_VARIABLES = {
   // The OAuth settings first: when several values are wrong, JWT_SECRET's error is reported.
   /** Absent: the service starts but every operation answers 500 (spec §1.7). */
-  gitlabClientId: variable("GITLAB_CLIENT_ID", undefined, text, "GitLab OAuth application id"),
-  /** Absent: as gitlabClientId. */
   jwtSecret: variable(
     "JWT_SECRET",
     undefined,
     parseSecret,
-    "HS256 signing secret, at least 32 bytes",
+    `HS256 signing secret, at least ${MIN_SECRET_BYTES} bytes`,
   ),
+  /** The upstream identity provider and our application there. */
+  upstream: {
+    /** Absent: as jwtSecret. */
+    clientId: variable("GITLAB_CLIENT_ID", undefined, text, "GitLab OAuth application id"),
+    url: variable(
+      "GITLAB_URL",
+      "https://gitlab.com",
+      parseHttpUrl,
+      "GitLab instance (self-hosted too, with or without a sub-path)",
+    ),
+    scopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
+    /** `device`: the spec's device flow; `redirect`: consent page and the provider's sign-in. */
+    signIn: variable(
+      "GITLAB_SIGN_IN",
+      "device",
+      caseInsensitive(oneOf("device", "redirect")),
+      "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
+    ),
+    /** A confidential application's secret (redirect sign-in only); a secret: never logged. */
+    clientSecret: variable(
+      "GITLAB_CLIENT_SECRET",
+      undefined,
+      text,
+      "redirect sign-in: the secret of a confidential GitLab application",
+    ),
+  },
   port: variable("PORT", "8000", integerBetween(0, 65535), "port to listen on"),
   /** Undefined: HOSTNAME when it names an address, else every interface (`listenHostname`). */
   host: variable("HOST", undefined, unbracketed, "address to listen on", "`0.0.0.0`"),
@@ -51,27 +78,6 @@ export const CONFIG_VARIABLES = {
     undefined,
     addressOrIgnored,
     "older name of `HOST`, honoured only as an IP address or `localhost`; `HOST` wins",
-  ),
-  gitlabUrl: variable(
-    "GITLAB_URL",
-    "https://gitlab.com",
-    parseHttpUrl,
-    "GitLab instance (self-hosted too, with or without a sub-path)",
-  ),
-  gitlabScopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
-  /** `device`: the spec's device flow; `redirect`: consent page and GitLab's redirect sign-in. */
-  gitlabSignIn: variable(
-    "GITLAB_SIGN_IN",
-    "device",
-    caseInsensitive(oneOf("device", "redirect")),
-    "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
-  ),
-  /** A confidential GitLab application's secret (redirect sign-in only); a secret: never logged. */
-  gitlabClientSecret: variable(
-    "GITLAB_CLIENT_SECRET",
-    undefined,
-    text,
-    "redirect sign-in: the secret of a confidential GitLab application",
   ),
   accessTokenTtlSeconds: variable(
     "ACCESS_TOKEN_TTL",
@@ -216,6 +222,12 @@ export const CONFIG_VARIABLES = {
       parseRateLimit,
       "the same for `/register`",
     ),
+    introspect: variable(
+      "RATE_LIMIT_INTROSPECT",
+      "1200/60",
+      parseRateLimit,
+      "per introspection caller (its token), for `/introspect`",
+    ),
   },
   /** `exempt`: loopback clients are never limited; `limit`: they are, like everyone. */
   rateLimitLoopback: variable(
@@ -229,7 +241,7 @@ export const CONFIG_VARIABLES = {
     "ENCRYPTION_KEY",
     undefined,
     parseSecret,
-    "key (≥ 32 bytes) for GitLab tokens at rest",
+    `key (≥ ${MIN_SECRET_BYTES} bytes) for GitLab tokens at rest`,
     "derived from `JWT_SECRET`",
   ),
   /** A retired signing secret whose tokens are still accepted while they live. */
@@ -238,6 +250,34 @@ export const CONFIG_VARIABLES = {
     undefined,
     parseSecret,
     "the secret before a rotation: its tokens and stored sessions stay valid",
+  ),
+  /** `HS256`: the spec; `ES256`/`EdDSA`: signed with SIGNING_KEYS, published at the JWKS. */
+  accessTokenAlg: variable(
+    "ACCESS_TOKEN_ALG",
+    "HS256",
+    oneOf("HS256", "ES256", "EdDSA"),
+    "`ES256`/`EdDSA`: access tokens resource servers verify with `/.well-known/jwks.json`",
+  ),
+  /** Private JWKs, first signs, all published; undefined: none (or SIGNING_KEYS_FILE). */
+  signingKeys: variable(
+    "SIGNING_KEYS",
+    undefined,
+    parseSigningKeys,
+    "ES256/EdDSA: JSON array of private JWKs with `kid`s; the first signs, all verify",
+  ),
+  /** A file holding what SIGNING_KEYS would; read once at start-up. */
+  signingKeysFile: variable(
+    "SIGNING_KEYS_FILE",
+    undefined,
+    parseSigningKeysFile,
+    "a file holding `SIGNING_KEYS` (instead of it)",
+  ),
+  /** Bearer credentials of the resource servers that may call /introspect; undefined: 404. */
+  introspectionTokens: variable(
+    "INTROSPECTION_TOKENS",
+    undefined,
+    parseIntrospectionTokens,
+    "comma list of secrets (≥ 32 bytes each) that may call `/introspect` (else it is 404)",
   ),
   /** Opt-in: a client that lost a refresh response may retry the old token this long. 0: off. */
   refreshGraceSeconds: variable(
@@ -284,14 +324,17 @@ export type SecurityProfile = "spec" | "strict";
 
 /**
  * The defaults each profile gives the variables it governs (explicit values win). `strict`
- * closes what the spec leaves open: unregistered redirect URIs and replayed codes and refresh
- * tokens.
+ * closes what the spec leaves open: the phishable device flow, unregistered redirect URIs and
+ * replayed codes and refresh tokens.
  *
- * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2
+ * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2, RFC 8628 §5.4
  */
 export const PROFILE_DEFAULTS: Readonly<Record<SecurityProfile, Readonly<Env>>> = {
   spec: {},
   strict: {
+    // The device flow is phishable by design (RFC 8628 §5.4): anyone can start one and send the
+    // user code to a victim, whose approval then signs the attacker in.
+    GITLAB_SIGN_IN: "redirect",
     REDIRECT_URI_POLICY: "registered",
     REVOKE_ON_CODE_REPLAY: "true",
     REVOKE_ON_REFRESH_REPLAY: "true",

@@ -103,6 +103,7 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
     upstream: ctx.oauth.upstream,
     signer: ctx.oauth.signer,
     clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
+    accessTokenTtlSeconds: ctx.deps.config.accessTokenTtlSeconds,
     requiredScope: MCP_TOOLS_SCOPE,
     verifiedTokens,
   };
@@ -164,7 +165,7 @@ async function handleGatewayRequest(
     gateway.audit.record(audit, { status: 401 });
     throw BearerChallengeError.invalidToken(
       resource,
-      "The MCP server refused the GitLab token; sign in again",
+      `The MCP server refused the ${ctx.oauth.upstream.profile.displayName} token; sign in again`,
     );
   }
   return await relayResponse(ctx, upstream, auth, gateway, audit);

@@ -13,6 +13,7 @@ import { errorResponse, json, NO_STORE } from "./responses.ts";
 import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "./rate_limit.ts";
 import { requestOrigin } from "./request_origin.ts";
+import { createUnconfiguredProxyWarning } from "./proxy_warning.ts";
 import {
   findRoute,
   type Handler,
@@ -41,6 +42,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const trustsProxies = deps.config.trustProxy.length > 0;
   const hsts = strictTransportSecurity(deps.config);
   const routes = routesFor(ROUTES, deps.config);
+  const warnUnconfiguredProxy = createUnconfiguredProxyWarning(trustsProxies, deps.logger);
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
@@ -53,6 +55,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       let peer: string | undefined;
       const peerOf = () => peer ??= peerAddress(info);
       const fromTrustedProxy = trustsProxies && trusted(peerOf());
+      warnUnconfiguredProxy(request.headers, peerOf);
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;

@@ -10,8 +10,8 @@ import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { OpenStreams } from "../gateway/open_streams.ts";
 import type { ConsentSigner } from "../sign_in/consent_signer.ts";
 import type { Store } from "../store/mod.ts";
-import type { Templates } from "../templates.ts";
-import type { Upstream } from "../upstream/types.ts";
+import type { Templates } from "../pages/mod.ts";
+import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
 export interface OAuthDeps {
@@ -28,6 +28,11 @@ export interface AppDeps {
   clock: Clock;
   templates: Templates;
   logger: Logger;
+  /**
+   * How the upstream provider presents itself, configured or not (pages and metadata name it);
+   * `oauth.upstream.profile` when OAuth is configured.
+   */
+  upstreamProfile: UpstreamProfile;
   /** Access tokens the gateway accepted within the last second. */
   verifiedTokens: VerifiedTokens;
   /** The gateway's open event streams, ended when their session or token ends. */

@@ -36,7 +36,8 @@ export async function handleConsent(ctx: OAuthRequestContext): Promise<Response>
     return returnToClient(ctx, signIn.value, { error: "access_denied" });
   }
   if (action !== "continue") {
-    return notice(ctx, 400, "Sign-in failed", "Choose Continue with GitLab or Cancel.");
+    const { displayName } = ctx.oauth.upstream.profile;
+    return notice(ctx, 400, "Sign-in failed", `Choose Continue with ${displayName} or Cancel.`);
   }
   const headers = new Headers();
   rememberConsent(ctx, signIn.value, headers);

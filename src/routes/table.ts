@@ -13,6 +13,8 @@ import { handleCallback } from "./callback.ts";
 import { handleConsent } from "./consent.ts";
 import { handleLiveness, handleReadiness } from "./health.ts";
 import { handleHome } from "./home.ts";
+import { handleIntrospect } from "./introspect.ts";
+import { handleJwks } from "./jwks.ts";
 import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
 import { handlePoll } from "./poll.ts";
 import { handleRegister } from "./register.ts";
@@ -28,7 +30,7 @@ const protectedResourceMetadata = {
   cors: OAUTH_CORS,
 };
 
-const redirectSignIn = (config: Config) => config.gitlabSignIn === "redirect";
+const redirectSignIn = (config: Config) => config.upstream.signIn === "redirect";
 
 /** Path → handlers and rules. */
 export const ROUTES: Routes = {
@@ -75,6 +77,13 @@ export const ROUTES: Routes = {
     rateLimit: "token",
     cors: OAUTH_CORS,
   },
+  // Rate-limited in the handler: per authenticated caller, not per address.
+  [PATHS.introspect]: {
+    methods: { POST: handleIntrospect },
+    oauth: true,
+    when: (config) => config.introspectionTokens !== undefined,
+  },
+  [PATHS.jwks]: { methods: { GET: handleJwks }, cors: OAUTH_CORS },
   [PATHS.authorizationServerMetadata]: authorizationServerMetadata,
   [`${PATHS.authorizationServerMetadata}/*`]: authorizationServerMetadata,
   [PATHS.protectedResourceMetadata]: protectedResourceMetadata,

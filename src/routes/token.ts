@@ -10,7 +10,7 @@ import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { redact } from "../logger.ts";
-import { verifyPkce } from "../pkce.ts";
+import { verifyPkce } from "../sign_in/pkce.ts";
 import { afterSessionEnded } from "../session/end.ts";
 import {
   invalidTarget,
@@ -61,7 +61,11 @@ async function exchangeCode(
   if (!found) throw invalidGrant("Invalid authorization code");
   const { code, session } = found;
   if (code.value.redeemedAt !== undefined) {
-    await revokeReplayedCodeSession(ctx, code.value.sessionId, session);
+    // Only a replay that also proves possession of the verifier ends the session: anyone who saw
+    // the used code (a log, a referrer, browser history) could otherwise end it at will.
+    if (verifyPkce(verifier, code.value.codeChallenge, code.value.codeChallengeMethod)) {
+      await revokeReplayedCodeSession(ctx, code.value.sessionId, session);
+    }
     throw invalidGrant("Invalid authorization code");
   }
   if (clock.now() > code.value.expiresAt) {
@@ -77,7 +81,7 @@ async function exchangeCode(
   }
   if (!session) throw invalidGrant("Session not found");
   if (config.redirectUriPolicy === "registered") {
-    await requireSameClient(ctx, params.get("client_id"), code.value.clientId);
+    await requireSameClient(ctx, params.get("client_id"), code.value.clientId, "code");
   }
   requireSessionResource(ctx, params.get("resource"), session.value);
 
@@ -110,6 +114,7 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
     logger.info("refresh retried within grace", { requestId: ctx.requestId });
     return json(replayed, 200, NO_STORE);
   }
+  await requireRefreshingClient(ctx, params.get("client_id"), found.value.clientId);
   requireSessionResource(ctx, params.get("resource"), found.value);
 
   let session: Versioned<SessionRecord> | null;
@@ -192,7 +197,8 @@ function tokenDeps(ctx: OAuthRequestContext) {
 async function requireSameClient(
   ctx: OAuthRequestContext,
   clientId: string | undefined,
-  codeClientId: string,
+  grantClientId: string,
+  grant: "code" | "refresh token",
 ): Promise<void> {
   if (!clientId) throw new OAuthError(400, "invalid_request", "client_id is required");
   // A metadata document client was checked against its document at /authorize; a registered
@@ -200,9 +206,24 @@ async function requireSameClient(
   if (!isClientMetadataUrl(clientId) && !await ctx.deps.store.getClient(clientId)) {
     throw new OAuthError(401, "invalid_client", "Unknown client_id");
   }
-  if (clientId !== codeClientId) {
-    throw invalidGrant("The code was issued to another client");
+  if (clientId !== grantClientId) {
+    throw invalidGrant(`The ${grant} was issued to another client`);
   }
+}
+
+/**
+ * The refresh grant under REDIRECT_URI_POLICY=registered (SECURITY_PROFILE=strict): the client
+ * identifies itself, must be known (else 401, so MCP clients register again) and must be the
+ * session's (RFC 6749 §6). The spec's default checks no client_id in this grant. Before any
+ * upstream refresh, so another client's request costs no GitLab call.
+ */
+async function requireRefreshingClient(
+  ctx: OAuthRequestContext,
+  clientId: string | undefined,
+  sessionClientId: string,
+): Promise<void> {
+  if (ctx.deps.config.redirectUriPolicy !== "registered") return;
+  await requireSameClient(ctx, clientId, sessionClientId, "refresh token");
 }
 
 function protectedResource(ctx: OAuthRequestContext): string {

@@ -164,6 +164,7 @@ export async function issueTokens(
       scope,
       gitlab_user: session.upstreamUsername,
       resource,
+      client_id: session.clientId,
     },
     now,
     ttl,

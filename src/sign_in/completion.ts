@@ -15,6 +15,48 @@ import type { UpstreamTokenSet } from "../store/records.ts";
 import type { UpstreamUser } from "../upstream/types.ts";
 
 /**
+ * Revokes the GitLab token of a sign-in that failed after GitLab issued it (the user lookup
+ * failed, or the sign-in could no longer be stored): no session holds it, so nothing would ever
+ * use or revoke it. Best effort: a failure is logged, never thrown.
+ */
+export async function revokeAbandonedUpstreamTokens(
+  ctx: OAuthRequestContext,
+  tokens: UpstreamTokenSet,
+  reason: string,
+): Promise<void> {
+  try {
+    await ctx.oauth.upstream.revokeToken(tokens.accessToken);
+    ctx.deps.logger.info("GitLab token of a failed sign-in revoked", {
+      requestId: ctx.requestId,
+      reason,
+    });
+  } catch (error) {
+    ctx.deps.logger.warn("GitLab token revocation failed", {
+      requestId: ctx.requestId,
+      reason,
+      gitlabToken: redact(tokens.accessToken),
+      error: String(error),
+    });
+  }
+}
+
+/**
+ * The user the tokens belong to; when the lookup fails the tokens are revoked first (for a
+ * sign-in that holds them nowhere else, such as the redirect sign-in's callback).
+ */
+export async function fetchUserOrRevoke(
+  ctx: OAuthRequestContext,
+  tokens: UpstreamTokenSet,
+): Promise<UpstreamUser> {
+  try {
+    return await ctx.oauth.upstream.fetchUser(tokens.accessToken);
+  } catch (error) {
+    await revokeAbandonedUpstreamTokens(ctx, tokens, "user lookup failed");
+    throw error;
+  }
+}
+
+/**
  * Stores the sign-in of `user` with `tokens` for `request` through `commit` (false: nothing was
  * stored); the completion, or null when the commit refused it.
  *

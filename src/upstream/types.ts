@@ -1,16 +1,22 @@
 /**
- * The upstream identity provider, as the routes see it. The GitLab client (`gitlab.ts`)
- * implements it over HTTP; tests and the demo swap in fakes. Nothing above this folder knows
- * which provider it talks to: records, the store and sessions say `upstream*`.
+ * The upstream identity provider, as the routes see it. Nothing above this folder knows which
+ * provider it talks to: records, the store and sessions say `upstream*`, and pages, metadata,
+ * consent, the guard's messages and log lines name the provider by `profile.displayName`.
  *
- * Adding a second provider (GitHub has the same device flow, RFC 8628):
- * 1. `src/upstream/github.ts`: `createGitHubUpstream(options): Upstream`, request builders and
- *    `processX(response)` validators like gitlab.ts, mapping the provider's `error` codes onto
- *    `UpstreamError` ("terminal" / "transient") and its user onto `UpstreamUser`;
- * 2. `src/config.ts`: a variable choosing the provider and its URL, client id and scopes;
- * 3. `src/deps.ts`: one branch building that client where `createGitLabUpstream` is built.
- * Routes, sessions and storage stay as they are; the page's words and the `gitlab_user` claim
- * (fixed by the spec) are the only other places that name GitLab.
+ * `oauth_http.ts` is the provider-neutral half (sending with a time limit, transport errors,
+ * RFC 6749 / RFC 8628 answers classified into `UpstreamError` and `DevicePollResult`, backoff
+ * headers, the operator's hints on a refused application); `gitlab.ts` is GitLab's endpoints and
+ * user API on top of it. Adding a provider (GitHub, Keycloak, any RFC 8628 server) takes:
+ * 1. `src/upstream/<provider>.ts`: `create<Provider>Upstream(options): Upstream` with its
+ *    endpoints, its user API mapped onto `UpstreamUser`, its `OAuthQuirks` (GitHub: errors
+ *    answered with HTTP 200) and its profile; tests/_generic_upstream.ts is a complete one;
+ * 2. `src/config/variables.ts`: a variable in the `upstream` group choosing the provider (and
+ *    its README row); URL, client id, secret and scopes are the group's existing variables;
+ * 3. `src/deps.ts`: one branch in `configuredUpstream`, and the profile shown while OAuth is
+ *    not configured.
+ * What still says GitLab, on purpose: the `gitlab_user` claim (fixed by the spec), the
+ * variables' names (`GITLAB_*`, kept for compatibility), and the library's `gitlab` options
+ * and `gitlabToken` field (its public API).
  *
  * @see RFC 8628 (device authorization grant)
  */
@@ -98,9 +104,11 @@ export class UpstreamError extends Error {
     readonly failure: UpstreamFailure,
     /** The provider's OAuth `error` code, or a short code of ours (`timeout`, `network`, `http_502`, `malformed`). */
     readonly code: string,
-    message: string = code,
+    message?: string,
+    /** The provider's HTTP status, when it answered (never with a body of its own). */
+    readonly status?: number,
   ) {
-    super(message);
+    super(message ?? code);
     this.name = "UpstreamError";
   }
 }

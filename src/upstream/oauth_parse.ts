@@ -1,0 +1,95 @@
+/**
+ * Reading upstream answers: the body read once, JSON objects, the token response (RFC 6749
+ * §5.1) and the small checks each field needs. Every failure is a transient `UpstreamError`
+ * with a fixed description of ours; nothing of the body is repeated.
+ */
+
+import type { UpstreamTokens } from "./types.ts";
+import { UpstreamError } from "./types.ts";
+
+/** The error for an answer that does not have the shape we expect. */
+export function malformed(what: string): UpstreamError {
+  return new UpstreamError("transient", "malformed", `upstream ${what} response is malformed`);
+}
+
+/** Maps what fetch or a body read threw; the cause's own text is left out on purpose. */
+export function transportError(error: unknown): UpstreamError {
+  if (error instanceof UpstreamError) return error;
+  if (
+    error instanceof DOMException &&
+    (error.name === "TimeoutError" || error.name === "AbortError")
+  ) {
+    return new UpstreamError("transient", "timeout", "upstream request timed out");
+  }
+  return new UpstreamError("transient", "network", "upstream could not be reached");
+}
+
+/** The whole body; a failure while reading is a transport error. */
+export async function readBody(response: Response): Promise<string> {
+  try {
+    return await response.text();
+  } catch (error) {
+    throw transportError(error);
+  }
+}
+
+export function parseJson(body: string): unknown {
+  try {
+    return JSON.parse(body);
+  } catch {
+    return undefined;
+  }
+}
+
+export function parseJsonObject(body: string, what: string): Record<string, unknown> {
+  const json = parseJson(body);
+  if (!isObject(json)) throw malformed(what);
+  return json;
+}
+
+/** A successful token response's tokens (RFC 6749 §5.1): a Bearer access token at least. */
+export function parseTokens(body: string): UpstreamTokens {
+  const json = parseJsonObject(body, "token");
+  const accessToken = requireNonEmptyString(json.access_token, "token");
+  const tokenType = optional(json.token_type);
+  if (
+    tokenType !== undefined &&
+    (typeof tokenType !== "string" || tokenType.toLowerCase() !== "bearer")
+  ) {
+    throw malformed("token");
+  }
+  const refreshToken = optional(json.refresh_token);
+  if (refreshToken !== undefined && typeof refreshToken !== "string") throw malformed("token");
+  const expiresIn = optional(json.expires_in);
+  return {
+    accessToken,
+    refreshToken: refreshToken ?? "",
+    ...(expiresIn === undefined
+      ? {}
+      : { expiresInSeconds: requireNonNegativeNumber(expiresIn, "token") }),
+  };
+}
+
+export function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** `null` and absent are the same to us. */
+export function optional(value: unknown): unknown {
+  return value === null ? undefined : value;
+}
+
+export function requireNonEmptyString(value: unknown, what: string): string {
+  if (typeof value !== "string" || value === "") throw malformed(what);
+  return value;
+}
+
+export function requirePositiveNumber(value: unknown, what: string): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) throw malformed(what);
+  return value;
+}
+
+export function requireNonNegativeNumber(value: unknown, what: string): number {
+  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) throw malformed(what);
+  return value;
+}
