@@ -1,23 +1,22 @@
 /**
  * The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, its server
- * scenarios) against the reference "everything" MCP server (npm
- * `@modelcontextprotocol/server-everything`, Streamable HTTP), run twice: directly, and through
- * the gateway with a real access token. The two runs must agree check by check. The suite's
- * CLI cannot add request headers, so a loopback forwarder in front of the in-process app adds
+ * scenarios) against our "everything" MCP server (dev/conformance_server.ts: every fixture the
+ * scenarios call by name, written from their checks), run twice: directly, and through the
+ * gateway with a real access token. The two runs must agree check by check. The suite's CLI
+ * cannot add request headers, so a loopback forwarder in front of the in-process app adds
  * `Authorization: Bearer <token>`. tests/conformance_baseline.json names the scenarios the
- * reference server fails directly, each with why; the direct run must fail exactly those.
+ * fixture server fails directly, each with why; the direct run must fail exactly those.
  *
- * Both packages run as subprocesses of this Deno (pinned by deno.json and deno.lock).
+ * The suite runs as a subprocess of this Deno (pinned by deno.json and deno.lock).
  */
 
 import assert from "node:assert/strict";
+import { startConformanceServer } from "../dev/conformance_server.ts";
 import { issueTokens, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const CONFORMANCE = "npm:@modelcontextprotocol/conformance@0.1.16";
-const EVERYTHING = "npm:@modelcontextprotocol/server-everything@2026.8.31";
-/** The first run may install the packages; later ones take seconds. */
-const START_MS = 120_000;
+/** The first run may download the suite; later runs take about ten seconds. */
 const SUITE_MS = 180_000;
 
 /** One check of one scenario, as compared between the runs. */
@@ -29,69 +28,6 @@ interface Check {
 
 /** Scenario name → its checks. */
 type Results = Map<string, Check[]>;
-
-function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} took longer than ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-function freeLoopbackPort(): number {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const { port } = listener.addr as Deno.NetAddr;
-  listener.close();
-  return port;
-}
-
-/** The reference server as a child process, once it says it listens. */
-interface Everything {
-  url: string;
-  close(): Promise<void>;
-}
-
-async function startEverything(): Promise<Everything> {
-  const port = freeLoopbackPort();
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", "--quiet", EVERYTHING, "streamableHttp"],
-    cwd: ROOT,
-    env: { PORT: String(port), NO_COLOR: "1" },
-    stdin: "null",
-    stdout: "null",
-    stderr: "piped",
-  }).spawn();
-  const close = async () => {
-    try {
-      child.kill("SIGTERM");
-    } catch {
-      // already exited
-    }
-    await child.status;
-  };
-  try {
-    await within(waitForLine(child.stderr, /listening on port/i), START_MS, "server-everything");
-  } catch (error) {
-    await close();
-    throw error;
-  }
-  return { url: `http://127.0.0.1:${port}/mcp`, close };
-}
-
-/** Reads `stream` until a line matches, then keeps draining it so the child never blocks. */
-async function waitForLine(stream: ReadableStream<Uint8Array>, pattern: RegExp): Promise<void> {
-  const lines = stream.pipeThrough(new TextDecoderStream()).getReader();
-  let seen = "";
-  while (true) {
-    const { value, done } = await lines.read();
-    if (done) throw new Error(`server-everything exited before listening:\n${seen}`);
-    seen += value;
-    if (pattern.test(seen)) break;
-  }
-  (async () => {
-    while (!(await lines.read()).done) { /* drain */ }
-  })().catch(() => {});
-}
 
 /**
  * A loopback server that hands every request to the in-process app as `{TEST_BASE}/mcp`,
@@ -176,38 +112,70 @@ async function gatewayApp(upstreamUrl: string): Promise<{ t: TestApp; accessToke
   return { t, accessToken: access_token };
 }
 
+/** What tests/conformance_baseline.json says about one suite, scenario → why. */
+interface SuiteBaseline {
+  /** Scenarios the fixture server fails directly. */
+  direct: Record<string, string>;
+  /** Scenarios whose checks come out differently through the gateway. */
+  gateway: Record<string, string>;
+}
+
+async function readBaseline(suite: string): Promise<SuiteBaseline> {
+  const all: Record<string, SuiteBaseline> = JSON.parse(
+    await Deno.readTextFile(new URL("conformance_baseline.json", import.meta.url)),
+  );
+  const baseline = all[suite];
+  assert.ok(baseline, `tests/conformance_baseline.json has no entry for ${suite}`);
+  return baseline;
+}
+
+/** Compares the two runs scenario by scenario, each comparison its own step. */
+async function compareRuns(
+  t: Deno.TestContext,
+  baseline: SuiteBaseline,
+  direct: Results,
+  gateway: Results,
+): Promise<void> {
+  await t.step("the direct run fails exactly the baseline's scenarios", () => {
+    assert.deepEqual(failedScenarios(direct), Object.keys(baseline.direct).sort());
+  });
+  await t.step("the same scenarios ran both ways", () => {
+    assert.deepEqual([...gateway.keys()].sort(), [...direct.keys()].sort());
+  });
+  for (const [scenario, checks] of [...direct].sort(([a], [b]) => a.localeCompare(b))) {
+    const why = baseline.gateway[scenario];
+    if (why === undefined) {
+      await t.step(`${scenario}: the same checks and outcomes through the gateway`, () => {
+        assert.deepEqual(gateway.get(scenario), checks);
+      });
+    } else {
+      // Fails once the gateway behaves like the server, so the entry is dropped then.
+      await t.step(`${scenario}: differs through the gateway as the baseline says`, () => {
+        assert.notDeepEqual(gateway.get(scenario), checks, `no longer differs: ${why}`);
+      });
+    }
+  }
+}
+
 Deno.test({
   name:
-    "MCP conformance suite: the reference everything server gives the same results through the gateway as directly",
-  // The suite's runner and the reference server are Node programs in child processes.
+    "MCP conformance suite 0.1.16 (2025-03-26 to 2025-11-25): the fixture server gives the same results through the gateway as directly",
+  // The suite's runner is a Node program in a child process.
   sanitizeResources: false,
   sanitizeOps: false,
   async fn(t) {
-    const baseline: Record<string, string> = JSON.parse(
-      await Deno.readTextFile(new URL("conformance_baseline.json", import.meta.url)),
-    );
-    const everything = await startEverything();
-    const { t: app, accessToken } = await gatewayApp(everything.url);
+    const baseline = await readBaseline("0.1.16");
+    const fixtures = startConformanceServer();
+    const { t: app, accessToken } = await gatewayApp(fixtures.url);
     const forwarder = startTokenForwarder(app, accessToken);
     try {
-      const direct = await runSuite(everything.url);
+      const direct = await runSuite(fixtures.url);
       const gateway = await runSuite(forwarder.url);
-
-      await t.step("the direct run fails exactly the baseline's scenarios", () => {
-        assert.deepEqual(failedScenarios(direct), Object.keys(baseline).sort());
-      });
-      await t.step("the same scenarios ran both ways", () => {
-        assert.deepEqual([...gateway.keys()].sort(), [...direct.keys()].sort());
-      });
-      for (const [scenario, checks] of [...direct].sort(([a], [b]) => a.localeCompare(b))) {
-        await t.step(`${scenario}: the same checks and outcomes through the gateway`, () => {
-          assert.deepEqual(gateway.get(scenario), checks);
-        });
-      }
+      await compareRuns(t, baseline, direct, gateway);
     } finally {
       await forwarder.close();
       app.close();
-      await everything.close();
+      await fixtures.close();
     }
   },
 });
