@@ -43,19 +43,19 @@ const INVALID_PARAMS = -32602;
 const RESOURCE_NOT_FOUND = -32002;
 
 /** What a tool handler may use of the request it answers. */
-interface ToolCall {
+export interface ToolCall {
   args: Record<string, unknown>;
   progressToken?: string | number;
   notify(method: string, params: Record<string, unknown>): Promise<void>;
   ask<T>(method: string, params: Record<string, unknown>, schema: ResultSchema<T>): Promise<T>;
 }
 
-/** A zod schema the SDK validates a client's answer with. */
-interface ResultSchema<T> {
+/** A schema the SDK validates a client's answer with. */
+export interface ResultSchema<T> {
   parse(value: unknown): T;
 }
 
-interface ToolFixture {
+export interface ToolFixture {
   tool: Tool;
   call(call: ToolCall): Promise<CallToolResult> | CallToolResult;
 }
@@ -181,7 +181,7 @@ async function elicit(call: ToolCall, message: string, requestedSchema: object) 
   );
 }
 
-const TOOLS: ToolFixture[] = [
+export const TOOLS: ToolFixture[] = [
   {
     tool: { name: "test_simple_text", description: "Answers with text", inputSchema: NO_ARGUMENTS },
     call: () => text("This is a simple text response for testing."),
@@ -343,7 +343,7 @@ const TOOLS: ToolFixture[] = [
 ];
 
 /** Direct resources: their listing entry and contents. */
-const RESOURCES: { resource: Resource; read(): ReadResourceResult }[] = [
+export const RESOURCES: { resource: Resource; read(): ReadResourceResult }[] = [
   {
     resource: {
       uri: "test://static-text",
@@ -383,8 +383,19 @@ const RESOURCES: { resource: Resource; read(): ReadResourceResult }[] = [
   },
 ];
 
-const TEMPLATE = "test://template/{id}/data";
+/** The fixture resource template's listing entry. */
+export const TEMPLATE = {
+  uriTemplate: "test://template/{id}/data",
+  name: "template-data",
+  description: "JSON data for an id",
+  mimeType: "application/json",
+};
 const TEMPLATE_PATTERN = /^test:\/\/template\/([^/]+)\/data$/;
+
+/** The contents of a direct or templated fixture resource; undefined for any other URI. */
+export function readFixture(uri: string): ReadResourceResult | undefined {
+  return RESOURCES.find(({ resource }) => resource.uri === uri)?.read() ?? readTemplate(uri);
+}
 
 function readTemplate(uri: string): ReadResourceResult | undefined {
   const id = TEMPLATE_PATTERN.exec(uri)?.[1];
@@ -393,12 +404,12 @@ function readTemplate(uri: string): ReadResourceResult | undefined {
   return { contents: [{ uri, mimeType: "application/json", text: JSON.stringify(data) }] };
 }
 
-interface PromptFixture {
+export interface PromptFixture {
   prompt: Prompt;
   get(args: Record<string, string>): GetPromptResult;
 }
 
-const PROMPTS: PromptFixture[] = [
+export const PROMPTS: PromptFixture[] = [
   {
     prompt: { name: "test_simple_prompt", description: "A prompt without arguments" },
     get: () => ({
@@ -461,8 +472,27 @@ const PROMPTS: PromptFixture[] = [
   },
 ];
 
+/** The prompt's messages, or why it cannot be had (unknown prompt, missing argument). */
+export function getFixturePrompt(
+  name: string,
+  args: Record<string, string>,
+): GetPromptResult | string {
+  const fixture = PROMPTS.find(({ prompt }) => prompt.name === name);
+  if (!fixture) return `no prompt ${name}`;
+  const missing = (fixture.prompt.arguments ?? [])
+    .filter((argument) => argument.required && args[argument.name] === undefined);
+  if (missing.length > 0) return `missing ${missing.map((argument) => argument.name).join(", ")}`;
+  return fixture.get(args);
+}
+
 /** Completions offered for `test_prompt_with_arguments`' arguments. */
 const SUGGESTIONS = ["paris", "park", "party", "test", "testing"];
+
+/** Completion of any argument: the suggestions that start with `value`. */
+export function completeFixture(value: string) {
+  const values = SUGGESTIONS.filter((suggestion) => suggestion.startsWith(value));
+  return { completion: { values, total: values.length, hasMore: false } };
+}
 
 /** One MCP session's server: the fixtures, and the URIs this session subscribed to. */
 export function createConformanceServer(): Server {
@@ -500,17 +530,11 @@ export function createConformanceServer(): Server {
     resources: RESOURCES.map(({ resource }) => resource),
   }));
   server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({
-    resourceTemplates: [{
-      uriTemplate: TEMPLATE,
-      name: "template-data",
-      description: "JSON data for an id",
-      mimeType: "application/json",
-    }],
+    resourceTemplates: [TEMPLATE],
   }));
   server.setRequestHandler(ReadResourceRequestSchema, (request) => {
     const { uri } = request.params;
-    const result = RESOURCES.find(({ resource }) => resource.uri === uri)?.read() ??
-      readTemplate(uri);
+    const result = readFixture(uri);
     if (!result) throw new McpError(RESOURCE_NOT_FOUND, "Resource not found", { uri });
     return result;
   });
@@ -527,21 +551,14 @@ export function createConformanceServer(): Server {
     prompts: PROMPTS.map(({ prompt }) => prompt),
   }));
   server.setRequestHandler(GetPromptRequestSchema, (request) => {
-    const fixture = PROMPTS.find(({ prompt }) => prompt.name === request.params.name);
-    if (!fixture) throw new McpError(INVALID_PARAMS, `no prompt ${request.params.name}`);
-    const args = request.params.arguments ?? {};
-    const missing = (fixture.prompt.arguments ?? [])
-      .filter(({ name, required }) => required && args[name] === undefined);
-    if (missing.length > 0) {
-      throw new McpError(INVALID_PARAMS, `missing ${missing.map(({ name }) => name).join(", ")}`);
-    }
-    return fixture.get(args);
+    const { name, arguments: args = {} } = request.params;
+    const answer = getFixturePrompt(name, args);
+    if (typeof answer === "string") throw new McpError(INVALID_PARAMS, answer);
+    return answer;
   });
 
   server.setRequestHandler(CompleteRequestSchema, (request) => {
-    const { value } = request.params.argument;
-    const values = SUGGESTIONS.filter((suggestion) => suggestion.startsWith(value));
-    return { completion: { values, total: values.length, hasMore: false } };
+    return completeFixture(request.params.argument.value);
   });
   return server;
 }

@@ -12,10 +12,14 @@
 
 import assert from "node:assert/strict";
 import { startConformanceServer } from "../dev/conformance_server.ts";
+import { startModernConformanceServer } from "../dev/conformance_server_v2.ts";
 import { issueTokens, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
 
 const ROOT = new URL("../", import.meta.url);
+/** Scenarios of 2025-03-26 to 2025-11-25 (SDK v1 era). */
 const CONFORMANCE = "npm:@modelcontextprotocol/conformance@0.1.16";
+/** Its successor, whose `--requirements 2026-07-28` runs what that revision requires. */
+const CONFORMANCE_2026 = "npm:@modelcontextprotocol/conformance@0.2.0-alpha.12";
 /** The first run may download the suite; later runs take about ten seconds. */
 const SUITE_MS = 180_000;
 
@@ -50,12 +54,41 @@ function startTokenForwarder(t: TestApp, accessToken: string) {
   return { url: `http://127.0.0.1:${server.addr.port}/mcp`, close: () => server.shutdown() };
 }
 
-/** Runs every active server scenario against `url`; returns each scenario's checks. */
-async function runSuite(url: string): Promise<Results> {
+/** Which suite to run, and how. */
+interface Suite {
+  specifier: string;
+  args: string[];
+}
+
+const SUITE_2025: Suite = { specifier: CONFORMANCE, args: [] };
+const SUITE_2026: Suite = {
+  specifier: CONFORMANCE_2026,
+  args: ["--requirements", "2026-07-28"],
+};
+
+/** Scenarios the suite runs and reports but does not score (extensions, pending ones). */
+function unscoredScenarios(stdout: string): Set<string> {
+  const listed = stdout.matchAll(/^\s+[✓✗] (\S+) \((?:extension|pending|added-after-release)\)$/gm);
+  return new Set([...listed].map(([, scenario]) => scenario.replace(/^server-/, "")));
+}
+
+/** Runs the suite's scored server scenarios against `url`; returns each scenario's checks. */
+async function runSuite(suite: Suite, url: string): Promise<Results> {
   const outputDir = await Deno.makeTempDir({ prefix: "mcp-conformance-" });
   try {
     const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", "--quiet", CONFORMANCE, "server", "--url", url, "-o", outputDir],
+      args: [
+        "run",
+        "-A",
+        "--quiet",
+        suite.specifier,
+        "server",
+        "--url",
+        url,
+        "-o",
+        outputDir,
+        ...suite.args,
+      ],
       cwd: ROOT,
       env: { NO_COLOR: "1" },
       stdin: "null",
@@ -65,9 +98,10 @@ async function runSuite(url: string): Promise<Results> {
     const timer = setTimeout(() => child.kill("SIGKILL"), SUITE_MS);
     // Exit 1 means "some scenario failed", which the comparison judges; no results is an error.
     const output = await child.output().finally(() => clearTimeout(timer));
-    const results = await readResults(outputDir, url);
+    const decoder = new TextDecoder();
+    const unscored = unscoredScenarios(decoder.decode(output.stdout));
+    const results = await readResults(outputDir, url, unscored);
     if (results.size === 0) {
-      const decoder = new TextDecoder();
       throw new Error(
         `the conformance suite wrote no results (exit ${output.code}):\n` +
           decoder.decode(output.stdout) + decoder.decode(output.stderr),
@@ -80,10 +114,15 @@ async function runSuite(url: string): Promise<Results> {
 }
 
 /** `server-<scenario>-<timestamp>/checks.json` → scenario → checks, URLs made comparable. */
-async function readResults(outputDir: string, url: string): Promise<Results> {
+async function readResults(
+  outputDir: string,
+  url: string,
+  skipped: Set<string>,
+): Promise<Results> {
   const results: Results = new Map();
   for await (const entry of Deno.readDir(outputDir)) {
     const scenario = entry.name.replace(/^server-/, "").replace(/-\d{4}-\d\d-\d\dT[\d-]+Z$/, "");
+    if (skipped.has(scenario)) continue;
     const raw: Check[] = JSON.parse(
       await Deno.readTextFile(`${outputDir}/${entry.name}/checks.json`),
     );
@@ -169,8 +208,30 @@ Deno.test({
     const { t: app, accessToken } = await gatewayApp(fixtures.url);
     const forwarder = startTokenForwarder(app, accessToken);
     try {
-      const direct = await runSuite(fixtures.url);
-      const gateway = await runSuite(forwarder.url);
+      const direct = await runSuite(SUITE_2025, fixtures.url);
+      const gateway = await runSuite(SUITE_2025, forwarder.url);
+      await compareRuns(t, baseline, direct, gateway);
+    } finally {
+      await forwarder.close();
+      app.close();
+      await fixtures.close();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "MCP conformance suite 0.2.0-alpha.12, requirements of 2026-07-28: the fixture server gives the same results through the gateway as directly",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(t) {
+    const baseline = await readBaseline("0.2.0-alpha.12 --requirements 2026-07-28");
+    const fixtures = startModernConformanceServer();
+    const { t: app, accessToken } = await gatewayApp(fixtures.url);
+    const forwarder = startTokenForwarder(app, accessToken);
+    try {
+      const direct = await runSuite(SUITE_2026, fixtures.url);
+      const gateway = await runSuite(SUITE_2026, forwarder.url);
       await compareRuns(t, baseline, direct, gateway);
     } finally {
       await forwarder.close();
