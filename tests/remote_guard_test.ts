@@ -200,7 +200,7 @@ Deno.test("createResourceGuard needs exactly one of jwtSecret, jwksUrl, introspe
     );
     assert.throws(
       () => createResourceGuard({ issuer, jwksUrl: "not a url" }),
-      /jwksUrl must be a URL/,
+      /jwksUrl: is not a valid URL/,
     );
     assert.ok(createResourceGuard({ issuer, jwksUrl }));
     assert.ok(createResourceGuard({ issuer, introspection }));
