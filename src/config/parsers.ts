@@ -27,6 +27,20 @@ export function integerBetween(min: number, max: number): Parser<number> {
   return (name, raw) => parseInteger(name, raw, min, max);
 }
 
+/** A decimal number (`5`, `0.5`) between `min` (exclusive) and `max`. */
+export function decimalAbove(min: number, max: number): Parser<number> {
+  return (name, raw) => {
+    const value = /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : NaN;
+    if (!(value > min && value <= max)) {
+      throw new ConfigError(
+        name,
+        `must be a number above ${min} and at most ${max}, got ${JSON.stringify(raw)}`,
+      );
+    }
+    return value;
+  };
+}
+
 export function oneOf<T extends string>(...choices: T[]): Parser<T> {
   return (name, raw) => parseChoice(name, raw, choices);
 }

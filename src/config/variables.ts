@@ -8,6 +8,7 @@
 import {
   addressOrIgnored,
   caseInsensitive,
+  decimalAbove,
   integerBetween,
   MIN_SECRET_BYTES,
   oneOf,
@@ -229,6 +230,31 @@ export const CONFIG_VARIABLES = {
       "per introspection caller (its token), for `/introspect`",
     ),
   },
+  /**
+   * GitLab device-token polls per second, all instances together, shared fairly among client
+   * prefixes (sign_in/poll_budget.ts). GitLab.com allows some 500 unauthenticated requests a
+   * minute per IP address: 5/s is 300 of them, leaving room for flow starts.
+   */
+  gitlabPollBudget: variable(
+    "GITLAB_POLL_BUDGET",
+    "5",
+    decimalAbove(0, 10_000),
+    "GitLab polls per second, all instances together ([how](#poll-economy-device-mode))",
+  ),
+  /** Device flows pending at once, all clients together; a new one past it answers 429. */
+  maxPendingFlows: variable(
+    "MAX_PENDING_FLOWS",
+    "1000",
+    integerBetween(1, 100_000),
+    "pending device sign-ins at once, in all ([abuse limits](#abuse-limits))",
+  ),
+  /** The same per client prefix (IPv4 /24, IPv6 /56). */
+  maxPendingFlowsPerPrefix: variable(
+    "MAX_PENDING_FLOWS_PER_PREFIX",
+    "50",
+    integerBetween(1, 100_000),
+    "the same per client IPv4 /24 or IPv6 /56",
+  ),
   /** `exempt`: loopback clients are never limited; `limit`: they are, like everyone. */
   rateLimitLoopback: variable(
     "RATE_LIMIT_LOOPBACK",

@@ -68,6 +68,8 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
       (device, nowMs) => flowRecord(request, client, resource, device, nowMs),
     );
   } catch (error) {
+    // The pending-flow caps' 429: no failure of ours.
+    if (error instanceof OAuthError) throw error;
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Failed to initiate authentication");
   }

@@ -25,6 +25,8 @@ import {
   type UpstreamUser,
 } from "../upstream/types.ts";
 import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
+import { admitNewFlow } from "./pending_caps.ts";
+import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
 const FLOW_STATE_BYTES = 32;
@@ -106,8 +108,10 @@ async function startFlow(
   flowState: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
+  const clientPrefix = await admitNewFlow(ctx);
   const device = await ctx.oauth.upstream.startDeviceAuthorization();
   const flow = recordOf(device, ctx.deps.clock.now());
+  if (clientPrefix !== undefined) flow.clientPrefix = clientPrefix;
   await ctx.deps.store.createFlow(flowState, flow);
   return { flowState, flow };
 }
@@ -212,6 +216,8 @@ async function advanceFlow(
   let tokens = flow.value.upstreamTokens;
   if (!tokens) {
     if (await upstreamPollWaits(ctx, flow.value)) return PENDING;
+    // Over the service's GitLab budget (or this client prefix's share of it): pending.
+    if (!await takePollSlot(ctx, flow.value)) return PENDING;
     let result: DevicePollResult;
     try {
       result = await upstream.pollDeviceToken(flow.value.deviceCode);
@@ -222,7 +228,11 @@ async function advanceFlow(
       throw error;
     }
     if (result.kind !== "token") {
-      if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
+      if (result.backoff) {
+        const pausedUntil = await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
+        // A 429 on a poll means our polls went over GitLab's limit: the budget was too large.
+        if (result.kind === "rate_limited") await cutPollBudget(ctx, pausedUntil);
+      }
       // RFC 8628 §3.5: after slow_down the interval grows by 5 s for this and every later poll.
       const grow = result.kind === "slow_down" ? SLOW_DOWN_STEP_SECONDS : 0;
       await deferNextPoll(ctx, flow, flow.value.intervalSeconds + grow);
@@ -278,12 +288,13 @@ async function deferNextPoll(
 /**
  * Pauses all upstream polling, service-wide, until the upstream's `Retry-After` or
  * `RateLimit-Reset` (one interval when it named neither; never longer than MAX_PAUSE_MS).
+ * Returns when the pause it asked for ends.
  */
 async function pauseUpstream(
   ctx: OAuthRequestContext,
   backoff: UpstreamBackoff,
   intervalSeconds: number,
-): Promise<void> {
+): Promise<number> {
   const now = ctx.deps.clock.now();
   const asked = backoff.retryAfterSeconds !== undefined
     ? now + backoff.retryAfterSeconds * 1000
@@ -291,12 +302,13 @@ async function pauseUpstream(
     ? backoff.resumeAtEpochSeconds * 1000
     : now + intervalSeconds * 1000;
   const until = Math.min(asked, now + MAX_PAUSE_MS);
-  if (until <= now) return;
+  if (until <= now) return now;
   ctx.deps.logger.warn("upstream rate limit: polling paused", {
     requestId: ctx.requestId,
     pausedForSeconds: Math.ceil((until - now) / 1000),
   });
   await ctx.deps.store.pauseUpstream(until);
+  return until;
 }
 
 async function complete(

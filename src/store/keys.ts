@@ -17,6 +17,9 @@
  * | ["client_metadata", sha256(url)]    | ClientDocumentRecord | its cache lifetime         |
  * | ["pause", "upstream"]               | { expiresAt }     | the pause (at most 15 min)    |
  * | ["repeat", sha256(request)]         | StoredRepeat      | 60 seconds                    |
+ * | ["budget", "window", second]        | PollWindow        | a minute                      |
+ * | ["budget", "active"]                | ActivePrefixes    | a minute after the last poll  |
+ * | ["budget", "cut"]                   | BudgetCut         | until the budget recovered    |
  *
  * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
@@ -38,6 +41,7 @@ export const RECORD_KINDS = [
   "client_metadata",
   "pause",
   "repeat",
+  "budget",
 ] as const;
 
 /** One kind of record. */
@@ -102,6 +106,21 @@ export function rateKey(bucket: string, ip: string, window: number): Deno.KvKey 
 /** The key of the one service-wide pause of upstream polling (the upstream's rate limit). */
 export function upstreamPauseKey(): Deno.KvKey {
   return ["pause", "upstream"];
+}
+
+/** The key of the GitLab polls spent in one second (the poll budget's window). */
+export function pollWindowKey(second: number): Deno.KvKey {
+  return ["budget", "window", second];
+}
+
+/** The key of the client prefixes that asked for GitLab polls lately (the budget's fair shares). */
+export function activePrefixesKey(): Deno.KvKey {
+  return ["budget", "active"];
+}
+
+/** The key of the poll budget's cut after GitLab's 429. */
+export function budgetCutKey(): Deno.KvKey {
+  return ["budget", "cut"];
 }
 
 /** The key of a recent `/authorize` request, by the hash of its whole query. */

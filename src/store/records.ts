@@ -51,6 +51,11 @@ export interface FlowRecord {
   /** The hash of the `/authorize` request that started it, when identical ones may share it. */
   requestHash?: string;
   /**
+   * The client prefix (IPv4 /24, IPv6 /56) that started it, counted by the pending-flow caps and
+   * the GitLab poll budget; absent when its client is exempt (loopback) or it predates them.
+   */
+  clientPrefix?: string;
+  /**
    * Set the moment the upstream returns a token, before the user lookup: the device code is spent
    * then, so a failed lookup must be retried with these instead of polling again.
    */
