@@ -1,0 +1,135 @@
+/**
+ * Who may sign in (ALLOWED_GITLAB_GROUPS, ALLOWED_GITLAB_USERS): the lists as configured, the
+ * GitLab roles and their access levels, and the decision from what GitLab said of the user's
+ * memberships. Knows nothing of HTTP or the store; `admission.ts` asks GitLab.
+ *
+ * @see README.md "Who can sign in", https://docs.gitlab.com/api/members/#roles
+ */
+
+import { ConfigError } from "../config/variable.ts";
+
+/** GitLab's roles and their `access_level` values. */
+export const GITLAB_ROLES = {
+  guest: 10,
+  planner: 15,
+  reporter: 20,
+  developer: 30,
+  maintainer: 40,
+  owner: 50,
+} as const;
+
+export type GitLabRole = keyof typeof GITLAB_ROLES;
+
+/** One entry of ALLOWED_GITLAB_GROUPS: a group's full path, and the role it takes at least. */
+export interface AllowedGroup {
+  /** The group's full path, e.g. `acme/platform`, as written (GitLab matches it in any case). */
+  path: string;
+  /** Undefined: any membership admits. */
+  minRole?: GitLabRole;
+}
+
+/** The configured lists; both empty: everyone GitLab signs in is admitted. */
+export interface AccessPolicy {
+  groups: AllowedGroup[];
+  /** Usernames, lower case (GitLab usernames are case-insensitive). */
+  users: string[];
+}
+
+/**
+ * What was decided for a session, kept on its record: the gateway's per-tool policy reads
+ * `groupLevels` from there instead of asking GitLab per call.
+ */
+export interface SessionAccess {
+  /** Epoch ms of the last decision GitLab answered (the sign-in's, then each re-check's). */
+  checkedAt: number;
+  /** The user's `access_level` in each listed group they belong to (inherited included). */
+  groupLevels: Record<string, number>;
+  /** The listed groups whose role the user meets: what admitted the session. */
+  admittingGroups: string[];
+  /** Whether ALLOWED_GITLAB_USERS names the user. */
+  listedUser: boolean;
+}
+
+/** Whether any list is configured (otherwise nobody is asked anything). */
+export function isRestricted(policy: AccessPolicy): boolean {
+  return policy.groups.length > 0 || policy.users.length > 0;
+}
+
+/** A group path segment as GitLab allows it (letters, digits, `_`, `-`, `.`). */
+const GROUP_PATH = /^[A-Za-z0-9_.][A-Za-z0-9_.-]*(\/[A-Za-z0-9_.][A-Za-z0-9_.-]*)*$/;
+/** A GitLab username. */
+const USERNAME = /^[A-Za-z0-9_.][A-Za-z0-9_.-]*$/;
+
+/** Parses ALLOWED_GITLAB_GROUPS: `acme, acme/platform:developer`. */
+export function parseAllowedGroups(name: string, raw: string): AllowedGroup[] {
+  return commaList(raw).map((entry) => {
+    const [path, role, extra] = entry.split(":").map((part) => part.trim());
+    if (extra !== undefined || !GROUP_PATH.test(path)) {
+      throw new ConfigError(
+        name,
+        `${JSON.stringify(entry)} is not a group's full path with an optional ":role"`,
+      );
+    }
+    if (role === undefined) return { path };
+    const minRole = role.toLowerCase();
+    if (!(minRole in GITLAB_ROLES)) {
+      throw new ConfigError(
+        name,
+        `unknown role ${JSON.stringify(role)} in ${JSON.stringify(entry)}; roles: ` +
+          Object.keys(GITLAB_ROLES).join(", "),
+      );
+    }
+    return { path, minRole: minRole as GitLabRole };
+  });
+}
+
+/** Parses ALLOWED_GITLAB_USERS: comma-separated usernames (an `@` before one is ignored). */
+export function parseAllowedUsers(name: string, raw: string): string[] {
+  return commaList(raw).map((entry) => {
+    const username = entry.replace(/^@/, "");
+    if (!USERNAME.test(username)) {
+      throw new ConfigError(name, `${JSON.stringify(entry)} is not a GitLab username`);
+    }
+    return username.toLowerCase();
+  });
+}
+
+function commaList(raw: string): string[] {
+  return raw.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "");
+}
+
+/** Whether the listed user list names `username`. */
+export function isListedUser(policy: AccessPolicy, username: string): boolean {
+  return policy.users.includes(username.toLowerCase());
+}
+
+/** Whether an `access_level` meets a listed group's role (any membership when none). */
+export function meetsRole(group: AllowedGroup, accessLevel: number): boolean {
+  return group.minRole === undefined ? accessLevel > 0 : accessLevel >= GITLAB_ROLES[group.minRole];
+}
+
+/**
+ * The decision from the user's access levels in the listed groups (absent: not a member), at
+ * `nowMs`: admitted when a listed group's role is met or the user is listed.
+ */
+export function decide(
+  policy: AccessPolicy,
+  username: string,
+  groupLevels: Record<string, number>,
+  nowMs: number,
+): SessionAccess {
+  const admittingGroups = policy.groups
+    .filter((group) => group.path in groupLevels && meetsRole(group, groupLevels[group.path]))
+    .map((group) => group.path);
+  return {
+    checkedAt: nowMs,
+    groupLevels,
+    admittingGroups,
+    listedUser: isListedUser(policy, username),
+  };
+}
+
+/** Whether a decision admits. */
+export function admits(access: SessionAccess): boolean {
+  return access.listedUser || access.admittingGroups.length > 0;
+}
