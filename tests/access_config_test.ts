@@ -90,3 +90,40 @@ Deno.test("access config: start-up warns once when anyone on gitlab.com may sign
   assert.deepEqual(await warningsOf({ ALLOWED_GITLAB_USERS: "ada" }), []);
   assert.deepEqual(await warningsOf({ GITLAB_URL: "https://gitlab.example.com" }), []);
 });
+
+Deno.test("access config: group lists are refused at start-up for a provider without memberships", async () => {
+  const { createAppDeps } = await import("../src/deps.ts");
+  const { createGenericUpstream } = await import("./_generic_upstream.ts");
+  const { loadTemplates } = await import("../src/pages/mod.ts");
+  const { silentLogger } = await import("../src/logger.ts");
+  const { FakeClock } = await import("./_helpers.ts");
+  const upstream = createGenericUpstream({
+    displayName: "Forge",
+    baseUrl: new URL("http://127.0.0.1:9"),
+    endpoints: { deviceAuthorization: "d", authorize: "a", token: "t", user: "u", revoke: "r" },
+    clientId: "forge-app",
+    scopes: "read_user",
+    userFields: { id: "id", username: "login" },
+  });
+  const kv = await Deno.openKv(":memory:");
+  try {
+    const resources = {
+      kv,
+      clock: new FakeClock(),
+      logger: silentLogger,
+      templates: await loadTemplates(),
+      upstream,
+    };
+    const withGroups = loadConfig({ ...CONFIGURED, ALLOWED_GITLAB_GROUPS: "acme" });
+    assert.throws(
+      () => createAppDeps(withGroups, resources),
+      (error: unknown) =>
+        error instanceof ConfigError && error.variable === "ALLOWED_GITLAB_GROUPS" &&
+        /Forge/.test(error.message),
+    );
+    // A user list needs nothing but the user the provider names.
+    createAppDeps(loadConfig({ ...CONFIGURED, ALLOWED_GITLAB_USERS: "ada" }), resources);
+  } finally {
+    kv.close();
+  }
+});

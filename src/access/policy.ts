@@ -7,6 +7,9 @@
  */
 
 import { ConfigError } from "../config/variable.ts";
+import type { SessionAccess } from "../store/records.ts";
+
+export type { SessionAccess } from "../store/records.ts";
 
 /** GitLab's roles and their `access_level` values. */
 export const GITLAB_ROLES = {
@@ -33,21 +36,6 @@ export interface AccessPolicy {
   groups: AllowedGroup[];
   /** Usernames, lower case (GitLab usernames are case-insensitive). */
   users: string[];
-}
-
-/**
- * What was decided for a session, kept on its record: the gateway's per-tool policy reads
- * `groupLevels` from there instead of asking GitLab per call.
- */
-export interface SessionAccess {
-  /** Epoch ms of the last decision GitLab answered (the sign-in's, then each re-check's). */
-  checkedAt: number;
-  /** The user's `access_level` in each listed group they belong to (inherited included). */
-  groupLevels: Record<string, number>;
-  /** The listed groups whose role the user meets: what admitted the session. */
-  admittingGroups: string[];
-  /** Whether ALLOWED_GITLAB_USERS names the user. */
-  listedUser: boolean;
 }
 
 /** Whether any list is configured (otherwise nobody is asked anything). */
@@ -132,4 +120,26 @@ export function decide(
 /** Whether a decision admits. */
 export function admits(access: SessionAccess): boolean {
   return access.listedUser || access.admittingGroups.length > 0;
+}
+
+/** What admitted a session, for log lines and the operator: groups, then `user list`. */
+export function admittedBy(access: SessionAccess): string[] {
+  return [...access.admittingGroups, ...(access.listedUser ? ["user list"] : [])];
+}
+
+/** Why a decision refuses, for the operator's log line: each listed group's answer. */
+export function refusalReason(policy: AccessPolicy, access: SessionAccess): string {
+  const groups = policy.groups.map((group) => {
+    const level = access.groupLevels[group.path];
+    if (level === undefined) return `${group.path}: not a member`;
+    return `${group.path}: ${roleOf(level)}, needs ${group.minRole}`;
+  });
+  const users = policy.users.length > 0 ? ["not in ALLOWED_GITLAB_USERS"] : [];
+  return [...groups, ...users].join("; ");
+}
+
+/** The role an access level is (the highest role it reaches), or the number itself. */
+function roleOf(level: number): string {
+  const reached = Object.entries(GITLAB_ROLES).filter(([, value]) => level >= value);
+  return reached.at(-1)?.[0] ?? `access level ${level}`;
 }

@@ -12,6 +12,7 @@
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
+import { admitSignIn } from "../sign_in/admission.ts";
 import { storeSignIn } from "../sign_in/completion.ts";
 import { type SignInRecord, upstreamTokenSet } from "../store/records.ts";
 import {
@@ -74,10 +75,17 @@ async function complete(
   });
   const tokens = upstreamTokenSet(exchanged, clock.now());
   const user = await upstream.fetchUser(tokens.accessToken);
+  const admission = await admitSignIn(ctx, tokens, user);
+  if (admission.kind === "refused") {
+    return returnToClient(ctx, signIn, {
+      error: "access_denied",
+      error_description: admission.message,
+    });
+  }
   const completion = await storeSignIn(
     ctx,
     signIn,
-    { tokens, user },
+    { tokens, user, access: admission.access },
     (completion) => store.completeSignIn(completion),
   );
   if (!completion) throw new OAuthError(500, "server_error", "Failed to store the sign-in");
