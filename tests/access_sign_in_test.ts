@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import type { LogFields, Logger } from "../src/logger.ts";
+import { recordingLogger } from "./_access.ts";
 import type { SessionRecord } from "../src/store/records.ts";
 import { recordsOf } from "../src/store/keys.ts";
 import {
@@ -21,19 +21,6 @@ import {
   TEST_REDIRECT,
   type TestApp,
 } from "./_helpers.ts";
-
-/** A logger that keeps its warnings. */
-export function recordingLogger(): Logger & { warnings: { message: string; fields: LogFields }[] } {
-  const warnings: { message: string; fields: LogFields }[] = [];
-  return {
-    warnings,
-    info() {},
-    warn(message, fields = {}) {
-      warnings.push({ message, fields });
-    },
-    error() {},
-  };
-}
 
 async function withAccessApp(
   env: Record<string, string>,
