@@ -19,6 +19,7 @@ import {
   type Config,
   ConfigError,
   type Env,
+  isOpenToAnyGitLabComUser,
   listenHostname,
   loadConfig,
   missingOAuthSettings,
@@ -56,6 +57,7 @@ export interface RunningService {
 export async function composeService(env: Env, logger: Logger): Promise<Composition> {
   const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
+  warnIfOpenToAnyone(config, logger);
   const kv = await openKv(config.kvPath);
   const app = createApp(
     createAppDeps(config, { kv, clock: systemClock, logger, templates: await loadTemplates() }),
@@ -139,6 +141,14 @@ function warnIfNotConfigured(config: Config, logger: Logger): void {
   logger.warn(
     `OAuth is not configured (missing ${missing.join(" and ")}): ` +
       "every endpoint answers 500 server_error until it is set; /readyz answers 503",
+  );
+}
+
+function warnIfOpenToAnyone(config: Config, logger: Logger): void {
+  if (!isOpenToAnyGitLabComUser(config)) return;
+  logger.warn(
+    "anyone with a gitlab.com account can sign in and use the protected MCP server: " +
+      "set ALLOWED_GITLAB_GROUPS or ALLOWED_GITLAB_USERS (or ALLOW_ANY_GITLAB_USER=true)",
   );
 }
 

@@ -10,7 +10,14 @@ import {
   createClientMetadataFetcher,
 } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
-import { type Config, CONFIG_VARIABLES, jwtSecrets, oauthSettings } from "./config/mod.ts";
+import {
+  accessPolicyOf,
+  type Config,
+  CONFIG_VARIABLES,
+  ConfigError,
+  jwtSecrets,
+  oauthSettings,
+} from "./config/mod.ts";
 import type { AppDeps } from "./http/context.ts";
 import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
@@ -45,6 +52,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const openStreams = createOpenStreams({ store, clock, logger });
   const upstream = resources.upstream ??
     (settings && configuredUpstream(config, settings.gitlabClientId, logger));
+  if (upstream) requireMemberships(config, upstream);
   return {
     config,
     store,
@@ -81,6 +89,16 @@ function configuredUpstream(config: Config, clientId: string, logger: Logger): U
     logger,
     hints: misconfigurationHints(),
   });
+}
+
+/** Group lists need an upstream that can tell memberships (GitLab can); start-up says so. */
+function requireMemberships(config: Config, upstream: Upstream): void {
+  if (accessPolicyOf(config).groups.length === 0 || upstream.membership) return;
+  throw new ConfigError(
+    CONFIG_VARIABLES.access.groups.name,
+    `${upstream.profile.displayName} cannot tell group memberships; list users in ` +
+      `${CONFIG_VARIABLES.access.users.name} instead`,
+  );
 }
 
 /** The variables an operator should check when the provider refuses our application. */

@@ -16,6 +16,7 @@ import {
 } from "./variable.ts";
 
 import { requireSigningKeys } from "../keys/signing_config.ts";
+import { type AccessPolicy, isRestricted } from "../access/policy.ts";
 
 export { ConfigError, type ConfigVariable, type Env } from "./variable.ts";
 export type { RateLimit } from "./parsers.ts";
@@ -45,7 +46,50 @@ export function loadConfig(env: Env): Config {
   requireProfileSettings(config);
   requireSigningKeys(config);
   requireBaseUrlForRedirect(config);
+  requireAccessSettings(config);
   return config;
+}
+
+/** Who may sign in, as ALLOWED_GITLAB_GROUPS and ALLOWED_GITLAB_USERS say (both empty: anyone). */
+export function accessPolicyOf(config: Config): AccessPolicy {
+  return { groups: config.access.groups ?? [], users: config.access.users ?? [] };
+}
+
+/** GitLab scopes that let a user's token read group memberships. */
+const MEMBERSHIP_SCOPES = ["read_api", "api"];
+
+/**
+ * The group check reads memberships with the user's own token, which needs `read_api` or
+ * `api`; under the strict profile gitlab.com (anyone with an account) needs a list, or
+ * ALLOW_ANY_GITLAB_USER=true saying so on purpose.
+ */
+function requireAccessSettings(config: Config): void {
+  const { groups, users, allowAnyUser } = CONFIG_VARIABLES.access;
+  const scopes = config.upstream.scopes.split(/[\s,]+/);
+  if (
+    accessPolicyOf(config).groups.length > 0 &&
+    !MEMBERSHIP_SCOPES.some((scope) => scopes.includes(scope))
+  ) {
+    throw new ConfigError(
+      groups.name,
+      `needs read_api or api in ${CONFIG_VARIABLES.upstream.scopes.name} to read memberships ` +
+        `(it is ${JSON.stringify(config.upstream.scopes)})`,
+    );
+  }
+  if (config.securityProfile === "strict" && isOpenToAnyGitLabComUser(config)) {
+    throw new ConfigError(
+      groups.name,
+      `or ${users.name} is required with SECURITY_PROFILE=strict on gitlab.com, where anyone ` +
+        `can make an account; set ${allowAnyUser.name}=true to admit everyone on purpose`,
+    );
+  }
+}
+
+/** Whether the service admits every gitlab.com account, not having been told to on purpose. */
+export function isOpenToAnyGitLabComUser(config: Config): boolean {
+  const host = config.upstream.url.hostname.toLowerCase();
+  const gitlabCom = host === "gitlab.com" || host === "www.gitlab.com";
+  return gitlabCom && !isRestricted(accessPolicyOf(config)) && !config.access.allowAnyUser;
 }
 
 /**

@@ -27,6 +27,7 @@ import {
 import { type ConfigTable, type Env, variable } from "./variable.ts";
 import { parseSigningKeys, parseSigningKeysFile } from "../keys/signing_keys.ts";
 import { parseIntrospectionTokens } from "../introspection/callers.ts";
+import { parseAllowedGroups, parseAllowedUsers } from "../access/policy.ts";
 
 /**
  * Every environment variable the service reads, keyed by its Config field. Adding a variable is
@@ -65,6 +66,37 @@ export const CONFIG_VARIABLES = {
       undefined,
       text,
       "redirect sign-in: the secret of a confidential GitLab application",
+    ),
+  },
+  /** Who may sign in; both lists unset: every account the upstream signs in (the spec). */
+  access: {
+    groups: variable(
+      "ALLOWED_GITLAB_GROUPS",
+      undefined,
+      parseAllowedGroups,
+      "group full paths whose members may sign in, each with an optional `:role`",
+      "anyone",
+    ),
+    users: variable(
+      "ALLOWED_GITLAB_USERS",
+      undefined,
+      parseAllowedUsers,
+      "usernames who may sign in too, comma-separated",
+      "anyone",
+    ),
+    /** How often a refresh asks GitLab again whether the session's user is still admitted. */
+    recheckSeconds: variable(
+      "ACCESS_RECHECK_SECONDS",
+      "900",
+      integerBetween(1, 86_400),
+      "the refresh grant re-checks the lists at most this often per session",
+    ),
+    /** Under SECURITY_PROFILE=strict on gitlab.com: no list, on purpose. */
+    allowAnyUser: variable(
+      "ALLOW_ANY_GITLAB_USER",
+      "false",
+      parseBoolean,
+      "`true`: no list on gitlab.com on purpose (strict refuses to start otherwise)",
     ),
   },
   port: variable("PORT", "8000", integerBetween(0, 65535), "port to listen on"),

@@ -12,6 +12,7 @@
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
+import { admitSignIn } from "../sign_in/admission.ts";
 import {
   fetchUserOrRevoke,
   revokeAbandonedUpstreamTokens,
@@ -78,10 +79,17 @@ async function complete(
   });
   const tokens = upstreamTokenSet(exchanged, clock.now());
   const user = await fetchUserOrRevoke(ctx, tokens);
+  const admission = await admitSignIn(ctx, tokens, user);
+  if (admission.kind === "refused") {
+    return returnToClient(ctx, signIn, {
+      error: "access_denied",
+      error_description: admission.message,
+    });
+  }
   const completion = await storeSignIn(
     ctx,
     signIn,
-    { tokens, user },
+    { tokens, user, access: admission.access },
     (completion) => store.completeSignIn(completion),
   );
   if (!completion) {

@@ -30,6 +30,7 @@ import {
   type TokenResponseBody,
 } from "../session/life.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../session/upstream_refresh.ts";
+import { recheckAccess } from "../session/access_recheck.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { SessionRecord } from "../store/records.ts";
 
@@ -134,9 +135,10 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
     throw invalidGrant("Invalid refresh token");
   }
 
+  const admitted = await requireStillAdmitted(ctx, session);
   const issued = await issueTokens(
     tokenDeps(ctx),
-    session.value,
+    admitted,
     ctx.baseUrl,
     protectedResource(ctx),
   );
@@ -146,6 +148,39 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
     throw invalidGrant("Invalid refresh token");
   }
   return issuedResponse(ctx, "refresh_token", issued.session, issued.body);
+}
+
+/**
+ * ALLOWED_GITLAB_GROUPS / ALLOWED_GITLAB_USERS, re-checked when due: the session as it is to be
+ * stored (with a new decision), or invalid_grant. A user no longer admitted ends the session:
+ * its GitLab token is revoked and the gateway forgets its access tokens.
+ */
+async function requireStillAdmitted(
+  ctx: OAuthRequestContext,
+  session: Versioned<SessionRecord>,
+): Promise<SessionRecord> {
+  const { store, clock, config, logger } = ctx.deps;
+  const recheck = await recheckAccess(
+    { store, clock, config, upstream: ctx.oauth.upstream },
+    session.value,
+  );
+  if (recheck.kind === "admitted") return recheck.session;
+  if (recheck.kind === "unconfirmed") {
+    logger.warn("refresh refused: access could not be re-checked", {
+      requestId: ctx.requestId,
+      sessionId: session.value.id,
+    });
+    throw invalidGrant("Could not confirm that the account is still allowed here; try again later");
+  }
+  logger.warn("session ended: account no longer allowed", {
+    requestId: ctx.requestId,
+    sessionId: session.value.id,
+    gitlabUser: session.value.upstreamUsername,
+    reason: recheck.reason,
+  });
+  const ended = await endSessionAsItIsNow(store, session);
+  if (ended) await afterSessionEnded(endDepsOf(ctx), ended, { requestId: ctx.requestId });
+  throw invalidGrant("The account is no longer allowed to sign in here");
 }
 
 /**

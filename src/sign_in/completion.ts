@@ -8,10 +8,11 @@
 
 import { endDepsOf, type OAuthRequestContext } from "../http/context.ts";
 import { redact } from "../logger.ts";
+import { admittedBy } from "../access/policy.ts";
 import { sweepAbandonedSignIns } from "../session/end.ts";
 import { newSignIn, type SignInRequest } from "../session/life.ts";
 import type { FlowCompletion } from "../store/flows.ts";
-import type { UpstreamTokenSet } from "../store/records.ts";
+import type { SessionAccess, UpstreamTokenSet } from "../store/records.ts";
 import type { UpstreamUser } from "../upstream/types.ts";
 
 /**
@@ -65,15 +66,15 @@ export async function fetchUserOrRevoke(
 export async function storeSignIn(
   ctx: OAuthRequestContext,
   request: SignInRequest,
-  upstream: { tokens: UpstreamTokenSet; user: UpstreamUser },
+  upstream: { tokens: UpstreamTokenSet; user: UpstreamUser; access?: SessionAccess },
   commit: (completion: FlowCompletion) => Promise<boolean>,
 ): Promise<FlowCompletion | null> {
   const { store, clock, logger } = ctx.deps;
-  const { tokens, user } = upstream;
+  const { tokens, user, access } = upstream;
   const sealedTokens = await store.sealUpstreamTokens(tokens);
   const completion = newSignIn(
     request,
-    { sealedTokens, expiresAt: tokens.expiresAt, user },
+    { sealedTokens, expiresAt: tokens.expiresAt, user, access },
     clock.now(),
   );
   if (!await commit(completion)) return null;
@@ -83,6 +84,7 @@ export async function storeSignIn(
     sessionId: completion.session.id,
     clientId: completion.session.clientId,
     gitlabUser: user.username,
+    ...(access ? { admittedBy: admittedBy(access).join(", ") } : {}),
     code: redact(completion.code),
   });
   return completion;

@@ -16,7 +16,12 @@
 import type { OAuthRequestContext } from "../http/context.ts";
 import { randomToken, sha256Base64Url } from "../crypto.ts";
 import type { RepeatRecord, Versioned } from "../store/mod.ts";
-import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";
+import {
+  type FlowRecord,
+  type SessionAccess,
+  type UpstreamTokenSet,
+  upstreamTokenSet,
+} from "../store/records.ts";
 import {
   type DeviceAuthorization,
   type DevicePollResult,
@@ -24,6 +29,7 @@ import {
   UpstreamError,
   type UpstreamUser,
 } from "../upstream/types.ts";
+import { admitSignIn, type SignInAdmission } from "./admission.ts";
 import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
 import { admitNewFlow } from "./pending_caps.ts";
 import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
@@ -246,8 +252,10 @@ async function advanceFlow(
     flow = saved;
   }
   let user: UpstreamUser;
+  let admission: SignInAdmission;
   try {
     user = await upstream.fetchUser(tokens.accessToken);
+    admission = await admitSignIn(ctx, tokens, user);
   } catch (error) {
     // Fail the flow as saved with the tokens, not the version the caller read.
     if (!(error instanceof UpstreamError)) throw error;
@@ -258,7 +266,11 @@ async function advanceFlow(
     }
     return await upstreamFailed(ctx, flow, error);
   }
-  return await complete(ctx, flow, tokens, user);
+  if (admission.kind === "refused") {
+    await ctx.deps.store.deleteFlow(flow);
+    return outcome(200, { status: "failed", error: admission.message });
+  }
+  return await complete(ctx, flow, tokens, user, admission.access);
 }
 
 /**
@@ -316,11 +328,12 @@ async function complete(
   flow: Versioned<FlowRecord>,
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
+  access: SessionAccess | undefined,
 ): Promise<PollOutcome> {
   const signIn = await storeSignIn(
     ctx,
     flow.value,
-    { tokens, user },
+    { tokens, user, access },
     (completion) => ctx.deps.store.completeFlow(flow, completion),
   );
   // Only a flow changed under us fails here; the next poll tells the truth about it.
