@@ -135,7 +135,12 @@ Deno.test("deploy/: the values they set make a complete configuration", async ()
       interpolate(value, example),
     ]),
   );
-  const container = loadConfig({ ...dockerfileEnv(await read("Dockerfile")), ...fromCompose });
+  // Compose hands the service the whole .env (env_file), then its own environment entries.
+  const container = loadConfig({
+    ...dockerfileEnv(await read("Dockerfile")),
+    ...example,
+    ...fromCompose,
+  });
   assert.ok(oauthSettings(container), "the container is configured");
   assert.equal(container.baseUrl, `https://${example.AUTH_DOMAIN}`);
   // Compose trusts exactly Caddy's fixed address.
