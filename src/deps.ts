@@ -14,6 +14,7 @@ import { type Config, CONFIG_VARIABLES, jwtSecrets, oauthSettings } from "./conf
 import type { AppDeps } from "./http/context.ts";
 import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
+import { createMetrics, type Metrics } from "./metrics/catalog.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
@@ -40,14 +41,25 @@ export interface Resources {
 export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const { kv, clock, logger, templates } = resources;
   const settings = oauthSettings(config);
+  const metrics = createMetrics({
+    clock,
+    countLiveSessions: async () => (await store.listSessions()).length,
+  });
+  const store = createStore(
+    kv,
+    clock,
+    createSecretBoxFromConfig(config),
+    metrics.observeStoreCommit,
+  );
   const upstream = resources.upstream ??
-    (settings && configuredUpstream(config, settings.gitlabClientId, logger));
+    (settings && configuredUpstream(config, settings.gitlabClientId, logger, metrics));
   return {
     config,
-    store: createStore(kv, clock, createSecretBoxFromConfig(config)),
+    store,
     clock,
     templates,
     logger,
+    metrics,
     upstreamProfile: upstream?.profile ??
       gitLabProfile(config.upstream.url, config.upstream.scopes),
     verifiedTokens: createVerifiedTokens(),
@@ -65,7 +77,12 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
  * The upstream the configuration describes. A second provider is one more branch here, on a
  * variable of `CONFIG_VARIABLES.upstream` choosing it.
  */
-function configuredUpstream(config: Config, clientId: string, logger: Logger): Upstream {
+function configuredUpstream(
+  config: Config,
+  clientId: string,
+  logger: Logger,
+  metrics: Metrics,
+): Upstream {
   const { url, scopes, clientSecret } = config.upstream;
   return createGitLabUpstream({
     gitlabUrl: url,
@@ -75,6 +92,7 @@ function configuredUpstream(config: Config, clientId: string, logger: Logger): U
     timeoutMs: config.upstreamTimeoutMs,
     logger,
     hints: misconfigurationHints(),
+    observeCall: metrics.observeGitLabCall,
   });
 }
 

@@ -24,6 +24,7 @@ import {
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
 import { ROUTES } from "../routes/table.ts";
+import { routeLabels } from "../metrics/route_label.ts";
 
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
@@ -41,6 +42,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const trustsProxies = deps.config.trustProxy.length > 0;
   const hsts = strictTransportSecurity(deps.config);
   const routes = routesFor(ROUTES, deps.config);
+  const routeLabel = routeLabels(routes);
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
@@ -64,6 +66,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       response = renderError(error, deps, requestId);
     }
     response = withHeaders(response, route, requestId, hsts);
+    deps.metrics.observeRequest(routeLabel(route), response.status, performance.now() - started);
     deps.logger.info("request", {
       requestId,
       method: request.method,

@@ -14,6 +14,7 @@ export const PATHS = {
   token: "/token",
   register: "/register",
   revoke: "/revoke",
+  metrics: "/metrics",
   authorizationServerMetadata: "/.well-known/oauth-authorization-server",
   protectedResourceMetadata: "/.well-known/oauth-protected-resource",
 } as const;

@@ -13,6 +13,7 @@ import { handleCallback } from "./callback.ts";
 import { handleConsent } from "./consent.ts";
 import { handleLiveness, handleReadiness } from "./health.ts";
 import { handleHome } from "./home.ts";
+import { handleMetrics } from "./metrics.ts";
 import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
 import { handlePoll } from "./poll.ts";
 import { handleRegister } from "./register.ts";
@@ -35,6 +36,7 @@ export const ROUTES: Routes = {
   [PATHS.home]: { methods: { GET: handleHome } },
   [PATHS.liveness]: { methods: { GET: handleLiveness } },
   [PATHS.readiness]: { methods: { GET: handleReadiness } },
+  [PATHS.metrics]: { methods: { GET: handleMetrics }, when: (config) => !!config.metricsToken },
   [PATHS.authorize]: { methods: { GET: handleAuthorize }, oauth: true, rateLimit: "authorize" },
   [PATHS.poll]: {
     methods: { GET: handlePoll },
