@@ -25,6 +25,7 @@ import type { Route } from "../http/router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import type { Store } from "../store/mod.ts";
 import { createDeadlines, type Deadlines } from "./deadlines.ts";
+import { NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -105,6 +106,11 @@ async function handleGatewayRequest(
   const auth = await authenticate(deps, ctx.request, { issuer: ctx.baseUrl, resource });
   if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
   const upstream = await forward(ctx, auth, gateway);
+  ctx.deps.metrics.gatewayMessages.inc({
+    method: UNPARSED_METHOD,
+    outcome: "allowed",
+    tool: NO_TOOL,
+  });
   try {
     await trackMcpSession(ctx, auth, mcpSessionId, upstream);
   } catch (error) {
@@ -224,7 +230,7 @@ async function forward(
     ? withSearch(gateway.upstreamUrl, ctx.url.search)
     : gateway.upstreamUrl;
   try {
-    return await fetch(target, {
+    const response = await fetch(target, {
       method: request.method,
       headers: upstreamRequestHeaders(
         request.headers,
@@ -240,6 +246,8 @@ async function forward(
       // mid-stream cancels the relayed body, which closes the upstream exchange too.
       signal: deadline.signal,
     });
+    deps.metrics.mcpUpstreamResponses.inc({ status: String(response.status) });
+    return response;
   } catch (error) {
     throw upstreamFailure(ctx, auth, error, deadline.signal.aborted);
   } finally {
@@ -270,6 +278,12 @@ function upstreamFailure(
   timedOut: boolean,
 ): OAuthError {
   const timeoutMs = ctx.deps.config.mcpUpstreamTimeoutMs;
+  ctx.deps.metrics.mcpUpstreamResponses.inc({ status: timedOut ? "timeout" : "network" });
+  ctx.deps.metrics.gatewayMessages.inc({
+    method: UNPARSED_METHOD,
+    outcome: "upstream_error",
+    tool: NO_TOOL,
+  });
   ctx.deps.logger.warn(timedOut ? "MCP server timed out" : "MCP server unreachable", {
     requestId: ctx.requestId,
     sessionId: auth.sessionId,

@@ -16,7 +16,7 @@ export type RateLimitBucket = keyof RateLimits;
  * an IPv6 client is counted by its /64.
  */
 export async function enforceRateLimit(
-  { store, config, clock }: Pick<AppDeps, "store" | "config" | "clock">,
+  { store, config, clock, metrics }: Pick<AppDeps, "store" | "config" | "clock" | "metrics">,
   bucket: RateLimitBucket,
   ip: string,
 ): Promise<void> {
@@ -26,6 +26,7 @@ export async function enforceRateLimit(
   const windowMs = limit.windowSeconds * 1000;
   const count = await store.countRequest(bucket, rateLimitSubject(ip), limit.limit, windowMs);
   if (count <= limit.limit) return;
+  metrics.rateLimitRefusals.inc({ bucket });
   const retryAfter = String(Math.ceil((windowMs - (clock.now() % windowMs)) / 1000));
   throw new OAuthError(
     429,

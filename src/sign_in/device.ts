@@ -25,6 +25,7 @@ import {
   type UpstreamUser,
 } from "../upstream/types.ts";
 import { storeSignIn } from "./completion.ts";
+import { signInFailure } from "../metrics/catalog.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
 const FLOW_STATE_BYTES = 32;
@@ -109,6 +110,7 @@ async function startFlow(
   const device = await ctx.oauth.upstream.startDeviceAuthorization();
   const flow = recordOf(device, ctx.deps.clock.now());
   await ctx.deps.store.createFlow(flowState, flow);
+  ctx.deps.metrics.signInsStarted.inc({ mode: "device" });
   return { flowState, flow };
 }
 
@@ -176,6 +178,7 @@ export async function pollFlow(ctx: OAuthRequestContext, flowState: string): Pro
   if (!flow) return outcome(400, { status: "expired", error: "Flow not found" });
   if (clock.now() > flow.value.expiresAt) {
     await store.deleteFlow(flow);
+    ctx.deps.metrics.signInsFinished.inc({ mode: "device", outcome: "expired" });
     return outcome(400, { status: "expired", error: "Device code expired" });
   }
 
@@ -334,5 +337,6 @@ async function upstreamFailed(
     return PENDING;
   }
   await ctx.deps.store.deleteFlow(flow);
+  ctx.deps.metrics.signInsFinished.inc({ mode: "device", outcome: signInFailure(error.code) });
   return outcome(200, { status: "failed", error: error.message });
 }
