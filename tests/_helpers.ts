@@ -125,6 +125,19 @@ export class FakeUpstream implements Upstream {
     this.revokedTokens.push(token);
     return Promise.resolve();
   }
+  /**
+   * The signed-in user's access level per group full path, as GitLab's members/all answers it
+   * (memberships through parent groups included); absent: not a member.
+   */
+  groupLevels: Record<string, number> = {};
+  /** When set, every membership question fails with it (GitLab down, rate limiting). */
+  membershipFailure?: UpstreamError;
+  membershipsSeen: { accessToken: string; groupPath: string; userId: number }[] = [];
+  membership(accessToken: string, groupPath: string, userId: number): Promise<number | null> {
+    this.membershipsSeen.push({ accessToken, groupPath, userId });
+    if (this.membershipFailure) return Promise.reject(this.membershipFailure);
+    return Promise.resolve(this.groupLevels[groupPath] ?? null);
+  }
   /** Makes the next device poll return a token. */
   approve(tokens: Partial<UpstreamTokens> = {}): void {
     this.polls.push({

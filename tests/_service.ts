@@ -62,7 +62,7 @@ export async function spawnService(
 ): Promise<ServiceProcess> {
   const child = new Deno.Command(Deno.execPath(), {
     args,
-    env: { ...inheritedEnv(), PORT: "0", HOST: "127.0.0.1", ...env },
+    env: { ...inheritedEnv(), PORT: "0", HOST: "127.0.0.1", ...withBaseUrlForRedirect(env) },
     clearEnv: true,
     stdin: "null",
     stdout: "piped",
@@ -198,6 +198,20 @@ export async function spawnWithGitLab(
       await gitlab.close();
     },
   };
+}
+
+/**
+ * The redirect sign-in needs BASE_URL, known before the child listens: a free loopback port is
+ * picked here and handed to the child as PORT too.
+ */
+function withBaseUrlForRedirect(env: Record<string, string>): Record<string, string> {
+  if (env.GITLAB_SIGN_IN !== "redirect" || env.BASE_URL || (env.PORT && env.PORT !== "0")) {
+    return env;
+  }
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = String(listener.addr.port);
+  listener.close();
+  return { ...env, PORT: port, BASE_URL: `http://127.0.0.1:${port}` };
 }
 
 /** What the child needs to find Deno's cache; nothing of the parent's configuration. */

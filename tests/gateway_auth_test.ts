@@ -38,10 +38,12 @@ async function resign(
   changes: Record<string, unknown>,
   options: { secret?: string; alg?: string } = {},
 ): Promise<string> {
-  const { iat: _iat, exp, ...claims } = decodeJwt(token);
+  const { iat, exp, ...claims } = decodeJwt(token);
   return await new SignJWT({ ...claims, ...changes })
     .setProtectedHeader({ alg: options.alg ?? "HS256", typ: "JWT" })
-    .setIssuedAt()
+    // The token's own issue time: the test clock's, not the wall clock's (the guard refuses a
+    // token issued in its future).
+    .setIssuedAt(iat)
     .setExpirationTime((changes.exp as number | undefined) ?? exp!)
     .sign(encoder.encode(options.secret ?? TEST_SECRET));
 }

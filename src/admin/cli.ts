@@ -4,18 +4,27 @@
  * the same environment (KV_PATH, JWT_SECRET or ENCRYPTION_KEY to open GitLab tokens,
  * GITLAB_URL and GITLAB_CLIENT_ID to revoke them).
  *
+ * It works only on an existing store: KV_PATH must be set (to a file that exists, or a KV
+ * Connect URL), so that a missing or mistyped setting is an error instead of an empty store
+ * that reports "0 sessions".
+ *
  * Exit codes: 0 done, 1 what the command names does not exist or the configuration is bad,
- * 2 bad arguments.
+ * 2 bad arguments, 3 `sessions revoke --user` found no session to end.
  */
 
 import { systemClock } from "../clock.ts";
-import { ConfigError, loadConfig } from "../config/mod.ts";
+import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
-import { createLogger } from "../logger.ts";
+import { existingStoreProblem, kvLocation, openKv } from "../store/kv_open.ts";
+import { createLogger, type Logger } from "../logger.ts";
+import { sealingSecrets } from "../secret_box.ts";
+import { generateSigningKey } from "../keys/signing_keys.ts";
 import { loadTemplates } from "../pages/mod.ts";
+import { createGitLabUpstream } from "../upstream/gitlab.ts";
+import type { Upstream } from "../upstream/types.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
-import { runStoreCommand } from "./commands.ts";
+import { AdminRefusal, runStoreCommand } from "./commands.ts";
 
 /** Where the CLI writes: output and JSON log lines to `out`, refusals to `err`. */
 export interface AdminOutput {
@@ -49,6 +58,14 @@ export async function runAdmin(
     output.out(USAGE);
     return 0;
   }
+  if (command.name === "keys generate" && command.alg) {
+    output.out(JSON.stringify(await generateSigningKey(command.alg, new Date(systemClock.now()))));
+    output.err(
+      "# A private key: add it to SIGNING_KEYS (a JSON array), second to publish it first, " +
+        "first to sign with it (README: rotation). Keep it as secret as JWT_SECRET.",
+    );
+    return 0;
+  }
   if (command.name === "keys generate") {
     output.out(`JWT_SECRET=${randomToken(32)}`);
     output.out(`ENCRYPTION_KEY=${randomToken(32)}`);
@@ -66,11 +83,17 @@ export async function runAdmin(
     output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
+  const storeProblem = await existingStoreProblem(config.kvPath);
+  if (storeProblem) {
+    output.err(`admin: ${storeProblem}`);
+    return 1;
+  }
   let kv: Deno.Kv;
   try {
-    kv = await Deno.openKv(config.kvPath);
+    kv = await openKv(config.kvPath);
   } catch (error) {
-    output.err(`admin: cannot open KV ${config.kvPath ?? "(Deno's default)"}: ${error}`);
+    if (!(error instanceof ConfigError)) throw error;
+    output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
   try {
@@ -83,19 +106,42 @@ export async function runAdmin(
     });
     return await runStoreCommand(command, {
       store: deps.store,
-      upstream: deps.oauth?.upstream,
+      upstream: gitLabOf(config, logger),
+      missingForRevocation: sealingSecrets(config).length > 0
+        ? []
+        : ["ENCRYPTION_KEY or JWT_SECRET"],
       logger,
       print: output.out,
       kvFileSize: () => kvFileSize(config.kvPath),
     });
+  } catch (error) {
+    if (!(error instanceof AdminRefusal)) throw error;
+    output.err(`admin: ${error.message}`);
+    return error.exitCode;
   } finally {
     kv.close();
   }
 }
 
+/**
+ * GitLab's client for revocations: it needs GITLAB_URL and GITLAB_CLIENT_ID (and the secret of
+ * a confidential application), not JWT_SECRET, which the service's own OAuth settings require.
+ */
+function gitLabOf(config: Config, logger: Logger): Upstream | undefined {
+  if (!config.upstream.clientId) return undefined;
+  return createGitLabUpstream({
+    gitlabUrl: config.upstream.url,
+    clientId: config.upstream.clientId,
+    clientSecret: config.upstream.clientSecret,
+    scopes: config.upstream.scopes,
+    timeoutMs: config.upstreamTimeoutMs,
+    logger,
+  });
+}
+
 /** Bytes of a local KV file and its write-ahead log; undefined for memory or KV Connect. */
 async function kvFileSize(path: string | undefined): Promise<number | undefined> {
-  if (path === undefined || path === ":memory:" || /^https?:\/\//i.test(path)) return undefined;
+  if (path === undefined || kvLocation(path) !== "file") return undefined;
   let bytes = 0;
   for (const file of [path, `${path}-wal`]) {
     try {

@@ -13,6 +13,7 @@ import { errorResponse, json, NO_STORE } from "./responses.ts";
 import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "./rate_limit.ts";
 import { requestOrigin } from "./request_origin.ts";
+import { createUnconfiguredProxyWarning } from "./proxy_warning.ts";
 import {
   findRoute,
   type Handler,
@@ -43,6 +44,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const hsts = strictTransportSecurity(deps.config);
   const routes = routesFor(ROUTES, deps.config);
   const routeLabel = routeLabels(routes);
+  const warnUnconfiguredProxy = createUnconfiguredProxyWarning(trustsProxies, deps.logger);
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
@@ -55,6 +57,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       let peer: string | undefined;
       const peerOf = () => peer ??= peerAddress(info);
       const fromTrustedProxy = trustsProxies && trusted(peerOf());
+      warnUnconfiguredProxy(request.headers, peerOf);
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
@@ -84,7 +87,8 @@ async function dispatch(route: Route | undefined, ctx: RequestContext): Promise<
   const { request, url, deps } = ctx;
   if (!route) throw notFound(url.pathname);
   if (route.cors && request.method === "OPTIONS") {
-    return preflight(route.cors, Object.keys(route.methods));
+    const requested = request.headers.get("access-control-request-headers");
+    return preflight(route.cors, Object.keys(route.methods), requested);
   }
   const handle = handlerFor(route, request.method);
   if (route.rateLimit) {

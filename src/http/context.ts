@@ -8,6 +8,7 @@ import type { LogFields, Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/catalog.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
+import type { OpenStreams } from "../gateway/open_streams.ts";
 import type { ConsentSigner } from "../sign_in/consent_signer.ts";
 import type { Store } from "../store/mod.ts";
 import type { Templates } from "../pages/mod.ts";
@@ -37,6 +38,8 @@ export interface AppDeps {
   upstreamProfile: UpstreamProfile;
   /** Access tokens the gateway accepted within the last second. */
   verifiedTokens: VerifiedTokens;
+  /** The gateway's open event streams, ended when their session or token ends. */
+  openStreams: OpenStreams;
   /** Fetches Client ID Metadata Documents (with the SSRF guard unless configured off). */
   clientMetadataFetcher: ClientMetadataFetcher;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */

@@ -15,6 +15,8 @@ export const PATHS = {
   register: "/register",
   revoke: "/revoke",
   metrics: "/metrics",
+  introspect: "/introspect",
+  jwks: "/.well-known/jwks.json",
   authorizationServerMetadata: "/.well-known/oauth-authorization-server",
   protectedResourceMetadata: "/.well-known/oauth-protected-resource",
 } as const;

@@ -20,11 +20,23 @@ export async function enforceRateLimit(
   bucket: RateLimitBucket,
   ip: string,
 ): Promise<void> {
+  if (config.rateLimitLoopback === "exempt" && isLoopbackIp(ip)) return;
+  await enforceSubjectRateLimit({ store, config, clock, metrics }, bucket, rateLimitSubject(ip));
+}
+
+/**
+ * Throws a 429 OAuthError when `subject` (a client address as rateLimitSubject gives it, or an
+ * authenticated caller's name) is over the limit of `bucket`.
+ */
+export async function enforceSubjectRateLimit(
+  { store, config, clock, metrics }: Pick<AppDeps, "store" | "config" | "clock" | "metrics">,
+  bucket: RateLimitBucket,
+  subject: string,
+): Promise<void> {
   const limit = config.rateLimits[bucket];
   if (!limit) return;
-  if (config.rateLimitLoopback === "exempt" && isLoopbackIp(ip)) return;
   const windowMs = limit.windowSeconds * 1000;
-  const count = await store.countRequest(bucket, rateLimitSubject(ip), limit.limit, windowMs);
+  const count = await store.countRequest(bucket, subject, limit.limit, windowMs);
   if (count <= limit.limit) return;
   metrics.rateLimitRefusals.inc({ bucket });
   const retryAfter = String(Math.ceil((windowMs - (clock.now() % windowMs)) / 1000));

@@ -72,7 +72,7 @@ export type GatewayOutcome = "allowed" | "denied" | "upstream_error";
 /** An HTTP call's status, or why it has none. */
 export type CallResult = number | "timeout" | "network";
 /** The rate-limit buckets (`RateLimitBucket`). */
-export type BucketLabel = "authorize" | "poll" | "token" | "register";
+export type BucketLabel = "authorize" | "poll" | "token" | "register" | "introspect";
 
 /** The gateway's messages, with method and tool names bounded. */
 export interface GatewayMessages {

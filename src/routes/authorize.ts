@@ -14,7 +14,7 @@ import { matchesRegisteredRedirect } from "../clients/registration.ts";
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
-import { PKCE_METHOD } from "../pkce.ts";
+import { PKCE_METHOD } from "../sign_in/pkce.ts";
 import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
 import { mcpResourceUrl, requireProtectedResource } from "../gateway/resource.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
@@ -68,6 +68,8 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
       (device, nowMs) => flowRecord(request, client, resource, device, nowMs),
     );
   } catch (error) {
+    // The pending-flow caps' 429: no failure of ours.
+    if (error instanceof OAuthError) throw error;
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Failed to initiate authentication");
   }

@@ -12,7 +12,12 @@
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
-import { storeSignIn } from "../sign_in/completion.ts";
+import { admitSignIn } from "../sign_in/admission.ts";
+import {
+  fetchUserOrRevoke,
+  revokeAbandonedUpstreamTokens,
+  storeSignIn,
+} from "../sign_in/completion.ts";
 import { type SignInRecord, upstreamTokenSet } from "../store/records.ts";
 import {
   alreadyUsed,
@@ -76,13 +81,23 @@ async function complete(
     redirectUri: callbackUrl(ctx.baseUrl),
   });
   const tokens = upstreamTokenSet(exchanged, clock.now());
-  const user = await upstream.fetchUser(tokens.accessToken);
+  const user = await fetchUserOrRevoke(ctx, tokens);
+  const admission = await admitSignIn(ctx, tokens, user);
+  if (admission.kind === "refused") {
+    return returnToClient(ctx, signIn, {
+      error: "access_denied",
+      error_description: admission.message,
+    });
+  }
   const completion = await storeSignIn(
     ctx,
     signIn,
-    { tokens, user },
+    { tokens, user, access: admission.access },
     (completion) => store.completeSignIn(completion),
   );
-  if (!completion) throw new OAuthError(500, "server_error", "Failed to store the sign-in");
+  if (!completion) {
+    await revokeAbandonedUpstreamTokens(ctx, tokens, "sign-in not stored");
+    throw new OAuthError(500, "server_error", "Failed to store the sign-in");
+  }
   return returnToClient(ctx, signIn, { code: completion.code });
 }

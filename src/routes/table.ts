@@ -13,6 +13,8 @@ import { handleCallback } from "./callback.ts";
 import { handleConsent } from "./consent.ts";
 import { handleLiveness, handleReadiness } from "./health.ts";
 import { handleHome } from "./home.ts";
+import { handleIntrospect } from "./introspect.ts";
+import { handleJwks } from "./jwks.ts";
 import { handleMetrics } from "./metrics.ts";
 import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
 import { handlePoll } from "./poll.ts";
@@ -77,6 +79,13 @@ export const ROUTES: Routes = {
     rateLimit: "token",
     cors: OAUTH_CORS,
   },
+  // Rate-limited in the handler: per authenticated caller, not per address.
+  [PATHS.introspect]: {
+    methods: { POST: handleIntrospect },
+    oauth: true,
+    when: (config) => config.introspectionTokens !== undefined,
+  },
+  [PATHS.jwks]: { methods: { GET: handleJwks }, cors: OAUTH_CORS },
   [PATHS.authorizationServerMetadata]: authorizationServerMetadata,
   [`${PATHS.authorizationServerMetadata}/*`]: authorizationServerMetadata,
   [PATHS.protectedResourceMetadata]: protectedResourceMetadata,

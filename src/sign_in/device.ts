@@ -16,7 +16,12 @@
 import type { OAuthRequestContext } from "../http/context.ts";
 import { randomToken, sha256Base64Url } from "../crypto.ts";
 import type { RepeatRecord, Versioned } from "../store/mod.ts";
-import { type FlowRecord, type UpstreamTokenSet, upstreamTokenSet } from "../store/records.ts";
+import {
+  type FlowRecord,
+  type SessionAccess,
+  type UpstreamTokenSet,
+  upstreamTokenSet,
+} from "../store/records.ts";
 import {
   type DeviceAuthorization,
   type DevicePollResult,
@@ -24,7 +29,10 @@ import {
   UpstreamError,
   type UpstreamUser,
 } from "../upstream/types.ts";
-import { storeSignIn } from "./completion.ts";
+import { admitSignIn, type SignInAdmission } from "./admission.ts";
+import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
+import { admitNewFlow } from "./pending_caps.ts";
+import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
 import { signInFailure } from "../metrics/catalog.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
@@ -107,8 +115,10 @@ async function startFlow(
   flowState: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
+  const clientPrefix = await admitNewFlow(ctx);
   const device = await ctx.oauth.upstream.startDeviceAuthorization();
   const flow = recordOf(device, ctx.deps.clock.now());
+  if (clientPrefix !== undefined) flow.clientPrefix = clientPrefix;
   await ctx.deps.store.createFlow(flowState, flow);
   ctx.deps.metrics.signInsStarted.inc({ mode: "device" });
   return { flowState, flow };
@@ -215,6 +225,8 @@ async function advanceFlow(
   let tokens = flow.value.upstreamTokens;
   if (!tokens) {
     if (await upstreamPollWaits(ctx, flow.value)) return PENDING;
+    // Over the service's GitLab budget (or this client prefix's share of it): pending.
+    if (!await takePollSlot(ctx, flow.value)) return PENDING;
     let result: DevicePollResult;
     try {
       result = await upstream.pollDeviceToken(flow.value.deviceCode);
@@ -225,7 +237,11 @@ async function advanceFlow(
       throw error;
     }
     if (result.kind !== "token") {
-      if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
+      if (result.backoff) {
+        const pausedUntil = await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
+        // A 429 on a poll means our polls went over GitLab's limit: the budget was too large.
+        if (result.kind === "rate_limited") await cutPollBudget(ctx, pausedUntil);
+      }
       // RFC 8628 §3.5: after slow_down the interval grows by 5 s for this and every later poll.
       const grow = result.kind === "slow_down" ? SLOW_DOWN_STEP_SECONDS : 0;
       await deferNextPoll(ctx, flow, flow.value.intervalSeconds + grow);
@@ -239,14 +255,25 @@ async function advanceFlow(
     flow = saved;
   }
   let user: UpstreamUser;
+  let admission: SignInAdmission;
   try {
     user = await upstream.fetchUser(tokens.accessToken);
+    admission = await admitSignIn(ctx, tokens, user);
   } catch (error) {
     // Fail the flow as saved with the tokens, not the version the caller read.
     if (!(error instanceof UpstreamError)) throw error;
+    // A terminal failure ends the flow that holds the tokens: revoke them (a transient one keeps
+    // them in the flow for the next poll).
+    if (error.failure !== "transient") {
+      await revokeAbandonedUpstreamTokens(ctx, tokens, "user lookup failed");
+    }
     return await upstreamFailed(ctx, flow, error);
   }
-  return await complete(ctx, flow, tokens, user);
+  if (admission.kind === "refused") {
+    await ctx.deps.store.deleteFlow(flow);
+    return outcome(200, { status: "failed", error: admission.message });
+  }
+  return await complete(ctx, flow, tokens, user, admission.access);
 }
 
 /**
@@ -276,12 +303,13 @@ async function deferNextPoll(
 /**
  * Pauses all upstream polling, service-wide, until the upstream's `Retry-After` or
  * `RateLimit-Reset` (one interval when it named neither; never longer than MAX_PAUSE_MS).
+ * Returns when the pause it asked for ends.
  */
 async function pauseUpstream(
   ctx: OAuthRequestContext,
   backoff: UpstreamBackoff,
   intervalSeconds: number,
-): Promise<void> {
+): Promise<number> {
   const now = ctx.deps.clock.now();
   const asked = backoff.retryAfterSeconds !== undefined
     ? now + backoff.retryAfterSeconds * 1000
@@ -289,12 +317,13 @@ async function pauseUpstream(
     ? backoff.resumeAtEpochSeconds * 1000
     : now + intervalSeconds * 1000;
   const until = Math.min(asked, now + MAX_PAUSE_MS);
-  if (until <= now) return;
+  if (until <= now) return now;
   ctx.deps.logger.warn("upstream rate limit: polling paused", {
     requestId: ctx.requestId,
     pausedForSeconds: Math.ceil((until - now) / 1000),
   });
   await ctx.deps.store.pauseUpstream(until);
+  return until;
 }
 
 async function complete(
@@ -302,11 +331,12 @@ async function complete(
   flow: Versioned<FlowRecord>,
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
+  access: SessionAccess | undefined,
 ): Promise<PollOutcome> {
   const signIn = await storeSignIn(
     ctx,
     flow.value,
-    { tokens, user },
+    { tokens, user, access },
     (completion) => ctx.deps.store.completeFlow(flow, completion),
   );
   // Only a flow changed under us fails here; the next poll tells the truth about it.

@@ -12,11 +12,12 @@
 import { PATHS } from "../http/paths.ts";
 import type { OAuthRequestContext, RequestContext } from "../http/context.ts";
 import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
-import { PKCE_METHOD } from "../pkce.ts";
+import { PKCE_METHOD } from "./pkce.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { SignInRecord } from "../store/records.ts";
 import type { RenderedPage } from "../pages/mod.ts";
 import { clientReturnUrl, isFollowableRedirect } from "../clients/return_url.ts";
+import type { ConsentGrant } from "./consent_signer.ts";
 import {
   CONSENT_MAX_AGE_SECONDS,
   readCookie,
@@ -76,7 +77,7 @@ export async function answerRedirectSignIn(
     browserHash: sha256Base64Url(browser),
     expiresAt: clock.now() + SIGN_IN_STEP_TTL_MS,
   };
-  if (hasConsented(ctx, cookies, request.clientId, redirectUri)) {
+  if (hasConsented(ctx, cookies, consentGrantOf(ctx, signIn))) {
     return await sendUpstream(ctx, signIn, headers);
   }
   const signInId = randomToken();
@@ -144,7 +145,7 @@ export function rememberConsent(
 ): void {
   const cookies = signInCookies(ctx.baseUrl);
   const expiresAt = ctx.deps.clock.now() + CONSENT_MAX_AGE_SECONDS * 1000;
-  const value = ctx.oauth.consentSigner.sign(signIn.clientId, signIn.redirectUri, expiresAt);
+  const value = ctx.oauth.consentSigner.sign(consentGrantOf(ctx, signIn), expiresAt);
   headers.append(
     "Set-Cookie",
     cookies.setCookie(
@@ -247,10 +248,19 @@ function bindBrowser(request: Request, cookies: SignInCookies, headers: Headers)
 function hasConsented(
   ctx: OAuthRequestContext,
   cookies: SignInCookies,
-  clientId: string,
-  redirectUri: string,
+  grant: ConsentGrant,
 ): boolean {
-  const value = readCookie(ctx.request, cookies.consentName(clientId, redirectUri));
+  const value = readCookie(ctx.request, cookies.consentName(grant.clientId, grant.redirectUri));
   return value !== undefined &&
-    ctx.oauth.consentSigner.verify(value, clientId, redirectUri, ctx.deps.clock.now());
+    ctx.oauth.consentSigner.verify(value, grant, ctx.deps.clock.now());
+}
+
+/** What the consent page of `signIn` shows: the GitLab scopes configured now, the resource. */
+function consentGrantOf(ctx: OAuthRequestContext, signIn: SignInRecord): ConsentGrant {
+  return {
+    clientId: signIn.clientId,
+    redirectUri: signIn.redirectUri,
+    scopes: ctx.oauth.upstream.profile.scopes,
+    resource: signIn.resource ?? "",
+  };
 }

@@ -22,6 +22,7 @@ import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
 import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
+import { createPollBudgetStore, type PollBudgetStore } from "./poll_budget.ts";
 import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createRepeatStore, type RepeatStore } from "./repeats.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
@@ -36,6 +37,7 @@ export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
 export type { RecordCounts, SessionFilter } from "./operators.ts";
 export type { RepeatRecord } from "./repeats.ts";
+export type { BudgetCut, PollBudgetState, PollDecision } from "./poll_budget.ts";
 
 /** The service's storage operations. */
 export interface Store
@@ -51,6 +53,7 @@ export interface Store
     McpSessionStore,
     OperatorStore,
     UpstreamPauseStore,
+    PollBudgetStore,
     RepeatStore,
     UnredeemedStore {
   /** Throws when KV cannot be read (health checks). */
@@ -82,6 +85,7 @@ export function createStore(
     ...createMcpSessionStore(io, sessions),
     ...createOperatorStore(io),
     ...createUpstreamPauseStore(io),
+    ...createPollBudgetStore(io),
     ...createRepeatStore(io, secrets),
     ...createUnredeemedStore(io),
     async ping() {

@@ -33,7 +33,7 @@ import {
   type UpstreamProfile,
   type UpstreamUser,
 } from "./types.ts";
-import { isWebUrl } from "../web_url.ts";
+import { isWebUrl } from "../http/web_url.ts";
 
 export type { MisconfigurationHints, UpstreamLogger } from "./oauth_http.ts";
 
@@ -146,6 +146,15 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
         const response = await postForm(endpoints.revoke, { token, client_id: clientId });
         return await processRevocationResponse(response);
       }),
+
+    membership: (accessToken: string, groupPath: string, userId: number) =>
+      call("membership", async () => {
+        const response = await send(membershipEndpoint(options.gitlabUrl, groupPath, userId), {
+          method: "GET",
+          headers: { Authorization: `Bearer ${accessToken}` },
+        });
+        return await processGitLabMemberResponse(response);
+      }),
   };
 }
 
@@ -172,6 +181,35 @@ function observeByEndpoint(
 /** How a GitLab instance at `url` presents itself, asked for `scopes`. */
 export function gitLabProfile(url: URL, scopes: string): UpstreamProfile {
   return { displayName: GITLAB_DISPLAY_NAME, url, scopes };
+}
+
+/**
+ * `GET /api/v4/groups/{full path}/members/all/{user id}`: members/all includes members through
+ * parent groups (and invited groups), which is what "directly or through a parent group" means.
+ *
+ * @see https://docs.gitlab.com/api/members/#get-a-member-of-a-group-or-project-including-inherited-and-invited-members
+ */
+export function membershipEndpoint(gitlabUrl: URL, groupPath: string, userId: number): URL {
+  const group = encodeURIComponent(groupPath);
+  return endpointBelow(gitlabUrl, `api/v4/groups/${group}/members/all/${userId}`);
+}
+
+/**
+ * A member answer's `access_level`; null for 404 (not a member, or a group the user cannot
+ * see) and for a membership that is not active (awaiting approval, or the seat is blocked).
+ */
+export async function processGitLabMemberResponse(response: Response): Promise<number | null> {
+  const body = await readBody(response);
+  if (response.status === 404) return null;
+  if (response.status === 401 || response.status === 403) {
+    throw new UpstreamError("terminal", "invalid_token", "invalid_token", response.status);
+  }
+  if (response.status !== 200) throw httpFailure(response.status);
+  const json = parseJsonObject(body, "member");
+  const level = json.access_level;
+  if (typeof level !== "number" || !Number.isSafeInteger(level)) throw malformed("member");
+  if (json.state !== undefined && json.state !== "active") return null;
+  return level;
 }
 
 /** Validates a `GET /api/v4/user` response and consumes its body. */

@@ -21,7 +21,7 @@ import type {
   UpstreamTokens,
 } from "./types.ts";
 import { UpstreamError } from "./types.ts";
-import { parseWebUrl } from "../web_url.ts";
+import { parseWebUrl } from "../http/web_url.ts";
 import {
   isObject,
   malformed,
