@@ -284,11 +284,15 @@ Deno.test("every family is there after the service's work, with the values it di
     assert.equal(v("refresh_replays_total", { outcome: "grace" }), 0);
     assert.equal(v("revocations_total", { outcome: "session_ended" }), 1);
     assert.equal(
-      v("gateway_messages_total", { method: "unparsed", outcome: "allowed", tool: "none" }),
+      v("gateway_messages_total", { method: "tools/list", outcome: "allowed", tool: "none" }),
       1,
     );
     assert.equal(
-      v("gateway_messages_total", { method: "unparsed", outcome: "upstream_error", tool: "none" }),
+      v("gateway_messages_total", {
+        method: "tools/list",
+        outcome: "upstream_error",
+        tool: "none",
+      }),
       1,
     );
     assert.equal(v("gateway_upstream_responses_total", { status: "200" }), 1);
