@@ -20,6 +20,7 @@ import {
 } from "./config/mod.ts";
 import type { AppDeps } from "./http/context.ts";
 import type { Logger } from "./logger.ts";
+import { createMetrics, type Metrics } from "./metrics/catalog.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
 import { createOpenStreams, endingStreamsWithSessions } from "./gateway/open_streams.ts";
@@ -48,10 +49,19 @@ export interface Resources {
 export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const { kv, clock, logger, templates } = resources;
   const settings = oauthSettings(config);
-  const store = createStore(kv, clock, createSecretBoxFromConfig(config));
+  const metrics = createMetrics({
+    clock,
+    countLiveSessions: async () => (await store.listSessions()).length,
+  });
+  const store = createStore(
+    kv,
+    clock,
+    createSecretBoxFromConfig(config),
+    metrics.observeStoreCommit,
+  );
   const openStreams = createOpenStreams({ store, clock, logger });
   const upstream = resources.upstream ??
-    (settings && configuredUpstream(config, settings.gitlabClientId, logger));
+    (settings && configuredUpstream(config, settings.gitlabClientId, logger, metrics));
   if (upstream) requireMemberships(config, upstream);
   return {
     config,
@@ -59,6 +69,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     clock,
     templates,
     logger,
+    metrics,
     upstreamProfile: upstream?.profile ??
       gitLabProfile(config.upstream.url, config.upstream.scopes),
     // A session that ends in this process ends its open streams at once.
@@ -78,7 +89,12 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
  * The upstream the configuration describes. A second provider is one more branch here, on a
  * variable of `CONFIG_VARIABLES.upstream` choosing it.
  */
-function configuredUpstream(config: Config, clientId: string, logger: Logger): Upstream {
+function configuredUpstream(
+  config: Config,
+  clientId: string,
+  logger: Logger,
+  metrics: Metrics,
+): Upstream {
   const { url, scopes, clientSecret } = config.upstream;
   return createGitLabUpstream({
     gitlabUrl: url,
@@ -88,6 +104,7 @@ function configuredUpstream(config: Config, clientId: string, logger: Logger): U
     timeoutMs: config.upstreamTimeoutMs,
     logger,
     hints: misconfigurationHints(),
+    observeCall: metrics.observeGitLabCall,
   });
 }
 

@@ -368,6 +368,13 @@ export const CONFIG_VARIABLES = {
     caseInsensitive(oneOf("spec", "strict")),
     "`strict`: production defaults, see [Security profile](#security-profile)",
   ),
+  /** The bearer token of `GET /metrics`; undefined: no such endpoint (404). */
+  metricsToken: variable(
+    "METRICS_TOKEN",
+    undefined,
+    parseSecret,
+    `bearer token (≥ ${MIN_SECRET_BYTES} bytes) for \`GET /metrics\` ([metrics](#operations)); unset: 404`,
+  ),
   /** A request body not received completely within this answers 408. */
   requestBodyTimeoutMs: variable(
     "REQUEST_BODY_TIMEOUT_MS",

@@ -36,10 +36,12 @@ import {
   hasRequestHeaders,
   headerMismatchResponse,
   inspectPost,
+  type McpMessage,
   type McpPost,
   metadataHeaders,
 } from "./mcp_message.ts";
 import { readBoundedBody } from "./request_body.ts";
+import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -157,8 +159,10 @@ async function handleGatewayRequest(
     await trackMcpSession(ctx, auth, mcpSessionId, upstream);
   } catch (error) {
     gateway.audit.record(audit, { status: error instanceof OAuthError ? error.status : 500 });
+    countMessages(ctx, audit.messages, "upstream_error");
     throw error;
   }
+  countMessages(ctx, audit.messages, "allowed");
   if (upstream.status === 401) {
     // Its challenge would send the client to someone else's authorization server.
     await upstream.body?.cancel();
@@ -169,6 +173,22 @@ async function handleGatewayRequest(
     );
   }
   return await relayResponse(ctx, upstream, auth, gateway, audit);
+}
+
+/** Counts each message of a request (one unparsed message for a body the gateway did not read). */
+function countMessages(
+  ctx: OAuthRequestContext,
+  messages: readonly McpMessage[],
+  outcome: GatewayOutcome,
+): void {
+  const { gatewayMessages } = ctx.deps.metrics;
+  if (messages.length === 0) {
+    gatewayMessages.inc({ method: UNPARSED_METHOD, outcome, tool: NO_TOOL });
+  }
+  for (const { method, name } of messages) {
+    const tool = method === "tools/call" && name !== undefined ? name : NO_TOOL;
+    gatewayMessages.inc({ method: method ?? UNPARSED_METHOD, outcome, tool });
+  }
 }
 
 /**
@@ -290,7 +310,7 @@ async function forward(
 ): Promise<Response> {
   const { request, deps } = ctx;
   try {
-    return await fetch(gateway.upstreamUrl, {
+    const response = await fetch(gateway.upstreamUrl, {
       method: request.method,
       headers: upstreamRequestHeaders(
         request.headers,
@@ -306,6 +326,8 @@ async function forward(
       // mid-stream cancels the relayed body, which closes the upstream exchange too.
       signal: deadline.signal,
     });
+    deps.metrics.mcpUpstreamResponses.inc({ status: String(response.status) });
+    return response;
   } catch (error) {
     throw upstreamFailure(ctx, auth, error, deadline.signal.aborted);
   } finally {
@@ -394,6 +416,7 @@ function upstreamFailure(
   timedOut: boolean,
 ): OAuthError {
   const timeoutMs = ctx.deps.config.mcpUpstreamTimeoutMs;
+  ctx.deps.metrics.mcpUpstreamResponses.inc({ status: timedOut ? "timeout" : "network" });
   ctx.deps.logger.warn(timedOut ? "MCP server timed out" : "MCP server unreachable", {
     requestId: ctx.requestId,
     sessionId: auth.sessionId,

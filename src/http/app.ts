@@ -25,6 +25,7 @@ import {
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
 import { ROUTES } from "../routes/table.ts";
+import { routeLabels } from "../metrics/route_label.ts";
 
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
@@ -42,6 +43,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const trustsProxies = deps.config.trustProxy.length > 0;
   const hsts = strictTransportSecurity(deps.config);
   const routes = routesFor(ROUTES, deps.config);
+  const routeLabel = routeLabels(routes);
   const warnUnconfiguredProxy = createUnconfiguredProxyWarning(trustsProxies, deps.logger);
   return async (request, info) => {
     const started = performance.now();
@@ -67,6 +69,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       response = renderError(error, deps, requestId);
     }
     response = withHeaders(response, route, requestId, hsts);
+    deps.metrics.observeRequest(routeLabel(route), response.status, performance.now() - started);
     deps.logger.info("request", {
       requestId,
       method: request.method,

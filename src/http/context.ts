@@ -5,6 +5,7 @@ import type { Clock } from "../clock.ts";
 import type { Config } from "../config/mod.ts";
 import type { TokenSigner } from "../jwt.ts";
 import type { LogFields, Logger } from "../logger.ts";
+import type { Metrics } from "../metrics/catalog.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { OpenStreams } from "../gateway/open_streams.ts";
@@ -28,6 +29,8 @@ export interface AppDeps {
   clock: Clock;
   templates: Templates;
   logger: Logger;
+  /** This process's metrics (`GET /metrics`). */
+  metrics: Metrics;
   /**
    * How the upstream provider presents itself, configured or not (pages and metadata name it);
    * `oauth.upstream.profile` when OAuth is configured.

@@ -14,6 +14,7 @@ export const PATHS = {
   token: "/token",
   register: "/register",
   revoke: "/revoke",
+  metrics: "/metrics",
   introspect: "/introspect",
   jwks: "/.well-known/jwks.json",
   authorizationServerMetadata: "/.well-known/oauth-authorization-server",

@@ -28,6 +28,7 @@ import {
   returnToClient,
 } from "../sign_in/redirect_flow.ts";
 import { UpstreamError } from "../upstream/types.ts";
+import { signInFailure } from "../metrics/catalog.ts";
 
 /** Handles `GET /oauth/callback`. */
 export async function handleCallback(ctx: OAuthRequestContext): Promise<Response> {
@@ -45,6 +46,7 @@ export async function handleCallback(ctx: OAuthRequestContext): Promise<Response
       : /^[a-z_]{1,64}$/.test(error)
       ? error
       : "unrecognized";
+    ctx.deps.metrics.signInsFinished.inc({ mode: "redirect", outcome: signInFailure(error) });
     // The user said no upstream; anything else upstream is our problem, not the client's.
     return returnToClient(ctx, signIn.value, {
       error: error === "access_denied" ? "access_denied" : "server_error",
@@ -54,6 +56,7 @@ export async function handleCallback(ctx: OAuthRequestContext): Promise<Response
     return await complete(ctx, signIn.value, code);
   } catch (failure) {
     if (!(failure instanceof UpstreamError)) throw failure;
+    ctx.deps.metrics.signInsFinished.inc({ mode: "redirect", outcome: "failed" });
     ctx.deps.logger.warn("redirect sign-in failed upstream", {
       requestId: ctx.requestId,
       code: failure.code,

@@ -15,6 +15,7 @@ import { handleLiveness, handleReadiness } from "./health.ts";
 import { handleHome } from "./home.ts";
 import { handleIntrospect } from "./introspect.ts";
 import { handleJwks } from "./jwks.ts";
+import { handleMetrics } from "./metrics.ts";
 import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
 import { handlePoll } from "./poll.ts";
 import { handleRegister } from "./register.ts";
@@ -37,6 +38,7 @@ export const ROUTES: Routes = {
   [PATHS.home]: { methods: { GET: handleHome } },
   [PATHS.liveness]: { methods: { GET: handleLiveness } },
   [PATHS.readiness]: { methods: { GET: handleReadiness } },
+  [PATHS.metrics]: { methods: { GET: handleMetrics }, when: (config) => !!config.metricsToken },
   [PATHS.authorize]: { methods: { GET: handleAuthorize }, oauth: true, rateLimit: "authorize" },
   [PATHS.poll]: {
     methods: { GET: handlePoll },

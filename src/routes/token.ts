@@ -22,7 +22,6 @@ import { isClientMetadataUrl } from "../client_metadata/document.ts";
 import {
   endSessionAsItIsNow,
   endSessionOnRefreshReplay,
-  findSessionByRefreshToken,
   isCurrentRefreshToken,
   issueTokens,
   refreshGraceFor,
@@ -38,6 +37,14 @@ import type { SessionRecord } from "../store/records.ts";
 export async function handleToken(ctx: OAuthRequestContext): Promise<Response> {
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const grantType = params.get("grant_type");
+  return await ctx.deps.metrics.countGrant(grantType, () => grant(ctx, params, grantType));
+}
+
+async function grant(
+  ctx: OAuthRequestContext,
+  params: Map<string, string>,
+  grantType: string | undefined,
+): Promise<Response> {
   if (grantType === "authorization_code") return await exchangeCode(ctx, params);
   if (grantType === "refresh_token") return await refresh(ctx, params);
   throw new OAuthError(
@@ -105,13 +112,19 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
   const { store, clock, logger } = ctx.deps;
   const refreshToken = params.get("refresh_token");
   if (!refreshToken) throw new OAuthError(400, "invalid_request", "refresh_token is required");
-  const found = await findSessionByRefreshToken(store, refreshToken);
+  const named = await store.getSessionNamedBy(refreshToken);
+  const found = named && isCurrentRefreshToken(named.value, refreshToken) ? named : null;
   if (!found) {
     const replayed = await takeRefreshGrace(ctx.deps, refreshToken);
     if (!replayed) {
-      await endReplayedSession(ctx, refreshToken);
+      const ended = await endReplayedSession(ctx, refreshToken);
+      // A token naming a live session that is not its current one was rotated away: a replay.
+      if (named) {
+        ctx.deps.metrics.refreshReplays.inc({ outcome: ended ? "session_ended" : "refused" });
+      }
       throw invalidGrant("Invalid refresh token");
     }
+    ctx.deps.metrics.refreshReplays.inc({ outcome: "grace" });
     logger.info("refresh retried within grace", { requestId: ctx.requestId });
     return json(replayed, 200, NO_STORE);
   }
@@ -211,14 +224,18 @@ async function revokeReplayedCodeSession(
  * Opt-in (REVOKE_ON_REFRESH_REPLAY): a rotated refresh token presented again ends its session
  * and its GitLab token (RFC 9700 §4.14.2); the replay is still answered invalid_grant.
  */
-async function endReplayedSession(ctx: OAuthRequestContext, refreshToken: string): Promise<void> {
+async function endReplayedSession(
+  ctx: OAuthRequestContext,
+  refreshToken: string,
+): Promise<boolean> {
   const ended = await endSessionOnRefreshReplay(ctx.deps, refreshToken);
-  if (!ended) return;
+  if (!ended) return false;
   ctx.deps.logger.warn("refresh token replayed; session revoked", {
     requestId: ctx.requestId,
     sessionId: ended.id,
   });
   await afterSessionEnded(endDepsOf(ctx), ended, { requestId: ctx.requestId });
+  return true;
 }
 
 function tokenDeps(ctx: OAuthRequestContext) {

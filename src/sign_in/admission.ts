@@ -49,6 +49,10 @@ export async function admitSignIn(
     reason: refusalReason(policy, access),
   });
   await revokeRefusedToken(ctx, tokens.accessToken);
+  ctx.deps.metrics.signInsFinished.inc({
+    mode: ctx.deps.config.upstream.signIn,
+    outcome: "refused",
+  });
   return { kind: "refused", message: refusalMessage(upstream.profile, user.username) };
 }
 

@@ -78,6 +78,10 @@ export async function storeSignIn(
     clock.now(),
   );
   if (!await commit(completion)) return null;
+  ctx.deps.metrics.signInsFinished.inc({
+    mode: ctx.deps.config.upstream.signIn,
+    outcome: "completed",
+  });
   await sweepAbandonedSignIns(endDepsOf(ctx), { requestId: ctx.requestId });
   logger.info("sign-in completed", {
     requestId: ctx.requestId,

@@ -33,6 +33,7 @@ import { admitSignIn, type SignInAdmission } from "./admission.ts";
 import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
 import { admitNewFlow } from "./pending_caps.ts";
 import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
+import { signInFailure } from "../metrics/catalog.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
 const FLOW_STATE_BYTES = 32;
@@ -119,6 +120,7 @@ async function startFlow(
   const flow = recordOf(device, ctx.deps.clock.now());
   if (clientPrefix !== undefined) flow.clientPrefix = clientPrefix;
   await ctx.deps.store.createFlow(flowState, flow);
+  ctx.deps.metrics.signInsStarted.inc({ mode: "device" });
   return { flowState, flow };
 }
 
@@ -186,6 +188,7 @@ export async function pollFlow(ctx: OAuthRequestContext, flowState: string): Pro
   if (!flow) return outcome(400, { status: "expired", error: "Flow not found" });
   if (clock.now() > flow.value.expiresAt) {
     await store.deleteFlow(flow);
+    ctx.deps.metrics.signInsFinished.inc({ mode: "device", outcome: "expired" });
     return outcome(400, { status: "expired", error: "Device code expired" });
   }
 
@@ -364,5 +367,6 @@ async function upstreamFailed(
     return PENDING;
   }
   await ctx.deps.store.deleteFlow(flow);
+  ctx.deps.metrics.signInsFinished.inc({ mode: "device", outcome: signInFailure(error.code) });
   return outcome(200, { status: "failed", error: error.message });
 }

@@ -63,6 +63,7 @@ export async function answerRedirectSignIn(
   if (!redirectUri || !isFollowableRedirect(redirectUri)) {
     return notice(ctx, 400, "Sign-in failed", "The application named no address to return to.");
   }
+  ctx.deps.metrics.signInsStarted.inc({ mode: "redirect" });
   const cookies = signInCookies(ctx.baseUrl);
   const headers = new Headers();
   const browser = bindBrowser(ctx.request, cookies, headers);

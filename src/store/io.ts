@@ -6,7 +6,7 @@
  */
 
 import type { Clock } from "../clock.ts";
-import { AtomicWrite, createGroupCommit } from "./group_commit.ts";
+import { AtomicWrite, createGroupCommit, type ExecuteWrite } from "./group_commit.ts";
 import { createGroupRead } from "./group_read.ts";
 import { retryLocked } from "./locked_retry.ts";
 
@@ -41,11 +41,19 @@ export interface StoreIo {
 /** The largest page Deno KV's list reads at once. */
 const LIST_PAGE_SIZE = 1000;
 
-/** The shared KV access over an open KV and a clock. */
-export function createStoreIo(kv: Deno.Kv, clock: Clock): StoreIo {
+/** The shared KV access over an open KV and a clock; `observeCommit` times each KV commit. */
+export function createStoreIo(
+  kv: Deno.Kv,
+  clock: Clock,
+  observeCommit?: (ms: number) => void,
+): StoreIo {
   const getMany = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
-  const submit = createGroupCommit(({ checks, mutations }) =>
-    retryLocked(() => kv.atomic().check(...checks).mutate(...mutations).commit())
+  const submit = createGroupCommit(
+    timed(
+      observeCommit,
+      ({ checks, mutations }) =>
+        retryLocked(() => kv.atomic().check(...checks).mutate(...mutations).commit()),
+    ),
   );
   return {
     clock,
@@ -66,6 +74,22 @@ export function createStoreIo(kv: Deno.Kv, clock: Clock): StoreIo {
     },
     ttlUntil: (expiresAt) => Math.max(1, expiresAt - clock.now()),
     isLive: (record) => clock.now() <= record.expiresAt,
+  };
+}
+
+/** `commit`, telling `observe` how long each call took (failed ones too). */
+function timed(
+  observe: ((ms: number) => void) | undefined,
+  commit: ExecuteWrite,
+): ExecuteWrite {
+  if (!observe) return commit;
+  return async (write) => {
+    const started = performance.now();
+    try {
+      return await commit(write);
+    } finally {
+      observe(performance.now() - started);
+    }
   };
 }
 

@@ -60,9 +60,17 @@ export interface Store
   ping(): Promise<void>;
 }
 
-/** Builds the store over an open KV, a clock, and the box that seals secrets at rest. */
-export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Store {
-  const io = createStoreIo(kv, clock);
+/**
+ * Builds the store over an open KV, a clock, and the box that seals secrets at rest;
+ * `observeCommit` is told each KV commit's duration in milliseconds.
+ */
+export function createStore(
+  kv: Deno.Kv,
+  clock: Clock,
+  secrets: SecretBox,
+  observeCommit?: (ms: number) => void,
+): Store {
+  const io = createStoreIo(kv, clock, observeCommit);
   const sessions = createSessionRecords(io, secrets);
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
   return {

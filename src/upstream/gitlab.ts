@@ -15,6 +15,7 @@ import {
   httpFailure,
   malformed,
   type MisconfigurationHints,
+  type OAuthHttpOptions,
   parseJsonObject,
   processDeviceAuthorizationResponse,
   processDeviceTokenResponse,
@@ -60,6 +61,11 @@ export interface GitLabUpstreamOptions {
   logger?: UpstreamLogger;
   /** The settings to name when GitLab refuses the application (`GITLAB_CLIENT_ID`, ...). */
   hints?: MisconfigurationHints;
+  /**
+   * Told each call's endpoint (`device_authorization`, `token`, `user`, `revoke`) and status,
+   * or `timeout` or `network` when none came (metrics).
+   */
+  observeCall?: (endpoint: string, result: number | "timeout" | "network") => void;
 }
 
 /** Creates the GitLab upstream client; throws TypeError/RangeError on unusable options. */
@@ -67,7 +73,6 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
   const { clientId, scopes } = options;
   if (!isWebUrl(options.gitlabUrl)) throw new TypeError("gitlabUrl must be an http: or https: URL");
   if (clientId === "") throw new TypeError("clientId must not be empty");
-  const { send, postForm, call } = createOAuthHttpClient(options);
   const endpoints = {
     authorizeDevice: endpointBelow(options.gitlabUrl, "oauth/authorize_device"),
     authorize: endpointBelow(options.gitlabUrl, "oauth/authorize"),
@@ -75,6 +80,10 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
     user: endpointBelow(options.gitlabUrl, "api/v4/user"),
     revoke: endpointBelow(options.gitlabUrl, "oauth/revoke"),
   };
+  const { send, postForm, call } = createOAuthHttpClient({
+    ...options,
+    onResponse: options.observeCall && observeByEndpoint(endpoints, options.observeCall),
+  });
 
   return {
     profile: gitLabProfile(options.gitlabUrl, scopes),
@@ -147,6 +156,26 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
         return await processGitLabMemberResponse(response);
       }),
   };
+}
+
+/** The metric names of the endpoints the service calls. */
+const ENDPOINT_NAMES = {
+  authorizeDevice: "device_authorization",
+  token: "token",
+  user: "user",
+  revoke: "revoke",
+} as const;
+
+/** An observer of calls by URL, telling `observe` the endpoint's name instead. */
+function observeByEndpoint(
+  endpoints: Record<keyof typeof ENDPOINT_NAMES, URL>,
+  observe: NonNullable<GitLabUpstreamOptions["observeCall"]>,
+): NonNullable<OAuthHttpOptions["onResponse"]> {
+  const names = new Map<string, string>();
+  for (const [key, name] of Object.entries(ENDPOINT_NAMES)) {
+    names.set(endpoints[key as keyof typeof ENDPOINT_NAMES].href, name);
+  }
+  return (url, result) => observe(names.get(url.href) ?? "other", result);
 }
 
 /** How a GitLab instance at `url` presents itself, asked for `scopes`. */
