@@ -17,7 +17,7 @@ import type { Logger } from "./logger.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
-import { createStore } from "./store/mod.ts";
+import { createStore, type StoreDatabase } from "./store/mod.ts";
 import type { Templates } from "./templates.ts";
 import { createGitLabUpstream, gitLabProfile } from "./upstream/gitlab.ts";
 import type { MisconfigurationHints } from "./upstream/oauth_http.ts";
@@ -28,7 +28,8 @@ import type { Upstream } from "./upstream/types.ts";
  * `clientMetadataFetcher` the configured fetcher (tests, the demo).
  */
 export interface Resources {
-  kv: Deno.Kv;
+  /** Deno KV, or another store backend (PostgreSQL). */
+  kv: StoreDatabase;
   clock: Clock;
   logger: Logger;
   templates: Templates;

@@ -11,6 +11,7 @@ export type AdminCommand =
   | { name: "clients delete"; clientId: string }
   | { name: "stats"; json: boolean }
   | { name: "keys generate" }
+  | { name: "migrate" }
   | { name: "help" };
 
 /** The usage text printed with every refusal (and for `help`). */
@@ -18,7 +19,7 @@ export const USAGE = [
   "usage: admin sessions list [--user <gitlab username or id>] [--json]",
   "       admin sessions revoke --user <gitlab username or id> | --id <session id>",
   "       admin clients list [--json] | clients delete <client id>",
-  "       admin stats [--json] | keys generate | help",
+  "       admin stats [--json] | keys generate | migrate | help",
 ].join("\n");
 
 /** Arguments that name no command; the CLI prints the message and USAGE and exits 2. */
@@ -106,6 +107,9 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
     case "keys generate":
       only(given, [], 2);
       return { name: "keys generate" };
+    case "migrate":
+      only(given, [], 1);
+      return { name: "migrate" };
     case "help":
       only(given, [], 1);
       return { name: "help" };

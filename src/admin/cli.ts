@@ -9,10 +9,11 @@
  */
 
 import { systemClock } from "../clock.ts";
-import { ConfigError, loadConfig } from "../config/mod.ts";
+import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
 import { createLogger } from "../logger.ts";
+import { type OpenDatabase, openDatabase } from "../store/open.ts";
 import { loadTemplates } from "../templates.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
 import { runStoreCommand } from "./commands.ts";
@@ -66,13 +67,16 @@ export async function runAdmin(
     output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
-  let kv: Deno.Kv;
+  if (command.name === "migrate") return await migrateDatabase(config, output);
+  let opened: OpenDatabase;
   try {
-    kv = await Deno.openKv(config.kvPath);
+    opened = await openDatabase(config);
   } catch (error) {
-    output.err(`admin: cannot open KV ${config.kvPath ?? "(Deno's default)"}: ${error}`);
+    const what = config.databaseUrl ? "PostgreSQL" : `KV ${config.kvPath ?? "(Deno's default)"}`;
+    output.err(`admin: cannot open ${what}: ${error instanceof Error ? error.message : error}`);
     return 1;
   }
+  const kv = opened.database;
   try {
     const logger = createLogger(output.out);
     const deps = createAppDeps(config, {
@@ -86,10 +90,32 @@ export async function runAdmin(
       upstream: deps.oauth?.upstream,
       logger,
       print: output.out,
-      kvFileSize: () => kvFileSize(config.kvPath),
+      kvFileSize: () =>
+        opened.kind === "kv" ? kvFileSize(config.kvPath) : Promise.resolve(undefined),
     });
   } finally {
-    kv.close();
+    await opened.close();
+  }
+}
+
+/** `admin migrate`: applies PostgreSQL's pending migrations without starting the service. */
+async function migrateDatabase(config: Config, output: AdminOutput): Promise<number> {
+  if (config.databaseUrl === undefined) {
+    output.err("admin: migrate needs DATABASE_URL (Deno KV has no schema to migrate)");
+    return 1;
+  }
+  const { migrateDatabaseAt } = await import("../store/postgres/migrate.ts");
+  try {
+    const { applied, version } = await migrateDatabaseAt(config.databaseUrl);
+    output.out(
+      applied.length === 0
+        ? `schema up to date at version ${version}`
+        : `applied migrations ${applied.join(", ")}; schema at version ${version}`,
+    );
+    return 0;
+  } catch (error) {
+    output.err(`admin: migrate failed: ${error instanceof Error ? error.message : error}`);
+    return 1;
   }
 }
 

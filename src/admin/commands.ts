@@ -24,8 +24,8 @@ export interface AdminDeps {
   kvFileSize(): Promise<number | undefined>;
 }
 
-/** The commands that read or change KV (`keys generate` and `help` need none). */
-export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "help" }>;
+/** The commands that read or change KV (`keys generate`, `migrate` and `help` need none). */
+export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "migrate" | "help" }>;
 
 /** Upstream revocations in flight at once: a courtesy to the GitLab instance. */
 const REVOCATION_CONCURRENCY = 8;

@@ -6,6 +6,7 @@
  */
 
 import type { Clock } from "../clock.ts";
+import { backendOf, type StoreDatabase } from "./backend.ts";
 import { AtomicWrite, createGroupCommit } from "./group_commit.ts";
 import { createGroupRead } from "./group_read.ts";
 import { retryLocked } from "./locked_retry.ts";
@@ -41,12 +42,11 @@ export interface StoreIo {
 /** The largest page Deno KV's list reads at once. */
 const LIST_PAGE_SIZE = 1000;
 
-/** The shared KV access over an open KV and a clock. */
-export function createStoreIo(kv: Deno.Kv, clock: Clock): StoreIo {
+/** The shared KV access over an open database (Deno KV or another backend) and a clock. */
+export function createStoreIo(database: StoreDatabase, clock: Clock): StoreIo {
+  const kv = backendOf(database);
   const getMany = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
-  const submit = createGroupCommit(({ checks, mutations }) =>
-    retryLocked(() => kv.atomic().check(...checks).mutate(...mutations).commit())
-  );
+  const submit = createGroupCommit((write) => retryLocked(() => kv.commit(write)));
   return {
     clock,
     async read<T>(key: Deno.KvKey) {

@@ -13,6 +13,7 @@
 
 import type { Clock } from "../clock.ts";
 import type { SecretBox } from "../secret_box.ts";
+import type { StoreDatabase } from "./backend.ts";
 import { type ClientDocumentStore, createClientDocumentStore } from "./client_documents.ts";
 import { type ClientStore, createClientStore } from "./clients.ts";
 import { type CodeStore, createCodeStore } from "./codes.ts";
@@ -30,6 +31,7 @@ import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 import { createUpstreamPauseStore, type UpstreamPauseStore } from "./upstream_pause.ts";
 
 export type { Versioned } from "./io.ts";
+export { type KvBackend, type StoreDatabase, StoreUnavailableError } from "./backend.ts";
 export type { CodeAndSession } from "./codes.ts";
 export type { FlowCompletion } from "./flows.ts";
 export type { Lease } from "./leases.ts";
@@ -57,8 +59,8 @@ export interface Store
   ping(): Promise<void>;
 }
 
-/** Builds the store over an open KV, a clock, and the box that seals secrets at rest. */
-export function createStore(kv: Deno.Kv, clock: Clock, secrets: SecretBox): Store {
+/** Builds the store over an open database, a clock, and the box that seals secrets at rest. */
+export function createStore(kv: StoreDatabase, clock: Clock, secrets: SecretBox): Store {
   const io = createStoreIo(kv, clock);
   const sessions = createSessionRecords(io, secrets);
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
