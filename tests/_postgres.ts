@@ -175,3 +175,13 @@ async function runText(command: string, args: string[]): Promise<string> {
   const output = await new Deno.Command(command, { args, stdout: "piped" }).output();
   return new TextDecoder().decode(output.stdout);
 }
+
+let shared: Promise<PostgresCluster> | undefined;
+
+/**
+ * One cluster for the whole test file, started on first use and stopped when the test process
+ * exits (the `unload` handler of startPostgres): each test takes its own database in it.
+ */
+export function sharedPostgres(): Promise<PostgresCluster> {
+  return shared ??= startPostgres();
+}
