@@ -1,7 +1,7 @@
 /**
  * Composition root: reads the configuration, opens KV, wires the dependencies and serves.
- * The only module that touches Deno.env, Deno.openKv and Deno.serve (the demo reuses
- * `startService` with an environment of its own).
+ * The only module that touches Deno.env and Deno.serve, and opens the service's KV (through
+ * src/kv_open.ts; the demo reuses `startService` with an environment of its own).
  *
  * Two ways in, both configured from the environment:
  * - `deno serve main.ts` (also `--parallel`): the default export `{ fetch }`;
@@ -19,13 +19,15 @@ import {
   type Config,
   ConfigError,
   type Env,
+  isOpenToAnyGitLabComUser,
   listenHostname,
   loadConfig,
   missingOAuthSettings,
+  signInReason,
 } from "./src/config/mod.ts";
 import { createAppDeps } from "./src/deps.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
-import { loadTemplates } from "./src/templates.ts";
+import { loadTemplates } from "./src/pages/mod.ts";
 import type { StoreDatabase } from "./src/store/mod.ts";
 import { openDatabase } from "./src/store/open.ts";
 
@@ -51,10 +53,14 @@ export interface RunningService {
   finished: Promise<void>;
 }
 
-/** Reads the configuration, opens KV and builds the app. Throws ConfigError on a bad value. */
+/**
+ * Reads the configuration, opens KV and builds the app. Throws ConfigError on a bad value, and
+ * on a KV that cannot be opened (naming KV_PATH).
+ */
 export async function composeService(env: Env, logger: Logger): Promise<Composition> {
   const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
+  warnIfOpenToAnyone(config, logger);
   const { database: kv, close: closeKv } = await openDatabase(config);
   const app = createApp(
     createAppDeps(config, { kv, clock: systemClock, logger, templates: await loadTemplates() }),
@@ -77,7 +83,7 @@ export async function startService(
     server = Deno.serve({
       port: config.port,
       hostname: listenHostname(config),
-      onListen: (address) => resolve(logListening(address, config, logger)),
+      onListen: (address) => resolve(logListening(address, config, signInReason(env), logger)),
     }, app);
   } catch (error) {
     await closeKv();
@@ -113,7 +119,12 @@ function portInUse(config: Config): ConfigError {
 }
 
 /** Logs the `listening` line (tests and operators read its `url`) and returns the URL. */
-function logListening(address: Deno.Addr, config: Config, logger: Logger): string {
+function logListening(
+  address: Deno.Addr,
+  config: Config,
+  signInBecause: string,
+  logger: Logger,
+): string {
   const { hostname, port } = address as Deno.NetAddr;
   const host = hostname.includes(":") ? `[${hostname}]` : hostname;
   const url = `http://${host}:${port}`;
@@ -121,6 +132,8 @@ function logListening(address: Deno.Addr, config: Config, logger: Logger): strin
     url,
     gitlab: config.upstream.url.href,
     securityProfile: config.securityProfile,
+    signIn: config.upstream.signIn,
+    signInBecause,
   });
   return url;
 }
@@ -131,6 +144,14 @@ function warnIfNotConfigured(config: Config, logger: Logger): void {
   logger.warn(
     `OAuth is not configured (missing ${missing.join(" and ")}): ` +
       "every endpoint answers 500 server_error until it is set; /readyz answers 503",
+  );
+}
+
+function warnIfOpenToAnyone(config: Config, logger: Logger): void {
+  if (!isOpenToAnyGitLabComUser(config)) return;
+  logger.warn(
+    "anyone with a gitlab.com account can sign in and use the protected MCP server: " +
+      "set ALLOWED_GITLAB_GROUPS or ALLOWED_GITLAB_USERS (or ALLOW_ANY_GITLAB_USER=true)",
   );
 }
 
@@ -169,12 +190,13 @@ async function admin(): Promise<never> {
 /** `deno serve main.ts`: the handler `deno serve` runs; it owns the listener. */
 async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   const logger = createLogger();
-  const { app, config } = await orExit(logger, () => composeService(Deno.env.toObject(), logger));
+  const env = Deno.env.toObject();
+  const { app, config } = await orExit(logger, () => composeService(env, logger));
   // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
   logger.info("ready to serve");
   return {
     fetch: app,
-    onListen: (address) => void logListening(address, config, logger),
+    onListen: (address) => void logListening(address, config, signInReason(env), logger),
   };
 }
 

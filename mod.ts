@@ -3,7 +3,7 @@
  * gateway's proxy hop.
  *
  * `createResourceGuard` checks a request exactly as the gateway does (the gateway uses the same
- * code): the `Authorization: Bearer` JWT (HS256 only, issuer, expiry with 30 s of leeway, the
+ * code): the `Authorization: Bearer` JWT (the configured algorithm only: HS256 by default, issuer, expiry with 30 s of leeway, the
  * current or the previous secret), its `resource` claim (RFC 8707: a token bound to another MCP
  * server is refused; tokens from before resource indicators carry none), the session it names
  * (an expired session is refused at once, a revoked one within a second, the time an accepted
@@ -14,6 +14,28 @@
  * error="invalid_token", ..., resource_metadata=` (or a bare `Bearer resource_metadata=` when
  * no token was sent), 403 `insufficient_scope`, 503 when GitLab could not renew an already
  * expired token.
+ *
+ * Resource servers without the service's KV or secret use one of two other modes instead of
+ * `jwtSecret`: `{ jwksUrl }` verifies ES256/EdDSA tokens (ACCESS_TOKEN_ALG) with the published
+ * keys, fetching the set again once for an unknown `kid` (at most every 30 s); `{ introspection:
+ * { url, token } }` asks the service's `/introspect` (RFC 7662), keeping an active answer a few
+ * seconds, so a revoked session is refused within that time. Both answer who the user is
+ * (`VerifiedAccess`), not their GitLab token.
+ *
+ * @example A resource server in another process, verifying with the service's JWKS
+ * ```ts
+ * import { createResourceGuard } from "./mod.ts";
+ *
+ * const guard = createResourceGuard({
+ *   issuer: "https://auth.example.com",
+ *   jwksUrl: "https://auth.example.com/.well-known/jwks.json",
+ * });
+ * Deno.serve({ port: 3003 }, async (request) => {
+ *   const access = await guard.authenticate(request);
+ *   if (access instanceof Response) return access;
+ *   return Response.json({ user: access.user.username, scopes: access.scopes });
+ * });
+ * ```
  *
  * @example An MCP server in the same process as the service, sharing its KV
  * ```ts
@@ -57,9 +79,15 @@ export {
   CLOCK_TOLERANCE_SECONDS,
   createResourceGuard,
   type GuardGitLabOptions,
+  type GuardIntrospectionOptions,
+  type IntrospectionResourceGuardOptions,
+  type JwksResourceGuardOptions,
   MCP_TOOLS_SCOPE,
+  type RemoteGuardCommonOptions,
+  type RemoteResourceGuard,
   type ResourceGuard,
   type ResourceGuardOptions,
+  type VerifiedAccess,
 } from "./src/gateway/library.ts";
 export type { Clock } from "./src/clock.ts";
 export type { KvBackend, StoreDatabase } from "./src/store/backend.ts";
@@ -74,6 +102,7 @@ export {
   type UpstreamBackoff,
   UpstreamError,
   type UpstreamFailure,
+  type UpstreamProfile,
   type UpstreamTokens,
   type UpstreamUser,
 } from "./src/upstream/types.ts";

@@ -34,7 +34,7 @@ import { newSession } from "../src/session/life.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
 import type { Store } from "../src/store/mod.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import { createBatchedKv } from "./batched_kv.ts";
 
 const REDIRECT_URI = "http://127.0.0.1:9/cb";

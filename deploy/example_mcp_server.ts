@@ -21,6 +21,8 @@ const WHOAMI_TOOL = {
   name: "whoami",
   description: "The GitLab user this MCP session acts for",
   inputSchema: { type: "object", properties: {} },
+  // It only reads: without the hints, clients assume a tool may destroy things.
+  annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true },
 };
 
 /** The MCP endpoint: POST JSON-RPC in, JSON out; the gateway's Bearer is the GitLab token. */

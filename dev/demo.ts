@@ -15,7 +15,7 @@ import { startDemoMcpServer } from "./demo_mcp_server.ts";
 import { startSimulatedGitLab } from "./simulated_gitlab.ts";
 
 const env = Deno.env.toObject();
-const port = env.PORT ?? "8000";
+const port = demoPort(env);
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
 const mcp = startDemoMcpServer(gitlab.url);
 let service: RunningService;
@@ -30,6 +30,10 @@ try {
     GITLAB_CLIENT_ID: "demo-gitlab-app",
     JWT_SECRET: randomToken(32),
     MCP_UPSTREAM_URL: mcp.url,
+    // The redirect sign-in needs BASE_URL (GitLab's callback URL is built from it).
+    ...(env.GITLAB_SIGN_IN === "redirect" && !env.BASE_URL
+      ? { BASE_URL: `http://${env.HOST ?? "127.0.0.1"}:${port}` }
+      : {}),
   }, createLogger());
 } catch (error) {
   if (!(error instanceof ConfigError)) throw error;
@@ -38,6 +42,18 @@ try {
   await mcp.close();
   await gitlab.close();
   Deno.exit(1);
+}
+
+/**
+ * PORT (default 8000). The redirect sign-in needs its BASE_URL before the service listens, so
+ * there `0` (any free port) is resolved here.
+ */
+function demoPort(env: Record<string, string>): string {
+  const port = env.PORT ?? "8000";
+  if (port !== "0" || env.GITLAB_SIGN_IN !== "redirect" || env.BASE_URL) return port;
+  const listener = Deno.listen({ hostname: env.HOST ?? "127.0.0.1", port: 0 });
+  listener.close();
+  return String(listener.addr.port);
 }
 
 /** PKCE verifiers of sign-ins the example client started, by `state`. */
@@ -67,6 +83,8 @@ const client = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, asy
     const verifier = pending.get(state);
     pending.delete(state);
     if (!verifier) return page("Unknown or reused state", "<p>Start again.</p>");
+    const refusal = url.searchParams.get("error");
+    if (refusal !== null) return refused(refusal, url.searchParams.get("error_description"));
     const response = await fetch(`${service.url}/token`, {
       method: "POST",
       headers: { "Content-Type": "application/x-www-form-urlencoded" },
@@ -98,6 +116,23 @@ const client = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, asy
   }
   return new Response("Not found", { status: 404 });
 });
+
+/**
+ * The authorization server sent an error instead of a code (RFC 6749 §4.1.2.1): Cancel, Deny at
+ * GitLab, a GitLab failure. There is no code to exchange; say what happened.
+ */
+function refused(error: string, description: string | null): Response {
+  const why = error === "access_denied"
+    ? "You cancelled the sign-in, or denied it at GitLab."
+    : "The sign-in did not complete.";
+  return page(
+    error === "access_denied" ? "Sign-in cancelled" : "Sign-in failed",
+    `<p>${why} The service answered <code>error=${escape(error)}</code>${
+      description ? ` (${escape(description)})` : ""
+    }; no code, so nothing to exchange.</p>
+     <p><a href="/">Sign in again</a></p>`,
+  );
+}
 
 function page(title: string, body: string): Response {
   return new Response(

@@ -22,11 +22,26 @@ export function startDemoMcpServer(gitlabUrl: URL): McpHttpServer {
   return serveMcp(() => createDemoMcpServer(gitlabUrl));
 }
 
+/**
+ * Both tools only read GitLab. Without these hints clients assume the MCP defaults (a tool may
+ * change and destroy things) and label `whoami` destructive or ask before every call.
+ */
+const READ_ONLY_TOOL = {
+  readOnlyHint: true,
+  destructiveHint: false,
+  idempotentHint: true,
+  openWorldHint: false,
+};
+
 function createDemoMcpServer(gitlabUrl: URL): McpServer {
   const server = new McpServer({ name: "gitlab-demo", version: "1.0.0" });
   server.registerTool(
     "whoami",
-    { description: "The GitLab user this MCP session is signed in as" },
+    {
+      title: "Who am I on GitLab",
+      description: "The GitLab user this MCP session is signed in as",
+      annotations: READ_ONLY_TOOL,
+    },
     async (extra) => {
       const token = gitlabToken(toolRequestHeaders(extra.requestInfo));
       return await callGitLab(gitlabUrl, "/api/v4/user", token, (user) => {
@@ -37,7 +52,11 @@ function createDemoMcpServer(gitlabUrl: URL): McpServer {
   );
   server.registerTool(
     "list_projects",
-    { description: "The GitLab projects of the signed-in user" },
+    {
+      title: "My GitLab projects",
+      description: "The GitLab projects of the signed-in user",
+      annotations: READ_ONLY_TOOL,
+    },
     async (extra) => {
       const token = gitlabToken(toolRequestHeaders(extra.requestInfo));
       return await callGitLab(

@@ -11,6 +11,8 @@
 // The SDK's `./*` export maps `x.js` to `x.js.d.ts`; @ts-types points the checker at `x.d.ts`.
 // @ts-types="@modelcontextprotocol/sdk/server/mcp"
 import type { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+// @ts-types="@modelcontextprotocol/sdk/server/index"
+import type { Server } from "@modelcontextprotocol/sdk/server/index.js";
 // @ts-types="@modelcontextprotocol/sdk/server/webStandardStreamableHttp"
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
 
@@ -22,6 +24,8 @@ export interface McpHttpOptions {
   port?: number;
   /** Sees every request before it is handled (tests record headers). */
   onRequest?(request: Request): void;
+  /** Answers a request instead of the MCP server when it returns a response (e.g. 403). */
+  refuse?(request: Request): Response | undefined;
 }
 
 /** A running MCP server. */
@@ -33,9 +37,9 @@ export interface McpHttpServer {
   close(): Promise<void>;
 }
 
-/** Serves a fresh `createServer()` for every MCP session. */
+/** Serves a fresh `createServer()` (high- or low-level SDK server) for every MCP session. */
 export function serveMcp(
-  createServer: () => McpServer,
+  createServer: () => McpServer | Server,
   options: McpHttpOptions = {},
 ): McpHttpServer {
   const transports = new Map<string, WebStandardStreamableHTTPServerTransport>();
@@ -59,6 +63,8 @@ export function serveMcp(
 
   const server = Deno.serve({ hostname, port: options.port ?? 0, onListen() {} }, (request) => {
     options.onRequest?.(request);
+    const refusal = options.refuse?.(request);
+    if (refusal) return refusal;
     const sessionId = request.headers.get("mcp-session-id");
     if (!sessionId) return startSession(request);
     const transport = transports.get(sessionId);

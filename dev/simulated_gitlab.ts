@@ -2,7 +2,8 @@
  * A simulated GitLab for the demo and for end-to-end tests: the OAuth device authorization grant,
  * the authorization code grant with PKCE (an "Authorize application" page at `/oauth/authorize`
  * with Approve and Deny), the refresh-token grant (with rotation), token revocation,
- * `GET /api/v4/user`, and a small "Device authorization" page where a person approves or denies
+ * `GET /api/v4/user`, group memberships (`GET /api/v4/groups/:id/members/all/:user_id`, inherited
+ * from parent groups), and a small "Device authorization" page where a person approves or denies
  * a user code.
  *
  * Development only: nothing under src/ imports this module. State lives in memory and dies with
@@ -27,6 +28,7 @@ export type {
   SimulatedGitLabCalls,
   SimulatedGitLabControls,
   SimulatedGitLabOptions,
+  SimulatedMembership,
   SimulatedTokens,
   SimulatedUser,
 } from "./simulated_gitlab/types.ts";
@@ -76,6 +78,10 @@ function controlsOf(state: SimulatedGitLabControls): SimulatedGitLabControls {
     rateLimit: state.rateLimit,
     issueTokens: state.issueTokens,
     revoke: state.revoke,
+    memberLookups: state.memberLookups,
+    addGroup: state.addGroup,
+    setMembership: state.setMembership,
+    memberAccessLevel: state.memberAccessLevel,
   };
 }
 

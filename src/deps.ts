@@ -10,15 +10,24 @@ import {
   createClientMetadataFetcher,
 } from "./client_metadata/fetcher.ts";
 import type { Clock } from "./clock.ts";
-import { type Config, CONFIG_VARIABLES, jwtSecrets, oauthSettings } from "./config/mod.ts";
+import {
+  accessPolicyOf,
+  type Config,
+  CONFIG_VARIABLES,
+  ConfigError,
+  jwtSecrets,
+  oauthSettings,
+} from "./config/mod.ts";
 import type { AppDeps } from "./http/context.ts";
-import { createTokenSigner } from "./jwt.ts";
 import type { Logger } from "./logger.ts";
+import { createMetrics, type Metrics } from "./metrics/catalog.ts";
 import { createSecretBoxFromConfig } from "./secret_box.ts";
 import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
+import { createOpenStreams, endingStreamsWithSessions } from "./gateway/open_streams.ts";
+import { createConfiguredTokenSigner } from "./keys/token_signer.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
 import { createStore, type StoreDatabase } from "./store/mod.ts";
-import type { Templates } from "./templates.ts";
+import type { Templates } from "./pages/mod.ts";
 import { createGitLabUpstream, gitLabProfile } from "./upstream/gitlab.ts";
 import type { MisconfigurationHints } from "./upstream/oauth_http.ts";
 import type { Upstream } from "./upstream/types.ts";
@@ -41,22 +50,37 @@ export interface Resources {
 export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const { kv, clock, logger, templates } = resources;
   const settings = oauthSettings(config);
+  const metrics = createMetrics({
+    clock,
+    countLiveSessions: async () => (await store.listSessions()).length,
+  });
+  const store = createStore(
+    kv,
+    clock,
+    createSecretBoxFromConfig(config),
+    metrics.observeStoreCommit,
+  );
+  const openStreams = createOpenStreams({ store, clock, logger });
   const upstream = resources.upstream ??
-    (settings && configuredUpstream(config, settings.gitlabClientId, logger));
+    (settings && configuredUpstream(config, settings.gitlabClientId, logger, metrics));
+  if (upstream) requireMemberships(config, upstream);
   return {
     config,
-    store: createStore(kv, clock, createSecretBoxFromConfig(config)),
+    store,
     clock,
     templates,
     logger,
+    metrics,
     upstreamProfile: upstream?.profile ??
       gitLabProfile(config.upstream.url, config.upstream.scopes),
-    verifiedTokens: createVerifiedTokens(),
+    // A session that ends in this process ends its open streams at once.
+    verifiedTokens: endingStreamsWithSessions(createVerifiedTokens(), openStreams),
+    openStreams,
     clientMetadataFetcher: resources.clientMetadataFetcher ??
       createClientMetadataFetcher({ allowPrivate: config.clientMetadataAllowPrivate }),
     oauth: settings && upstream && {
       upstream,
-      signer: createTokenSigner(jwtSecrets(settings, config)),
+      signer: createConfiguredTokenSigner(config, jwtSecrets(settings, config)),
       consentSigner: createConsentSigner(jwtSecrets(settings, config)),
     },
   };
@@ -66,7 +90,12 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
  * The upstream the configuration describes. A second provider is one more branch here, on a
  * variable of `CONFIG_VARIABLES.upstream` choosing it.
  */
-function configuredUpstream(config: Config, clientId: string, logger: Logger): Upstream {
+function configuredUpstream(
+  config: Config,
+  clientId: string,
+  logger: Logger,
+  metrics: Metrics,
+): Upstream {
   const { url, scopes, clientSecret } = config.upstream;
   return createGitLabUpstream({
     gitlabUrl: url,
@@ -76,7 +105,18 @@ function configuredUpstream(config: Config, clientId: string, logger: Logger): U
     timeoutMs: config.upstreamTimeoutMs,
     logger,
     hints: misconfigurationHints(),
+    observeCall: metrics.observeGitLabCall,
   });
+}
+
+/** Group lists need an upstream that can tell memberships (GitLab can); start-up says so. */
+function requireMemberships(config: Config, upstream: Upstream): void {
+  if (accessPolicyOf(config).groups.length === 0 || upstream.membership) return;
+  throw new ConfigError(
+    CONFIG_VARIABLES.access.groups.name,
+    `${upstream.profile.displayName} cannot tell group memberships; list users in ` +
+      `${CONFIG_VARIABLES.access.users.name} instead`,
+  );
 }
 
 /** The variables an operator should check when the provider refuses our application. */

@@ -18,10 +18,17 @@ export interface AccessTokenClaims {
   gitlab_user: string;
   /** The MCP server the token is for (RFC 8707); absent in tokens from before. */
   resource?: string;
+  /**
+   * The OAuth client (RFC 9068 §2.2): in ES256/EdDSA tokens only; an HS256 token carries
+   * exactly the spec's claims (§2.6), so its signer leaves this out.
+   */
+  client_id?: string;
 }
 
 /** Signs and verifies access tokens with times from the caller, not the wall clock. */
 export interface TokenSigner {
+  /** The public keys resource servers verify with (`/.well-known/jwks.json`); none for HS256. */
+  readonly publicKeys: readonly JsonWebKey[];
   sign(claims: AccessTokenClaims, nowMs: number, ttlSeconds: number): Promise<string>;
   /**
    * Verifies signature (HS256 only, any of our secrets), issuer and expiry, with
@@ -72,7 +79,8 @@ export function createTokenSigner(secrets: readonly string[]): TokenSigner {
   }
 
   return {
-    sign(claims, nowMs, ttlSeconds) {
+    publicKeys: [],
+    sign({ client_id: _notInTheSpec, ...claims }, nowMs, ttlSeconds) {
       const iat = Math.floor(nowMs / 1000);
       const payload = base64Url(JSON.stringify({ ...claims, iat, exp: iat + ttlSeconds }));
       const signingInput = `${SIGNED_HEADER}.${payload}`;

@@ -1,27 +1,68 @@
+// @ts-check
+/// <reference lib="dom" />
 // deno-lint-ignore-file no-window no-window-prefix -- a browser page script: window is its global
-// The device page's script (spec §4.1). src/templates.ts inlines it into device.html, in the
+// The device page's script (spec §4.1). src/pages/device.ts inlines it into device.html, in the
 // script element that carries the CSP nonce, so it must not contain a closing script tag,
 // an HTML comment opener or a template placeholder: the loader refuses them. It reads every
-// value it needs from the #flow-data block.
+// value it needs from the #flow-data block, the schemes it must never open too.
 (() => {
   "use strict";
-  const data = JSON.parse(document.getElementById("flow-data").textContent);
-  const byId = (id) => document.getElementById(id);
+
+  /**
+   * The #flow-data block (src/pages/device.ts).
+   * @typedef {object} FlowData
+   * @property {string} flowState
+   * @property {string} pollUrl
+   * @property {number} expiresInSeconds
+   * @property {string} [issuer]
+   * @property {string[]} blockedSchemes redirect schemes never opened, as `URL.protocol` says
+   * @property {number} pollIntervalMs
+   * @property {number} countdownTickMs
+   * @property {number} redirectDelayMs
+   * @property {number} pollTimeoutMs
+   */
+
+  /**
+   * A poll answer (spec §2.4), as far as the script reads it; every field is checked before use.
+   * @typedef {object} PollAnswer
+   * @property {unknown} [status]
+   * @property {unknown} [error]
+   * @property {unknown} [redirect_uri]
+   * @property {unknown} [code]
+   * @property {unknown} [state]
+   */
+
+  /**
+   * An element the page must have.
+   * @param {string} id
+   * @returns {HTMLElement}
+   */
+  function byId(id) {
+    const element = document.getElementById(id);
+    if (element === null) throw new Error("device page: #" + id + " is missing");
+    return element;
+  }
+
+  /** @type {FlowData} */
+  const data = JSON.parse(byId("flow-data").textContent ?? "");
   const card = byId("card");
   const statusBox = byId("status-box");
   const statusText = byId("status");
   const timer = byId("timer");
-  const countdown = byId("countdown");
+  const countdown = /** @type {HTMLTimeElement} */ (byId("countdown"));
   const codeEl = byId("user-code");
   const copyLabel = byId("copy-label");
   const copyFeedback = byId("copy-feedback");
-  const BLOCKED_SCHEMES = ["javascript:", "data:", "vbscript:", "file:"];
   const COPY_FEEDBACK_MS = 2000;
 
   let finished = false;
   let pollTimer = 0;
   let tickTimer = 0;
 
+  /**
+   * @param {"pending" | "success" | "error" | "expired"} state
+   * @param {string} text
+   */
   function setStatus(state, text) {
     statusBox.dataset.state = state;
     statusText.textContent = text;
@@ -31,6 +72,7 @@
   // ---- countdown: from a deadline, so a throttled background tab stays accurate ----
   const deadline = performance.now() + data.expiresInSeconds * 1000;
 
+  /** @param {number} total */
   function formatSeconds(total) {
     const minutes = Math.floor(total / 60);
     const seconds = total % 60;
@@ -54,6 +96,7 @@
           "expired",
           "This code has expired. Go back to the application and start signing in again.",
         );
+        explainFailure("expired");
       }
     }
   }
@@ -66,13 +109,34 @@
     card.dataset.done = "";
   }
 
+  /**
+   * Says below the status what happened and what to do; the return link, when the page has
+   * one, was built by the server from the redirect URI /authorize validated.
+   * @param {"denied" | "expired" | "failed"} reason
+   */
+  function explainFailure(reason) {
+    byId("help-" + reason).hidden = false;
+    byId("failure-help").hidden = false;
+  }
+
+  /**
+   * @param {string} error the poll's `error`
+   * @param {unknown} status the poll's `status`
+   * @returns {"denied" | "expired" | "failed"}
+   */
+  function failureReason(error, status) {
+    if (error.includes("denied")) return "denied";
+    return status === "expired" || error.includes("expired") ? "expired" : "failed";
+  }
+
   function schedulePoll() {
-    if (!finished) pollTimer = setTimeout(poll, data.pollIntervalMs);
+    if (!finished) pollTimer = window.setTimeout(poll, data.pollIntervalMs);
   }
 
   async function poll() {
     if (finished) return;
-    let body;
+    /** @type {unknown} */
+    let json;
     try {
       const query = new URLSearchParams({ flow_state: data.flowState });
       const separator = data.pollUrl.includes("?") ? "&" : "?";
@@ -83,23 +147,33 @@
           ? AbortSignal.timeout(data.pollTimeoutMs)
           : undefined,
       });
-      body = await response.json();
+      json = await response.json();
     } catch {
       schedulePoll(); // network or parse error: keep polling
       return;
     }
-    const status = body !== null && typeof body === "object" ? body.status : undefined;
+    /** @type {PollAnswer} */
+    const body = json !== null && typeof json === "object" ? json : {};
+    const status = body.status;
     if (status === "complete") {
       complete(body);
     } else if (status === "failed" || status === "expired") {
       finish();
       const error = body.error === undefined ? "unknown error" : String(body.error);
       setStatus("error", "Authentication failed: " + error);
+      explainFailure(failureReason(error, status));
     } else {
       schedulePoll(); // pending, or an answer without a status
     }
   }
 
+  /**
+   * The client's redirect URI with the code, state and issuer; null when it is no URL or its
+   * scheme is one the server calls unsafe.
+   * @param {string} raw
+   * @param {PollAnswer} body
+   * @returns {string | null}
+   */
   function redirectTarget(raw, body) {
     let url;
     try {
@@ -107,7 +181,7 @@
     } catch {
       return null;
     }
-    if (BLOCKED_SCHEMES.includes(url.protocol)) return null;
+    if (data.blockedSchemes.includes(url.protocol)) return null;
     url.searchParams.set("code", String(body.code ?? ""));
     if (typeof body.state === "string") url.searchParams.set("state", body.state);
     if (typeof data.issuer === "string" && data.issuer !== "") {
@@ -116,6 +190,7 @@
     return url.href;
   }
 
+  /** @param {PollAnswer} body */
   function complete(body) {
     finish();
     if (typeof body.redirect_uri !== "string" || body.redirect_uri === "") {
@@ -128,16 +203,20 @@
       return;
     }
     setStatus("success", "Signed in — returning to the application…");
-    setTimeout(() => location.assign(target), data.redirectDelayMs);
+    window.setTimeout(() => location.assign(target), data.redirectDelayMs);
   }
 
   // ---- copy ----
   let copyTimer = 0;
+  /**
+   * @param {string} label
+   * @param {string} announcement
+   */
   function copyDone(label, announcement) {
     copyLabel.textContent = label;
     copyFeedback.textContent = announcement;
     clearTimeout(copyTimer);
-    copyTimer = setTimeout(() => {
+    copyTimer = window.setTimeout(() => {
       copyLabel.textContent = "Copy";
       copyFeedback.textContent = "";
     }, COPY_FEEDBACK_MS);
@@ -145,6 +224,7 @@
 
   function selectCode() {
     const selection = window.getSelection();
+    if (selection === null) return;
     const range = document.createRange();
     range.selectNodeContents(codeEl);
     selection.removeAllRanges();
@@ -152,7 +232,7 @@
   }
 
   byId("copy-button").addEventListener("click", async () => {
-    const code = codeEl.textContent.trim();
+    const code = (codeEl.textContent ?? "").trim();
     try {
       if (!navigator.clipboard || !window.isSecureContext) throw new Error("no clipboard");
       await navigator.clipboard.writeText(code);
@@ -164,6 +244,6 @@
   });
 
   tick();
-  tickTimer = setInterval(tick, data.countdownTickMs);
-  pollTimer = setTimeout(poll, data.pollIntervalMs);
+  tickTimer = window.setInterval(tick, data.countdownTickMs);
+  pollTimer = window.setTimeout(poll, data.pollIntervalMs);
 })();

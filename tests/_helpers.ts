@@ -14,7 +14,7 @@ import type { AppDeps } from "../src/http/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
 import type { Store, StoreDatabase } from "../src/store/mod.ts";
-import { loadTemplates, type Templates } from "../src/templates.ts";
+import { loadTemplates, type Templates } from "../src/pages/mod.ts";
 import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {
   type AuthorizationCodeGrant,
@@ -124,6 +124,19 @@ export class FakeUpstream implements Upstream {
     this.calls.revoke++;
     this.revokedTokens.push(token);
     return Promise.resolve();
+  }
+  /**
+   * The signed-in user's access level per group full path, as GitLab's members/all answers it
+   * (memberships through parent groups included); absent: not a member.
+   */
+  groupLevels: Record<string, number> = {};
+  /** When set, every membership question fails with it (GitLab down, rate limiting). */
+  membershipFailure?: UpstreamError;
+  membershipsSeen: { accessToken: string; groupPath: string; userId: number }[] = [];
+  membership(accessToken: string, groupPath: string, userId: number): Promise<number | null> {
+    this.membershipsSeen.push({ accessToken, groupPath, userId });
+    if (this.membershipFailure) return Promise.reject(this.membershipFailure);
+    return Promise.resolve(this.groupLevels[groupPath] ?? null);
   }
   /** Makes the next device poll return a token. */
   approve(tokens: Partial<UpstreamTokens> = {}): void {
@@ -270,6 +283,18 @@ export function withEnv(env: Record<string, string>, fn: (t: TestApp) => Promise
   return withApp(fn, { env });
 }
 
+// deno-lint-ignore no-explicit-any -- a JSON body, read field by field by the assertions
+export type Json = Record<string, any>;
+
+/** A JSON answer's status, parsed body and headers (asserting it is JSON). */
+export async function readJsonAnswer(
+  response: Response,
+): Promise<{ status: number; body: Json; headers: Headers }> {
+  const text = await response.text();
+  assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
+  return { status: response.status, body: JSON.parse(text), headers: response.headers };
+}
+
 /** An error answer's body (spec §2.7). */
 export interface OAuthErrorBody {
   error: string;
@@ -360,14 +385,57 @@ export function flowDataFromPage(html: string): { flowState: string; [k: string]
 /** Anything that answers requests the way the app does (a `TestApp`, or another wiring). */
 export type AppLike = Pick<TestApp, "app">;
 
-/** GET /authorize with a valid request; returns the flow state from the page. */
+/**
+ * GET /authorize with a valid request and `overrides` (`null` drops a parameter); as the
+ * browser holding `jar` when given (its cookies sent, the ones it sets kept).
+ */
+export async function authorize(
+  t: AppLike,
+  overrides: Record<string, string | null> = {},
+  { jar }: { jar?: CookieJar } = {},
+): Promise<Response> {
+  const url = `${TEST_BASE}/authorize?${authorizeQuery(overrides)}`;
+  const response = await t.app(new Request(url, { headers: jar?.headers() }));
+  jar?.store(response);
+  return response;
+}
+
+/** GET /authorize with a valid request, asserting the page; returns its flow state. */
 export async function startFlow(
   t: AppLike,
   overrides: Record<string, string | null> = {},
 ): Promise<string> {
-  const response = await t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
-  if (response.status !== 200) throw new Error(`authorize answered ${response.status}`);
-  return flowDataFromPage(await response.text()).flowState;
+  const response = await authorize(t, overrides);
+  const html = await response.text();
+  assert.equal(response.status, 200, html);
+  return flowDataFromPage(html).flowState;
+}
+
+/** POST /register with `body` (JSON-encoded unless a string) and `headers`. */
+export function register(
+  t: AppLike,
+  body: unknown,
+  headers: Record<string, string> = { "Content-Type": "application/json" },
+): Promise<Response> {
+  return t.app(
+    new Request(`${TEST_BASE}/register`, {
+      method: "POST",
+      headers,
+      body: typeof body === "string" ? body : JSON.stringify(body),
+    }),
+  );
+}
+
+/** Registers a client for `redirectUris` (and `metadata`), asserting the 201; its client id. */
+export async function registerClient(
+  t: AppLike,
+  redirectUris: string[],
+  metadata: Record<string, unknown> = {},
+): Promise<string> {
+  const response = await register(t, { ...metadata, redirect_uris: redirectUris });
+  const text = await response.text();
+  assert.equal(response.status, 201, text);
+  return JSON.parse(text).client_id;
 }
 
 /** GET /oauth/poll. */

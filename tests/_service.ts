@@ -5,12 +5,17 @@
  */
 
 import assert from "node:assert/strict";
-import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import {
+  type SimulatedGitLab,
+  type SimulatedGitLabOptions,
+  startSimulatedGitLab,
+} from "../dev/simulated_gitlab.ts";
 import {
   authorizeQuery,
   consentFormOf,
   CookieJar,
   flowDataFromPage,
+  type Json,
   PKCE,
   TEST_REDIRECT,
   TEST_SECRET,
@@ -57,7 +62,7 @@ export async function spawnService(
 ): Promise<ServiceProcess> {
   const child = new Deno.Command(Deno.execPath(), {
     args,
-    env: { ...inheritedEnv(), PORT: "0", HOST: "127.0.0.1", ...env },
+    env: { ...inheritedEnv(), PORT: "0", HOST: "127.0.0.1", ...withBaseUrlForRedirect(env) },
     clearEnv: true,
     stdin: "null",
     stdout: "piped",
@@ -141,6 +146,19 @@ export async function runAdminCli(
   return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };
 }
 
+/** Runs `fn` with a simulated GitLab started with `options`, and closes it afterwards. */
+export async function withGitLab(
+  fn: (gitlab: SimulatedGitLab) => Promise<void>,
+  options: SimulatedGitLabOptions = {},
+): Promise<void> {
+  const gitlab = startSimulatedGitLab(options);
+  try {
+    await fn(gitlab);
+  } finally {
+    await gitlab.close();
+  }
+}
+
 /** A simulated GitLab and a service using it, stopped together. */
 export interface ServiceWithGitLab {
   gitlab: SimulatedGitLab;
@@ -182,6 +200,20 @@ export async function spawnWithGitLab(
   };
 }
 
+/**
+ * The redirect sign-in needs BASE_URL, known before the child listens: a free loopback port is
+ * picked here and handed to the child as PORT too.
+ */
+function withBaseUrlForRedirect(env: Record<string, string>): Record<string, string> {
+  if (env.GITLAB_SIGN_IN !== "redirect" || env.BASE_URL || (env.PORT && env.PORT !== "0")) {
+    return env;
+  }
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = String(listener.addr.port);
+  listener.close();
+  return { ...env, PORT: port, BASE_URL: `http://127.0.0.1:${port}` };
+}
+
 /** What the child needs to find Deno's cache; nothing of the parent's configuration. */
 function inheritedEnv(): Record<string, string> {
   const keep: Record<string, string> = {};
@@ -194,8 +226,8 @@ function inheritedEnv(): Record<string, string> {
 
 // ---- over HTTP -------------------------------------------------------------------------------
 
-// deno-lint-ignore no-explicit-any -- a JSON body, read field by field by the assertions
-export type Json = Record<string, any>;
+/** A JSON body, read field by field by the assertions. */
+export type { Json };
 
 /** A status and the parsed JSON body. */
 export interface HttpResult {
@@ -225,6 +257,11 @@ export function postToken(serviceUrl: string, form: Record<string, string>): Pro
     headers: { "Content-Type": "application/x-www-form-urlencoded" },
     body: new URLSearchParams(form),
   });
+}
+
+/** The refresh_token grant. */
+export function refreshOverHttp(serviceUrl: string, refreshToken: string): Promise<HttpResult> {
+  return postToken(serviceUrl, { grant_type: "refresh_token", refresh_token: refreshToken });
 }
 
 /** The authorization_code grant for `code` with the PKCE verifier. */

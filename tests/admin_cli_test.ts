@@ -15,7 +15,7 @@ import {
   exchange,
   issueCode,
   PKCE,
-  TEST_BASE,
+  register,
   TEST_REDIRECT,
   TEST_SECRET,
   withApp,
@@ -57,6 +57,8 @@ async function gatewayStatus(serviceUrl: string, accessToken: string): Promise<n
 interface Live extends ServiceWithGitLab {
   /** Runs `main.ts admin …args` with the service's configuration. */
   admin(args: string[]): Promise<CommandRun>;
+  /** The service's KV file. */
+  kvPath: string;
 }
 
 /** Runs `fn` against a live service on a fresh file KV, `env` added to its configuration. */
@@ -73,7 +75,7 @@ async function withLiveService(
   const started = await spawnWithGitLab(shared.GITLAB_CLIENT_ID, { ...shared, ...env });
   const cliEnv = { ...shared, GITLAB_URL: started.gitlab.url.href };
   try {
-    await fn({ ...started, admin: (args) => runAdminCli(args, cliEnv) });
+    await fn({ ...started, admin: (args) => runAdminCli(args, cliEnv), kvPath: shared.KV_PATH });
   } finally {
     await started.close();
     await Deno.remove(dir, { recursive: true });
@@ -265,6 +267,185 @@ Deno.test("admin: bad arguments print the usage and exit 2, a bad setup one line
   assert.match(help.stdout, /^usage: admin/);
 });
 
+/** Runs `fn` with a fresh folder holding an existing (empty) service KV file, then removes it. */
+async function withKvFile(fn: (dir: string, kvPath: string) => Promise<void>): Promise<void> {
+  const dir = await Deno.makeTempDir({ prefix: "admin-kv-" });
+  const kvPath = `${dir}/kv.sqlite3`;
+  (await Deno.openKv(kvPath)).close();
+  try {
+    await fn(dir, kvPath);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+async function assertNoFile(path: string): Promise<void> {
+  await assert.rejects(Deno.stat(path), Deno.errors.NotFound, `${path} was not created`);
+}
+
+Deno.test("admin: works only on an existing store: no KV_PATH, :memory: or a mistyped path is exit 1, nothing created", () =>
+  withKvFile(async (dir) => {
+    for (const args of [["stats"], ["sessions", "list"], ["sessions", "revoke", "--user", "ada"]]) {
+      const unset = await runAdminCli(args, {});
+      assert.equal(unset.code, 1, `${args.join(" ")}: ${unset.stderr}`);
+      assert.match(unset.stderr, /^admin: KV_PATH is not set/);
+      assert.equal(unset.stdout, "", "no count of an empty store");
+    }
+    const memory = await runAdminCli(["sessions", "list"], { KV_PATH: ":memory:" });
+    assert.equal(memory.code, 1);
+    assert.match(memory.stderr, /^admin: KV_PATH=:memory: is a store of this process alone/);
+
+    const typo = `${dir}/kv.sqlite`;
+    const mistyped = await runAdminCli(["sessions", "list"], { KV_PATH: typo });
+    assert.equal(mistyped.code, 1, mistyped.stderr);
+    assert.match(mistyped.stderr, /^admin: cannot open KV .*: no such file/);
+    assert.equal(mistyped.stdout, "");
+    await assertNoFile(typo);
+
+    const folder = `${dir}/nowhere`;
+    const noFolder = await runAdminCli(["stats"], { KV_PATH: `${folder}/kv.sqlite3` });
+    assert.equal(noFolder.code, 1);
+    assert.equal(noFolder.stderr.trim().split("\n").length, 1, noFolder.stderr);
+    assert.ok(noFolder.stderr.includes(`the folder ${folder} does not exist`), noFolder.stderr);
+  }));
+
+Deno.test("admin: sessions revoke --user that matches no session ends nothing and exits 3", () =>
+  withKvFile(async (_dir, kvPath) => {
+    const env = { KV_PATH: kvPath, JWT_SECRET: TEST_SECRET, GITLAB_CLIENT_ID: "admin-test-app" };
+    const run = await runAdminCli(["sessions", "revoke", "--user", "nobody"], env);
+    assert.equal(run.code, 3, run.stderr);
+    const lines = jsonLines(run.stdout);
+    assert.ok(lines.some((line) => /no session/.test(line.message)), run.stdout);
+    assert.ok(!lines.some((line) => line.message === "operator action"), "nothing was ended");
+  }));
+
+Deno.test({
+  name:
+    "admin: sessions revoke checks all revoking needs before deleting anything, and revokes with ENCRYPTION_KEY alone",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const key = "k".repeat(40);
+    await withLiveService({ ENCRYPTION_KEY: key }, async ({ gitlab, service, kvPath }) => {
+      const tokens = await signInOverHttp(service.url, gitlab);
+      const cli = (env: Record<string, string>, extra: string[] = []) =>
+        runAdminCli(["sessions", "revoke", "--user", "ada", ...extra], { KV_PATH: kvPath, ...env });
+      const stillSignedIn = async () => {
+        const listed = await runAdminCli(["sessions", "list", "--json"], {
+          KV_PATH: kvPath,
+          ENCRYPTION_KEY: key,
+        });
+        return jsonLines(listed.stdout).length === 1;
+      };
+      const revokedBefore = gitlab.revokedTokens.size;
+
+      const noGitLab = await cli({ ENCRYPTION_KEY: key });
+      assert.equal(noGitLab.code, 1, noGitLab.stderr);
+      assert.match(
+        noGitLab.stderr,
+        /^admin: cannot revoke GitLab tokens: GITLAB_CLIENT_ID not set/,
+      );
+      assert.ok(await stillSignedIn(), "nothing was deleted");
+
+      const gitlabEnv = { GITLAB_URL: gitlab.url.href, GITLAB_CLIENT_ID: "admin-test-app" };
+      const noKey = await cli(gitlabEnv);
+      assert.equal(noKey.code, 1, noKey.stderr);
+      assert.match(noKey.stderr, /ENCRYPTION_KEY or JWT_SECRET not set/);
+      assert.ok(await stillSignedIn(), "nothing was deleted");
+
+      const wrongKey = await cli({ ...gitlabEnv, ENCRYPTION_KEY: "w".repeat(40) });
+      assert.equal(wrongKey.code, 1, wrongKey.stderr);
+      assert.match(wrongKey.stderr, /1 of 1 session\(s\) hold GitLab tokens sealed under a key/);
+      assert.match(wrongKey.stderr, /ENCRYPTION_KEY/);
+      assert.ok(await stillSignedIn(), "nothing was deleted");
+      assert.equal(gitlab.revokedTokens.size, revokedBefore);
+
+      // As the README allows: ENCRYPTION_KEY without JWT_SECRET opens the GitLab tokens.
+      const revoked = await cli({ ...gitlabEnv, ENCRYPTION_KEY: key });
+      assert.equal(revoked.code, 0, revoked.stderr);
+      const [action] = jsonLines(revoked.stdout).filter((l) => l.message === "operator action");
+      assert.equal(action.sessions, 1);
+      assert.equal(action.gitlabTokensRevoked, 1);
+      assert.equal(gitlab.revokedTokens.size, revokedBefore + 1, "the GitLab token was revoked");
+      const refreshed = await postToken(service.url, {
+        grant_type: "refresh_token",
+        refresh_token: tokens.refresh_token,
+      });
+      assert.equal(refreshed.body.error, "invalid_grant");
+    });
+  },
+});
+
+Deno.test({
+  name: "admin: --keep-gitlab-tokens ends sessions this environment cannot revoke, and says so",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    await withLiveService({}, async ({ gitlab, service, kvPath }) => {
+      await signInOverHttp(service.url, gitlab);
+      const revokedBefore = gitlab.revokedTokens.size;
+      const run = await runAdminCli(
+        ["sessions", "revoke", "--user", "ada", "--keep-gitlab-tokens"],
+        { KV_PATH: kvPath },
+      );
+      assert.equal(run.code, 0, run.stderr);
+      const [action] = jsonLines(run.stdout).filter((l) => l.message === "operator action");
+      assert.equal(action.sessions, 1);
+      assert.equal(action.gitlabTokensKept, 1);
+      assert.equal(gitlab.revokedTokens.size, revokedBefore);
+    });
+  },
+});
+
+Deno.test({
+  name:
+    "admin: --user says whether it matched a user id or a username, refuses when it matches both; --user-id and --username take one",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    // A GitLab username may be all digits: "77" is one user's name and another's id.
+    const digits = { id: 5, username: "77", name: "Seventy Seven" };
+    await withLiveService({}, async ({ gitlab, service, admin }) => {
+      gitlab.users.push(GRACE, digits);
+      await signInOverHttp(service.url, gitlab, { userId: GRACE.id });
+      await signInOverHttp(service.url, gitlab, { userId: digits.id });
+      await signInOverHttp(service.url, gitlab);
+      const actionOf = (run: CommandRun) => {
+        assert.equal(run.code, 0, run.stderr);
+        return jsonLines(run.stdout).find((line) => line.message === "operator action");
+      };
+      const count = async () =>
+        jsonLines((await admin(["sessions", "list", "--json"])).stdout).length;
+
+      const both = await admin(["sessions", "revoke", "--user", "77"]);
+      assert.equal(both.code, 2, both.stderr);
+      assert.match(both.stderr, /the user id of grace \(77\) and the username of 77 \(5\)/);
+      assert.match(both.stderr, /--user-id 77 or --username 77/);
+      assert.equal(await count(), 3, "nothing was ended");
+
+      const listed = await admin(["sessions", "list", "--user-id", "77", "--json"]);
+      assert.deepEqual(jsonLines(listed.stdout).map((s) => s.username), ["grace"]);
+
+      const byId = actionOf(await admin(["sessions", "revoke", "--user-id", "77"]));
+      assert.deepEqual([byId?.matched, byId?.users, byId?.sessions], ["user id", "grace (77)", 1]);
+      const byName = actionOf(await admin(["sessions", "revoke", "--username", "77"]));
+      assert.deepEqual([byName?.matched, byName?.users, byName?.sessions], [
+        "username",
+        "77 (5)",
+        1,
+      ]);
+      const ada = actionOf(await admin(["sessions", "revoke", "--user", "ADA"]));
+      assert.deepEqual([ada?.matched, ada?.users], ["username", "ada (4242)"]);
+
+      const bad = await admin(["sessions", "revoke", "--user-id", "ada"]);
+      assert.equal(bad.code, 2);
+      assert.match(bad.stderr, /--user-id takes a number/);
+      const two = await admin(["sessions", "list", "--user", "ada", "--username", "ada"]);
+      assert.equal(two.code, 2);
+    });
+  },
+});
+
 Deno.test("admin: keys generate prints two fresh secrets the service accepts", async () => {
   const runs = [
     await runAdminCli(["keys", "generate"], {}),
@@ -284,16 +465,10 @@ Deno.test("admin: keys generate prints two fresh secrets the service accepts", a
 Deno.test("admin: lists print what a hostile client registered or sent as plain text, never a terminal control", () =>
   withApp(async (t) => {
     const hostile = "Evil\x1b[2J\x1b]8;;https://evil.example\x07\r\nFAKE  ROW\x9b1m";
-    const registered = await t.app(
-      new Request(`${TEST_BASE}/register`, {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({
-          client_name: hostile,
-          redirect_uris: [`${TEST_REDIRECT}/\x1b[31mred`],
-        }),
-      }),
-    );
+    const registered = await register(t, {
+      client_name: hostile,
+      redirect_uris: [`${TEST_REDIRECT}/\x1b[31mred`],
+    });
     assert.equal(registered.status, 201, await registered.clone().text());
     // The spec's default policy takes any client_id at /authorize.
     assert.equal((await exchange(t, await issueCode(t, { client_id: hostile }))).status, 200);

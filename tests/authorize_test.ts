@@ -7,10 +7,10 @@ import assert from "node:assert/strict";
 import type { Store } from "../src/store/mod.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import { recordsOf } from "../src/store/keys.ts";
-import { escapeHtml } from "../src/templates.ts";
+import { escapeHtml } from "../src/pages/mod.ts";
 import {
   assertError,
-  authorizeQuery,
+  authorize,
   exchange,
   flowDataFromPage,
   PKCE,
@@ -20,10 +20,6 @@ import {
   type TestApp,
   withApp,
 } from "./_helpers.ts";
-
-function authorize(t: TestApp, overrides: Record<string, string | null> = {}): Promise<Response> {
-  return t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
-}
 
 function authorizeRaw(t: TestApp, query: string): Promise<Response> {
   return t.app(new Request(`${TEST_BASE}/authorize?${query}`));

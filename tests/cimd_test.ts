@@ -17,14 +17,15 @@ import { isPublicAddress } from "../src/client_metadata/address.ts";
 import { loadConfig } from "../src/config/mod.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import {
   assertError,
-  authorizeQuery,
+  authorize,
   countRecords,
   exchange,
   issueCode,
   makeTestApp,
+  register,
   TEST_BASE,
   TEST_REDIRECT,
   TEST_SECRET,
@@ -78,16 +79,6 @@ async function withCimd(
   }
 }
 
-function authorize(
-  t: Pick<TestApp, "app">,
-  clientId: string,
-  overrides: Record<string, string | null> = {},
-): Promise<Response> {
-  return t.app(
-    new Request(`${TEST_BASE}/authorize?${authorizeQuery({ client_id: clientId, ...overrides })}`),
-  );
-}
-
 async function assertPage(response: Response): Promise<string> {
   const html = await response.text();
   assert.equal(response.status, 200, html);
@@ -96,7 +87,7 @@ async function assertPage(response: Response): Promise<string> {
 
 Deno.test("cimd: a valid document is fetched once with Accept: application/json; the page names its host as verified", () =>
   withCimd(async ({ t, docs, clientId }) => {
-    const html = await assertPage(await authorize(t, clientId));
+    const html = await assertPage(await authorize(t, { client_id: clientId }));
     assert.match(html, /<strong><bdi>Claude<\/bdi><\/strong> wants to sign you in/);
     const host = new URL(clientId).host;
     assert.match(html, new RegExp(`id="client-verified"[^>]*>[^<]*<strong><bdi>${host}</bdi>`));
@@ -104,21 +95,15 @@ Deno.test("cimd: a valid document is fetched once with Accept: application/json;
     assert.deepEqual(docs.accepts, ["application/json"]);
     assert.equal(await countRecords(t.kv, "client_metadata"), 1);
 
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     assert.equal(docs.hits.get(DOC_PATH), 1, "the second request used the cached copy");
   }));
 
 Deno.test("cimd: a name from /register is shown as unverified, with no verified host", () =>
   withCimd(async ({ t }) => {
-    const registered = await t.app(
-      new Request(`${TEST_BASE}/register`, {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ redirect_uris: [TEST_REDIRECT], client_name: "Claude" }),
-      }),
-    );
+    const registered = await register(t, { redirect_uris: [TEST_REDIRECT], client_name: "Claude" });
     const { client_id } = await registered.json();
-    const html = await assertPage(await authorize(t, client_id));
+    const html = await assertPage(await authorize(t, { client_id }));
     assert.match(html, /<strong><bdi>Claude<\/bdi><\/strong> wants to sign you in/);
     assert.match(html, /id="client-unverified"[^>]*>[^<]*unverified/);
     assert.doesNotMatch(html, /id="client-verified"/);
@@ -130,7 +115,7 @@ Deno.test("cimd: the document's client_name is escaped on the page", () =>
       DOC_PATH,
       () => Response.json(documentOf(clientId, { client_name: `<img src=x onerror=alert(1)>` })),
     );
-    const html = await assertPage(await authorize(t, clientId));
+    const html = await assertPage(await authorize(t, { client_id: clientId }));
     assert.ok(!html.includes("<img src=x"), "no markup from the document");
     assert.ok(html.includes("&lt;img src=x onerror=alert(1)&gt;"));
   }));
@@ -139,16 +124,19 @@ Deno.test("cimd: the redirect_uri must be the document's under every policy; loo
   for (const policy of ["any", "registered"]) {
     await withCimd(async ({ t, clientId }) => {
       await assertError(
-        await authorize(t, clientId, { redirect_uri: "https://evil.example/cb" }),
+        await authorize(t, { client_id: clientId, redirect_uri: "https://evil.example/cb" }),
         400,
         "invalid_request",
         /not listed in the client's metadata document/,
       );
       await assertPage(
-        await authorize(t, clientId, { redirect_uri: "http://127.0.0.1:41000/callback" }),
+        await authorize(t, {
+          client_id: clientId,
+          redirect_uri: "http://127.0.0.1:41000/callback",
+        }),
       );
       // A sole redirect URI may be left out; the code then goes there.
-      await assertPage(await authorize(t, clientId, { redirect_uri: null }));
+      await assertPage(await authorize(t, { client_id: clientId, redirect_uri: null }));
     }, { env: { REDIRECT_URI_POLICY: policy } });
   }
 });
@@ -200,7 +188,11 @@ Deno.test("cimd: bad documents → 400 invalid_request naming the problem, nothi
   for (const [label, answer, problem] of cases) {
     await withCimd(async ({ t, docs, clientId }) => {
       docs.route(DOC_PATH, () => answer(clientId));
-      const body = await assertError(await authorize(t, clientId), 400, "invalid_request");
+      const body = await assertError(
+        await authorize(t, { client_id: clientId }),
+        400,
+        "invalid_request",
+      );
       assert.match(body.error_description, /^Client metadata document: /, label);
       assert.match(body.error_description, problem, label);
       assert.equal(await countRecords(t.kv, "client_metadata"), 0, label);
@@ -230,17 +222,22 @@ Deno.test("cimd: client ids that are URLs but no valid document address → 400 
         `https://127.0.0.1:${new URL(docs.origin).port}/a b`,
       ]
     ) {
-      await assertError(await authorize(t, clientId), 400, "invalid_request", /^Client metadata/);
+      await assertError(
+        await authorize(t, { client_id: clientId }),
+        400,
+        "invalid_request",
+        /^Client metadata/,
+      );
     }
     assert.equal(docs.hits.size, 0);
     // An https URL without a path is an ordinary client id (spec §4.1: any id).
-    await assertPage(await authorize(t, "https://example.com"));
+    await assertPage(await authorize(t, { client_id: "https://example.com" }));
   }));
 
 Deno.test("cimd: SSRF guard: a private address is refused before connecting unless allowed", () =>
   withCimd(async ({ t, docs, clientId }) => {
     await assertError(
-      await authorize(t, clientId),
+      await authorize(t, { client_id: clientId }),
       400,
       "invalid_request",
       "Client metadata document: the host resolves to a private or reserved address",
@@ -288,22 +285,27 @@ Deno.test("cimd: cached per Cache-Control: refetched after max-age, kept at leas
           headers: { "Cache-Control": "public, max-age=60" },
         }),
     );
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     t.clock.advance(59_000);
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     assert.equal(docs.hits.get(DOC_PATH), 1, "fresh for max-age");
 
     t.clock.advance(2_000);
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     assert.equal(docs.hits.get(DOC_PATH), 2, "refetched after max-age");
 
     failing = true;
     t.clock.advance(2 * MINUTE);
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     assert.equal(docs.hits.get(DOC_PATH), 3, "a refetch was tried, and the kept copy used");
 
     t.clock.advance(4 * MINUTE);
-    await assertError(await authorize(t, clientId), 400, "invalid_request", /HTTP 503/);
+    await assertError(
+      await authorize(t, { client_id: clientId }),
+      400,
+      "invalid_request",
+      /HTTP 503/,
+    );
   }));
 
 Deno.test("cimd: max-age beyond 24 hours is clamped; no-cache still keeps the copy 5 minutes", () =>
@@ -313,27 +315,32 @@ Deno.test("cimd: max-age beyond 24 hours is clamped; no-cache still keeps the co
       DOC_PATH,
       () => Response.json(documentOf(clientId), { headers: { "Cache-Control": cacheControl } }),
     );
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     t.clock.advance(24 * 60 * MINUTE - 1_000);
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     assert.equal(docs.hits.get(DOC_PATH), 1);
     cacheControl = "no-cache";
     t.clock.advance(2_000);
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     assert.equal(docs.hits.get(DOC_PATH), 2, "refetched after 24 hours");
 
     // no-cache: every request revalidates, and a failure falls back to the copy for 5 minutes.
     docs.route(DOC_PATH, () => new Response("down", { status: 500 }));
     t.clock.advance(4 * MINUTE);
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     assert.equal(docs.hits.get(DOC_PATH), 3);
     t.clock.advance(2 * MINUTE);
-    await assertError(await authorize(t, clientId), 400, "invalid_request", /HTTP 500/);
+    await assertError(
+      await authorize(t, { client_id: clientId }),
+      400,
+      "invalid_request",
+      /HTTP 500/,
+    );
   }));
 
 Deno.test("cimd: the cache lives in KV, so another instance on the same KV does not fetch again", () =>
   withCimd(async ({ t, docs, clientId, httpClient }) => {
-    await assertPage(await authorize(t, clientId));
+    await assertPage(await authorize(t, { client_id: clientId }));
     const other = createApp(
       createAppDeps(loadConfig(testEnv()), {
         kv: t.kv,
@@ -344,7 +351,7 @@ Deno.test("cimd: the cache lives in KV, so another instance on the same KV does 
         clientMetadataFetcher: createClientMetadataFetcher({ allowPrivate: true, httpClient }),
       }),
     );
-    await assertPage(await authorize({ app: other }, clientId));
+    await assertPage(await authorize({ app: other }, { client_id: clientId }));
     assert.equal(docs.hits.get(DOC_PATH), 1);
   }));
 
@@ -368,7 +375,7 @@ Deno.test("cimd: under REDIRECT_URI_POLICY=registered /token requires the docume
 Deno.test("cimd: with ALLOWED_REDIRECT_URIS a document listing no allowed redirect URI is refused", () =>
   withCimd(async ({ t, docs, clientId }) => {
     await assertError(
-      await authorize(t, clientId),
+      await authorize(t, { client_id: clientId }),
       400,
       "invalid_request",
       /none of its redirect_uris is allowed/,
@@ -381,9 +388,16 @@ Deno.test("cimd: with ALLOWED_REDIRECT_URIS a document listing no allowed redire
         ),
     );
     t.clock.advance(6 * MINUTE);
-    await assertPage(await authorize(t, clientId, { redirect_uri: "https://ok.example/cb" }));
+    await assertPage(
+      await authorize(t, { client_id: clientId, redirect_uri: "https://ok.example/cb" }),
+    );
     // Listed in the document but not allowed: still refused.
-    await assertError(await authorize(t, clientId), 400, "invalid_request", /not allowed/);
+    await assertError(
+      await authorize(t, { client_id: clientId }),
+      400,
+      "invalid_request",
+      /not allowed/,
+    );
   }, { env: { ALLOWED_REDIRECT_URIS: "https://ok.example/*" } }));
 
 Deno.test("cimd: SSRF guard: only public unicast addresses count as public", () => {

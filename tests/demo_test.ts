@@ -11,8 +11,16 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { createExampleMcpServer } from "../deploy/example_mcp_server.ts";
+import { startDemoMcpServer } from "../dev/demo_mcp_server.ts";
 import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
-import { denoRunArgs, followPageWithoutBrowser, spawnService } from "./_service.ts";
+import {
+  denoRunArgs,
+  followPageWithoutBrowser,
+  redirectSignInWithoutBrowser,
+  spawnService,
+  waitFor,
+} from "./_service.ts";
 
 const DEMO = new URL("../dev/demo.ts", import.meta.url).pathname;
 
@@ -66,4 +74,67 @@ Deno.test({
       assert.equal(await demo.stop(), 0, "the demo stops cleanly on SIGTERM");
     }
   },
+});
+
+Deno.test({
+  name:
+    "demo: Deny at GitLab brings the example client back with access_denied, which it reports as such",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const demo = await spawnService({ PORT: "0", GITLAB_SIGN_IN: "redirect" }, denoRunArgs(DEMO));
+    try {
+      await waitFor(() => demo.logs.some((line) => line.includes("Open the example client")));
+      const banner = demo.logs.find((line) => line.includes("Open the example client")) ?? "";
+      const clientUrl = banner.match(/http:\/\/127\.0\.0\.1:\d+\//)?.[0];
+      assert.ok(clientUrl, banner);
+      const start = await fetch(clientUrl, { redirect: "manual" });
+      await start.body?.cancel();
+      const authorize = start.headers.get("location") ?? "";
+      assert.ok(authorize.startsWith(`${demo.url}/authorize?`), String(authorize));
+
+      const callback = await redirectSignInWithoutBrowser(authorize, undefined, "deny");
+      assert.equal(callback.searchParams.get("error"), "access_denied", callback.href);
+      const answer = await fetch(callback);
+      const html = await answer.text();
+      assert.equal(answer.status, 200);
+      assert.match(html, /<h1>Sign-in cancelled<\/h1>/);
+      assert.match(html, /error=access_denied/);
+      assert.doesNotMatch(html, /Token exchange failed|code is required/);
+    } finally {
+      assert.equal(await demo.stop(), 0);
+    }
+  },
+});
+
+Deno.test("demo and deploy MCP servers: their tools are annotated read-only, so clients do not call them destructive", async () => {
+  const mcp = startDemoMcpServer(new URL("http://127.0.0.1:9/"));
+  const client = new Client({ name: "annotations-test", version: "1.0.0" });
+  try {
+    await client.connect(new StreamableHTTPClientTransport(new URL(mcp.url)));
+    const { tools } = await client.listTools();
+    assert.deepEqual(tools.map((tool) => tool.name).sort(), ["list_projects", "whoami"]);
+    for (const tool of tools) {
+      assert.equal(tool.annotations?.readOnlyHint, true, tool.name);
+      assert.equal(tool.annotations?.destructiveHint, false, tool.name);
+    }
+  } finally {
+    await client.close();
+    await mcp.close();
+  }
+  const deployed = await createExampleMcpServer(new URL("http://127.0.0.1:9/"))(
+    new Request("http://mcp.test/mcp", {
+      method: "POST",
+      headers: {
+        "Content-Type": "application/json",
+        Accept: "application/json, text/event-stream",
+      },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }),
+    }),
+  );
+  const { result } = await deployed.json();
+  for (const tool of result.tools) {
+    assert.equal(tool.annotations?.readOnlyHint, true, tool.name);
+    assert.equal(tool.annotations?.destructiveHint, false, tool.name);
+  }
 });

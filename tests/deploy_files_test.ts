@@ -38,6 +38,44 @@ function composeEnv(compose: string, service: string): Record<string, string> {
   return pairs(environment.matchAll(/^ {6}([A-Z][A-Z0-9_]*): "?([^"\n]*)"?$/gm));
 }
 
+/** The files `services.<service>.env_file` of compose.yaml names (one, or a list). */
+function composeEnvFiles(compose: string, service: string): string[] {
+  const block = compose.split(new RegExp(`^  ${service}:\\n`, "m"))[1]?.split(/^ {2}\S/m)[0] ?? "";
+  const scalar = block.match(/^ {4}env_file: *(\S+)$/m)?.[1];
+  if (scalar) return [scalar.replace(/^["']|["']$/g, "")];
+  const list = block.split(/^ {4}env_file:\n/m)[1]?.split(/^ {4}\S/m)[0] ?? "";
+  return [...list.matchAll(/^ {6}- *(?:path: *)?["']?([^"'\n]+)["']?$/gm)].map((match) => match[1]);
+}
+
+/**
+ * What the container sees: the image's ENV, then the lines of the env files compose passes
+ * (deploy/.env is `file`), then compose's `environment`, interpolated from `file` (each wins
+ * over the ones before, as compose does).
+ */
+async function containerEnv(file: Record<string, string>): Promise<Record<string, string>> {
+  const compose = await read("compose.yaml");
+  const dotEnv = new URL(".env", DEPLOY).href;
+  const passed = composeEnvFiles(compose, "auth").some((name) =>
+    new URL(name, DEPLOY).href === dotEnv
+  );
+  const environment = Object.fromEntries(
+    Object.entries(composeEnv(compose, "auth")).map(([name, value]) => [
+      name,
+      interpolate(value, file),
+    ]),
+  );
+  return {
+    ...dockerfileEnv(await read("Dockerfile")),
+    ...(passed ? file : {}),
+    ...environment,
+  };
+}
+
+/** `EnvironmentFile=` paths of a systemd unit (a leading `-` makes one optional). */
+function unitEnvFiles(unit: string): string[] {
+  return [...unit.matchAll(/^EnvironmentFile=-?(\S+)$/gm)].map((match) => match[1]);
+}
+
 /** `Environment=NAME=value` lines of a systemd unit. */
 function unitEnv(unit: string): Record<string, string> {
   return pairs(unit.matchAll(/^Environment=([A-Z][A-Z0-9_]*)=(.*)$/gm));
@@ -97,7 +135,12 @@ Deno.test("deploy/: the values they set make a complete configuration", async ()
       interpolate(value, example),
     ]),
   );
-  const container = loadConfig({ ...dockerfileEnv(await read("Dockerfile")), ...fromCompose });
+  // Compose hands the service the whole .env (env_file), then its own environment entries.
+  const container = loadConfig({
+    ...dockerfileEnv(await read("Dockerfile")),
+    ...example,
+    ...fromCompose,
+  });
   assert.ok(oauthSettings(container), "the container is configured");
   assert.equal(container.baseUrl, `https://${example.AUTH_DOMAIN}`);
   // Compose trusts exactly Caddy's fixed address.
@@ -174,3 +217,42 @@ Deno.test("compose's example MCP server answers whoami through the real gateway"
     await mcp.shutdown();
   }
 });
+
+Deno.test("deploy/: every variable of env.example, and any the operator adds, reaches the service; the profile is strict", async () => {
+  const example = await filledEnvExample();
+  // What the README invites an operator to add to the file.
+  const file = {
+    ...example,
+    ALLOWED_REDIRECT_URIS: "https://claude.ai/api/mcp/auth_callback,http://127.0.0.1:*/*",
+    GITLAB_SCOPES: "read_api read_user",
+    REQUEST_BODY_TIMEOUT_MS: "5000",
+  };
+  const unitText = await read("gitlab-mcp-auth.service");
+  const [unitFile] = unitEnvFiles(unitText);
+  assert.ok(unitFile, "the unit reads an EnvironmentFile");
+  assert.ok((await read("env.example")).includes(unitFile), `env.example names ${unitFile}`);
+  const ways: [string, Record<string, string>, Record<string, string>][] = [
+    ["compose.yaml", await containerEnv(file), await containerEnv(withoutProfile(file))],
+    // systemd: the EnvironmentFile's lines win over Environment= lines.
+    [
+      "gitlab-mcp-auth.service",
+      { ...unitEnv(unitText), ...file },
+      { ...unitEnv(unitText), ...withoutProfile(file) },
+    ],
+  ];
+  for (const [how, env, envWithoutProfile] of ways) {
+    const missing = Object.keys(file).filter((name) => KNOWN.has(name) && !(name in env));
+    assert.deepEqual(missing, [], `${how}: variables of the env file the service never sees`);
+    const config = loadConfig(env);
+    assert.equal(config.securityProfile, "strict", how);
+    assert.deepEqual(config.allowedRedirectUris, file.ALLOWED_REDIRECT_URIS.split(","), how);
+    assert.equal(config.upstream.scopes, "read_api read_user", how);
+    assert.equal(config.requestBodyTimeoutMs, 5000, how);
+    assert.equal(loadConfig(envWithoutProfile).securityProfile, "strict", `${how} sets it itself`);
+  }
+});
+
+function withoutProfile(env: Record<string, string>): Record<string, string> {
+  const { SECURITY_PROFILE: _, ...rest } = env;
+  return rest;
+}

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { TEST_SECRET } from "./_helpers.ts";
-import { postToken, type ServiceProcess, signInOverHttp, spawnService } from "./_service.ts";
+import { refreshOverHttp, type ServiceProcess, signInOverHttp, spawnService } from "./_service.ts";
 import { KV_FILE, STORE_KINDS, type StoreKind } from "./_stores.ts";
 
 /** Sessions refreshed side by side, so that their rotations share group commits. */
@@ -79,26 +79,22 @@ async function refreshRepeatedly(serviceUrl: string, chain: Chain): Promise<void
   for (let round = 0; round < ROUNDS; round++) {
     // Each refresh needs the token the previous one answered.
     // deno-lint-ignore no-await-in-loop
-    const { status, body } = await refresh(serviceUrl, chain.current);
+    const { status, body } = await refreshOverHttp(serviceUrl, chain.current);
     assert.equal(status, 200, JSON.stringify(body));
     chain.superseded.push(chain.current);
     chain.current = body.refresh_token;
   }
 }
 
-function refresh(serviceUrl: string, refreshToken: string) {
-  return postToken(serviceUrl, { grant_type: "refresh_token", refresh_token: refreshToken });
-}
-
 async function assertRefused(serviceUrl: string, tokens: string[]): Promise<void> {
-  const results = await Promise.all(tokens.map((token) => refresh(serviceUrl, token)));
+  const results = await Promise.all(tokens.map((token) => refreshOverHttp(serviceUrl, token)));
   const accepted = results.filter(({ status }) => status !== 400).length;
   assert.equal(accepted, 0, `${accepted} of ${tokens.length} superseded tokens were not refused`);
   for (const { body } of results) assert.equal(body.error, "invalid_grant");
 }
 
 async function assertAccepted(serviceUrl: string, tokens: string[]): Promise<void> {
-  const results = await Promise.all(tokens.map((token) => refresh(serviceUrl, token)));
+  const results = await Promise.all(tokens.map((token) => refreshOverHttp(serviceUrl, token)));
   const lost = results.filter(({ status }) => status !== 200);
   assert.equal(
     lost.length,

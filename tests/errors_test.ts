@@ -12,6 +12,7 @@ import {
   exchange,
   issueCode,
   issueTokens,
+  type Json,
   PKCE,
   poll,
   refresh,
@@ -24,9 +25,6 @@ import {
 } from "./_helpers.ts";
 
 const MAX_BODY = 64 * 1024;
-
-// deno-lint-ignore no-explicit-any
-type Json = Record<string, any>;
 
 /** Runs `request` and asserts that KV is exactly as before it. */
 async function withoutWrites(t: TestApp, request: () => Promise<Response>): Promise<Response> {

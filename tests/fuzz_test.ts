@@ -17,6 +17,7 @@ import { sessionIdOf } from "../src/store/session_tokens.ts";
 import { kindOfKey, recordsOf, sessionKey } from "../src/store/keys.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  authorize,
   authorizeQuery,
   exchange,
   flowDataFromPage,
@@ -25,6 +26,7 @@ import {
   makeTestApp,
   PKCE,
   poll,
+  register,
   TEST_BASE,
   TEST_REDIRECT as REDIRECT,
   type TestApp,
@@ -193,8 +195,7 @@ function tokenRequest(g: Gen, form: Record<string, string>): Request {
 
 /** authorize → (GitLab hiccups) → approve → poll → token → refresh, checked strictly. */
 async function validFlow(g: Gen, t: TestApp, seen: Seen, full = false): Promise<void> {
-  const query = authorizeQuery({ redirect_uri: REDIRECT, state: asciiString(g, 8) });
-  const page = await t.app(new Request(`${TEST_BASE}/authorize?${query}`));
+  const page = await authorize(t, { redirect_uri: REDIRECT, state: asciiString(g, 8) });
   assert.equal(page.status, 200, `seed ${SEED}: valid authorize`);
   const flowState = flowDataFromPage(await page.text()).flowState;
   remember(seen, "flowStates", flowState);
@@ -429,10 +430,8 @@ Deno.test("fuzz: revocations racing refreshes and code exchanges: a revoked sess
 Deno.test("fuzz regressions: oversized /authorize parameters → 400, the longest accepted ones work end to end", async () => {
   const t = await makeTestApp();
   try {
-    const authorizeWith = (overrides: Record<string, string>) => {
-      const query = authorizeQuery({ redirect_uri: REDIRECT, state: "s", ...overrides });
-      return t.app(new Request(`${TEST_BASE}/authorize?${query}`));
-    };
+    const authorizeWith = (overrides: Record<string, string>) =>
+      authorize(t, { redirect_uri: REDIRECT, state: "s", ...overrides });
     // Once answered 500 (KV: "Value too large", "Key too large for read").
     for (const name of ["state", "client_id", "redirect_uri", "code_challenge", "scope"]) {
       const response = await authorizeWith({ [name]: "é".repeat(70_000) });
@@ -488,13 +487,7 @@ Deno.test("fuzz regressions: REDIRECT_URI_POLICY=registered with a client_id of 
     assert.equal(authorize.status, 400);
     assert.equal((await authorize.json()).error, "invalid_request");
     // A registered client's code, presented with a client_id of kilobytes.
-    const registered = await t.app(
-      new Request(`${TEST_BASE}/register`, {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ redirect_uris: [REDIRECT] }),
-      }),
-    );
+    const registered = await register(t, { redirect_uris: [REDIRECT] });
     assert.equal(registered.status, 201);
     const { client_id: clientId } = await registered.json();
     const code = await issueCode(t, { client_id: clientId });

@@ -5,13 +5,10 @@
 
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
-import { issueTokens, TEST_BASE, type TestApp, withApp, withEnv } from "./_helpers.ts";
+import { issueTokens, type Json, TEST_BASE, type TestApp, withApp, withEnv } from "./_helpers.ts";
 
 const AS_PATH = "/.well-known/oauth-authorization-server";
 const PRM_PATH = "/.well-known/oauth-protected-resource";
-
-// deno-lint-ignore no-explicit-any
-type Json = Record<string, any>;
 
 async function getJson(t: TestApp, url: string): Promise<{ status: number; body: Json }> {
   const response = await t.app(new Request(url));

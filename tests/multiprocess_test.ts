@@ -16,7 +16,7 @@ import {
   exchangeOverHttp,
   type HttpResult as Result,
   pollOverHttp,
-  postToken,
+  refreshOverHttp,
   type ServiceProcess,
   spawnService,
 } from "./_service.ts";
@@ -92,10 +92,6 @@ function exchange(base: string, code: string): Promise<Result> {
   return exchangeOverHttp(base, code, REDIRECT_URI);
 }
 
-function refresh(base: string, refreshToken: string): Promise<Result> {
-  return postToken(base, { grant_type: "refresh_token", refresh_token: refreshToken });
-}
-
 /** Fires `PARALLEL` requests at once, request i to process i mod n. */
 function race(cluster: Cluster, request: (base: string) => Promise<Result>): Promise<Result[]> {
   return Promise.all(
@@ -109,7 +105,7 @@ async function codeRace(cluster: Cluster): Promise<void> {
   assert.equal(typeof winner.body.refresh_token, "string");
   // The code is spent everywhere; the winner's refresh token works on any process.
   assert.equal((await exchange(cluster.urls[1], code)).status, 400);
-  const refreshed = await refresh(cluster.urls.at(-1)!, winner.body.refresh_token);
+  const refreshed = await refreshOverHttp(cluster.urls.at(-1)!, winner.body.refresh_token);
   assert.equal(refreshed.status, 200, JSON.stringify(refreshed.body));
 }
 
@@ -117,12 +113,12 @@ async function refreshRace(cluster: Cluster): Promise<void> {
   const issued = await exchange(cluster.urls[0], await issueCode(cluster, 1));
   assert.equal(issued.status, 200);
   const refreshToken = issued.body.refresh_token as string;
-  const results = await race(cluster, (base) => refresh(base, refreshToken));
+  const results = await race(cluster, (base) => refreshOverHttp(base, refreshToken));
   const winner = assertOneWinner(results);
   assert.equal(cluster.gitlab.calls.refresh, 0, "the GitLab token was not expiring");
-  const replay = await refresh(cluster.urls[1], refreshToken);
+  const replay = await refreshOverHttp(cluster.urls[1], refreshToken);
   assert.equal(replay.status, 400);
-  const next = await refresh(cluster.urls[0], winner.body.refresh_token);
+  const next = await refreshOverHttp(cluster.urls[0], winner.body.refresh_token);
   assert.equal(next.status, 200, JSON.stringify(next.body));
 }
 

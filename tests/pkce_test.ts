@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { PKCE_METHOD, verifyPkce } from "../src/pkce.ts";
+import { PKCE_METHOD, verifyPkce } from "../src/sign_in/pkce.ts";
 
 /** RFC 7636 Appendix B. */
 const VERIFIER = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";

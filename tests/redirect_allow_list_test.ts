@@ -9,9 +9,10 @@ import { ConfigError, loadConfig } from "../src/config/mod.ts";
 import { isAllowedRedirect } from "../src/clients/redirect_allow_list.ts";
 import {
   assertError,
+  authorize,
   authorizeQuery,
+  register,
   TEST_BASE,
-  type TestApp,
   withApp,
   withEnv,
 } from "./_helpers.ts";
@@ -25,22 +26,6 @@ const PATTERNS = [
   "cursor://*",
 ];
 const ALLOW = { ALLOWED_REDIRECT_URIS: PATTERNS.join(", ") };
-
-function authorize(t: TestApp, redirectUri: string | null): Promise<Response> {
-  return t.app(
-    new Request(`${TEST_BASE}/authorize?${authorizeQuery({ redirect_uri: redirectUri })}`),
-  );
-}
-
-function register(t: TestApp, redirectUris: string[]): Promise<Response> {
-  return t.app(
-    new Request(`${TEST_BASE}/register`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ redirect_uris: redirectUris }),
-    }),
-  );
-}
 
 Deno.test("allow-list: * is a port or the rest of one path segment; everything else is exact", () => {
   const allowed = [
@@ -97,13 +82,18 @@ Deno.test("allow-list: the variable is a comma list of absolute URIs; a bad entr
 Deno.test("allow-list: /authorize refuses a redirect_uri not on the list with 400 invalid_request", () =>
   withEnv(ALLOW, async (t) => {
     for (const uri of ["https://evil.example/cb", "http://127.0.0.1:9999/a/b"]) {
-      await assertError(await authorize(t, uri), 400, "invalid_request", /not allowed/);
+      await assertError(
+        await authorize(t, { redirect_uri: uri }),
+        400,
+        "invalid_request",
+        /not allowed/,
+      );
     }
     assert.equal(t.upstream.calls.start, 0, "no device flow started");
     for (
       const uri of ["http://127.0.0.1:9999/callback", "https://claude.ai/api/mcp/auth_callback"]
     ) {
-      const response = await authorize(t, uri);
+      const response = await authorize(t, { redirect_uri: uri });
       assert.equal(response.status, 200, await response.text());
     }
   }));
@@ -111,20 +101,22 @@ Deno.test("allow-list: /authorize refuses a redirect_uri not on the list with 40
 Deno.test("allow-list: /register refuses a registration carrying a URI not on the list", () =>
   withEnv(ALLOW, async (t) => {
     await assertError(
-      await register(t, ["http://127.0.0.1:9999/callback", "https://evil.example/cb"]),
+      await register(t, {
+        redirect_uris: ["http://127.0.0.1:9999/callback", "https://evil.example/cb"],
+      }),
       400,
       "invalid_redirect_uri",
       /evil\.example/,
     );
-    const accepted = await register(t, ["http://127.0.0.1:9999/callback"]);
+    const accepted = await register(t, { redirect_uris: ["http://127.0.0.1:9999/callback"] });
     assert.equal(accepted.status, 201, await accepted.text());
   }));
 
 Deno.test("allow-list: unset, any redirect URI is taken as the spec says", () =>
   withApp(async (t) => {
-    const response = await authorize(t, "https://anything.example/cb");
+    const response = await authorize(t, { redirect_uri: "https://anything.example/cb" });
     assert.equal(response.status, 200, await response.text());
-    const registered = await register(t, ["https://anything.example/cb"]);
+    const registered = await register(t, { redirect_uris: ["https://anything.example/cb"] });
     assert.equal(registered.status, 201, await registered.text());
   }));
 
@@ -132,7 +124,7 @@ Deno.test("allow-list: under the registered policy a sole registered URI stands 
   withEnv(
     { REDIRECT_URI_POLICY: "registered", ALLOWED_REDIRECT_URIS: "http://127.0.0.1:*/*" },
     async (t) => {
-      const response = await register(t, ["http://127.0.0.1:9999/callback"]);
+      const response = await register(t, { redirect_uris: ["http://127.0.0.1:9999/callback"] });
       const { client_id } = await response.json();
       const page = await t.app(
         new Request(

@@ -6,12 +6,13 @@
 
 import assert from "node:assert/strict";
 import {
-  authorizeQuery,
+  authorize,
   issueCode,
+  type Json,
   PKCE,
   poll,
+  registerClient,
   startFlow,
-  TEST_BASE,
   type TestApp,
   token,
   withApp,
@@ -19,25 +20,6 @@ import {
 } from "./_helpers.ts";
 
 const REGISTERED = { REDIRECT_URI_POLICY: "registered" };
-
-// deno-lint-ignore no-explicit-any
-type Json = Record<string, any>;
-
-async function registerClient(t: TestApp, redirectUris: string[]): Promise<string> {
-  const response = await t.app(
-    new Request(`${TEST_BASE}/register`, {
-      method: "POST",
-      headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({ redirect_uris: redirectUris, client_name: "Policy Test" }),
-    }),
-  );
-  assert.equal(response.status, 201);
-  return (await response.json()).client_id;
-}
-
-function authorize(t: TestApp, overrides: Record<string, string | null>): Promise<Response> {
-  return t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
-}
 
 async function assertAccepted(response: Response, label: string): Promise<void> {
   const text = await response.text();

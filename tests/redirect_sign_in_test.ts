@@ -11,20 +11,21 @@ import { recordsOf } from "../src/store/keys.ts";
 import { CODE_TTL_MS } from "../src/session/life.ts";
 import { sessionIdOf } from "../src/store/session_tokens.ts";
 import {
-  authorizeQuery,
+  authorize,
   consentFormOf,
   CookieJar,
   countRecords,
   exchange,
   kvText,
   makeTestApp,
+  register,
   TEST_BASE,
   TEST_REDIRECT,
   type TestApp,
   withApp,
 } from "./_helpers.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
-import { createTemplates } from "../src/templates.ts";
+import { createTemplates } from "../src/pages/mod.ts";
 import deviceHtml from "../templates/device.html" with { type: "text" };
 import deviceJs from "../templates/device.js" with { type: "text" };
 import homeHtml from "../templates/home.html" with { type: "text" };
@@ -34,19 +35,6 @@ const CALLBACK = `${TEST_BASE}/oauth/callback`;
 
 function withRedirectApp(fn: (t: TestApp) => Promise<void>, env: Record<string, string> = {}) {
   return withApp(fn, { env: { ...REDIRECT_MODE.env, ...env } });
-}
-
-/** GET /authorize as the browser holding `jar`. */
-async function authorize(
-  t: TestApp,
-  jar: CookieJar,
-  overrides: Record<string, string | null> = {},
-): Promise<Response> {
-  const response = await t.app(
-    new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`, { headers: jar.headers() }),
-  );
-  jar.store(response);
-  return response;
 }
 
 /** POST /oauth/consent as the browser holding `jar`. */
@@ -75,7 +63,7 @@ function callback(t: TestApp, jar: CookieJar, params: Record<string, string>): P
 
 /** The consent page's form, after asserting the page. */
 async function consentPage(t: TestApp, jar: CookieJar, overrides = {}) {
-  const response = await authorize(t, jar, overrides);
+  const response = await authorize(t, overrides, { jar });
   const html = await response.text();
   assert.equal(response.status, 200, html);
   return { form: consentFormOf(html), html, response };
@@ -83,7 +71,7 @@ async function consentPage(t: TestApp, jar: CookieJar, overrides = {}) {
 
 /** Through the consent page (unless remembered) to GitLab; returns GitLab's authorization URL. */
 async function continueToGitLab(t: TestApp, jar: CookieJar, overrides = {}): Promise<URL> {
-  const response = await authorize(t, jar, overrides);
+  const response = await authorize(t, overrides, { jar });
   if (response.status === 302) return gitlabLocation(response);
   const form = consentFormOf(await response.text());
   return gitlabLocation(await postConsent(t, jar, { ...form, action: "continue" }));
@@ -139,13 +127,10 @@ Deno.test("redirect mode: the consent page shows client, return address and scop
 
 Deno.test("redirect mode: a registered client's name is shown as given, not verified", async () => {
   await withRedirectApp(async (t) => {
-    const registered = await t.app(
-      new Request(`${TEST_BASE}/register`, {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ redirect_uris: [TEST_REDIRECT], client_name: "Friendly <Client>" }),
-      }),
-    );
+    const registered = await register(t, {
+      redirect_uris: [TEST_REDIRECT],
+      client_name: "Friendly <Client>",
+    });
     const { client_id } = await registered.json();
     const { html } = await consentPage(t, new CookieJar(), { client_id });
     assert.match(html, /Friendly &lt;Client&gt;/);
@@ -210,30 +195,32 @@ Deno.test("redirect mode: the consent is remembered per browser, client and retu
     assert.ok(consent);
 
     await s.step("same client and address: straight to GitLab", async () => {
-      gitlabLocation(await authorize(t, jar));
+      gitlabLocation(await authorize(t, {}, { jar }));
     });
     await s.step("a loopback port may differ (RFC 8252)", async () => {
-      gitlabLocation(await authorize(t, jar, { redirect_uri: "http://127.0.0.1:4321/callback" }));
+      gitlabLocation(
+        await authorize(t, { redirect_uri: "http://127.0.0.1:4321/callback" }, { jar }),
+      );
     });
     await s.step("another client: the consent page", async () => {
-      assert.equal((await authorize(t, jar, { client_id: "client-2" })).status, 200);
+      assert.equal((await authorize(t, { client_id: "client-2" }, { jar })).status, 200);
     });
     await s.step("the same client id returning elsewhere: the consent page", async () => {
-      const elsewhere = await authorize(t, jar, { redirect_uri: "https://evil.example/cb" });
+      const elsewhere = await authorize(t, { redirect_uri: "https://evil.example/cb" }, { jar });
       assert.equal(elsewhere.status, 200);
     });
     await s.step("another browser: the consent page", async () => {
-      assert.equal((await authorize(t, new CookieJar())).status, 200);
+      assert.equal((await authorize(t, {}, { jar: new CookieJar() })).status, 200);
     });
     await s.step("an altered consent cookie: the consent page", async () => {
       const forged = new CookieJar();
       const value = jar.cookies.get(consent) ?? "";
       forged.cookies.set(consent, value.replace(/^\d+/, "99999999999"));
-      assert.equal((await authorize(t, forged)).status, 200);
+      assert.equal((await authorize(t, {}, { jar: forged })).status, 200);
     });
     await s.step("after 30 days: the consent page", async () => {
       t.clock.advance(30 * 86_400_000 + 1000);
-      assert.equal((await authorize(t, jar)).status, 200);
+      assert.equal((await authorize(t, {}, { jar })).status, 200);
     });
   });
 });
@@ -338,7 +325,7 @@ Deno.test("redirect mode: a callback without the browser's cookie is refused and
       /not started in this browser/,
     );
     const stranger = new CookieJar();
-    await authorize(t, stranger); // a browser binding of its own
+    await authorize(t, {}, { jar: stranger }); // a browser binding of its own
     await assertRefusedPage(
       await callback(t, stranger, { code: "gl-code", state }),
       /not started in this browser/,
@@ -422,7 +409,7 @@ Deno.test("redirect mode: GitLab failing the exchange → client with an error; 
 Deno.test("redirect mode: no redirect_uri or a javascript: one gets a page, never a redirect", async () => {
   await withRedirectApp(async (t) => {
     for (const redirect_uri of [null, "javascript:alert(1)"]) {
-      const response = await authorize(t, new CookieJar(), { redirect_uri });
+      const response = await authorize(t, { redirect_uri }, { jar: new CookieJar() });
       await assertRefusedPage(response, /no address to return to/);
     }
   });

@@ -8,8 +8,13 @@ import { recordsOf } from "../src/store/keys.ts";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import {
   assertError,
+  authorize,
   authorizeQuery,
+  type Json,
   makeTestApp,
+  readJsonAnswer,
+  register,
+  registerClient,
   TEST_BASE,
   TEST_SECRET,
   type TestApp,
@@ -17,29 +22,6 @@ import {
   withEnv,
 } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
-
-// deno-lint-ignore no-explicit-any
-type Json = Record<string, any>;
-
-function register(
-  t: TestApp,
-  body: unknown,
-  headers: Record<string, string> = { "Content-Type": "application/json" },
-): Promise<Response> {
-  return t.app(
-    new Request(`${TEST_BASE}/register`, {
-      method: "POST",
-      headers,
-      body: typeof body === "string" ? body : JSON.stringify(body),
-    }),
-  );
-}
-
-async function call(response: Response): Promise<{ status: number; body: Json; headers: Headers }> {
-  const text = await response.text();
-  assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
-  return { status: response.status, body: JSON.parse(text), headers: response.headers };
-}
 
 /** What MCP clients in the wild send (shape of Claude Code / the TypeScript SDK's request). */
 const TYPICAL = {
@@ -58,7 +40,7 @@ const TYPICAL = {
 
 Deno.test("register: standard metadata → 201 with client_id, client_id_issued_at and the metadata echoed", () =>
   withApp(async (t) => {
-    const { status, body, headers } = await call(await register(t, TYPICAL));
+    const { status, body, headers } = await readJsonAnswer(await register(t, TYPICAL));
     assert.equal(status, 201);
     assert.equal(headers.get("cache-control"), "no-store");
     const { client_id, client_id_issued_at, ...echoed } = body;
@@ -73,7 +55,7 @@ Deno.test("register: standard metadata → 201 with client_id, client_id_issued_
 
 Deno.test("register: only redirect_uris → public-client defaults echoed", () =>
   withApp(async (t) => {
-    const { status, body } = await call(
+    const { status, body } = await readJsonAnswer(
       await register(t, { redirect_uris: ["https://app.example/cb"] }),
     );
     assert.equal(status, 201);
@@ -88,7 +70,7 @@ Deno.test("register: only redirect_uris → public-client defaults echoed", () =
 
 Deno.test("register: unknown fields are ignored and not echoed", () =>
   withApp(async (t) => {
-    const { status, body } = await call(
+    const { status, body } = await readJsonAnswer(
       await register(t, {
         ...TYPICAL,
         jwks_uri: "https://client.example/jwks",
@@ -105,8 +87,8 @@ Deno.test("register: unknown fields are ignored and not echoed", () =>
 
 Deno.test("register: the same client registering twice gets two distinct client_ids", () =>
   withApp(async (t) => {
-    const first = await call(await register(t, TYPICAL));
-    const second = await call(await register(t, TYPICAL));
+    const first = await readJsonAnswer(await register(t, TYPICAL));
+    const second = await readJsonAnswer(await register(t, TYPICAL));
     assert.equal(first.status, 201);
     assert.equal(second.status, 201);
     assert.notEqual(first.body.client_id, second.body.client_id);
@@ -123,7 +105,7 @@ Deno.test("register: loopback http, https and private-use scheme redirect URIs a
       "https://app.example/oauth/callback?tenant=1",
       "com.example.app:/oauth2redirect",
     ];
-    const { status, body } = await call(await register(t, { redirect_uris }));
+    const { status, body } = await readJsonAnswer(await register(t, { redirect_uris }));
     assert.equal(status, 201, JSON.stringify(body));
     assert.deepEqual(body.redirect_uris, redirect_uris);
   }));
@@ -243,14 +225,14 @@ Deno.test("register: without OAuth configuration → 500 'OAuth not configured'"
 });
 
 async function authorizePage(t: TestApp, overrides: Record<string, string | null>) {
-  const response = await t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
+  const response = await authorize(t, overrides);
   assert.equal(response.status, 200);
   return await response.text();
 }
 
 Deno.test("page: names a registered client by its client_name (escaped) and shows the redirect host", () =>
   withApp(async (t) => {
-    const { body } = await call(
+    const { body } = await readJsonAnswer(
       await register(t, {
         redirect_uris: ["http://127.0.0.1:9999/callback"],
         client_name: `Claude <Desktop> & "friends"`,
@@ -274,7 +256,7 @@ Deno.test("page: an unregistered client is shown by its client_id, and the redir
 
 Deno.test("page: a registered client without client_name is shown by its client_id", () =>
   withApp(async (t) => {
-    const { body } = await call(
+    const { body } = await readJsonAnswer(
       await register(t, { redirect_uris: ["http://127.0.0.1:9999/callback"] }),
     );
     const html = await authorizePage(t, { client_id: body.client_id });
@@ -283,7 +265,7 @@ Deno.test("page: a registered client without client_name is shown by its client_
 
 Deno.test("page: under the registered policy, an omitted redirect_uri still shows the registered host", () =>
   withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
-    const { body } = await call(
+    const { body } = await readJsonAnswer(
       await register(t, { redirect_uris: ["https://app.example/cb"], client_name: "App" }),
     );
     const html = await authorizePage(t, { client_id: body.client_id, redirect_uri: null });
@@ -361,17 +343,12 @@ Deno.test("register: metadata over 4 KiB is refused, so open registration cannot
     await fits.body?.cancel();
   }));
 
-/** Registers TYPICAL and returns its client id. */
-async function registerTypical(t: TestApp): Promise<string> {
-  const response = await register(t, TYPICAL);
-  assert.equal(response.status, 201);
-  return (await response.json()).client_id;
-}
-
 /** `/authorize` with `clientId` and TYPICAL's redirect URI; returns the status. */
 async function authorizeAs(t: TestApp, clientId: string): Promise<number> {
-  const query = authorizeQuery({ client_id: clientId, redirect_uri: TYPICAL.redirect_uris[0] });
-  const response = await t.app(new Request(`${TEST_BASE}/authorize?${query}`));
+  const response = await authorize(t, {
+    client_id: clientId,
+    redirect_uri: TYPICAL.redirect_uris[0],
+  });
   await response.body?.cancel();
   return response.status;
 }
@@ -381,7 +358,7 @@ const DAY_MS = 24 * HOUR_MS;
 
 Deno.test("register: a registration no /authorize used within 24 hours is forgotten", () =>
   withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
-    const clientId = await registerTypical(t);
+    const clientId = await registerClient(t, TYPICAL.redirect_uris, TYPICAL);
     t.clock.advance(DAY_MS + 1);
     assert.equal(await t.store.getClient(clientId), null);
     assert.deepEqual(await t.store.listClients(), [], "nor listed to the operator");
@@ -390,7 +367,7 @@ Deno.test("register: a registration no /authorize used within 24 hours is forgot
 
 Deno.test("register: a used registration lives 30 days after its last use, renewed at most daily", () =>
   withEnv({ REDIRECT_URI_POLICY: "registered" }, async (t) => {
-    const clientId = await registerTypical(t);
+    const clientId = await registerClient(t, TYPICAL.redirect_uris, TYPICAL);
     t.clock.advance(23 * HOUR_MS);
     assert.equal(await authorizeAs(t, clientId), 200, "first use within the day");
     const renewed = await recordsOf(t.kv, "client");

@@ -12,14 +12,13 @@ import { createTokenSigner } from "../src/jwt.ts";
 import { sameResource } from "../src/gateway/resource.ts";
 import {
   assertError,
-  authorizeQuery,
+  authorize,
   exchange,
   issueCode,
   issueTokens,
   refresh,
   TEST_BASE,
   TEST_SECRET,
-  type TestApp,
   withApp,
   withEnv,
 } from "./_helpers.ts";
@@ -27,10 +26,6 @@ import { startMcpUpstream } from "./_mcp_upstream.ts";
 
 const RESOURCE = `${TEST_BASE}/mcp`;
 const OTHER = "https://other.example/mcp";
-
-function authorize(t: TestApp, overrides: Record<string, string | null>): Promise<Response> {
-  return t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery(overrides)}`));
-}
 
 async function tokenBody(response: Response): Promise<Record<string, string>> {
   const text = await response.text();

@@ -121,6 +121,36 @@ Deno.test("PORT already in use: one line naming the port and PORT, exit 1, no st
   });
 });
 
+Deno.test("KV_PATH in a folder that does not exist: one line naming KV_PATH and the folder, exit 1", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "kv-folder-" });
+  const folder = `${dir}/not-created`;
+  const env = {
+    HOST: "127.0.0.1",
+    PORT: "0",
+    KV_PATH: `${folder}/kv.sqlite`,
+    JWT_SECRET: TEST_SECRET,
+  };
+  try {
+    const ways: [string, string[]][] = [
+      ["deno task start", ["run", "--allow-all", MAIN, "start"]],
+      ["deno serve", ["serve", "--allow-all", "--port", "0", MAIN]],
+    ];
+    for (const [how, args] of ways) {
+      await t.step(how, async () => {
+        const output = await runToExit(args, env);
+        assert.equal(output.code, 1);
+        const lines = output.lines.filter((line) => !line.includes('"warn"'));
+        assert.equal(lines.length, 1, lines.join("\n"));
+        assert.match(lines[0], /configuration error: KV_PATH: /);
+        assert.ok(lines[0].includes(`the folder ${folder} does not exist`), lines[0]);
+        assert.doesNotMatch(lines[0], /\bat \S+:\d+/, "no stack trace");
+      });
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 Deno.test("main.ts's module graph holds only what the service runs (what deno compile embeds)", async () => {
   const output = await new Deno.Command(Deno.execPath(), {
     args: ["info", "--json", MAIN],
@@ -152,6 +182,7 @@ Deno.test("main.ts's module graph holds only what the service runs (what deno co
   assert.deepEqual(npm.map((specifier) => specifier.replace(/@\d[^/]*/, "")), [
     "npm:/@noble/hashes/hmac.js",
     "npm:/@noble/hashes/sha2.js",
+    "npm:/@opentelemetry/api",
     "npm:/ipaddr.js",
     "npm:/jose",
     "npm:/postgres",

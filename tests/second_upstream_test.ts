@@ -14,7 +14,7 @@ import { loadConfig } from "../src/config/mod.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { createApp } from "../src/http/app.ts";
 import { createLogger } from "../src/logger.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import { createGenericUpstream } from "./_generic_upstream.ts";
 import { FakeClock, TEST_SECRET } from "./_helpers.ts";
 import {

@@ -15,7 +15,7 @@ import { createApp, type FetchHandler } from "../src/http/app.ts";
 import { loadConfig } from "../src/config/mod.ts";
 import { silentLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   countRecords,

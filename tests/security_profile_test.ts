@@ -16,7 +16,12 @@ import {
 } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
 
-const STRICT = { SECURITY_PROFILE: "strict", BASE_URL: "https://auth.example" };
+const STRICT = {
+  SECURITY_PROFILE: "strict",
+  BASE_URL: "https://auth.example",
+  // Strict refuses an open gitlab.com (tests/access_config_test.ts); these tests are of the rest.
+  ALLOW_ANY_GITLAB_USER: "true",
+};
 
 Deno.test("security profile: spec by default changes nothing", () => {
   const config = loadConfig({});
@@ -106,7 +111,8 @@ Deno.test("security profile: strict refuses an unregistered client at /authorize
   }));
 
 Deno.test("security profile: strict ends a session whose rotated refresh token comes back", () =>
-  withEnv({ SECURITY_PROFILE: "strict", REDIRECT_URI_POLICY: "any" }, async (t) => {
+  // The device flow explicitly: strict would otherwise sign in by redirect (issue 22 §1.2).
+  withEnv({ ...STRICT, REDIRECT_URI_POLICY: "any", GITLAB_SIGN_IN: "device" }, async (t) => {
     const { refresh_token: previous } = await issueTokens(t);
     const current = (await (await refresh(t, previous)).json()).refresh_token;
     await assertError(await refresh(t, previous), 400, "invalid_grant");

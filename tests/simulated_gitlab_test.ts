@@ -4,12 +4,9 @@
  */
 
 import assert from "node:assert/strict";
-import {
-  type SimulatedGitLab,
-  type SimulatedGitLabOptions,
-  startSimulatedGitLab,
-} from "../dev/simulated_gitlab.ts";
+import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { FakeClock } from "./_helpers.ts";
+import { withGitLab } from "./_service.ts";
 
 const DEVICE_GRANT = "urn:ietf:params:oauth:grant-type:device_code";
 
@@ -35,18 +32,6 @@ async function send(
     contentType: response.headers.get("Content-Type") ?? "",
     text: await response.text(),
   };
-}
-
-async function withGitLab(
-  fn: (gitlab: SimulatedGitLab) => Promise<void>,
-  options: SimulatedGitLabOptions = {},
-): Promise<void> {
-  const gitlab = startSimulatedGitLab(options);
-  try {
-    await fn(gitlab);
-  } finally {
-    await gitlab.close();
-  }
 }
 
 async function startDevice(gitlab: SimulatedGitLab) {

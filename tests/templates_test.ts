@@ -7,7 +7,7 @@ import {
   loadTemplates,
   PAGE_TIMINGS,
   type TemplateSources,
-} from "../src/templates.ts";
+} from "../src/pages/mod.ts";
 import deviceHtml from "../templates/device.html" with { type: "text" };
 import deviceJs from "../templates/device.js" with { type: "text" };
 import homeHtml from "../templates/home.html" with { type: "text" };
@@ -21,6 +21,7 @@ const BASE: DevicePageValues = {
   redirectUri: "https://app.example/callback?x=1",
   clientId: "client-123",
   issuer: "https://auth.example:8443",
+  upstream: { displayName: "GitLab", scopes: "api" },
 };
 
 /** The parsed content of the page's single JSON data block. */
@@ -317,11 +318,10 @@ Deno.test("every page renders whole: nested sections open and close, no template
   const consent = {
     clientId: "client-123",
     redirectUri: "http://127.0.0.1:33418/callback",
-    scopes: "api",
     signInId: "sign-in-id",
     csrfToken: "csrf-token",
     actionUrl: "https://auth.example/oauth/consent",
-    upstreamOrigin: "https://gitlab.example",
+    upstream: { displayName: "GitLab", url: new URL("https://gitlab.example"), scopes: "api" },
   };
   const pages = {
     "device page, registered name": templates.renderDevicePage({ ...BASE, clientName: "App" }),

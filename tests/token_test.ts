@@ -15,8 +15,10 @@ import {
   gitlabTokensOf,
   issueCode,
   issueTokens,
+  type Json,
   PKCE,
   poll,
+  readJsonAnswer,
   refresh,
   startFlow,
   TEST_BASE,
@@ -32,18 +34,9 @@ const TEN_MINUTES = 10 * 60 * 1000;
 const FIVE_MINUTES = 5 * 60 * 1000;
 const SCOPE = "mcp:tools mcp:resources";
 
-// deno-lint-ignore no-explicit-any
-type Json = Record<string, any>;
-
-async function call(response: Response): Promise<{ status: number; body: Json; headers: Headers }> {
-  const text = await response.text();
-  assert.match(response.headers.get("content-type") ?? "", /^application\/json/, text);
-  return { status: response.status, body: JSON.parse(text), headers: response.headers };
-}
-
 /** Asserts a spec §2.5 token response and returns it. */
 async function assertTokens(response: Response, expiresIn = 3600): Promise<Json> {
-  const { status, body, headers } = await call(response);
+  const { status, body, headers } = await readJsonAnswer(response);
   assert.equal(status, 200, JSON.stringify(body));
   assert.deepEqual(Object.keys(body).sort(), [
     "access_token",

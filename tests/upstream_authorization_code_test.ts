@@ -8,8 +8,7 @@ import assert from "node:assert/strict";
 import { sha256Base64Url } from "../src/crypto.ts";
 import { createGitLabUpstream } from "../src/upstream/gitlab.ts";
 import { type Upstream, UpstreamError } from "../src/upstream/types.ts";
-import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { decideAtGitLab } from "./_service.ts";
+import { decideAtGitLab, withGitLab } from "./_service.ts";
 
 const CLIENT_ID = "code-client";
 const SECRET = "gitlab-application-secret-value";
@@ -34,14 +33,8 @@ async function approve(url: URL, decision: "approve" | "deny" = "approve") {
   return back.searchParams;
 }
 
-async function withGitLab(fn: (gitlab: SimulatedGitLab) => Promise<void>): Promise<void> {
-  const gitlab = startSimulatedGitLab({ clientId: CLIENT_ID, clientSecret: SECRET });
-  try {
-    await fn(gitlab);
-  } finally {
-    await gitlab.close();
-  }
-}
+/** The simulated GitLab as this confidential application's GitLab. */
+const CONFIDENTIAL_APP = { clientId: CLIENT_ID, clientSecret: SECRET };
 
 function authorizationUrl(upstream: Upstream, state = "st"): URL {
   return upstream.authorizationUrl({
@@ -86,7 +79,7 @@ Deno.test("authorization code grant: approve → code → tokens → user; the c
     assert.equal((await upstream.fetchUser(tokens.accessToken)).username, "ada");
     await rejectsWith(upstream.exchangeAuthorizationCode(grant), "invalid_grant");
     assert.equal(gitlab.calls.authorizationCode, 2);
-  });
+  }, CONFIDENTIAL_APP);
 });
 
 Deno.test("authorization code grant: a wrong verifier or redirect URI is invalid_grant", async () => {
@@ -97,7 +90,7 @@ Deno.test("authorization code grant: a wrong verifier or redirect URI is invalid
       const grant = { code, codeVerifier: VERIFIER, redirectUri: CALLBACK, ...wrong };
       await rejectsWith(upstream.exchangeAuthorizationCode(grant), "invalid_grant");
     }
-  });
+  }, CONFIDENTIAL_APP);
 });
 
 Deno.test("authorization code grant: a confidential application's secret is sent, and never shown", async () => {
@@ -120,7 +113,7 @@ Deno.test("authorization code grant: a confidential application's secret is sent
     assert.ok(failed instanceof UpstreamError && failed.failure === "transient");
     assert.ok(logs.length > 0);
     assert.ok(!logs.join("\n").includes(SECRET), logs.join("\n"));
-  });
+  }, CONFIDENTIAL_APP);
 });
 
 Deno.test("authorization code grant: GitLab's Deny answers access_denied with the state", async () => {
@@ -129,5 +122,5 @@ Deno.test("authorization code grant: GitLab's Deny answers access_denied with th
     assert.equal(back.get("error"), "access_denied");
     assert.equal(back.get("state"), "st-d");
     assert.equal(back.get("code"), null);
-  });
+  }, CONFIDENTIAL_APP);
 });

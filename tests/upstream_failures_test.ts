@@ -19,15 +19,15 @@ import { loadConfig } from "../src/config/mod.ts";
 import { createLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import type { Store } from "../src/store/mod.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import { recordsOf } from "../src/store/keys.ts";
 import {
   authorizeQuery,
   countRecords,
   FakeClock,
-  flowDataFromPage,
   gitlabTokensOf,
   PKCE,
+  startFlow,
   TEST_BASE,
   TEST_REDIRECT as REDIRECT,
   TEST_SECRET,
@@ -101,13 +101,6 @@ async function call(t: GitLabApp, path: string, init?: RequestInit): Promise<Res
   return { status: response.status, body: await response.json() };
 }
 
-async function authorize(t: GitLabApp): Promise<string> {
-  const response = await t.app(new Request(`${TEST_BASE}/authorize?${authorizeQuery()}`));
-  const html = await response.text();
-  assert.equal(response.status, 200, html);
-  return flowDataFromPage(html).flowState;
-}
-
 function poll(t: GitLabApp, flowState: string): Promise<Result> {
   return call(t, `/oauth/poll?flow_state=${encodeURIComponent(flowState)}`);
 }
@@ -140,7 +133,7 @@ const START_FAILED = {
 
 /** Signs in (authorize, approve, poll, exchange); returns the token response body. */
 async function signIn(gitlab: SimulatedGitLab, t: GitLabApp): Promise<Record<string, unknown>> {
-  const flowState = await authorize(t);
+  const flowState = await startFlow(t);
   gitlab.approve(gitlab.lastUserCode()!);
   const done = await poll(t, flowState);
   assert.equal(done.body.status, "complete", JSON.stringify(done.body));
@@ -170,7 +163,7 @@ Deno.test("upstream failures: device start fails → 500 'Failed to initiate aut
         assert.equal(gitlab.calls.authorizeDevice, 1);
         assert.deepEqual(await recordsOf(app.kv), [], "nothing half-written");
         // GitLab is back: the next authorization works.
-        await authorize(app);
+        await startFlow(app);
         assert.equal(await countRecords(app.kv, "flow"), 1);
         assert.ok(app.logs.some((line) => line.includes("device flow start failed")));
       }, 1));
@@ -244,7 +237,7 @@ Deno.test("upstream failures: device-token poll fails → 200 pending, flow kept
   for (const mode of POLL_FAILURES) {
     await t.step(`token ${mode}`, () =>
       withSetup(async (gitlab, app) => {
-        const flowState = await authorize(app);
+        const flowState = await startFlow(app);
         gitlab.approve(gitlab.lastUserCode()!);
         gitlab.failNext("token", mode);
         assert.deepEqual(await poll(app, flowState), { status: 200, body: { status: "pending" } });
@@ -274,7 +267,7 @@ Deno.test("upstream failures: device-token poll fails → 200 pending, flow kept
 
 Deno.test("upstream failures: several failures in a row, then success", () =>
   withSetup(async (gitlab, app) => {
-    const flowState = await authorize(app);
+    const flowState = await startFlow(app);
     for (const mode of ["500", "429", "malformed", "timeout"] as const) {
       gitlab.failNext("token", mode);
     }
@@ -299,7 +292,7 @@ Deno.test("upstream failures: user lookup fails transiently → pending; next po
   for (const mode of USER_FAILURES) {
     await t.step(`user ${mode}`, () =>
       withSetup(async (gitlab, app) => {
-        const flowState = await authorize(app);
+        const flowState = await startFlow(app);
         gitlab.approve(gitlab.lastUserCode()!);
         gitlab.failNext("user", mode);
         assert.deepEqual(await poll(app, flowState), { status: 200, body: { status: "pending" } });
@@ -322,7 +315,7 @@ Deno.test("upstream failures: user lookup fails transiently → pending; next po
 
 Deno.test("upstream failures: device token without refresh_token → completes; a later upstream refresh → 400 invalid_grant", () =>
   withSetup(async (gitlab, app) => {
-    const flowState = await authorize(app);
+    const flowState = await startFlow(app);
     gitlab.approve(gitlab.lastUserCode()!);
     gitlab.failNext("token", "no_refresh_token");
     const done = await poll(app, flowState);
@@ -418,7 +411,7 @@ Deno.test("upstream failures: GitLab gone during a poll (connection refused) →
   const gitlab = startSimulatedGitLab();
   const app = await makeGitLabApp(gitlab.url);
   try {
-    const flowState = await authorize(app);
+    const flowState = await startFlow(app);
     await gitlab.close();
     assert.deepEqual(await poll(app, flowState), { status: 200, body: { status: "pending" } });
     assert.equal(await countRecords(app.kv, "flow"), 1);

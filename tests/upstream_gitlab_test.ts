@@ -7,11 +7,8 @@
 import assert from "node:assert/strict";
 import { createGitLabUpstream, type GitLabUpstreamOptions } from "../src/upstream/gitlab.ts";
 import { type Upstream, UpstreamError } from "../src/upstream/types.ts";
-import {
-  type SimulatedGitLab,
-  type SimulatedGitLabOptions,
-  startSimulatedGitLab,
-} from "../dev/simulated_gitlab.ts";
+import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { withGitLab } from "./_service.ts";
 
 const CLIENT_ID = "test-client";
 const SPEC_TERMINAL_WORDS = /expired|denied|invalid/i;
@@ -37,18 +34,6 @@ function clientFor(
     logger: { warn: (message, fields) => logs.push({ message, fields }) },
     ...overrides,
   });
-}
-
-async function withGitLab(
-  fn: (gitlab: SimulatedGitLab) => Promise<void>,
-  options: SimulatedGitLabOptions = {},
-): Promise<void> {
-  const gitlab = startSimulatedGitLab(options);
-  try {
-    await fn(gitlab);
-  } finally {
-    await gitlab.close();
-  }
 }
 
 function assertNoSecrets(text: string): void {

@@ -10,7 +10,7 @@ import { loadConfig } from "../src/config/mod.ts";
 import { createAppDeps } from "../src/deps.ts";
 import { createApp } from "../src/http/app.ts";
 import { createLogger } from "../src/logger.ts";
-import { loadTemplates } from "../src/templates.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
 import { authorizeQuery, FakeClock, TEST_BASE, TEST_SECRET } from "./_helpers.ts";
 
 const CLIENT_SECRET = "gitlab-application-secret-never-logged";

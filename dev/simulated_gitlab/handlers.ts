@@ -36,6 +36,10 @@ export interface SimulatedGitLabHandlerOptions {
 export type SimulatedGitLabHandler = (request: Request) => Promise<Response>;
 
 const DEVICE_CODE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
+/** `/api/v4/groups/{url-encoded full path or id}/members/all/{user id}` */
+const MEMBER_PATH = /^\/api\/v4\/groups\/([^/]+)\/members\/all\/(\d+)$/;
+/** Token scopes that may read the API (GitLab answers 403 `insufficient_scope` otherwise). */
+const API_READ_SCOPES = ["api", "read_api"];
 
 /** Creates the handler that answers every request to the simulated GitLab from `state`. */
 export function createSimulatedGitLabHandler(
@@ -54,6 +58,8 @@ export function createSimulatedGitLabHandler(
     if (pathname === "/oauth/revoke" && method === "POST") return await revokeEndpoint(request);
     if (pathname === "/api/v4/user" && method === "GET") return currentUser(request);
     if (pathname === "/api/v4/projects" && method === "GET") return projects(request);
+    const member = MEMBER_PATH.exec(pathname);
+    if (member && method === "GET") return groupMember(request, member[1], Number(member[2]));
     if (pathname === "/oauth/device" && method === "GET") return devicePage(request);
     if (pathname === "/oauth/device" && method === "POST") return await deviceDecision(request);
     if (pathname === "/oauth/authorize" && method === "GET") {
@@ -286,6 +292,40 @@ export function createSimulatedGitLabHandler(
       name: user.name,
       state: "active",
       avatar_url: null,
+      web_url: new URL(`/${encodeURIComponent(user.username)}`, url).href,
+    });
+  }
+
+  /**
+   * A member of a group, inherited memberships included (members/all), read with a user's
+   * token: 404 for an unknown group or a non-member, as GitLab answers.
+   */
+  function groupMember(request: Request, encodedGroup: string, userId: number): Response {
+    let group: string;
+    try {
+      group = decodeURIComponent(encodedGroup);
+    } catch {
+      return json(404, { message: "404 Group Not Found" });
+    }
+    state.memberLookups.push({ group, userId });
+    const failure = injected("members");
+    if (failure instanceof Response) return failure;
+    const bearer = /^Bearer\s+(\S+)$/i.exec(request.headers.get("Authorization") ?? "")?.[1];
+    const record = bearer === undefined ? undefined : state.liveAccessToken(bearer);
+    if (record === undefined) return json(401, { message: "401 Unauthorized" });
+    if (!record.scope.split(/\s+/).some((scope) => API_READ_SCOPES.includes(scope))) {
+      return json(403, { error: "insufficient_scope" });
+    }
+    const level = state.memberAccessLevel(group, userId);
+    if (level === undefined) return json(404, { message: "404 Group Not Found" });
+    const user = state.userById(userId);
+    if (level === null || user === undefined) return json(404, { message: "404 Not found" });
+    return json(200, {
+      id: user.id,
+      username: user.username,
+      name: user.name,
+      state: "active",
+      access_level: level,
       web_url: new URL(`/${encodeURIComponent(user.username)}`, url).href,
     });
   }

@@ -1,6 +1,6 @@
 /** The HTML of the simulated GitLab's "Device authorization" page and the answers it leads to. */
 
-import { escapeHtml } from "../../src/templates.ts";
+import { escapeHtml } from "../../src/pages/mod.ts";
 import type { Decision } from "./state.ts";
 
 const TITLE = "Device authorization";

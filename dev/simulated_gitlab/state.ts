@@ -11,6 +11,7 @@ import type {
   SimulatedFailure,
   SimulatedGitLabCalls,
   SimulatedGitLabControls,
+  SimulatedMembership,
   SimulatedUser,
 } from "./types.ts";
 
@@ -60,6 +61,10 @@ export interface SimulatedGitLabStateOptions {
   users?: SimulatedUser[];
   /** Defaults to the wall clock. */
   clock?: Clock;
+  /** Groups by full path. */
+  groups?: string[];
+  /** Direct memberships (their groups are created). */
+  memberships?: SimulatedMembership[];
 }
 
 /** The model the HTTP handlers read and change, plus the test controls over it. */
@@ -112,6 +117,7 @@ const FAILURES_BY_ENDPOINT: Record<SimulatedEndpoint, readonly SimulatedFailure[
   token: ["500", "429", "malformed", "timeout", "no_refresh_token", "slow_down"],
   refresh: ["500", "429", "malformed", "timeout", "no_refresh_token"],
   user: ["500", "429", "malformed", "timeout"],
+  members: ["500", "429", "malformed", "timeout"],
 };
 
 /** Creates an empty model: no device codes, no tokens, no calls yet. */
@@ -145,7 +151,9 @@ export function createSimulatedGitLabState(
     token: [],
     refresh: [],
     user: [],
+    members: [],
   };
+  const groups = createGroups(options.groups ?? [], options.memberships ?? []);
   let latestUserCode: string | undefined;
   let rateLimitedUntil = 0;
 
@@ -304,6 +312,44 @@ export function createSimulatedGitLabState(
       };
     },
     revoke: revokeToken,
+    ...groups,
+  };
+}
+
+type GroupControls = Pick<
+  SimulatedGitLabControls,
+  "addGroup" | "setMembership" | "memberAccessLevel" | "memberLookups"
+>;
+
+/** Groups and their direct members; GitLab paths match in any case. */
+function createGroups(paths: string[], memberships: SimulatedMembership[]): GroupControls {
+  const members = new Map<string, Map<number, number>>();
+  const key = (path: string) => path.toLowerCase().replace(/^\/+|\/+$/g, "");
+  const addGroup = (path: string) => {
+    if (!members.has(key(path))) members.set(key(path), new Map());
+  };
+  const setMembership = (group: string, userId: number, accessLevel: number | null) => {
+    addGroup(group);
+    if (accessLevel === null) members.get(key(group))!.delete(userId);
+    else members.get(key(group))!.set(userId, accessLevel);
+  };
+  paths.forEach(addGroup);
+  for (const { group, userId, accessLevel } of memberships) {
+    setMembership(group, userId, accessLevel);
+  }
+  return {
+    memberLookups: [],
+    addGroup,
+    setMembership,
+    memberAccessLevel(group, userId) {
+      if (!members.has(key(group))) return undefined;
+      // The group itself and every ancestor: `a/b/c`, `a/b`, `a`.
+      const segments = key(group).split("/");
+      const levels = segments.map((_, i) => segments.slice(0, i + 1).join("/"))
+        .map((path) => members.get(path)?.get(userId))
+        .filter((level): level is number => level !== undefined);
+      return levels.length === 0 ? null : Math.max(...levels);
+    },
   };
 }
 

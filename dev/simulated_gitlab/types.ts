@@ -3,7 +3,7 @@
 import type { Clock } from "../../src/clock.ts";
 
 /** An endpoint `failNext` can make fail; `token` is the device-code grant, `refresh` the other. */
-export type SimulatedEndpoint = "authorize_device" | "token" | "refresh" | "user";
+export type SimulatedEndpoint = "authorize_device" | "token" | "refresh" | "user" | "members";
 
 /**
  * How the next request to an endpoint fails: an HTTP 500 or 429, a 200 whose body is not JSON,
@@ -75,6 +75,17 @@ export interface SimulatedGitLabOptions {
   users?: SimulatedUser[];
   /** What device-code and token expiry is measured against; defaults to the wall clock. */
   clock?: Clock;
+  /** Groups by full path (`acme`, `acme/platform`); a subgroup's parent need not be listed. */
+  groups?: string[];
+  /** Direct memberships; members of a group are members of its subgroups too. */
+  memberships?: SimulatedMembership[];
+}
+
+/** A user's direct membership of a group, with GitLab's `access_level` (10 guest … 50 owner). */
+export interface SimulatedMembership {
+  group: string;
+  userId: number;
+  accessLevel: number;
 }
 
 /** The test controls over the simulation's state, without the server around it. */
@@ -107,6 +118,20 @@ export interface SimulatedGitLabControls {
   issueTokens(userId?: number): SimulatedTokens;
   /** Revokes an access or refresh token (and its pair), as `POST /oauth/revoke` does. */
   revoke(token: string): void;
+  /**
+   * Every `GET /api/v4/groups/:id/members/all/:user_id`, failed ones included: the group as
+   * asked (decoded) and the user id.
+   */
+  readonly memberLookups: { group: string; userId: number }[];
+  /** Creates a group (full path) if it does not exist yet. */
+  addGroup(path: string): void;
+  /** Sets `userId`'s direct membership of `group` (created if needed); null removes it. */
+  setMembership(group: string, userId: number, accessLevel: number | null): void;
+  /**
+   * `userId`'s access level in `group` as `members/all` reports it: the highest of its direct
+   * memberships of the group and of every ancestor; null when none, undefined when no such group.
+   */
+  memberAccessLevel(group: string, userId: number): number | null | undefined;
 }
 
 /** A running simulated GitLab and its test controls. */

@@ -5,21 +5,29 @@
 
 /** One operator command, as typed. */
 export type AdminCommand =
-  | { name: "sessions list"; user?: string; json: boolean }
-  | { name: "sessions revoke"; by: { user: string } | { id: string } }
+  | { name: "sessions list"; who?: UserSelector; json: boolean }
+  | { name: "sessions revoke"; by: UserSelector | { id: string }; keepGitLabTokens: boolean }
   | { name: "clients list"; json: boolean }
-  | { name: "clients delete"; clientId: string }
+  | { name: "clients delete"; clientId: string; keepGitLabTokens: boolean }
   | { name: "stats"; json: boolean }
-  | { name: "keys generate" }
+  /** `--alg`: a private signing JWK for ACCESS_TOKEN_ALG instead of the secrets. */
+  | { name: "keys generate"; alg?: "ES256" | "EdDSA" }
   | { name: "migrate" }
   | { name: "help" };
 
+/**
+ * Whose sessions: `--user` takes a GitLab username (any case) or a numeric user id, and the
+ * commands say which matched; `--user-id` and `--username` take only one kind.
+ */
+export type UserSelector = { user: string } | { userId: number } | { username: string };
+
 /** The usage text printed with every refusal (and for `help`). */
 export const USAGE = [
-  "usage: admin sessions list [--user <gitlab username or id>] [--json]",
-  "       admin sessions revoke --user <gitlab username or id> | --id <session id>",
-  "       admin clients list [--json] | clients delete <client id>",
-  "       admin stats [--json] | keys generate | migrate | help",
+  "usage: admin sessions list [<user>] [--json]",
+  "       admin sessions revoke (<user> | --id <session id>) [--keep-gitlab-tokens]",
+  "       admin clients list [--json] | clients delete <client id> [--keep-gitlab-tokens]",
+  "       admin stats [--json] | keys generate [--alg ES256|EdDSA] | migrate | help",
+  "<user>: --user <gitlab username or id> | --user-id <id> | --username <username>",
 ].join("\n");
 
 /** Arguments that name no command; the CLI prints the message and USAGE and exits 2. */
@@ -33,8 +41,16 @@ interface Split {
   flags: Map<string, string | true>;
 }
 
+/**
+ * Ends sessions without revoking their GitLab tokens (they stay valid at GitLab until revoked
+ * there): for when this environment cannot open or revoke them, and the operator knows it.
+ */
+const KEEP = "--keep-gitlab-tokens";
+
 /** Flags that take a value; every other flag is a switch. */
-const VALUE_FLAGS = new Set(["--user", "--id"]);
+const VALUE_FLAGS = new Set(["--user", "--user-id", "--username", "--id", "--alg"]);
+
+const USER_FLAGS = ["--user", "--user-id", "--username"];
 
 function split(args: readonly string[]): Split {
   const words: string[] = [];
@@ -74,6 +90,20 @@ function value(given: Split, name: string): string | undefined {
   return typeof raw === "string" ? raw : undefined;
 }
 
+/** The one user flag given, if any; two of them are refused. */
+function userSelector(given: Split): UserSelector | undefined {
+  const named = USER_FLAGS.filter((flag) => given.flags.has(flag));
+  if (named.length > 1) throw new UsageError(`give one of ${named.join(" and ")}`);
+  const user = value(given, "--user");
+  if (user !== undefined) return { user };
+  const username = value(given, "--username");
+  if (username !== undefined) return { username };
+  const userId = value(given, "--user-id");
+  if (userId === undefined) return undefined;
+  if (!/^\d{1,15}$/.test(userId.trim())) throw new UsageError("--user-id takes a number");
+  return { userId: Number(userId) };
+}
+
 /** Parses the words after `admin`; throws UsageError for anything that is not one command. */
 export function parseAdminArgs(args: readonly string[]): AdminCommand {
   const given = split(args);
@@ -81,32 +111,40 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
   const json = given.flags.has("--json");
   switch (`${group ?? ""} ${action ?? ""}`.trim()) {
     case "sessions list":
-      only(given, ["--user", "--json"], 2);
-      return { name: "sessions list", user: value(given, "--user"), json };
+      only(given, [...USER_FLAGS, "--json"], 2);
+      return { name: "sessions list", who: userSelector(given), json };
     case "sessions revoke": {
-      only(given, ["--user", "--id"], 2);
-      const user = value(given, "--user");
+      only(given, [...USER_FLAGS, "--id", KEEP], 2);
+      const user = userSelector(given);
       const id = value(given, "--id");
       if ((user === undefined) === (id === undefined)) {
         throw new UsageError("sessions revoke needs exactly one of --user and --id");
       }
-      return { name: "sessions revoke", by: user === undefined ? { id: id ?? "" } : { user } };
+      return {
+        name: "sessions revoke",
+        by: user ?? { id: id ?? "" },
+        keepGitLabTokens: given.flags.has(KEEP),
+      };
     }
     case "clients list":
       only(given, ["--json"], 2);
       return { name: "clients list", json };
     case "clients delete": {
-      only(given, [], 3);
+      only(given, [KEEP], 3);
       const clientId = given.words[2];
       if (clientId === undefined) throw new UsageError("clients delete needs a client id");
-      return { name: "clients delete", clientId };
+      return { name: "clients delete", clientId, keepGitLabTokens: given.flags.has(KEEP) };
     }
     case "stats":
       only(given, ["--json"], 1);
       return { name: "stats", json };
-    case "keys generate":
-      only(given, [], 2);
-      return { name: "keys generate" };
+    case "keys generate": {
+      only(given, ["--alg"], 2);
+      const alg = value(given, "--alg");
+      if (alg === undefined) return { name: "keys generate" };
+      if (alg !== "ES256" && alg !== "EdDSA") throw new UsageError("--alg must be ES256 or EdDSA");
+      return { name: "keys generate", alg };
+    }
     case "migrate":
       only(given, [], 1);
       return { name: "migrate" };

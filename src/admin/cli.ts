@@ -4,19 +4,28 @@
  * the same environment (KV_PATH, JWT_SECRET or ENCRYPTION_KEY to open GitLab tokens,
  * GITLAB_URL and GITLAB_CLIENT_ID to revoke them).
  *
+ * It works only on an existing store: KV_PATH must be set (to a file that exists, or a KV
+ * Connect URL), so that a missing or mistyped setting is an error instead of an empty store
+ * that reports "0 sessions".
+ *
  * Exit codes: 0 done, 1 what the command names does not exist or the configuration is bad,
- * 2 bad arguments.
+ * 2 bad arguments, 3 `sessions revoke --user` found no session to end.
  */
 
 import { systemClock } from "../clock.ts";
 import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
-import { createLogger } from "../logger.ts";
+import { existingStoreProblem, kvLocation } from "../store/kv_open.ts";
 import { type OpenDatabase, openDatabase } from "../store/open.ts";
-import { loadTemplates } from "../templates.ts";
+import { createLogger, type Logger } from "../logger.ts";
+import { sealingSecrets } from "../secret_box.ts";
+import { generateSigningKey } from "../keys/signing_keys.ts";
+import { loadTemplates } from "../pages/mod.ts";
+import { createGitLabUpstream } from "../upstream/gitlab.ts";
+import type { Upstream } from "../upstream/types.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
-import { runStoreCommand } from "./commands.ts";
+import { AdminRefusal, runStoreCommand } from "./commands.ts";
 
 /** Where the CLI writes: output and JSON log lines to `out`, refusals to `err`. */
 export interface AdminOutput {
@@ -50,6 +59,14 @@ export async function runAdmin(
     output.out(USAGE);
     return 0;
   }
+  if (command.name === "keys generate" && command.alg) {
+    output.out(JSON.stringify(await generateSigningKey(command.alg, new Date(systemClock.now()))));
+    output.err(
+      "# A private key: add it to SIGNING_KEYS (a JSON array), second to publish it first, " +
+        "first to sign with it (README: rotation). Keep it as secret as JWT_SECRET.",
+    );
+    return 0;
+  }
   if (command.name === "keys generate") {
     output.out(`JWT_SECRET=${randomToken(32)}`);
     output.out(`ENCRYPTION_KEY=${randomToken(32)}`);
@@ -68,12 +85,19 @@ export async function runAdmin(
     return 1;
   }
   if (command.name === "migrate") return await migrateDatabase(config, output);
+  if (config.databaseUrl === undefined) {
+    const storeProblem = await existingStoreProblem(config.kvPath);
+    if (storeProblem) {
+      output.err(`admin: ${storeProblem}`);
+      return 1;
+    }
+  }
   let opened: OpenDatabase;
   try {
     opened = await openDatabase(config);
   } catch (error) {
-    const what = config.databaseUrl ? "PostgreSQL" : `KV ${config.kvPath ?? "(Deno's default)"}`;
-    output.err(`admin: cannot open ${what}: ${error instanceof Error ? error.message : error}`);
+    if (!(error instanceof ConfigError)) throw error;
+    output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
   const kv = opened.database;
@@ -87,12 +111,19 @@ export async function runAdmin(
     });
     return await runStoreCommand(command, {
       store: deps.store,
-      upstream: deps.oauth?.upstream,
+      upstream: gitLabOf(config, logger),
+      missingForRevocation: sealingSecrets(config).length > 0
+        ? []
+        : ["ENCRYPTION_KEY or JWT_SECRET"],
       logger,
       print: output.out,
       kvFileSize: () =>
         opened.kind === "kv" ? kvFileSize(config.kvPath) : Promise.resolve(undefined),
     });
+  } catch (error) {
+    if (!(error instanceof AdminRefusal)) throw error;
+    output.err(`admin: ${error.message}`);
+    return error.exitCode;
   } finally {
     await opened.close();
   }
@@ -119,9 +150,25 @@ async function migrateDatabase(config: Config, output: AdminOutput): Promise<num
   }
 }
 
+/**
+ * GitLab's client for revocations: it needs GITLAB_URL and GITLAB_CLIENT_ID (and the secret of
+ * a confidential application), not JWT_SECRET, which the service's own OAuth settings require.
+ */
+function gitLabOf(config: Config, logger: Logger): Upstream | undefined {
+  if (!config.upstream.clientId) return undefined;
+  return createGitLabUpstream({
+    gitlabUrl: config.upstream.url,
+    clientId: config.upstream.clientId,
+    clientSecret: config.upstream.clientSecret,
+    scopes: config.upstream.scopes,
+    timeoutMs: config.upstreamTimeoutMs,
+    logger,
+  });
+}
+
 /** Bytes of a local KV file and its write-ahead log; undefined for memory or KV Connect. */
 async function kvFileSize(path: string | undefined): Promise<number | undefined> {
-  if (path === undefined || path === ":memory:" || /^https?:\/\//i.test(path)) return undefined;
+  if (path === undefined || kvLocation(path) !== "file") return undefined;
   let bytes = 0;
   for (const file of [path, `${path}-wal`]) {
     try {

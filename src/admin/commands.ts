@@ -5,18 +5,24 @@
  */
 
 import type { LogFields, Logger } from "../logger.ts";
-import { revokeUpstreamTokens } from "../session/end.ts";
+import { revokeOpenedUpstreamTokens } from "../session/end.ts";
 import type { Store } from "../store/mod.ts";
-import type { ClientRecord, SessionRecord } from "../store/records.ts";
+import type { ClientRecord, SessionRecord, UpstreamTokenPair } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
-import type { AdminCommand } from "./args.ts";
+import type { AdminCommand, UserSelector } from "./args.ts";
 import { formatTable } from "./table.ts";
+import { jsonLine } from "./terminal.ts";
 
 /** What the commands run against. */
 export interface AdminDeps {
   store: Store;
-  /** Absent when OAuth is not configured: GitLab tokens are then left as they are. */
+  /** GitLab, to revoke tokens; absent without GITLAB_CLIENT_ID. */
   upstream?: Upstream;
+  /**
+   * The settings revoking GitLab tokens needs that this environment lacks (e.g.
+   * `ENCRYPTION_KEY or JWT_SECRET`); a command that ends sessions refuses while any is missing.
+   */
+  missingForRevocation?: string[];
   logger: Logger;
   /** Prints one line of the command's output. */
   print(line: string): void;
@@ -27,24 +33,41 @@ export interface AdminDeps {
 /** The commands that read or change KV (`keys generate`, `migrate` and `help` need none). */
 export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "migrate" | "help" }>;
 
+/**
+ * A command that refuses before changing anything: the CLI prints the message and exits with
+ * `exitCode` (1: the setup is incomplete; 2: the arguments do not say what to do).
+ */
+export class AdminRefusal extends Error {
+  override name = "AdminRefusal";
+  constructor(message: string, readonly exitCode = 1) {
+    super(message);
+  }
+}
+
 /** Upstream revocations in flight at once: a courtesy to the GitLab instance. */
 const REVOCATION_CONCURRENCY = 8;
 
-/** Runs one command; answers the process's exit code (1: what it names does not exist). */
+/** Exit code of `sessions revoke --user` when the user has no session: nothing was ended. */
+export const NOTHING_MATCHED = 3;
+
+/**
+ * Runs one command; answers the process's exit code (1: what it names does not exist;
+ * NOTHING_MATCHED: a user with no session to end).
+ */
 export async function runStoreCommand(command: StoreCommand, deps: AdminDeps): Promise<number> {
   switch (command.name) {
     case "sessions list":
-      printSessions(await deps.store.listSessions({ user: command.user }), command.json, deps);
+      printSessions(await deps.store.listSessions(command.who), command.json, deps);
       return 0;
     case "sessions revoke":
-      return "user" in command.by
-        ? await revokeUserSessions(command.by.user, deps)
-        : await revokeSession(command.by.id, deps);
+      return "id" in command.by
+        ? await revokeSession(command.by.id, command.keepGitLabTokens, deps)
+        : await revokeUserSessions(command.by, command.keepGitLabTokens, deps);
     case "clients list":
       printClients(await deps.store.listClients(), command.json, deps);
       return 0;
     case "clients delete":
-      return await deleteClient(command.clientId, deps);
+      return await deleteClient(command.clientId, command.keepGitLabTokens, deps);
     case "stats":
       await printStats(command.json, deps);
       return 0;
@@ -67,7 +90,7 @@ function sessionView(session: SessionRecord) {
 
 function printSessions(sessions: SessionRecord[], json: boolean, deps: AdminDeps): void {
   const views = sessions.map(sessionView);
-  if (json) return views.forEach((view) => deps.print(JSON.stringify(view)));
+  if (json) return views.forEach((view) => deps.print(jsonLine(view)));
   const rows = views.map((v) => [
     v.id,
     `${v.username} (${v.userId})`,
@@ -88,7 +111,7 @@ function printClients(clients: ClientRecord[], json: boolean, deps: AdminDeps): 
     issuedAt: iso(client.clientIdIssuedAt * 1000),
     redirectUris: client.redirectUris,
   }));
-  if (json) return views.forEach((view) => deps.print(JSON.stringify(view)));
+  if (json) return views.forEach((view) => deps.print(jsonLine(view)));
   const rows = views.map((v) => [v.clientId, v.name, v.issuedAt, v.redirectUris.join(" ")]);
   formatTable(["CLIENT", "NAME", "REGISTERED", "REDIRECT URIS"], rows)
     .forEach((line) => deps.print(line));
@@ -102,7 +125,7 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
   ]);
   const { flows: pendingFlows, sessions, clients } = counts;
   const stats = { pendingFlows, sessions, clients, kvFileBytes: kvFileBytes ?? null };
-  if (json) return deps.print(JSON.stringify(stats));
+  if (json) return deps.print(jsonLine(stats));
   formatTable(["", ""], [
     ["pending flows", String(stats.pendingFlows)],
     ["sessions", String(stats.sessions)],
@@ -112,32 +135,148 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
 }
 
 /** Offboarding: every session of the user ends, and their GitLab tokens are revoked. */
-async function revokeUserSessions(user: string, deps: AdminDeps): Promise<number> {
-  const sessions = await deps.store.listSessions({ user });
-  await endSessions(sessions, { action: "sessions revoke", user }, deps);
+async function revokeUserSessions(
+  who: UserSelector,
+  keepGitLabTokens: boolean,
+  deps: AdminDeps,
+): Promise<number> {
+  const revoker = gitLabRevoker(keepGitLabTokens, deps);
+  const sessions = await deps.store.listSessions(who);
+  if (sessions.length === 0) {
+    deps.logger.warn("no session of that user: nothing ended", {
+      action: "sessions revoke",
+      ...who,
+    });
+    return NOTHING_MATCHED;
+  }
+  const matched = howMatched(who, sessions);
+  const ending = await openAll(sessions, revoker, deps);
+  const users = [...new Set(sessions.map(userLabel))].join(", ");
+  await endSessions(ending, revoker, { action: "sessions revoke", ...who, matched, users }, deps);
   return 0;
 }
 
-async function revokeSession(sessionId: string, deps: AdminDeps): Promise<number> {
-  const session = await deps.store.getSession(sessionId);
+function userLabel(session: SessionRecord): string {
+  return `${session.upstreamUsername} (${session.upstreamUserId})`;
+}
+
+/**
+ * What `who` matched: "user id", "username", or both for one user whose username is their id.
+ * A `--user` that is one user's id and another's username is refused: the operator says which.
+ */
+function howMatched(who: UserSelector, sessions: SessionRecord[]): string {
+  if ("userId" in who) return "user id";
+  if ("username" in who) return "username";
+  const byId = sessions.filter((session) => String(session.upstreamUserId) === who.user.trim());
+  const byName = sessions.filter((session) => !byId.includes(session));
+  if (byId.length === 0) return "username";
+  if (byName.length === 0) {
+    const name = byId.some((s) => s.upstreamUsername.toLowerCase() === who.user.trim());
+    return name ? "user id and username" : "user id";
+  }
+  throw new AdminRefusal(
+    `--user ${who.user} matches the user id of ${userLabel(byId[0])} and the username of ` +
+      `${userLabel(byName[0])}; nothing was ended. Say which: --user-id ${who.user} or ` +
+      `--username ${who.user}.`,
+    2,
+  );
+}
+
+async function revokeSession(
+  sessionId: string,
+  keepGitLabTokens: boolean,
+  deps: AdminDeps,
+): Promise<number> {
+  const revoker = gitLabRevoker(keepGitLabTokens, deps);
+  const session = await deps.store.readSession(sessionId);
   if (!session) {
     deps.logger.warn("no such session", { action: "sessions revoke", sessionId });
     return 1;
   }
-  const user = session.value.upstreamUsername;
-  await endSessions([session.value], { action: "sessions revoke", sessionId, user }, deps);
+  const ending = await openAll([session], revoker, deps);
+  const user = session.upstreamUsername;
+  await endSessions(ending, revoker, { action: "sessions revoke", sessionId, user }, deps);
   return 0;
 }
 
 /** A client's registration goes, and with it every session signed in through it. */
-async function deleteClient(clientId: string, deps: AdminDeps): Promise<number> {
+async function deleteClient(
+  clientId: string,
+  keepGitLabTokens: boolean,
+  deps: AdminDeps,
+): Promise<number> {
+  const revoker = gitLabRevoker(keepGitLabTokens, deps);
+  const ending = await openAll(await deps.store.listSessions({ clientId }), revoker, deps);
   if (!await deps.store.deleteClient(clientId)) {
     deps.logger.warn("no such client", { action: "clients delete", clientId });
     return 1;
   }
-  const sessions = await deps.store.listSessions({ clientId });
-  await endSessions(sessions, { action: "clients delete", clientId }, deps);
+  // Sessions signed in since the listing are ended too; their tokens were not checked above.
+  const late = (await deps.store.listSessions({ clientId }))
+    .filter((session) => !ending.some((known) => known.session.id === session.id));
+  const lateEnding = await openAll(late, revoker, deps, { refuse: false });
+  await endSessions(
+    [...ending, ...lateEnding],
+    revoker,
+    { action: "clients delete", clientId },
+    deps,
+  );
   return 0;
+}
+
+/** What revoking a session's GitLab tokens takes; undefined when the operator keeps them. */
+type Revoker = Upstream | undefined;
+
+/**
+ * GitLab, when the command is to revoke tokens and this environment has all it needs to;
+ * throws AdminRefusal naming what is missing, before anything is read or changed.
+ */
+function gitLabRevoker(keepGitLabTokens: boolean, deps: AdminDeps): Revoker {
+  if (keepGitLabTokens) return undefined;
+  const missing = [
+    ...(deps.upstream ? [] : ["GITLAB_CLIENT_ID"]),
+    ...(deps.missingForRevocation ?? []),
+  ];
+  if (missing.length === 0) return deps.upstream;
+  throw new AdminRefusal(
+    `cannot revoke GitLab tokens: ${missing.join(", ")} not set; nothing was ended. Run with ` +
+      "the service's environment, or add --keep-gitlab-tokens to end the sessions and leave " +
+      "their GitLab tokens valid at GitLab.",
+  );
+}
+
+/** A session about to end, and its GitLab tokens when they are to be revoked. */
+interface Ending {
+  session: SessionRecord;
+  tokens?: UpstreamTokenPair;
+}
+
+/**
+ * Opens every session's GitLab tokens before anything is deleted: a session whose tokens this
+ * environment cannot open (another ENCRYPTION_KEY than the service's) would otherwise end with
+ * its GitLab token still valid. Throws AdminRefusal unless `refuse` is false.
+ */
+async function openAll(
+  sessions: SessionRecord[],
+  revoker: Revoker,
+  deps: AdminDeps,
+  { refuse } = { refuse: true },
+): Promise<Ending[]> {
+  if (!revoker) return sessions.map((session) => ({ session }));
+  const ending = await Promise.all(sessions.map(async (session) => ({
+    session,
+    tokens: await deps.store.openUpstreamTokens(session) ?? undefined,
+  })));
+  const unopened = ending.filter((one) => !one.tokens).length;
+  if (unopened > 0 && refuse) {
+    throw new AdminRefusal(
+      `${unopened} of ${sessions.length} session(s) hold GitLab tokens sealed under a key this ` +
+        "environment does not have; nothing was ended. Set the service's ENCRYPTION_KEY (or " +
+        "its JWT_SECRET, and JWT_SECRET_PREVIOUS during a rotation), or add " +
+        "--keep-gitlab-tokens to end the sessions and leave their GitLab tokens valid.",
+    );
+  }
+  return ending;
 }
 
 /**
@@ -146,33 +285,37 @@ async function deleteClient(clientId: string, deps: AdminDeps): Promise<number> 
  * action: `named` (the action and what it named), the sessions ended, the revocations.
  */
 async function endSessions(
-  sessions: SessionRecord[],
+  ending: Ending[],
+  revoker: Revoker,
   named: LogFields & { action: string },
   deps: AdminDeps,
 ): Promise<void> {
-  await deps.store.deleteSessions(sessions.map((session) => session.id));
+  await deps.store.deleteSessions(ending.map(({ session }) => session.id));
   let gitlabTokensRevoked = 0;
-  const { upstream } = deps;
-  if (upstream) {
+  if (revoker) {
     let next = 0;
     const worker = async () => {
-      while (next < sessions.length) {
-        const session = sessions[next++];
+      while (next < ending.length) {
+        const { session, tokens } = ending[next++];
         const fields = { sessionId: session.id };
-        if (await revokeUpstreamTokens({ ...deps, upstream }, session, fields)) {
+        if (
+          tokens &&
+          await revokeOpenedUpstreamTokens({ ...deps, upstream: revoker }, tokens, fields)
+        ) {
           gitlabTokensRevoked++;
         }
       }
     };
     await Promise.all(Array.from({ length: REVOCATION_CONCURRENCY }, worker));
-  } else if (sessions.length > 0) {
-    deps.logger.warn("OAuth is not configured: the upstream tokens were not revoked");
+  } else if (ending.length > 0) {
+    deps.logger.warn("--keep-gitlab-tokens: the GitLab tokens of these sessions stay valid", named);
   }
   deps.logger.info("operator action", {
     ...named,
-    sessions: sessions.length,
+    sessions: ending.length,
     gitlabTokensRevoked,
-    gitlabRevocationsFailed: upstream ? sessions.length - gitlabTokensRevoked : 0,
+    gitlabRevocationsFailed: revoker ? ending.length - gitlabTokensRevoked : 0,
+    ...(revoker ? {} : { gitlabTokensKept: ending.length }),
   });
 }
 

@@ -71,6 +71,10 @@ function isPublicIpv6(h: number[]): boolean {
     // ::ffff:a.b.c.d (mapped) and ::a.b.c.d (compatible), :: and ::1 among them.
     return isPublicIpv4(embeddedV4(6, 7));
   }
+  if (h.slice(0, 4).every((x) => x === 0) && h[4] === 0xffff && h[5] === 0) {
+    return false; // ::ffff:0:a.b.c.d, IPv4-translated (RFC 2765, SIIT)
+  }
+  if (h[0] === 0x64 && h[1] === 0xff9b && h[2] === 0x0001) return false; // local-use NAT64 /48
   if (h[0] === 0x64 && h[1] === 0xff9b) return isPublicIpv4(embeddedV4(6, 7)); // NAT64
   if (h[0] === 0x2002) return isPublicIpv4(embeddedV4(1, 2)); // 6to4
   if ((h[0] & 0xfe00) === 0xfc00) return false; // unique local (AWS metadata fd00:ec2::254)

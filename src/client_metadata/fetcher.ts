@@ -116,7 +116,17 @@ async function resolveAll(
     resolve(hostname, "AAAA", { signal }),
   ]);
   if (signal.aborted) throw signal.reason;
+  // Fail closed: a lookup that failed (rather than found no record) may hide the private address
+  // that fetch's own lookup then connects to.
+  if (answers.some((answer) => answer.status === "rejected" && !isNoRecord(answer.reason))) {
+    throw new ClientMetadataError("the host's addresses could not be resolved");
+  }
   return answers.flatMap((answer) => answer.status === "fulfilled" ? answer.value : []);
+}
+
+/** Deno.resolveDns's answer for a name without records of the asked type. */
+function isNoRecord(error: unknown): boolean {
+  return error instanceof Deno.errors.NotFound;
 }
 
 async function readDocument(response: Response, maxBytes: number): Promise<FetchedDocument> {

@@ -27,9 +27,22 @@ export function redirectPatternProblem(pattern: string): string | undefined {
   return undefined;
 }
 
-/** Whether `redirectUri` matches one of `patterns`. */
+/**
+ * Whether `redirectUri` matches one of `patterns`. A URI with a dot segment (`.`, `..`, raw or
+ * percent-encoded) never does: a wildcard segment would otherwise admit `/callback/..`, which a
+ * browser resolves to a path outside the one the operator allowed.
+ */
 export function isAllowedRedirect(redirectUri: string, patterns: readonly string[]): boolean {
+  if (hasDotSegment(redirectUri)) return false;
   return patterns.some((pattern) => patternRegExp(pattern).test(redirectUri));
+}
+
+/** A path segment of `.` or `..`, any of the dots written `%2e` (RFC 3986 §5.2.4, §6.2.2.2). */
+const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
+
+function hasDotSegment(uri: string): boolean {
+  const beforeQuery = uri.split(/[?#]/, 1)[0];
+  return beforeQuery.split(/[/\\]/).some((segment) => DOT_SEGMENT.test(segment));
 }
 
 function patternRegExp(pattern: string): RegExp {

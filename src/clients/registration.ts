@@ -7,7 +7,7 @@
 
 import { OAuthError } from "../http/errors.ts";
 import type { ClientMetadata } from "../store/records.ts";
-import { parseUrl, parseWebUrl } from "../web_url.ts";
+import { parseUrl, parseWebUrl } from "../http/web_url.ts";
 import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
 
 const MAX_REDIRECT_URIS = 20;

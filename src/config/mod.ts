@@ -15,6 +15,9 @@ import {
   variablesOf,
 } from "./variable.ts";
 
+import { requireSigningKeys } from "../keys/signing_config.ts";
+import { type AccessPolicy, isRestricted } from "../access/policy.ts";
+
 export { ConfigError, type ConfigVariable, type Env } from "./variable.ts";
 export type { RateLimit } from "./parsers.ts";
 export { CONFIG_VARIABLES, PROFILE_DEFAULTS, type SecurityProfile } from "./variables.ts";
@@ -42,7 +45,52 @@ export function loadConfig(env: Env): Config {
   requireBaseUrlBehindProxy(config);
   requireProfileSettings(config);
   requireOneStore(config);
+  requireSigningKeys(config);
+  requireBaseUrlForRedirect(config);
+  requireAccessSettings(config);
   return config;
+}
+
+/** Who may sign in, as ALLOWED_GITLAB_GROUPS and ALLOWED_GITLAB_USERS say (both empty: anyone). */
+export function accessPolicyOf(config: Config): AccessPolicy {
+  return { groups: config.access.groups ?? [], users: config.access.users ?? [] };
+}
+
+/** GitLab scopes that let a user's token read group memberships. */
+const MEMBERSHIP_SCOPES = ["read_api", "api"];
+
+/**
+ * The group check reads memberships with the user's own token, which needs `read_api` or
+ * `api`; under the strict profile gitlab.com (anyone with an account) needs a list, or
+ * ALLOW_ANY_GITLAB_USER=true saying so on purpose.
+ */
+function requireAccessSettings(config: Config): void {
+  const { groups, users, allowAnyUser } = CONFIG_VARIABLES.access;
+  const scopes = config.upstream.scopes.split(/[\s,]+/);
+  if (
+    accessPolicyOf(config).groups.length > 0 &&
+    !MEMBERSHIP_SCOPES.some((scope) => scopes.includes(scope))
+  ) {
+    throw new ConfigError(
+      groups.name,
+      `needs read_api or api in ${CONFIG_VARIABLES.upstream.scopes.name} to read memberships ` +
+        `(it is ${JSON.stringify(config.upstream.scopes)})`,
+    );
+  }
+  if (config.securityProfile === "strict" && isOpenToAnyGitLabComUser(config)) {
+    throw new ConfigError(
+      groups.name,
+      `or ${users.name} is required with SECURITY_PROFILE=strict on gitlab.com, where anyone ` +
+        `can make an account; set ${allowAnyUser.name}=true to admit everyone on purpose`,
+    );
+  }
+}
+
+/** Whether the service admits every gitlab.com account, not having been told to on purpose. */
+export function isOpenToAnyGitLabComUser(config: Config): boolean {
+  const host = config.upstream.url.hostname.toLowerCase();
+  const gitlabCom = host === "gitlab.com" || host === "www.gitlab.com";
+  return gitlabCom && !isRestricted(accessPolicyOf(config)) && !config.access.allowAnyUser;
 }
 
 /**
@@ -65,6 +113,19 @@ function requireOneStore(config: Config): void {
   }
 }
 
+/**
+ * The redirect sign-in sends GitLab a callback URL, which must not follow the request's `Host`:
+ * a request naming another host would have GitLab send its code there.
+ */
+function requireBaseUrlForRedirect(config: Config): void {
+  if (config.upstream.signIn === "redirect" && !config.baseUrl) {
+    throw new ConfigError(
+      "BASE_URL",
+      "is required with GITLAB_SIGN_IN=redirect (GitLab's callback URL is built from it)",
+    );
+  }
+}
+
 /** Every variable of CONFIG_VARIABLES, groups flattened, in table order. */
 export function listConfigVariables(): ConfigVariable<unknown>[] {
   return variablesOf(CONFIG_VARIABLES);
@@ -77,6 +138,18 @@ function withProfileDefaults(profile: SecurityProfile, env: Env): Env {
     if (!env[name]?.trim()) filled[name] = value;
   }
   return filled;
+}
+
+/**
+ * Why the sign-in runs as it does, for the start-up line: set explicitly, implied by the strict
+ * profile (the device flow is phishable, RFC 8628 §5.4), or the spec's default.
+ */
+export function signInReason(env: Env): string {
+  if (env.GITLAB_SIGN_IN?.trim()) return "GITLAB_SIGN_IN is set";
+  const profile = env.SECURITY_PROFILE?.trim().toLowerCase();
+  return profile === "strict"
+    ? "SECURITY_PROFILE=strict: the device flow is phishable (RFC 8628 §5.4)"
+    : "the spec's default";
 }
 
 /** What a profile cannot run without. */

@@ -7,7 +7,7 @@
 import { NEVER_FORWARDED_HEADERS } from "../gateway/headers.ts";
 import { parseCidr } from "../http/ip_address.ts";
 import { redirectPatternProblem } from "../clients/redirect_allow_list.ts";
-import { isWebUrl, parseUrl } from "../web_url.ts";
+import { isWebUrl, parseUrl } from "../http/web_url.ts";
 import { ConfigError, type Parser } from "./variable.ts";
 
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
@@ -25,6 +25,20 @@ export const text: Parser<string> = (_name, raw) => raw;
 
 export function integerBetween(min: number, max: number): Parser<number> {
   return (name, raw) => parseInteger(name, raw, min, max);
+}
+
+/** A decimal number (`5`, `0.5`) between `min` (exclusive) and `max`. */
+export function decimalAbove(min: number, max: number): Parser<number> {
+  return (name, raw) => {
+    const value = /^\d+(\.\d+)?$/.test(raw) ? Number(raw) : NaN;
+    if (!(value > min && value <= max)) {
+      throw new ConfigError(
+        name,
+        `must be a number above ${min} and at most ${max}, got ${JSON.stringify(raw)}`,
+      );
+    }
+    return value;
+  };
 }
 
 export function oneOf<T extends string>(...choices: T[]): Parser<T> {
@@ -96,10 +110,20 @@ export function parseInteger(name: string, raw: string, min: number, max: number
 }
 
 export function parseHttpUrl(name: string, raw: string): URL {
+  const url = parseHttpUrlWithQuery(name, raw);
+  if (url.search) throw new ConfigError(name, "must not have a query or fragment");
+  return url;
+}
+
+/**
+ * An http(s) URL that may carry a query (an MCP server may take its tenant or key there), never
+ * a fragment.
+ */
+export function parseHttpUrlWithQuery(name: string, raw: string): URL {
   const url = parseUrl(raw);
   if (!url) throw new ConfigError(name, `is not a valid URL: ${JSON.stringify(raw)}`);
   if (!isWebUrl(url)) throw new ConfigError(name, "must be an http or https URL");
-  if (url.search || url.hash) throw new ConfigError(name, "must not have a query or fragment");
+  if (url.hash) throw new ConfigError(name, "must not have a query or fragment");
   return url;
 }
 

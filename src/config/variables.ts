@@ -8,6 +8,7 @@
 import {
   addressOrIgnored,
   caseInsensitive,
+  decimalAbove,
   integerBetween,
   MIN_SECRET_BYTES,
   oneOf,
@@ -15,6 +16,7 @@ import {
   parseDatabaseUrl,
   parseForwardHeaders,
   parseHttpUrl,
+  parseHttpUrlWithQuery,
   parseRateLimit,
   parseRedirectPatterns,
   parseSecret,
@@ -24,6 +26,9 @@ import {
   urlWithoutTrailingSlash,
 } from "./parsers.ts";
 import { type ConfigTable, type Env, variable } from "./variable.ts";
+import { parseSigningKeys, parseSigningKeysFile } from "../keys/signing_keys.ts";
+import { parseIntrospectionTokens } from "../introspection/callers.ts";
+import { parseAllowedGroups, parseAllowedUsers } from "../access/policy.ts";
 
 /**
  * Every environment variable the service reads, keyed by its Config field. Adding a variable is
@@ -62,6 +67,37 @@ export const CONFIG_VARIABLES = {
       undefined,
       text,
       "redirect sign-in: the secret of a confidential GitLab application",
+    ),
+  },
+  /** Who may sign in; both lists unset: every account the upstream signs in (the spec). */
+  access: {
+    groups: variable(
+      "ALLOWED_GITLAB_GROUPS",
+      undefined,
+      parseAllowedGroups,
+      "group full paths whose members may sign in, each with an optional `:role`",
+      "anyone",
+    ),
+    users: variable(
+      "ALLOWED_GITLAB_USERS",
+      undefined,
+      parseAllowedUsers,
+      "usernames who may sign in too, comma-separated",
+      "anyone",
+    ),
+    /** How often a refresh asks GitLab again whether the session's user is still admitted. */
+    recheckSeconds: variable(
+      "ACCESS_RECHECK_SECONDS",
+      "900",
+      integerBetween(1, 86_400),
+      "the refresh grant re-checks the lists at most this often per session",
+    ),
+    /** Under SECURITY_PROFILE=strict on gitlab.com: no list, on purpose. */
+    allowAnyUser: variable(
+      "ALLOW_ANY_GITLAB_USER",
+      "false",
+      parseBoolean,
+      "`true`: no list on gitlab.com on purpose (strict refuses to start otherwise)",
     ),
   },
   port: variable("PORT", "8000", integerBetween(0, 65535), "port to listen on"),
@@ -179,7 +215,7 @@ export const CONFIG_VARIABLES = {
   mcpUpstreamUrl: variable(
     "MCP_UPSTREAM_URL",
     undefined,
-    parseHttpUrl,
+    parseHttpUrlWithQuery,
     "gateway mode: where authenticated MCP requests go",
   ),
   /** How the gateway hands the MCP server the user's GitLab token. */
@@ -206,6 +242,13 @@ export const CONFIG_VARIABLES = {
     integerBetween(1, 3_600_000),
     "gateway: time limit for the MCP server's response headers",
   ),
+  /** The gateway's audit line per MCP message. */
+  auditLog: variable(
+    "AUDIT_LOG",
+    "on",
+    parseBoolean,
+    "gateway: `off` drops the audit line written per MCP message",
+  ),
   /** Per-client-IP limits; undefined when `off`. */
   rateLimits: {
     authorize: variable(
@@ -227,7 +270,38 @@ export const CONFIG_VARIABLES = {
       parseRateLimit,
       "the same for `/register`",
     ),
+    introspect: variable(
+      "RATE_LIMIT_INTROSPECT",
+      "1200/60",
+      parseRateLimit,
+      "per introspection caller (its token), for `/introspect`",
+    ),
   },
+  /**
+   * GitLab device-token polls per second, all instances together, shared fairly among client
+   * prefixes (sign_in/poll_budget.ts). GitLab.com allows some 500 unauthenticated requests a
+   * minute per IP address: 5/s is 300 of them, leaving room for flow starts.
+   */
+  gitlabPollBudget: variable(
+    "GITLAB_POLL_BUDGET",
+    "5",
+    decimalAbove(0, 10_000),
+    "GitLab polls per second, all instances together ([how](#poll-economy-device-mode))",
+  ),
+  /** Device flows pending at once, all clients together; a new one past it answers 429. */
+  maxPendingFlows: variable(
+    "MAX_PENDING_FLOWS",
+    "1000",
+    integerBetween(1, 100_000),
+    "pending device sign-ins at once, in all ([abuse limits](#abuse-limits))",
+  ),
+  /** The same per client prefix (IPv4 /24, IPv6 /56). */
+  maxPendingFlowsPerPrefix: variable(
+    "MAX_PENDING_FLOWS_PER_PREFIX",
+    "50",
+    integerBetween(1, 100_000),
+    "the same per client IPv4 /24 or IPv6 /56",
+  ),
   /** `exempt`: loopback clients are never limited; `limit`: they are, like everyone. */
   rateLimitLoopback: variable(
     "RATE_LIMIT_LOOPBACK",
@@ -249,6 +323,34 @@ export const CONFIG_VARIABLES = {
     undefined,
     parseSecret,
     "the secret before a rotation: its tokens and stored sessions stay valid",
+  ),
+  /** `HS256`: the spec; `ES256`/`EdDSA`: signed with SIGNING_KEYS, published at the JWKS. */
+  accessTokenAlg: variable(
+    "ACCESS_TOKEN_ALG",
+    "HS256",
+    oneOf("HS256", "ES256", "EdDSA"),
+    "`ES256`/`EdDSA`: access tokens resource servers verify with `/.well-known/jwks.json`",
+  ),
+  /** Private JWKs, first signs, all published; undefined: none (or SIGNING_KEYS_FILE). */
+  signingKeys: variable(
+    "SIGNING_KEYS",
+    undefined,
+    parseSigningKeys,
+    "ES256/EdDSA: JSON array of private JWKs with `kid`s; the first signs, all verify",
+  ),
+  /** A file holding what SIGNING_KEYS would; read once at start-up. */
+  signingKeysFile: variable(
+    "SIGNING_KEYS_FILE",
+    undefined,
+    parseSigningKeysFile,
+    "a file holding `SIGNING_KEYS` (instead of it)",
+  ),
+  /** Bearer credentials of the resource servers that may call /introspect; undefined: 404. */
+  introspectionTokens: variable(
+    "INTROSPECTION_TOKENS",
+    undefined,
+    parseIntrospectionTokens,
+    "comma list of secrets (≥ 32 bytes each) that may call `/introspect` (else it is 404)",
   ),
   /** Opt-in: a client that lost a refresh response may retry the old token this long. 0: off. */
   refreshGraceSeconds: variable(
@@ -281,6 +383,13 @@ export const CONFIG_VARIABLES = {
     caseInsensitive(oneOf("spec", "strict")),
     "`strict`: production defaults, see [Security profile](#security-profile)",
   ),
+  /** The bearer token of `GET /metrics`; undefined: no such endpoint (404). */
+  metricsToken: variable(
+    "METRICS_TOKEN",
+    undefined,
+    parseSecret,
+    `bearer token (≥ ${MIN_SECRET_BYTES} bytes) for \`GET /metrics\` ([metrics](#operations)); unset: 404`,
+  ),
   /** A request body not received completely within this answers 408. */
   requestBodyTimeoutMs: variable(
     "REQUEST_BODY_TIMEOUT_MS",
@@ -295,14 +404,17 @@ export type SecurityProfile = "spec" | "strict";
 
 /**
  * The defaults each profile gives the variables it governs (explicit values win). `strict`
- * closes what the spec leaves open: unregistered redirect URIs and replayed codes and refresh
- * tokens.
+ * closes what the spec leaves open: the phishable device flow, unregistered redirect URIs and
+ * replayed codes and refresh tokens.
  *
- * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2
+ * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2, RFC 8628 §5.4
  */
 export const PROFILE_DEFAULTS: Readonly<Record<SecurityProfile, Readonly<Env>>> = {
   spec: {},
   strict: {
+    // The device flow is phishable by design (RFC 8628 §5.4): anyone can start one and send the
+    // user code to a victim, whose approval then signs the attacker in.
+    GITLAB_SIGN_IN: "redirect",
     REDIRECT_URI_POLICY: "registered",
     REVOKE_ON_CODE_REPLAY: "true",
     REVOKE_ON_REFRESH_REPLAY: "true",

@@ -22,6 +22,11 @@ import type { VerifiedToken, VerifiedTokens } from "./verified_tokens.ts";
 
 /** Leeway on `exp` for clocks that disagree a little. */
 export const CLOCK_TOLERANCE_SECONDS = 30;
+/**
+ * Leeway on `iat` in the future and on `exp` beyond the issued lifetime: a token from the future
+ * or one that outlives what the service issues was not signed by this service's token endpoint.
+ */
+export const ISSUE_SKEW_SECONDS = 60;
 /** Suggested wait after a transient GitLab failure left no usable token. */
 const RETRY_AFTER_SECONDS = "5";
 
@@ -64,6 +69,8 @@ export interface GuardDeps {
   signer: Pick<TokenSigner, "verify">;
   /** Leeway on `exp` for clocks that disagree a little. */
   clockToleranceSeconds: number;
+  /** The longest access-token lifetime issued (ACCESS_TOKEN_TTL); `exp` beyond it is refused. */
+  accessTokenTtlSeconds: number;
   requiredScope: string;
   /** Tokens accepted within the last second, so a burst of calls is checked once. */
   verifiedTokens: VerifiedTokens;
@@ -140,7 +147,25 @@ async function verifyToken(
   if (typeof sid !== "string" || typeof sub !== "string" || typeof scope !== "string") {
     throw BearerChallengeError.invalidToken(resource, "The access token lacks required claims");
   }
+  requirePlausibleTimes(deps, claims, resource);
   return claims;
+}
+
+/** `iat` not in the future and `exp` not beyond the issued lifetime, each with a minute's leeway. */
+function requirePlausibleTimes(
+  deps: GuardDeps,
+  claims: AccessTokenClaims,
+  resource: string,
+): void {
+  const { iat, exp } = claims as { iat?: unknown; exp?: unknown };
+  const nowSeconds = deps.clock.now() / 1000;
+  if (typeof iat !== "number" || iat > nowSeconds + ISSUE_SKEW_SECONDS) {
+    throw BearerChallengeError.invalidToken(resource, "The access token's issue time is invalid");
+  }
+  const latestExp = nowSeconds + deps.accessTokenTtlSeconds + ISSUE_SKEW_SECONDS;
+  if (typeof exp !== "number" || exp > latestExp) {
+    throw BearerChallengeError.invalidToken(resource, "The access token's expiry is invalid");
+  }
 }
 
 /**

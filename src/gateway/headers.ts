@@ -9,15 +9,24 @@
  *   headers"
  */
 
-/** Client headers always passed on (the MCP transport's own, and content negotiation). */
+/**
+ * Client headers always passed on (the MCP transport's own, and content negotiation). Besides
+ * these, every `Mcp-Param-*` header (MCP_PARAM_PREFIX): revision 2026-07-28 has intermediaries
+ * forward the ones they do not recognise, and the gateway recognises none.
+ */
 const FORWARDED_REQUEST_HEADERS: readonly string[] = [
   "accept",
   "content-type",
   "mcp-session-id",
   "mcp-protocol-version",
+  "mcp-method",
+  "mcp-name",
   "last-event-id",
   "user-agent",
 ];
+
+/** The prefix of the headers a tool's `x-mcp-header` parameters travel in (2026-07-28). */
+export const MCP_PARAM_PREFIX = "mcp-param-";
 
 /**
  * MCP-server headers passed back; the gateway adds its own (CORS, `WWW-Authenticate`) after.
@@ -31,6 +40,8 @@ const RETURNED_RESPONSE_HEADERS: readonly string[] = [
   "mcp-protocol-version",
   "retry-after",
   "vary",
+  // Tells a reverse proxy in front of us not to buffer (the gateway sets `no` on every stream).
+  "x-accel-buffering",
 ];
 
 /**
@@ -69,6 +80,10 @@ export function upstreamRequestHeaders(
   token: { header: "authorization" | "private-token"; value: string },
 ): HeaderList {
   const headers = pick(incoming, FORWARDED_REQUEST_HEADERS);
+  for (const [name, value] of incoming) {
+    // Names come lower-cased; values byte for byte (a `=?base64?…?=` value is never decoded).
+    if (name.startsWith(MCP_PARAM_PREFIX)) headers.push([name, value]);
+  }
   for (const [name, value] of extra.length > 0 ? pick(incoming, extra) : []) {
     // An operator's list may repeat a name, or one passed anyway: each goes once.
     if (!headers.some(([sent]) => sent === name)) headers.push([name, value]);
@@ -78,9 +93,13 @@ export function upstreamRequestHeaders(
   return headers;
 }
 
-/** The MCP server's headers the client may see; never `Set-Cookie` or internal headers. */
-export function relayedResponseHeaders(upstream: Headers): HeaderList {
+/**
+ * The MCP server's headers the client may see; never `Set-Cookie` or internal headers. `Allow`
+ * only on a 405, where it tells a 2025 client that GET streams and DELETE are not served.
+ */
+export function relayedResponseHeaders(upstream: Headers, status: number): HeaderList {
   const headers = pick(upstream, RETURNED_RESPONSE_HEADERS);
+  if (status === 405) headers.push(...pick(upstream, ["allow"]));
   const encoding = upstream.get("content-encoding")?.trim().toLowerCase();
   // fetch has decoded these already: the client gets the plain body.
   if (encoding && DECODED_BY_FETCH.has(encoding)) {

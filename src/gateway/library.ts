@@ -7,7 +7,6 @@
 import type { Clock } from "../clock.ts";
 import { CONFIG_VARIABLES } from "../config/variables.ts";
 import { parseHttpUrl, parseSecret, urlWithoutTrailingSlash } from "../config/parsers.ts";
-import { ConfigError, type Parser } from "../config/variable.ts";
 import { systemClock } from "../clock.ts";
 import { OAuthError } from "../http/errors.ts";
 import { errorResponse } from "../http/responses.ts";
@@ -24,12 +23,29 @@ import {
   CLOCK_TOLERANCE_SECONDS,
   type GuardDeps,
 } from "./guard.ts";
+import { option } from "./options.ts";
 import { createVerifiedTokens } from "./verified_tokens.ts";
+import {
+  createRemoteResourceGuard,
+  type IntrospectionResourceGuardOptions,
+  type JwksResourceGuardOptions,
+  type RemoteResourceGuard,
+} from "./remote_library.ts";
 
 export { CLOCK_TOLERANCE_SECONDS, MCP_TOOLS_SCOPE };
 export type { AuthenticatedRequest, AuthenticatedUser } from "./guard.ts";
+export type {
+  GuardIntrospectionOptions,
+  IntrospectionResourceGuardOptions,
+  JwksResourceGuardOptions,
+  RemoteGuardCommonOptions,
+  RemoteResourceGuard,
+  VerifiedAccess,
+} from "./remote_library.ts";
 
 const DEFAULT_GITLAB_TIMEOUT_MS = 10_000;
+/** ACCESS_TOKEN_TTL's default. */
+const DEFAULT_ACCESS_TOKEN_TTL_SECONDS = 3600;
 
 /** Authenticates requests to one protected resource. */
 export interface ResourceGuard {
@@ -76,13 +92,51 @@ export interface ResourceGuardOptions {
   requiredScope?: string;
   /** Leeway on expiry in seconds; default 30. */
   clockToleranceSeconds?: number;
+  /**
+   * The service's ACCESS_TOKEN_TTL in seconds; default 3600 (the service's default). A token
+   * whose `exp` lies further ahead than this plus a minute is refused; set it when the service
+   * runs with a longer lifetime.
+   */
+  accessTokenTtlSeconds?: number;
 }
 
 /**
- * A guard over the service's KV, for an MCP server in the same process or next to it; throws
- * TypeError on unusable options.
+ * A guard over the service's KV and JWT_SECRET, for an MCP server in the same process or next
+ * to it (and the gateway itself); throws TypeError on unusable options.
  */
-export function createResourceGuard(options: ResourceGuardOptions): ResourceGuard {
+export function createResourceGuard(options: ResourceGuardOptions): ResourceGuard;
+/**
+ * A guard that verifies ES256/EdDSA tokens with the service's JWKS (`{ jwksUrl }`), without
+ * its KV or secret: fast, but a revoked session counts only when its token expires.
+ */
+export function createResourceGuard(options: JwksResourceGuardOptions): RemoteResourceGuard;
+/**
+ * A guard that asks the service's `/introspect` (`{ introspection: { url, token } }`): a
+ * revoked session is refused within the short cache time.
+ */
+export function createResourceGuard(
+  options: IntrospectionResourceGuardOptions,
+): RemoteResourceGuard;
+export function createResourceGuard(
+  options: ResourceGuardOptions | JwksResourceGuardOptions | IntrospectionResourceGuardOptions,
+): ResourceGuard | RemoteResourceGuard {
+  const modes = ["jwtSecret", "jwksUrl", "introspection"].filter((mode) =>
+    (options as unknown as Record<string, unknown>)[mode] !== undefined
+  );
+  if (modes.length !== 1) {
+    throw new TypeError(
+      "createResourceGuard needs exactly one of jwtSecret, jwksUrl, introspection",
+    );
+  }
+  if (!("jwtSecret" in options) || options.jwtSecret === undefined) {
+    return createRemoteResourceGuard(
+      options as JwksResourceGuardOptions | IntrospectionResourceGuardOptions,
+    );
+  }
+  return createSharedSecretGuard(options);
+}
+
+function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
   const issuer = option(urlWithoutTrailingSlash, "issuer", options.issuer);
   const resource = options.resource === undefined
     ? `${issuer}/mcp`
@@ -104,6 +158,10 @@ export function createResourceGuard(options: ResourceGuardOptions): ResourceGuar
     upstream: options.upstream ?? gitLabUpstream(options.gitlab, logger),
     signer: createTokenSigner(jwtSecrets),
     clockToleranceSeconds: options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS,
+    accessTokenTtlSeconds: positiveSeconds(
+      "accessTokenTtlSeconds",
+      options.accessTokenTtlSeconds ?? DEFAULT_ACCESS_TOKEN_TTL_SECONDS,
+    ),
     requiredScope: options.requiredScope ?? MCP_TOOLS_SCOPE,
     verifiedTokens: createVerifiedTokens(),
   };
@@ -136,17 +194,9 @@ function gitLabUpstream(gitlab: GuardGitLabOptions | undefined, logger: Logger):
   });
 }
 
-/**
- * An option read by the parser its environment variable has, so the library and the service
- * accept the same values; the library's callers get a TypeError naming the option.
- */
-function option<T>(parse: Parser<T>, name: string, raw: string): T {
-  try {
-    return parse(name, raw);
-  } catch (error) {
-    if (error instanceof ConfigError) throw new TypeError(error.message, { cause: error });
-    throw error;
-  }
+function positiveSeconds(name: string, value: number): number {
+  if (!Number.isFinite(value) || value <= 0) throw new TypeError(`${name} must be positive`);
+  return value;
 }
 
 function optionalList(value: string | undefined): string[] {

@@ -24,7 +24,24 @@ import { mcpResourceUrl } from "./resource.ts";
 import type { Route } from "../http/router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import type { Store } from "../store/mod.ts";
-import { createDeadlines, type Deadlines } from "./deadlines.ts";
+import { createDeadlines, type Deadline, type Deadlines } from "./deadlines.ts";
+import {
+  type Audit,
+  type AuditContext,
+  createAudit,
+  isJsonRpcError,
+  sseErrorWatcher,
+} from "./audit.ts";
+import {
+  hasRequestHeaders,
+  headerMismatchResponse,
+  inspectPost,
+  type McpMessage,
+  type McpPost,
+  metadataHeaders,
+} from "./mcp_message.ts";
+import { readBoundedBody } from "./request_body.ts";
+import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -43,6 +60,7 @@ export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
     upstreamUrl,
     guard: undefined,
     deadlines: createDeadlines(deps.config.mcpUpstreamTimeoutMs),
+    audit: createAudit(deps.logger, deps.config.auditLog),
   };
   const handler = (ctx: OAuthRequestContext) => handleGatewayRequest(ctx, gateway);
   const route: Route = {
@@ -62,6 +80,7 @@ interface Gateway {
   /** Built on the first request, from the OAuth dependencies only a configured service has. */
   guard: GuardDeps | undefined;
   deadlines: Deadlines;
+  audit: Audit;
 }
 
 /**
@@ -86,6 +105,7 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
     upstream: ctx.oauth.upstream,
     signer: ctx.oauth.signer,
     clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
+    accessTokenTtlSeconds: ctx.deps.config.accessTokenTtlSeconds,
     requiredScope: MCP_TOOLS_SCOPE,
     verifiedTokens,
   };
@@ -95,6 +115,7 @@ async function handleGatewayRequest(
   ctx: OAuthRequestContext,
   gateway: Gateway,
 ): Promise<Response> {
+  const startedMs = performance.now();
   const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
   const mcpSessionId = ctx.request.headers.get("mcp-session-id");
   const owner = rememberedOwner(ctx, mcpSessionId);
@@ -104,22 +125,87 @@ async function handleGatewayRequest(
     : { ...guard, store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
   const auth = await authenticate(deps, ctx.request, { issuer: ctx.baseUrl, resource });
   if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
-  const upstream = await forward(ctx, auth, gateway);
+  // One time limit from here to the MCP server's response headers, body upload included.
+  const deadline = gateway.deadlines.start();
+  let body: Uint8Array<ArrayBuffer> | null = null;
+  let post: McpPost | undefined;
   try {
-    await trackMcpSession(ctx, auth, mcpSessionId, upstream);
+    if (readsBody(ctx.request)) body = await readBoundedBody(ctx.request, deadline.signal);
   } catch (error) {
-    await upstream.body?.cancel();
+    deadline.done();
     throw error;
   }
+  if (ctx.request.method === "POST" && body !== null) {
+    post = inspectPost(body, metadataHeaders(ctx.request.headers));
+  }
+  const audit: AuditContext = {
+    requestId: ctx.requestId,
+    auth,
+    mcpSessionId,
+    protocolVersion: post?.protocolVersion ?? ctx.request.headers.get("mcp-protocol-version") ??
+      undefined,
+    messages: post?.messages ?? [],
+    startedMs,
+  };
+  gateway.audit.annotate(audit);
+  if (post?.mismatch !== undefined) {
+    deadline.done();
+    gateway.audit.record(audit, { status: 400 });
+    return headerMismatchResponse(post.messages[0]?.id, post.mismatch);
+  }
+  let upstream: Response;
+  try {
+    upstream = await forward(ctx, auth, gateway, body ?? streamedBody(ctx.request), deadline);
+    await trackMcpSession(ctx, auth, mcpSessionId, upstream);
+  } catch (error) {
+    gateway.audit.record(audit, { status: error instanceof OAuthError ? error.status : 500 });
+    countMessages(ctx, audit.messages, "upstream_error");
+    throw error;
+  }
+  countMessages(ctx, audit.messages, "allowed");
   if (upstream.status === 401) {
     // Its challenge would send the client to someone else's authorization server.
     await upstream.body?.cancel();
+    gateway.audit.record(audit, { status: 401 });
     throw BearerChallengeError.invalidToken(
       resource,
       `The MCP server refused the ${ctx.oauth.upstream.profile.displayName} token; sign in again`,
     );
   }
-  return relayResponse(upstream);
+  return await relayResponse(ctx, upstream, auth, gateway, audit);
+}
+
+/** Counts each message of a request (one unparsed message for a body the gateway did not read). */
+function countMessages(
+  ctx: OAuthRequestContext,
+  messages: readonly McpMessage[],
+  outcome: GatewayOutcome,
+): void {
+  const { gatewayMessages } = ctx.deps.metrics;
+  if (messages.length === 0) {
+    gatewayMessages.inc({ method: UNPARSED_METHOD, outcome, tool: NO_TOOL });
+  }
+  for (const { method, name } of messages) {
+    const tool = method === "tools/call" && name !== undefined ? name : NO_TOOL;
+    gatewayMessages.inc({ method: method ?? UNPARSED_METHOD, outcome, tool });
+  }
+}
+
+/**
+ * Whether the body is read before it is forwarded: always but for an upload of unknown length
+ * from a client of a revision before 2026-07-28 that sent no request metadata header (no MCP
+ * SDK sends one; a client streaming its body keeps it streaming, unread).
+ */
+function readsBody(request: Request): boolean {
+  if (request.method === "GET" || request.method === "HEAD") return false;
+  const headers = request.headers;
+  if (headers.has("content-length") || request.method !== "POST") return true;
+  return headers.has("mcp-method") || headers.has("mcp-name") ||
+    hasRequestHeaders(headers.get("mcp-protocol-version") ?? undefined);
+}
+
+function streamedBody(request: Request): ReadableStream<Uint8Array> | null {
+  return request.method === "GET" || request.method === "HEAD" ? null : request.body;
 }
 
 /** Whom an `Mcp-Session-Id` is bound to, once read (from memory, or beside the session). */
@@ -210,21 +296,21 @@ function unknownMcpSession(): OAuthError {
 }
 
 /**
- * Sends the request on and answers the MCP server's response as it came; the timer covers only
- * the wait for response headers.
+ * Sends the request on (to MCP_UPSTREAM_URL as configured: the client's query string is never
+ * passed, since MCP sends none and a stray `private_token` or `sudo` must not reach a
+ * GitLab-backed server) and answers the MCP server's response as it came; `deadline` covers
+ * only the wait for response headers, so an open stream is never cut by it.
  */
 async function forward(
   ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
   gateway: Gateway,
+  body: BodyInit | null,
+  deadline: Deadline,
 ): Promise<Response> {
   const { request, deps } = ctx;
-  const deadline = gateway.deadlines.start();
-  const target = ctx.url.search
-    ? withSearch(gateway.upstreamUrl, ctx.url.search)
-    : gateway.upstreamUrl;
   try {
-    return await fetch(target, {
+    const response = await fetch(gateway.upstreamUrl, {
       method: request.method,
       headers: upstreamRequestHeaders(
         request.headers,
@@ -234,12 +320,14 @@ async function forward(
           value: auth.gitlabToken,
         },
       ),
-      body: request.method === "GET" || request.method === "HEAD" ? null : request.body,
+      body,
       redirect: "manual",
       // Not request.signal: Deno.serve aborts it after every response. A client that leaves
       // mid-stream cancels the relayed body, which closes the upstream exchange too.
       signal: deadline.signal,
     });
+    deps.metrics.mcpUpstreamResponses.inc({ status: String(response.status) });
+    return response;
   } catch (error) {
     throw upstreamFailure(ctx, auth, error, deadline.signal.aborted);
   } finally {
@@ -247,19 +335,77 @@ async function forward(
   }
 }
 
-function withSearch(url: URL, search: string): URL {
-  const target = new URL(url);
-  target.search = search;
-  return target;
+/** Largest JSON response read whole to tell a JSON-RPC error from a result. */
+const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
+
+/**
+ * The MCP server's response, relayed. An event stream goes through the open-stream registry
+ * (ended when its authorization ends) with `X-Accel-Buffering: no`; a JSON answer of known size
+ * is read whole (one message, useless in part) so its audit line can say whether it was an
+ * error; anything else streams as it came.
+ */
+async function relayResponse(
+  ctx: OAuthRequestContext,
+  upstream: Response,
+  auth: AuthenticatedRequest,
+  gateway: Gateway,
+  audit: AuditContext,
+): Promise<Response> {
+  const headers = relayedResponseHeaders(upstream.headers, upstream.status);
+  const init = { status: upstream.status, statusText: upstream.statusText, headers };
+  const type = upstream.headers.get("content-type")?.toLowerCase() ?? "";
+  if (upstream.body && type.startsWith("text/event-stream")) {
+    setHeader(headers, "x-accel-buffering", "no");
+    const watcher = gateway.audit.enabled ? sseErrorWatcher() : undefined;
+    const body = ctx.deps.openStreams.hold(upstream.body, {
+      sessionId: auth.sessionId,
+      expiresAtMs: accessTokenExpiry(ctx.request),
+    }, {
+      see: watcher?.feed,
+      finished: () =>
+        gateway.audit.record(audit, { status: upstream.status, rpcError: watcher?.sawError() }),
+    });
+    return new Response(body, init);
+  }
+  const length = Number(upstream.headers.get("content-length") ?? NaN);
+  if (upstream.body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
+    const bytes = await upstream.bytes();
+    const rpcError = gateway.audit.enabled
+      ? isJsonRpcError(new TextDecoder().decode(bytes))
+      : undefined;
+    gateway.audit.record(audit, { status: upstream.status, rpcError });
+    return new Response(bytes, init);
+  }
+  gateway.audit.record(audit, { status: upstream.status });
+  return new Response(upstream.body, init);
 }
 
-/** The MCP server's response with a streaming body. */
-function relayResponse(upstream: Response): Response {
-  return new Response(upstream.body, {
-    status: upstream.status,
-    statusText: upstream.statusText,
-    headers: relayedResponseHeaders(upstream.headers),
-  });
+/**
+ * When the request's access token expires: its `exp`, read again only for a stream (the guard
+ * has verified the token; a token without `exp` is never accepted, so 0 is never reached).
+ */
+function accessTokenExpiry(request: Request): number {
+  const token = request.headers.get("authorization")?.replace(/^Bearer[ \t]+/i, "") ?? "";
+  try {
+    const payload = token.split(".")[1] ?? "";
+    const { exp } = JSON.parse(
+      new TextDecoder().decode(Uint8Array.from(atob(base64(payload)), (c) => c.charCodeAt(0))),
+    );
+    return typeof exp === "number" ? exp * 1000 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function base64(base64url: string): string {
+  const plain = base64url.replace(/-/g, "+").replace(/_/g, "/");
+  return plain + "=".repeat((4 - plain.length % 4) % 4);
+}
+
+function setHeader(headers: [string, string][], name: string, value: string): void {
+  const index = headers.findIndex(([present]) => present === name);
+  if (index === -1) headers.push([name, value]);
+  else headers[index] = [name, value];
 }
 
 /** 504 when the response headers did not arrive in time, else 502. */
@@ -270,6 +416,7 @@ function upstreamFailure(
   timedOut: boolean,
 ): OAuthError {
   const timeoutMs = ctx.deps.config.mcpUpstreamTimeoutMs;
+  ctx.deps.metrics.mcpUpstreamResponses.inc({ status: timedOut ? "timeout" : "network" });
   ctx.deps.logger.warn(timedOut ? "MCP server timed out" : "MCP server unreachable", {
     requestId: ctx.requestId,
     sessionId: auth.sessionId,

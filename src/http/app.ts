@@ -13,6 +13,7 @@ import { errorResponse, json, NO_STORE } from "./responses.ts";
 import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "./rate_limit.ts";
 import { requestOrigin } from "./request_origin.ts";
+import { createUnconfiguredProxyWarning } from "./proxy_warning.ts";
 import {
   findRoute,
   type Handler,
@@ -25,6 +26,7 @@ import {
 import { createMcpGateway } from "../gateway/proxy.ts";
 import { ROUTES } from "../routes/table.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
+import { routeLabels } from "../metrics/route_label.ts";
 
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
@@ -42,6 +44,8 @@ export function createApp(deps: AppDeps): FetchHandler {
   const trustsProxies = deps.config.trustProxy.length > 0;
   const hsts = strictTransportSecurity(deps.config);
   const routes = routesFor(ROUTES, deps.config);
+  const routeLabel = routeLabels(routes);
+  const warnUnconfiguredProxy = createUnconfiguredProxyWarning(trustsProxies, deps.logger);
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
@@ -54,6 +58,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       let peer: string | undefined;
       const peerOf = () => peer ??= peerAddress(info);
       const fromTrustedProxy = trustsProxies && trusted(peerOf());
+      warnUnconfiguredProxy(request.headers, peerOf);
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
@@ -65,6 +70,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       response = renderError(error, deps, requestId);
     }
     response = withHeaders(response, route, requestId, hsts);
+    deps.metrics.observeRequest(routeLabel(route), response.status, performance.now() - started);
     deps.logger.info("request", {
       requestId,
       method: request.method,
@@ -82,7 +88,8 @@ async function dispatch(route: Route | undefined, ctx: RequestContext): Promise<
   const { request, url, deps } = ctx;
   if (!route) throw notFound(url.pathname);
   if (route.cors && request.method === "OPTIONS") {
-    return preflight(route.cors, Object.keys(route.methods));
+    const requested = request.headers.get("access-control-request-headers");
+    return preflight(route.cors, Object.keys(route.methods), requested);
   }
   const handle = handlerFor(route, request.method);
   if (route.rateLimit) {

@@ -5,11 +5,13 @@ import type { Clock } from "../clock.ts";
 import type { Config } from "../config/mod.ts";
 import type { TokenSigner } from "../jwt.ts";
 import type { LogFields, Logger } from "../logger.ts";
+import type { Metrics } from "../metrics/catalog.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
+import type { OpenStreams } from "../gateway/open_streams.ts";
 import type { ConsentSigner } from "../sign_in/consent_signer.ts";
 import type { Store } from "../store/mod.ts";
-import type { Templates } from "../templates.ts";
+import type { Templates } from "../pages/mod.ts";
 import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
@@ -27,6 +29,8 @@ export interface AppDeps {
   clock: Clock;
   templates: Templates;
   logger: Logger;
+  /** This process's metrics (`GET /metrics`). */
+  metrics: Metrics;
   /**
    * How the upstream provider presents itself, configured or not (pages and metadata name it);
    * `oauth.upstream.profile` when OAuth is configured.
@@ -34,6 +38,8 @@ export interface AppDeps {
   upstreamProfile: UpstreamProfile;
   /** Access tokens the gateway accepted within the last second. */
   verifiedTokens: VerifiedTokens;
+  /** The gateway's open event streams, ended when their session or token ends. */
+  openStreams: OpenStreams;
   /** Fetches Client ID Metadata Documents (with the SSRF guard unless configured off). */
   clientMetadataFetcher: ClientMetadataFetcher;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */

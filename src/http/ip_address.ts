@@ -52,6 +52,24 @@ export function rateLimitSubject(canonical: string): string {
   return `${network.toRFC5952String()}/64`;
 }
 
+/**
+ * The network a canonical address is counted under by the pending-flow caps and the GitLab poll
+ * budget: an IPv4 address by its /24, an IPv6 address by its /56. These are the smallest blocks a
+ * subscriber or a hosting customer commonly gets whole (an IPv6 /48 holds 256 of them), so taking
+ * fresh addresses inside one buys no more flows or polls.
+ */
+export function clientPrefix(canonical: string): string {
+  const address = parseIpAddress(canonical);
+  if (!address) return canonical;
+  if (address.kind() === "ipv4") {
+    const [a, b, c] = (address as ipaddr.IPv4).octets;
+    return `${a}.${b}.${c}.0/24`;
+  }
+  const [w0, w1, w2, w3] = (address as ipaddr.IPv6).parts;
+  const network = new ipaddr.IPv6([w0, w1, w2, w3 & 0xff00, 0, 0, 0, 0]);
+  return `${network.toRFC5952String()}/56`;
+}
+
 /** Whether `canonical` is a loopback address (127.0.0.0/8, ::1). */
 export function isLoopbackIp(canonical: string): boolean {
   return parseIpAddress(canonical)?.range() === "loopback";

@@ -14,6 +14,9 @@ export const PATHS = {
   token: "/token",
   register: "/register",
   revoke: "/revoke",
+  metrics: "/metrics",
+  introspect: "/introspect",
+  jwks: "/.well-known/jwks.json",
   authorizationServerMetadata: "/.well-known/oauth-authorization-server",
   protectedResourceMetadata: "/.well-known/oauth-protected-resource",
 } as const;

@@ -16,16 +16,29 @@ export type RateLimitBucket = keyof RateLimits;
  * an IPv6 client is counted by its /64.
  */
 export async function enforceRateLimit(
-  { store, config, clock }: Pick<AppDeps, "store" | "config" | "clock">,
+  { store, config, clock, metrics }: Pick<AppDeps, "store" | "config" | "clock" | "metrics">,
   bucket: RateLimitBucket,
   ip: string,
 ): Promise<void> {
+  if (config.rateLimitLoopback === "exempt" && isLoopbackIp(ip)) return;
+  await enforceSubjectRateLimit({ store, config, clock, metrics }, bucket, rateLimitSubject(ip));
+}
+
+/**
+ * Throws a 429 OAuthError when `subject` (a client address as rateLimitSubject gives it, or an
+ * authenticated caller's name) is over the limit of `bucket`.
+ */
+export async function enforceSubjectRateLimit(
+  { store, config, clock, metrics }: Pick<AppDeps, "store" | "config" | "clock" | "metrics">,
+  bucket: RateLimitBucket,
+  subject: string,
+): Promise<void> {
   const limit = config.rateLimits[bucket];
   if (!limit) return;
-  if (config.rateLimitLoopback === "exempt" && isLoopbackIp(ip)) return;
   const windowMs = limit.windowSeconds * 1000;
-  const count = await store.countRequest(bucket, rateLimitSubject(ip), limit.limit, windowMs);
+  const count = await store.countRequest(bucket, subject, limit.limit, windowMs);
   if (count <= limit.limit) return;
+  metrics.rateLimitRefusals.inc({ bucket });
   const retryAfter = String(Math.ceil((windowMs - (clock.now() % windowMs)) / 1000));
   throw new OAuthError(
     429,

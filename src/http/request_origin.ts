@@ -2,10 +2,10 @@
  * What a request says about where it was sent: its URL and, without BASE_URL, the base URL
  * (issuer). Deno builds `request.url` from the `Host` header, so a Host that is not a plain
  * `host[:port]` (`x/mcp?`, `a:99999`, `[::1`) would move the path or make the URL unparsable;
- * such a request, or a trusted proxy's malformed `X-Forwarded-Host`/`-Proto`, is refused with
- * 400 before routing.
+ * such a request, an absolute-form target that is not http(s) on such a host, or a trusted
+ * proxy's malformed `X-Forwarded-Host`/`-Proto`, is refused with 400 before routing.
  *
- * @see RFC 9110 §7.2 (Host), RFC 3986 §3.2.2–3.2.3, spec §2.6 (issuer from the request)
+ * @see RFC 9110 §7.2 (Host), RFC 9112 §3.2.2 (absolute-form), RFC 3986 §3.2.2–3.2.3, spec §2.6 (issuer from the request)
  */
 
 import { rightmostForwarded } from "./client_ip.ts";
@@ -41,6 +41,7 @@ export function requestOrigin(
     throw malformed("The request's host is not a valid host[:port]");
   }
   if (url.username || url.password) throw malformed("The request's host has userinfo");
+  requireHttpTarget(url);
   if (fromTrustedProxy) requireWellFormedForwarding(request.headers);
   return { url, baseUrl: baseUrl ?? url.origin };
 }
@@ -62,6 +63,18 @@ function requireWellFormedForwarding(headers: Headers): void {
   if (proto !== undefined && proto !== "http" && proto !== "https") {
     throw malformed("X-Forwarded-Proto must be http or https");
   }
+}
+
+/**
+ * An absolute-form request target (`GET ftp://evil/x HTTP/1.1`) replaces the Host header in the
+ * URL Deno builds (RFC 9112 §3.2.2): it must be http(s), with a host under the Host header's
+ * rules, or `ftp://evil` would become the issuer and `file:` URLs would fail deeper inside.
+ */
+function requireHttpTarget(url: URL): void {
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw malformed("The request target must be an http or https URL");
+  }
+  requireHostAndPort("The request target's host", url.host);
 }
 
 /** Throws unless `value` is a host name, an IPv4 address or a bracketed IPv6, with a port. */

@@ -14,7 +14,7 @@ import { matchesRegisteredRedirect } from "../clients/registration.ts";
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
-import { PKCE_METHOD } from "../pkce.ts";
+import { PKCE_METHOD } from "../sign_in/pkce.ts";
 import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
 import { mcpResourceUrl, requireProtectedResource } from "../gateway/resource.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
@@ -57,7 +57,7 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     return await answerRedirectSignIn(
       ctx,
       { ...request, redirectUri: client.redirectUri, resource },
-      client,
+      { ...client, registered: client.registration !== undefined },
     );
   }
 
@@ -68,6 +68,8 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
       (device, nowMs) => flowRecord(request, client, resource, device, nowMs),
     );
   } catch (error) {
+    // The pending-flow caps' 429: no failure of ours.
+    if (error instanceof OAuthError) throw error;
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Failed to initiate authentication");
   }
@@ -80,11 +82,15 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
     expiresInSeconds: Math.max(0, Math.ceil((flow.expiresAt - clock.now()) / 1000)),
     flowState,
     pollUrl: `${ctx.baseUrl}${PATHS.poll}`,
-    redirectUri: client.redirectUri,
+    // The stored flow's: a failed sign-in's return link goes to what /authorize validated.
+    redirectUri: flow.redirectUri,
+    state: flow.state,
     clientId: request.clientId,
     clientName: client.clientName,
     clientVerifiedHost: client.verifiedHost,
+    clientRegistered: client.registration !== undefined,
     issuer: ctx.baseUrl,
+    upstream: ctx.oauth.upstream.profile,
   });
   return new Response(page.html, {
     headers: {

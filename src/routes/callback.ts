@@ -12,7 +12,12 @@
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
-import { storeSignIn } from "../sign_in/completion.ts";
+import { admitSignIn } from "../sign_in/admission.ts";
+import {
+  fetchUserOrRevoke,
+  revokeAbandonedUpstreamTokens,
+  storeSignIn,
+} from "../sign_in/completion.ts";
 import { type SignInRecord, upstreamTokenSet } from "../store/records.ts";
 import {
   alreadyUsed,
@@ -23,6 +28,7 @@ import {
   returnToClient,
 } from "../sign_in/redirect_flow.ts";
 import { UpstreamError } from "../upstream/types.ts";
+import { signInFailure } from "../metrics/catalog.ts";
 
 /** Handles `GET /oauth/callback`. */
 export async function handleCallback(ctx: OAuthRequestContext): Promise<Response> {
@@ -40,6 +46,7 @@ export async function handleCallback(ctx: OAuthRequestContext): Promise<Response
       : /^[a-z_]{1,64}$/.test(error)
       ? error
       : "unrecognized";
+    ctx.deps.metrics.signInsFinished.inc({ mode: "redirect", outcome: signInFailure(error) });
     // The user said no upstream; anything else upstream is our problem, not the client's.
     return returnToClient(ctx, signIn.value, {
       error: error === "access_denied" ? "access_denied" : "server_error",
@@ -49,6 +56,7 @@ export async function handleCallback(ctx: OAuthRequestContext): Promise<Response
     return await complete(ctx, signIn.value, code);
   } catch (failure) {
     if (!(failure instanceof UpstreamError)) throw failure;
+    ctx.deps.metrics.signInsFinished.inc({ mode: "redirect", outcome: "failed" });
     ctx.deps.logger.warn("redirect sign-in failed upstream", {
       requestId: ctx.requestId,
       code: failure.code,
@@ -73,13 +81,23 @@ async function complete(
     redirectUri: callbackUrl(ctx.baseUrl),
   });
   const tokens = upstreamTokenSet(exchanged, clock.now());
-  const user = await upstream.fetchUser(tokens.accessToken);
+  const user = await fetchUserOrRevoke(ctx, tokens);
+  const admission = await admitSignIn(ctx, tokens, user);
+  if (admission.kind === "refused") {
+    return returnToClient(ctx, signIn, {
+      error: "access_denied",
+      error_description: admission.message,
+    });
+  }
   const completion = await storeSignIn(
     ctx,
     signIn,
-    { tokens, user },
+    { tokens, user, access: admission.access },
     (completion) => store.completeSignIn(completion),
   );
-  if (!completion) throw new OAuthError(500, "server_error", "Failed to store the sign-in");
+  if (!completion) {
+    await revokeAbandonedUpstreamTokens(ctx, tokens, "sign-in not stored");
+    throw new OAuthError(500, "server_error", "Failed to store the sign-in");
+  }
   return returnToClient(ctx, signIn, { code: completion.code });
 }

@@ -33,6 +33,7 @@ export async function handleConsent(ctx: OAuthRequestContext): Promise<Response>
   const action = params.get("action");
   if (action === "cancel") {
     if (!await ctx.deps.store.takeSignIn(signIn)) return alreadyUsed(ctx);
+    ctx.deps.metrics.signInsFinished.inc({ mode: "redirect", outcome: "denied" });
     return returnToClient(ctx, signIn.value, { error: "access_denied" });
   }
   if (action !== "continue") {

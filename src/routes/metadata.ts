@@ -3,6 +3,7 @@
  * metadata of the MCP server this service protects (RFC 9728).
  */
 
+import type { Config } from "../config/mod.ts";
 import type { RequestContext } from "../http/context.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { mcpResourceUrl, pathOf } from "../gateway/resource.ts";
@@ -41,10 +42,21 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
       authorization_response_iss_parameter_supported: true,
       client_id_metadata_document_supported: true,
       service_documentation: `${issuer}${PATHS.home}`,
+      ...optionalEndpoints(ctx.deps.config, issuer),
     },
     200,
     cachingOf(ctx),
   ));
+}
+
+/** The opt-in endpoints: the JWKS under ES256/EdDSA, introspection when it has callers. */
+function optionalEndpoints(config: Config, issuer: string): Record<string, string> {
+  return {
+    ...(config.accessTokenAlg === "HS256" ? {} : { jwks_uri: `${issuer}${PATHS.jwks}` }),
+    ...(config.introspectionTokens === undefined
+      ? {}
+      : { introspection_endpoint: `${issuer}${PATHS.introspect}` }),
+  };
 }
 
 /** Protected resource metadata for the MCP server. @see RFC 9728 §2, §3.1 */

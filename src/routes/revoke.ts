@@ -20,6 +20,7 @@ export async function handleRevoke(ctx: OAuthRequestContext): Promise<Response> 
   if (!token) throw new OAuthError(400, "invalid_request", "token is required");
 
   const session = await findSession(ctx, token, params.get("token_type_hint"));
+  ctx.deps.metrics.revocations.inc({ outcome: session ? "session_ended" : "no_session" });
   if (session) {
     ctx.deps.logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
     await endSession(endDepsOf(ctx), session, { requestId: ctx.requestId });

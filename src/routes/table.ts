@@ -13,6 +13,9 @@ import { handleCallback } from "./callback.ts";
 import { handleConsent } from "./consent.ts";
 import { handleLiveness, handleReadiness } from "./health.ts";
 import { handleHome } from "./home.ts";
+import { handleIntrospect } from "./introspect.ts";
+import { handleJwks } from "./jwks.ts";
+import { handleMetrics } from "./metrics.ts";
 import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
 import { handlePoll } from "./poll.ts";
 import { handleRegister } from "./register.ts";
@@ -35,6 +38,7 @@ export const ROUTES: Routes = {
   [PATHS.home]: { methods: { GET: handleHome } },
   [PATHS.liveness]: { methods: { GET: handleLiveness } },
   [PATHS.readiness]: { methods: { GET: handleReadiness } },
+  [PATHS.metrics]: { methods: { GET: handleMetrics }, when: (config) => !!config.metricsToken },
   [PATHS.authorize]: { methods: { GET: handleAuthorize }, oauth: true, rateLimit: "authorize" },
   [PATHS.poll]: {
     methods: { GET: handlePoll },
@@ -75,6 +79,13 @@ export const ROUTES: Routes = {
     rateLimit: "token",
     cors: OAUTH_CORS,
   },
+  // Rate-limited in the handler: per authenticated caller, not per address.
+  [PATHS.introspect]: {
+    methods: { POST: handleIntrospect },
+    oauth: true,
+    when: (config) => config.introspectionTokens !== undefined,
+  },
+  [PATHS.jwks]: { methods: { GET: handleJwks }, cors: OAUTH_CORS },
   [PATHS.authorizationServerMetadata]: authorizationServerMetadata,
   [`${PATHS.authorizationServerMetadata}/*`]: authorizationServerMetadata,
   [PATHS.protectedResourceMetadata]: protectedResourceMetadata,

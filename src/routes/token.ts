@@ -10,7 +10,7 @@ import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { redact } from "../logger.ts";
-import { verifyPkce } from "../pkce.ts";
+import { verifyPkce } from "../sign_in/pkce.ts";
 import { afterSessionEnded } from "../session/end.ts";
 import {
   invalidTarget,
@@ -22,7 +22,6 @@ import { isClientMetadataUrl } from "../client_metadata/document.ts";
 import {
   endSessionAsItIsNow,
   endSessionOnRefreshReplay,
-  findSessionByRefreshToken,
   isCurrentRefreshToken,
   issueTokens,
   refreshGraceFor,
@@ -30,6 +29,7 @@ import {
   type TokenResponseBody,
 } from "../session/life.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../session/upstream_refresh.ts";
+import { recheckAccess } from "../session/access_recheck.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { SessionRecord } from "../store/records.ts";
 
@@ -37,6 +37,14 @@ import type { SessionRecord } from "../store/records.ts";
 export async function handleToken(ctx: OAuthRequestContext): Promise<Response> {
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const grantType = params.get("grant_type");
+  return await ctx.deps.metrics.countGrant(grantType, () => grant(ctx, params, grantType));
+}
+
+async function grant(
+  ctx: OAuthRequestContext,
+  params: Map<string, string>,
+  grantType: string | undefined,
+): Promise<Response> {
   if (grantType === "authorization_code") return await exchangeCode(ctx, params);
   if (grantType === "refresh_token") return await refresh(ctx, params);
   throw new OAuthError(
@@ -61,7 +69,11 @@ async function exchangeCode(
   if (!found) throw invalidGrant("Invalid authorization code");
   const { code, session } = found;
   if (code.value.redeemedAt !== undefined) {
-    await revokeReplayedCodeSession(ctx, code.value.sessionId, session);
+    // Only a replay that also proves possession of the verifier ends the session: anyone who saw
+    // the used code (a log, a referrer, browser history) could otherwise end it at will.
+    if (verifyPkce(verifier, code.value.codeChallenge, code.value.codeChallengeMethod)) {
+      await revokeReplayedCodeSession(ctx, code.value.sessionId, session);
+    }
     throw invalidGrant("Invalid authorization code");
   }
   if (clock.now() > code.value.expiresAt) {
@@ -77,7 +89,7 @@ async function exchangeCode(
   }
   if (!session) throw invalidGrant("Session not found");
   if (config.redirectUriPolicy === "registered") {
-    await requireSameClient(ctx, params.get("client_id"), code.value.clientId);
+    await requireSameClient(ctx, params.get("client_id"), code.value.clientId, "code");
   }
   requireSessionResource(ctx, params.get("resource"), session.value);
 
@@ -100,16 +112,23 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
   const { store, clock, logger } = ctx.deps;
   const refreshToken = params.get("refresh_token");
   if (!refreshToken) throw new OAuthError(400, "invalid_request", "refresh_token is required");
-  const found = await findSessionByRefreshToken(store, refreshToken);
+  const named = await store.getSessionNamedBy(refreshToken);
+  const found = named && isCurrentRefreshToken(named.value, refreshToken) ? named : null;
   if (!found) {
     const replayed = await takeRefreshGrace(ctx.deps, refreshToken);
     if (!replayed) {
-      await endReplayedSession(ctx, refreshToken);
+      const ended = await endReplayedSession(ctx, refreshToken);
+      // A token naming a live session that is not its current one was rotated away: a replay.
+      if (named) {
+        ctx.deps.metrics.refreshReplays.inc({ outcome: ended ? "session_ended" : "refused" });
+      }
       throw invalidGrant("Invalid refresh token");
     }
+    ctx.deps.metrics.refreshReplays.inc({ outcome: "grace" });
     logger.info("refresh retried within grace", { requestId: ctx.requestId });
     return json(replayed, 200, NO_STORE);
   }
+  await requireRefreshingClient(ctx, params.get("client_id"), found.value.clientId);
   requireSessionResource(ctx, params.get("resource"), found.value);
 
   let session: Versioned<SessionRecord> | null;
@@ -129,9 +148,10 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
     throw invalidGrant("Invalid refresh token");
   }
 
+  const admitted = await requireStillAdmitted(ctx, session);
   const issued = await issueTokens(
     tokenDeps(ctx),
-    session.value,
+    admitted,
     ctx.baseUrl,
     protectedResource(ctx),
   );
@@ -141,6 +161,39 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
     throw invalidGrant("Invalid refresh token");
   }
   return issuedResponse(ctx, "refresh_token", issued.session, issued.body);
+}
+
+/**
+ * ALLOWED_GITLAB_GROUPS / ALLOWED_GITLAB_USERS, re-checked when due: the session as it is to be
+ * stored (with a new decision), or invalid_grant. A user no longer admitted ends the session:
+ * its GitLab token is revoked and the gateway forgets its access tokens.
+ */
+async function requireStillAdmitted(
+  ctx: OAuthRequestContext,
+  session: Versioned<SessionRecord>,
+): Promise<SessionRecord> {
+  const { store, clock, config, logger } = ctx.deps;
+  const recheck = await recheckAccess(
+    { store, clock, config, upstream: ctx.oauth.upstream },
+    session.value,
+  );
+  if (recheck.kind === "admitted") return recheck.session;
+  if (recheck.kind === "unconfirmed") {
+    logger.warn("refresh refused: access could not be re-checked", {
+      requestId: ctx.requestId,
+      sessionId: session.value.id,
+    });
+    throw invalidGrant("Could not confirm that the account is still allowed here; try again later");
+  }
+  logger.warn("session ended: account no longer allowed", {
+    requestId: ctx.requestId,
+    sessionId: session.value.id,
+    gitlabUser: session.value.upstreamUsername,
+    reason: recheck.reason,
+  });
+  const ended = await endSessionAsItIsNow(store, session);
+  if (ended) await afterSessionEnded(endDepsOf(ctx), ended, { requestId: ctx.requestId });
+  throw invalidGrant("The account is no longer allowed to sign in here");
 }
 
 /**
@@ -171,14 +224,18 @@ async function revokeReplayedCodeSession(
  * Opt-in (REVOKE_ON_REFRESH_REPLAY): a rotated refresh token presented again ends its session
  * and its GitLab token (RFC 9700 §4.14.2); the replay is still answered invalid_grant.
  */
-async function endReplayedSession(ctx: OAuthRequestContext, refreshToken: string): Promise<void> {
+async function endReplayedSession(
+  ctx: OAuthRequestContext,
+  refreshToken: string,
+): Promise<boolean> {
   const ended = await endSessionOnRefreshReplay(ctx.deps, refreshToken);
-  if (!ended) return;
+  if (!ended) return false;
   ctx.deps.logger.warn("refresh token replayed; session revoked", {
     requestId: ctx.requestId,
     sessionId: ended.id,
   });
   await afterSessionEnded(endDepsOf(ctx), ended, { requestId: ctx.requestId });
+  return true;
 }
 
 function tokenDeps(ctx: OAuthRequestContext) {
@@ -192,7 +249,8 @@ function tokenDeps(ctx: OAuthRequestContext) {
 async function requireSameClient(
   ctx: OAuthRequestContext,
   clientId: string | undefined,
-  codeClientId: string,
+  grantClientId: string,
+  grant: "code" | "refresh token",
 ): Promise<void> {
   if (!clientId) throw new OAuthError(400, "invalid_request", "client_id is required");
   // A metadata document client was checked against its document at /authorize; a registered
@@ -200,9 +258,24 @@ async function requireSameClient(
   if (!isClientMetadataUrl(clientId) && !await ctx.deps.store.getClient(clientId)) {
     throw new OAuthError(401, "invalid_client", "Unknown client_id");
   }
-  if (clientId !== codeClientId) {
-    throw invalidGrant("The code was issued to another client");
+  if (clientId !== grantClientId) {
+    throw invalidGrant(`The ${grant} was issued to another client`);
   }
+}
+
+/**
+ * The refresh grant under REDIRECT_URI_POLICY=registered (SECURITY_PROFILE=strict): the client
+ * identifies itself, must be known (else 401, so MCP clients register again) and must be the
+ * session's (RFC 6749 §6). The spec's default checks no client_id in this grant. Before any
+ * upstream refresh, so another client's request costs no GitLab call.
+ */
+async function requireRefreshingClient(
+  ctx: OAuthRequestContext,
+  clientId: string | undefined,
+  sessionClientId: string,
+): Promise<void> {
+  if (ctx.deps.config.redirectUriPolicy !== "registered") return;
+  await requireSameClient(ctx, clientId, sessionClientId, "refresh token");
 }
 
 function protectedResource(ctx: OAuthRequestContext): string {

@@ -1,6 +1,6 @@
 /**
- * Ending sessions: the record goes, and the GitLab token it held is revoked, best effort (a
- * GitLab that does not answer must not keep a session alive). Also the sweep of sign-ins whose
+ * Ending sessions: the record goes, its MCP session bindings too, and the GitLab token it held
+ * is revoked, best effort (a GitLab that does not answer must not keep a session alive). Also the sweep of sign-ins whose
  * code expired unredeemed.
  *
  * @see RFC 7009 §2, RFC 9700 §4.14.2
@@ -9,7 +9,7 @@
 import type { LogFields, Logger } from "../logger.ts";
 import { redact } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
-import type { SessionRecord } from "../store/records.ts";
+import type { SessionRecord, UpstreamTokenPair } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 
@@ -36,7 +36,7 @@ export async function endSession(
 
 /**
  * What follows a session's deletion: its access tokens are no longer accepted from this
- * process's memory, and its GitLab token is revoked (best effort).
+ * process's memory, its MCP session bindings go, and its GitLab token is revoked (best effort).
  */
 export async function afterSessionEnded(
   deps: EndDeps,
@@ -44,7 +44,23 @@ export async function afterSessionEnded(
   fields: LogFields,
 ): Promise<void> {
   deps.verifiedTokens.forgetSession(session.id);
-  await revokeUpstreamTokens(deps, session, { ...fields, sessionId: session.id });
+  await Promise.all([
+    revokeUpstreamTokens(deps, session, { ...fields, sessionId: session.id }),
+    unbindMcpSessions(deps, session.id, fields),
+  ]);
+}
+
+/** The session's MCP session bindings end with it; a failure is logged (they expire anyway). */
+async function unbindMcpSessions(deps: EndDeps, sessionId: string, fields: LogFields) {
+  try {
+    await deps.store.unbindMcpSessionsOf(sessionId);
+  } catch (error) {
+    deps.logger.warn("MCP session bindings not removed", {
+      ...fields,
+      sessionId,
+      error: String(error),
+    });
+  }
 }
 
 /**
@@ -58,6 +74,18 @@ export async function revokeUpstreamTokens(
 ): Promise<boolean> {
   const tokens = await deps.store.openUpstreamTokens(sealed);
   if (!tokens) return false;
+  return await revokeOpenedUpstreamTokens(deps, tokens, fields);
+}
+
+/**
+ * Revokes GitLab tokens already opened (the operator's CLI opens every one before it deletes
+ * anything); a failure is logged, never thrown. Answers whether GitLab confirmed it.
+ */
+export async function revokeOpenedUpstreamTokens(
+  deps: Pick<EndDeps, "logger" | "upstream">,
+  tokens: UpstreamTokenPair,
+  fields: LogFields,
+): Promise<boolean> {
   try {
     await deps.upstream.revokeToken(tokens.accessToken);
     return true;

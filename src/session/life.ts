@@ -13,7 +13,7 @@ import type { Config } from "../config/mod.ts";
 import type { TokenSigner } from "../jwt.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import type { FlowCompletion, RefreshGrace, Store, Versioned } from "../store/mod.ts";
-import type { FlowRecord, SessionRecord } from "../store/records.ts";
+import type { FlowRecord, SessionAccess, SessionRecord } from "../store/records.ts";
 import { newSessionToken, refreshTokenHash } from "../store/session_tokens.ts";
 import type { UpstreamUser } from "../upstream/types.ts";
 
@@ -35,6 +35,8 @@ export interface UpstreamGrant {
   /** Epoch ms; 0 when the upstream gave no `expires_in`. */
   expiresAt: number;
   user: UpstreamUser;
+  /** What admitted the user, when a list restricts who may sign in. */
+  access?: SessionAccess;
 }
 
 /** The token response of spec §2.5. */
@@ -130,6 +132,7 @@ export function newSession(
     upstreamUsername: upstream.user.username,
     clientId,
     ...(resource === undefined ? {} : { resource }),
+    ...(upstream.access === undefined ? {} : { access: upstream.access }),
     scopes: [...GRANTED_SCOPES],
     createdAt: nowMs,
     updatedAt: nowMs,
@@ -164,6 +167,7 @@ export async function issueTokens(
       scope,
       gitlab_user: session.upstreamUsername,
       resource,
+      client_id: session.clientId,
     },
     now,
     ttl,

@@ -12,11 +12,12 @@
 import { PATHS } from "../http/paths.ts";
 import type { OAuthRequestContext, RequestContext } from "../http/context.ts";
 import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
-import { PKCE_METHOD } from "../pkce.ts";
+import { PKCE_METHOD } from "./pkce.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { SignInRecord } from "../store/records.ts";
-import type { RenderedPage } from "../templates.ts";
-import { UNSAFE_REDIRECT_SCHEMES } from "../clients/uri_schemes.ts";
+import type { RenderedPage } from "../pages/mod.ts";
+import { clientReturnUrl, isFollowableRedirect } from "../clients/return_url.ts";
+import type { ConsentGrant } from "./consent_signer.ts";
 import {
   CONSENT_MAX_AGE_SECONDS,
   readCookie,
@@ -43,6 +44,8 @@ export interface ConsentClient {
   clientName?: string;
   /** The host of a metadata document client id, which vouches for the name. */
   verifiedHost?: string;
+  /** Whether the client id is registered here (a nameless one is still known). */
+  registered?: boolean;
 }
 
 /**
@@ -56,11 +59,11 @@ export async function answerRedirectSignIn(
   client: ConsentClient,
 ): Promise<Response> {
   const { store, clock, templates } = ctx.deps;
-  const { profile } = ctx.oauth.upstream;
   const redirectUri = request.redirectUri;
-  if (!redirectUri || !isFollowable(redirectUri)) {
+  if (!redirectUri || !isFollowableRedirect(redirectUri)) {
     return notice(ctx, 400, "Sign-in failed", "The application named no address to return to.");
   }
+  ctx.deps.metrics.signInsStarted.inc({ mode: "redirect" });
   const cookies = signInCookies(ctx.baseUrl);
   const headers = new Headers();
   const browser = bindBrowser(ctx.request, cookies, headers);
@@ -74,7 +77,7 @@ export async function answerRedirectSignIn(
     browserHash: sha256Base64Url(browser),
     expiresAt: clock.now() + SIGN_IN_STEP_TTL_MS,
   };
-  if (hasConsented(ctx, cookies, request.clientId, redirectUri)) {
+  if (hasConsented(ctx, cookies, consentGrantOf(ctx, signIn))) {
     return await sendUpstream(ctx, signIn, headers);
   }
   const signInId = randomToken();
@@ -84,12 +87,12 @@ export async function answerRedirectSignIn(
     clientId: request.clientId,
     clientName: client.clientName,
     clientVerifiedHost: client.verifiedHost,
+    clientRegistered: client.registered,
     redirectUri,
-    scopes: profile.scopes,
     signInId,
     csrfToken,
     actionUrl: `${ctx.baseUrl}${PATHS.consent}`,
-    upstreamOrigin: profile.url.origin,
+    upstream: ctx.oauth.upstream.profile,
   });
   return htmlResponse(page, 200, headers);
 }
@@ -142,7 +145,7 @@ export function rememberConsent(
 ): void {
   const cookies = signInCookies(ctx.baseUrl);
   const expiresAt = ctx.deps.clock.now() + CONSENT_MAX_AGE_SECONDS * 1000;
-  const value = ctx.oauth.consentSigner.sign(signIn.clientId, signIn.redirectUri, expiresAt);
+  const value = ctx.oauth.consentSigner.sign(consentGrantOf(ctx, signIn), expiresAt);
   headers.append(
     "Set-Cookie",
     cookies.setCookie(
@@ -188,10 +191,7 @@ export function returnToClient(
   params: Record<string, string>,
   headers = new Headers(),
 ): Response {
-  const location = new URL(signIn.redirectUri);
-  for (const [name, value] of Object.entries(params)) location.searchParams.set(name, value);
-  if (signIn.state) location.searchParams.set("state", signIn.state);
-  location.searchParams.set("iss", ctx.baseUrl);
+  const location = clientReturnUrl(signIn.redirectUri, params, signIn.state, ctx.baseUrl);
   headers.set("Location", location.href);
   headers.set("Cache-Control", "no-store");
   return new Response(null, { status: 302, headers });
@@ -248,16 +248,19 @@ function bindBrowser(request: Request, cookies: SignInCookies, headers: Headers)
 function hasConsented(
   ctx: OAuthRequestContext,
   cookies: SignInCookies,
-  clientId: string,
-  redirectUri: string,
+  grant: ConsentGrant,
 ): boolean {
-  const value = readCookie(ctx.request, cookies.consentName(clientId, redirectUri));
+  const value = readCookie(ctx.request, cookies.consentName(grant.clientId, grant.redirectUri));
   return value !== undefined &&
-    ctx.oauth.consentSigner.verify(value, clientId, redirectUri, ctx.deps.clock.now());
+    ctx.oauth.consentSigner.verify(value, grant, ctx.deps.clock.now());
 }
 
-/** An absolute URI a browser may be redirected to (not `javascript:` and the like). */
-function isFollowable(redirectUri: string): boolean {
-  return URL.canParse(redirectUri) &&
-    !UNSAFE_REDIRECT_SCHEMES.includes(new URL(redirectUri).protocol);
+/** What the consent page of `signIn` shows: the GitLab scopes configured now, the resource. */
+function consentGrantOf(ctx: OAuthRequestContext, signIn: SignInRecord): ConsentGrant {
+  return {
+    clientId: signIn.clientId,
+    redirectUri: signIn.redirectUri,
+    scopes: ctx.oauth.upstream.profile.scopes,
+    resource: signIn.resource ?? "",
+  };
 }

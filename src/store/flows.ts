@@ -6,7 +6,7 @@
 import type { SecretBox } from "../secret_box.ts";
 import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
-import { codeKey, flowKey, repeatKey, sessionKey, unredeemedKey } from "./keys.ts";
+import { codeKey, flowKey, recordPrefix, repeatKey, sessionKey, unredeemedKey } from "./keys.ts";
 import type {
   CodeRecord,
   FlowRecord,
@@ -23,8 +23,23 @@ export interface FlowCompletion {
   session: SessionRecord;
 }
 
+/** The device flows pending now, in all and of one client prefix. */
+export interface PendingFlows {
+  all: number;
+  ofPrefix: number;
+  /** Epoch ms when the first of all pending flows expires (Infinity: none pending). */
+  firstEndsAt: number;
+  /** The same among the prefix's flows. */
+  firstOfPrefixEndsAt: number;
+}
+
 /** The device-flow operations of the store. */
 export interface FlowStore {
+  /**
+   * Counts the live flows, and those `clientPrefix` started (one pass over the flow records:
+   * their number is what MAX_PENDING_FLOWS bounds).
+   */
+  countPendingFlows(clientPrefix: string): Promise<PendingFlows>;
   createFlow(flowState: string, flow: FlowRecord): Promise<void>;
   /** The flow, even past its `expiresAt` (the caller answers "expired" then), or null. */
   getFlow(flowState: string): Promise<Versioned<FlowRecord> | null>;
@@ -94,6 +109,19 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
         .check({ key, versionstamp: null })
         .set(key, await sealFlow(flow), { expireIn: io.ttlUntil(flow.expiresAt) });
       if (!await io.commit(op)) throw new Error("flow state collision");
+    },
+
+    async countPendingFlows(clientPrefix) {
+      const pending = { all: 0, ofPrefix: 0, firstEndsAt: Infinity, firstOfPrefixEndsAt: Infinity };
+      for await (const { value } of io.list<StoredFlow>(recordPrefix("flow"))) {
+        if (!io.isLive(value)) continue;
+        pending.all++;
+        pending.firstEndsAt = Math.min(pending.firstEndsAt, value.expiresAt);
+        if (value.clientPrefix !== clientPrefix) continue;
+        pending.ofPrefix++;
+        pending.firstOfPrefixEndsAt = Math.min(pending.firstOfPrefixEndsAt, value.expiresAt);
+      }
+      return pending;
     },
 
     async getFlow(flowState) {

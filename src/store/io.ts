@@ -7,7 +7,7 @@
 
 import type { Clock } from "../clock.ts";
 import { backendOf, type StoreDatabase } from "./backend.ts";
-import { AtomicWrite, createGroupCommit } from "./group_commit.ts";
+import { AtomicWrite, createGroupCommit, type ExecuteWrite } from "./group_commit.ts";
 import { createGroupRead } from "./group_read.ts";
 import { retryLocked } from "./locked_retry.ts";
 
@@ -42,11 +42,20 @@ export interface StoreIo {
 /** The largest page Deno KV's list reads at once. */
 const LIST_PAGE_SIZE = 1000;
 
-/** The shared KV access over an open database (Deno KV or another backend) and a clock. */
-export function createStoreIo(database: StoreDatabase, clock: Clock): StoreIo {
+/**
+ * The shared KV access over an open database (Deno KV or another backend) and a clock;
+ * `observeCommit` times each commit.
+ */
+export function createStoreIo(
+  database: StoreDatabase,
+  clock: Clock,
+  observeCommit?: (ms: number) => void,
+): StoreIo {
   const kv = backendOf(database);
   const getMany = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
-  const submit = createGroupCommit((write) => retryLocked(() => kv.commit(write)));
+  const submit = createGroupCommit(
+    timed(observeCommit, (write) => retryLocked(() => kv.commit(write))),
+  );
   return {
     clock,
     async read<T>(key: Deno.KvKey) {
@@ -66,6 +75,22 @@ export function createStoreIo(database: StoreDatabase, clock: Clock): StoreIo {
     },
     ttlUntil: (expiresAt) => Math.max(1, expiresAt - clock.now()),
     isLive: (record) => clock.now() <= record.expiresAt,
+  };
+}
+
+/** `commit`, telling `observe` how long each call took (failed ones too). */
+function timed(
+  observe: ((ms: number) => void) | undefined,
+  commit: ExecuteWrite,
+): ExecuteWrite {
+  if (!observe) return commit;
+  return async (write) => {
+    const started = performance.now();
+    try {
+      return await commit(write);
+    } finally {
+      observe(performance.now() - started);
+    }
   };
 }
 

@@ -13,9 +13,13 @@
  * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
  * | ["mcp_session", sha256(mcp id)]     | McpSessionBinding | the session idle lifetime     |
+ * | ["mcp_session_of", session, boundAt, sha256(mcp id)] | McpSessionIndexEntry | as the binding |
  * | ["client_metadata", sha256(url)]    | ClientDocumentRecord | its cache lifetime         |
  * | ["pause", "upstream"]               | { expiresAt }     | the pause (at most 15 min)    |
  * | ["repeat", sha256(request)]         | StoredRepeat      | 60 seconds                    |
+ * | ["budget", "window", second]        | PollWindow        | a minute                      |
+ * | ["budget", "active"]                | ActivePrefixes    | a minute after the last poll  |
+ * | ["budget", "cut"]                   | BudgetCut         | until the budget recovered    |
  *
  * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
@@ -34,9 +38,11 @@ export const RECORD_KINDS = [
   "client",
   "rate",
   "mcp_session",
+  "mcp_session_of",
   "client_metadata",
   "pause",
   "repeat",
+  "budget",
 ] as const;
 
 /** One kind of record. */
@@ -103,6 +109,21 @@ export function upstreamPauseKey(): Deno.KvKey {
   return ["pause", "upstream"];
 }
 
+/** The key of the GitLab polls spent in one second (the poll budget's window). */
+export function pollWindowKey(second: number): Deno.KvKey {
+  return ["budget", "window", second];
+}
+
+/** The key of the client prefixes that asked for GitLab polls lately (the budget's fair shares). */
+export function activePrefixesKey(): Deno.KvKey {
+  return ["budget", "active"];
+}
+
+/** The key of the poll budget's cut after GitLab's 429. */
+export function budgetCutKey(): Deno.KvKey {
+  return ["budget", "cut"];
+}
+
 /** The key of a recent `/authorize` request, by the hash of its whole query. */
 export function repeatKey(requestHash: string): Deno.KvKey {
   return ["repeat", requestHash];
@@ -111,6 +132,29 @@ export function repeatKey(requestHash: string): Deno.KvKey {
 /** The key of the binding of an MCP server's `Mcp-Session-Id` to one of our sessions. */
 export function mcpSessionKey(mcpSessionId: string): Deno.KvKey {
   return ["mcp_session", sha256Base64Url(mcpSessionId)];
+}
+
+/** The binding key for an MCP session id's hash (as an index entry keeps it). */
+export function mcpSessionKeyOfHash(hash: string): Deno.KvKey {
+  return ["mcp_session", hash];
+}
+
+/** The hash an MCP session id's binding is keyed by. */
+export function mcpSessionHash(mcpSessionId: string): string {
+  return sha256Base64Url(mcpSessionId);
+}
+
+/**
+ * A session's index of its MCP session bindings, oldest first (`boundAt`, epoch ms), so the
+ * bindings can be capped and ended with the session.
+ */
+export function mcpSessionIndexKey(sessionId: string, boundAt: number, hash: string): Deno.KvKey {
+  return ["mcp_session_of", sessionId, boundAt, hash];
+}
+
+/** Every index entry of one session. */
+export function mcpSessionIndexPrefix(sessionId: string): Deno.KvKey {
+  return ["mcp_session_of", sessionId];
 }
 
 /** The prefix under which every record of `kind` lives (`[]`: everything). */

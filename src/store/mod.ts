@@ -23,6 +23,7 @@ import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
 import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
+import { createPollBudgetStore, type PollBudgetStore } from "./poll_budget.ts";
 import { createOperatorStore, type OperatorStore } from "./operators.ts";
 import { createRepeatStore, type RepeatStore } from "./repeats.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
@@ -38,6 +39,7 @@ export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
 export type { RecordCounts, SessionFilter } from "./operators.ts";
 export type { RepeatRecord } from "./repeats.ts";
+export type { BudgetCut, PollBudgetState, PollDecision } from "./poll_budget.ts";
 
 /** The service's storage operations. */
 export interface Store
@@ -53,15 +55,24 @@ export interface Store
     McpSessionStore,
     OperatorStore,
     UpstreamPauseStore,
+    PollBudgetStore,
     RepeatStore,
     UnredeemedStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
 }
 
-/** Builds the store over an open database, a clock, and the box that seals secrets at rest. */
-export function createStore(kv: StoreDatabase, clock: Clock, secrets: SecretBox): Store {
-  const io = createStoreIo(kv, clock);
+/**
+ * Builds the store over an open database (Deno KV or PostgreSQL), a clock, and the box that seals secrets at rest;
+ * `observeCommit` is told each KV commit's duration in milliseconds.
+ */
+export function createStore(
+  kv: StoreDatabase,
+  clock: Clock,
+  secrets: SecretBox,
+  observeCommit?: (ms: number) => void,
+): Store {
+  const io = createStoreIo(kv, clock, observeCommit);
   const sessions = createSessionRecords(io, secrets);
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
   return {
@@ -76,6 +87,7 @@ export function createStore(kv: StoreDatabase, clock: Clock, secrets: SecretBox)
     ...createMcpSessionStore(io, sessions),
     ...createOperatorStore(io),
     ...createUpstreamPauseStore(io),
+    ...createPollBudgetStore(io),
     ...createRepeatStore(io, secrets),
     ...createUnredeemedStore(io),
     async ping() {

@@ -5,6 +5,7 @@
 
 import { type Config, ConfigError } from "../config/mod.ts";
 import type { StoreDatabase } from "./backend.ts";
+import { openKv } from "./kv_open.ts";
 
 /** An open database and how to close it (awaited: PostgreSQL drains its pool). */
 export interface OpenDatabase {
@@ -33,7 +34,7 @@ export async function openDatabase(
     }
     return { database: backend, kind: "postgres", close: () => backend.close() };
   }
-  const kv = await Deno.openKv(config.kvPath);
+  const kv = await openKv(config.kvPath);
   return { database: kv, kind: "kv", close: () => Promise.resolve(kv.close()) };
 }
 

@@ -13,9 +13,14 @@ import type { StoreIo } from "./io.ts";
 import { clientKey, recordPrefix, sessionKey } from "./keys.ts";
 import { type ClientRecord, sessionFromStored, type SessionRecord } from "./records.ts";
 
-/** Which sessions: those of a user (GitLab username in any case, or GitLab user id), a client. */
+/**
+ * Which sessions: those of a user (`user`: GitLab username in any case, or GitLab user id;
+ * `userId` or `username`: only that), of a client.
+ */
 export interface SessionFilter {
   user?: string;
+  userId?: number;
+  username?: string;
   clientId?: string;
 }
 
@@ -30,6 +35,12 @@ export interface RecordCounts {
 export interface OperatorStore {
   /** Every live session matching `filter` (all of them without one), oldest first. */
   listSessions(filter?: SessionFilter): Promise<SessionRecord[]>;
+  /**
+   * The session `id` if it has not expired, whatever key sealed its GitLab tokens (unlike
+   * getSession, which treats a session it cannot open as absent): the operator must learn
+   * that it exists and cannot be opened, not that there is none.
+   */
+  readSession(id: string): Promise<SessionRecord | null>;
   /**
    * Deletes the sessions `ids`, in batches of atomic commits; answers how many ids it was given
    * (a KV delete does not tell whether the record was still there).
@@ -53,8 +64,11 @@ export function sessionBelongsTo(session: SessionRecord, user: string): boolean 
   return session.upstreamUsername.toLowerCase() === wanted.toLowerCase();
 }
 
-function matches(session: SessionRecord, { user, clientId }: SessionFilter): boolean {
+function matches(session: SessionRecord, filter: SessionFilter): boolean {
+  const { user, userId, username, clientId } = filter;
   return (user === undefined || sessionBelongsTo(session, user)) &&
+    (userId === undefined || session.upstreamUserId === userId) &&
+    (username === undefined || session.upstreamUsername.toLowerCase() === username.toLowerCase()) &&
     (clientId === undefined || session.clientId === clientId);
 }
 
@@ -75,6 +89,13 @@ export function createOperatorStore(io: StoreIo): OperatorStore {
         if (matches(session, filter)) found.push(session);
       }
       return found.sort((a, b) => a.createdAt - b.createdAt);
+    },
+
+    async readSession(id) {
+      const stored = await io.read<SessionRecord>(sessionKey(id));
+      if (!stored) return null;
+      const session = sessionFromStored(stored.value);
+      return io.isLive(session) ? session : null;
     },
 
     async deleteSessions(ids) {

@@ -51,6 +51,11 @@ export interface FlowRecord {
   /** The hash of the `/authorize` request that started it, when identical ones may share it. */
   requestHash?: string;
   /**
+   * The client prefix (IPv4 /24, IPv6 /56) that started it, counted by the pending-flow caps and
+   * the GitLab poll budget; absent when its client is exempt (loopback) or it predates them.
+   */
+  clientPrefix?: string;
+  /**
    * Set the moment the upstream returns a token, before the user lookup: the device code is spent
    * then, so a failed lookup must be retried with these instead of polling again.
    */
@@ -133,6 +138,12 @@ export interface SessionRecord {
   /** Epoch ms after which the session is forgotten (inactivity lifetime, renewed on refresh). */
   expiresAt: number;
   /**
+   * When ALLOWED_GITLAB_GROUPS or ALLOWED_GITLAB_USERS is set: what admitted the session and its
+   * user's access level per listed group, from the sign-in and then each re-check. Absent in
+   * sessions signed in while anyone was admitted.
+   */
+  access?: SessionAccess;
+  /**
    * Opt-in (REFRESH_GRACE_SECONDS): the previous refresh token's hash, and the sealed response
    * that token may fetch once more until `untilMs`.
    */
@@ -142,6 +153,21 @@ export interface SessionRecord {
    * and when, so that token presented again ends the session (RFC 9700 §4.14.2).
    */
   replacedRefresh?: { hash: string; rotatedAt: number };
+}
+
+/**
+ * Who admitted a session, kept on its record: a gateway policy reads `groupLevels` from here
+ * instead of asking GitLab per call (`src/access/policy.ts` decides).
+ */
+export interface SessionAccess {
+  /** Epoch ms of the last decision GitLab answered (the sign-in's, then each re-check's). */
+  checkedAt: number;
+  /** The user's `access_level` in each listed group they belong to (inherited included). */
+  groupLevels: Record<string, number>;
+  /** The listed groups whose role the user meets: what admitted the session. */
+  admittingGroups: string[];
+  /** Whether ALLOWED_GITLAB_USERS names the user. */
+  listedUser: boolean;
 }
 
 /** A session as stored before the provider-neutral names (GitLab was the only upstream). */

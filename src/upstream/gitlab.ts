@@ -15,6 +15,7 @@ import {
   httpFailure,
   malformed,
   type MisconfigurationHints,
+  type OAuthHttpOptions,
   parseJsonObject,
   processDeviceAuthorizationResponse,
   processDeviceTokenResponse,
@@ -32,7 +33,7 @@ import {
   type UpstreamProfile,
   type UpstreamUser,
 } from "./types.ts";
-import { isWebUrl } from "../web_url.ts";
+import { isWebUrl } from "../http/web_url.ts";
 
 export type { MisconfigurationHints, UpstreamLogger } from "./oauth_http.ts";
 
@@ -60,6 +61,11 @@ export interface GitLabUpstreamOptions {
   logger?: UpstreamLogger;
   /** The settings to name when GitLab refuses the application (`GITLAB_CLIENT_ID`, ...). */
   hints?: MisconfigurationHints;
+  /**
+   * Told each call's endpoint (`device_authorization`, `token`, `user`, `revoke`) and status,
+   * or `timeout` or `network` when none came (metrics).
+   */
+  observeCall?: (endpoint: string, result: number | "timeout" | "network") => void;
 }
 
 /** Creates the GitLab upstream client; throws TypeError/RangeError on unusable options. */
@@ -67,7 +73,6 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
   const { clientId, scopes } = options;
   if (!isWebUrl(options.gitlabUrl)) throw new TypeError("gitlabUrl must be an http: or https: URL");
   if (clientId === "") throw new TypeError("clientId must not be empty");
-  const { send, postForm, call } = createOAuthHttpClient(options);
   const endpoints = {
     authorizeDevice: endpointBelow(options.gitlabUrl, "oauth/authorize_device"),
     authorize: endpointBelow(options.gitlabUrl, "oauth/authorize"),
@@ -75,6 +80,10 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
     user: endpointBelow(options.gitlabUrl, "api/v4/user"),
     revoke: endpointBelow(options.gitlabUrl, "oauth/revoke"),
   };
+  const { send, postForm, call } = createOAuthHttpClient({
+    ...options,
+    onResponse: options.observeCall && observeByEndpoint(endpoints, options.observeCall),
+  });
 
   return {
     profile: gitLabProfile(options.gitlabUrl, scopes),
@@ -137,12 +146,70 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
         const response = await postForm(endpoints.revoke, { token, client_id: clientId });
         return await processRevocationResponse(response);
       }),
+
+    membership: (accessToken: string, groupPath: string, userId: number) =>
+      call("membership", async () => {
+        const response = await send(membershipEndpoint(options.gitlabUrl, groupPath, userId), {
+          method: "GET",
+          headers: { Authorization: `Bearer ${accessToken}` },
+        });
+        return await processGitLabMemberResponse(response);
+      }),
   };
+}
+
+/** The metric names of the endpoints the service calls. */
+const ENDPOINT_NAMES = {
+  authorizeDevice: "device_authorization",
+  token: "token",
+  user: "user",
+  revoke: "revoke",
+} as const;
+
+/** An observer of calls by URL, telling `observe` the endpoint's name instead. */
+function observeByEndpoint(
+  endpoints: Record<keyof typeof ENDPOINT_NAMES, URL>,
+  observe: NonNullable<GitLabUpstreamOptions["observeCall"]>,
+): NonNullable<OAuthHttpOptions["onResponse"]> {
+  const names = new Map<string, string>();
+  for (const [key, name] of Object.entries(ENDPOINT_NAMES)) {
+    names.set(endpoints[key as keyof typeof ENDPOINT_NAMES].href, name);
+  }
+  return (url, result) => observe(names.get(url.href) ?? "other", result);
 }
 
 /** How a GitLab instance at `url` presents itself, asked for `scopes`. */
 export function gitLabProfile(url: URL, scopes: string): UpstreamProfile {
   return { displayName: GITLAB_DISPLAY_NAME, url, scopes };
+}
+
+/**
+ * `GET /api/v4/groups/{full path}/members/all/{user id}`: members/all includes members through
+ * parent groups (and invited groups), which is what "directly or through a parent group" means.
+ *
+ * @see https://docs.gitlab.com/api/members/#get-a-member-of-a-group-or-project-including-inherited-and-invited-members
+ */
+export function membershipEndpoint(gitlabUrl: URL, groupPath: string, userId: number): URL {
+  const group = encodeURIComponent(groupPath);
+  return endpointBelow(gitlabUrl, `api/v4/groups/${group}/members/all/${userId}`);
+}
+
+/**
+ * A member answer's `access_level`; null for 404 (not a member, or a group the user cannot
+ * see) and for a membership that is not active (awaiting approval, or the seat is blocked).
+ */
+export async function processGitLabMemberResponse(response: Response): Promise<number | null> {
+  const body = await readBody(response);
+  if (response.status === 404) return null;
+  if (response.status === 401 || response.status === 403) {
+    throw new UpstreamError("terminal", "invalid_token", "invalid_token", response.status);
+  }
+  if (response.status !== 200) throw httpFailure(response.status);
+  const json = parseJsonObject(body, "member");
+  const level = json.access_level;
+  if (typeof level !== "number" || !Number.isSafeInteger(level)) throw malformed("member");
+  if (json.state !== undefined && json.state !== "active") return null;
+  return level;
 }
 
 /** Validates a `GET /api/v4/user` response and consumes its body. */

@@ -21,7 +21,7 @@ import type {
   UpstreamTokens,
 } from "./types.ts";
 import { UpstreamError } from "./types.ts";
-import { parseWebUrl } from "../web_url.ts";
+import { parseWebUrl } from "../http/web_url.ts";
 import {
   isObject,
   malformed,
@@ -93,6 +93,8 @@ export interface OAuthHttpOptions {
   logger?: UpstreamLogger;
   /** Names the settings to check when the provider refuses our application. */
   hints?: MisconfigurationHints;
+  /** Told every request's status, or `timeout` or `network` when none came (metrics). */
+  onResponse?: (url: URL, result: number | "timeout" | "network") => void;
 }
 
 /** Sends the requests of one provider's client. */
@@ -107,7 +109,7 @@ export interface OAuthHttpClient {
 
 /** The sending half; throws RangeError on an unusable time limit. */
 export function createOAuthHttpClient(options: OAuthHttpOptions): OAuthHttpClient {
-  const { timeoutMs, logger, hints } = options;
+  const { timeoutMs, logger, hints, onResponse } = options;
   if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
     throw new RangeError("timeoutMs must be a positive number");
   }
@@ -117,15 +119,19 @@ export function createOAuthHttpClient(options: OAuthHttpOptions): OAuthHttpClien
     const headers = new Headers(init.headers);
     headers.set("Accept", "application/json");
     try {
-      return await fetchImpl(url.href, {
+      const response = await fetchImpl(url.href, {
         ...init,
         headers,
         // A redirect would re-send the form (or drop the bearer header); treat it as an error.
         redirect: "manual",
         signal: AbortSignal.timeout(timeoutMs),
       });
+      onResponse?.(url, response.status);
+      return response;
     } catch (error) {
-      throw transportError(error);
+      const failure = transportError(error);
+      onResponse?.(url, failure.code === "timeout" ? "timeout" : "network");
+      throw failure;
     }
   }
 

@@ -167,4 +167,10 @@ export interface Upstream {
   fetchUser(accessToken: string): Promise<UpstreamUser>;
   /** Revokes an upstream token (and its pair), RFC 7009. Throws UpstreamError. */
   revokeToken(token: string): Promise<void>;
+  /**
+   * Optional (GitLab has it): the access level of user `userId` in the group `groupPath` (its
+   * full path), directly or through a parent group, read with the user's own token; null when
+   * not a member. Group lists (ALLOWED_GITLAB_GROUPS) need it. Throws UpstreamError.
+   */
+  membership?(accessToken: string, groupPath: string, userId: number): Promise<number | null>;
 }

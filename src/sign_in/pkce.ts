@@ -1,6 +1,6 @@
 /** PKCE verification. @see RFC 7636 §4.6 */
 
-import { sha256Base64Url, timingSafeEqual } from "./crypto.ts";
+import { sha256Base64Url, timingSafeEqual } from "../crypto.ts";
 
 /** The only method we accept (spec §1.5). */
 export const PKCE_METHOD = "S256";

@@ -3,8 +3,8 @@
  * serves it with a fake `/oauth/poll`, drives it in the system Chromium and writes screenshots
  * to /tmp.
  *
- *   deno run -A tests/_page_preview.ts           run the checks; screenshots: /tmp/device-page-*.png
- *   deno run -A tests/_page_preview.ts --serve   only serve, and print URLs to open by hand
+ *   deno run -A dev/page_preview.ts           run the checks; screenshots: /tmp/device-page-*.png
+ *   deno run -A dev/page_preview.ts --serve   only serve, and print URLs to open by hand
  *
  * `GET /authorize?scenario=NAME` renders a page whose fake poll answers:
  *   success      pending, pending, then complete with redirect_uri → /callback?keep=1
@@ -14,14 +14,14 @@
  *   pending      pending forever (add `&expires_in=3` to watch the countdown run out)
  * Optional: `client_name=…`, `expires_in=…`.
  *
- * Not collected by `deno test` (no `_test` suffix); the end-to-end browser test lives elsewhere.
+ * Not a test: the end-to-end browser tests live in tests/ (browser_test.ts and others).
  */
 
 // deno-lint-ignore-file no-console -- a command-line tool reports on the console
 
 import type { Browser, BrowserContextOptions, Page } from "playwright-core";
-import { loadTemplates } from "../src/templates.ts";
-import { chromiumMissing, ignoreBrowserTests, launchBrowser } from "./_browser.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
+import { chromiumMissing, ignoreBrowserTests, launchBrowser } from "../tests/_browser.ts";
 
 const SHOTS = "/tmp/device-page";
 const USER_CODE = "WDJB-MJHT";
@@ -84,6 +84,7 @@ function authorize(url: URL): Response {
     clientId: "mcp-inspector",
     clientName: url.searchParams.get("client_name") ?? undefined,
     issuer: origin,
+    upstream: { displayName: "GitLab", scopes: "api" },
   });
   return new Response(page.html, {
     headers: {

@@ -1,0 +1,207 @@
+/**
+ * What an MCP POST carries, as far as the gateway needs to know: its JSON-RPC method, the name
+ * it acts on (tool, resource URI, prompt) and its id, read from the body for every revision. For
+ * revision 2026-07-28 the request metadata headers (`Mcp-Method`, `Mcp-Name`,
+ * `MCP-Protocol-Version`) must agree with the body; a request whose headers are missing or
+ * disagree is answered 400 with a JSON-RPC `HeaderMismatch` error here and never reaches the MCP
+ * server, so nothing behind us can be told one thing in a header and another in the body.
+ *
+ * @see MCP spec 2026-07-28 "Streamable HTTP": "Request Metadata", "Value Encoding", "Server
+ *   Validation"
+ */
+
+/** The first revision whose requests carry the request metadata headers. */
+export const FIRST_HEADER_REVISION = "2026-07-28";
+/** JSON-RPC error code of a header that is missing or disagrees with the body. */
+export const HEADER_MISMATCH = -32020;
+
+/** Where a 2026-07-28 request names its revision in the body. */
+const PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion";
+
+/** The methods whose `Mcp-Name` mirrors a body field, and which field. */
+const NAME_SOURCE: Readonly<Record<string, "name" | "uri">> = {
+  "tools/call": "name",
+  "prompts/get": "name",
+  "resources/read": "uri",
+};
+
+const SENTINEL_PREFIX = "=?base64?";
+const SENTINEL_SUFFIX = "?=";
+/** RFC 4648 §4 with its padding, as the MCP SDKs decode. */
+const CANONICAL_BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** One JSON-RPC message of a POST, as the audit line and the span describe it. */
+export interface McpMessage {
+  /** Absent for a response sent by the client (earlier revisions). */
+  method?: string;
+  /** The tool name, resource URI or prompt name. */
+  name?: string;
+  /** The JSON-RPC id; absent for a notification. */
+  id?: string | number | null;
+}
+
+/** What the gateway learnt of a POST body. */
+export interface McpPost {
+  /** The messages in the body (several in a batch, none when it is not JSON-RPC). */
+  messages: McpMessage[];
+  /** The protocol revision: the header's, else the body's. */
+  protocolVersion?: string;
+  /** Why the headers are refused, if they are. */
+  mismatch?: string;
+}
+
+/** The request metadata headers of a POST. */
+export interface MetadataHeaders {
+  protocolVersion: string | null;
+  method: string | null;
+  name: string | null;
+}
+
+/** The metadata headers of `headers`. */
+export function metadataHeaders(headers: Headers): MetadataHeaders {
+  return {
+    protocolVersion: headers.get("mcp-protocol-version"),
+    method: headers.get("mcp-method"),
+    name: headers.get("mcp-name"),
+  };
+}
+
+/** Reads a POST's body (already within the size limit) and checks its headers against it. */
+export function inspectPost(body: Uint8Array, headers: MetadataHeaders): McpPost {
+  const parsed = parseJson(body);
+  if (Array.isArray(parsed)) {
+    // Batches exist only before 2026-07-28: carried as today, described message by message.
+    return {
+      messages: parsed.map((message) => describe(message)),
+      protocolVersion: headers.protocolVersion ?? undefined,
+    };
+  }
+  if (!isObject(parsed)) {
+    return { messages: [], protocolVersion: headers.protocolVersion ?? undefined };
+  }
+  const message = describe(parsed);
+  const claimed = claimedRevision(parsed);
+  return {
+    messages: [message],
+    protocolVersion: headers.protocolVersion ?? claimed,
+    mismatch: headerMismatch(parsed, message, claimed, headers),
+  };
+}
+
+/** The JSON-RPC error body of a refused request: 400, `HeaderMismatch`. */
+export function headerMismatchResponse(id: McpMessage["id"], reason: string): Response {
+  const body = {
+    jsonrpc: "2.0",
+    id: id ?? null,
+    error: { code: HEADER_MISMATCH, message: `Header mismatch: ${reason}` },
+  };
+  return new Response(JSON.stringify(body), {
+    status: 400,
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+  });
+}
+
+/** Whether `version` is a revision with request metadata headers (dates compare as text). */
+export function hasRequestHeaders(version: string | undefined): boolean {
+  return version !== undefined && version >= FIRST_HEADER_REVISION;
+}
+
+function parseJson(body: Uint8Array): unknown {
+  if (body.byteLength === 0) return undefined;
+  try {
+    return JSON.parse(new TextDecoder().decode(body));
+  } catch {
+    // Not JSON: the MCP server answers it as it would (a parse error).
+    return undefined;
+  }
+}
+
+function describe(message: unknown): McpMessage {
+  if (!isObject(message)) return {};
+  const { method, id } = message;
+  const described: McpMessage = {};
+  if (typeof method === "string") {
+    described.method = method;
+    const name = nameOf(message, method);
+    if (name !== undefined) described.name = name;
+  }
+  if (typeof id === "string" || typeof id === "number" || id === null) described.id = id;
+  return described;
+}
+
+function nameOf(message: Record<string, unknown>, method: string): string | undefined {
+  const field = Object.hasOwn(NAME_SOURCE, method) ? NAME_SOURCE[method] : undefined;
+  if (field === undefined || !isObject(message.params)) return undefined;
+  const value = message.params[field];
+  return typeof value === "string" ? value : undefined;
+}
+
+/** The revision the body names in `params._meta`, when it names one. */
+function claimedRevision(message: Record<string, unknown>): string | undefined {
+  const params = message.params;
+  if (!isObject(params) || !isObject(params._meta)) return undefined;
+  const version = params._meta[PROTOCOL_VERSION_META_KEY];
+  return typeof version === "string" ? version : undefined;
+}
+
+/**
+ * Why the headers do not go with the body, or undefined when they do. Headers that are present
+ * must agree with the body in every revision (no earlier client sends them); a 2026-07-28
+ * request must also carry the ones its method requires.
+ */
+function headerMismatch(
+  body: Record<string, unknown>,
+  message: McpMessage,
+  claimed: string | undefined,
+  headers: MetadataHeaders,
+): string | undefined {
+  const method = message.method;
+  if (method === undefined) return undefined;
+  if (headers.protocolVersion !== null && claimed !== undefined) {
+    if (headers.protocolVersion !== claimed) {
+      return `the MCP-Protocol-Version header names ${headers.protocolVersion} but the body ${claimed}`;
+    }
+  }
+  const isRequest = Object.hasOwn(body, "id");
+  const modern = hasRequestHeaders(headers.protocolVersion ?? claimed);
+  if (modern && isRequest && headers.protocolVersion === null) {
+    return "the required MCP-Protocol-Version header is absent";
+  }
+  if (headers.method === null) {
+    return modern && isRequest ? "the required Mcp-Method header is absent" : undefined;
+  }
+  if (headers.method !== method) {
+    return `the Mcp-Method header names ${headers.method} but the body ${method}`;
+  }
+  const field = Object.hasOwn(NAME_SOURCE, method) ? NAME_SOURCE[method] : undefined;
+  if (field === undefined) return undefined;
+  if (headers.name === null) {
+    return modern && isRequest && message.name !== undefined
+      ? "the required Mcp-Name header is absent"
+      : undefined;
+  }
+  const named = decodeSentinel(headers.name);
+  if (named === undefined) return "the Mcp-Name header carries an invalid Base64 value";
+  if (message.name !== undefined && named !== message.name) {
+    return `the Mcp-Name header does not match params.${field}`;
+  }
+  return undefined;
+}
+
+/** A header value with its `=?base64?…?=` form decoded; undefined when that form is broken. */
+export function decodeSentinel(value: string): string | undefined {
+  if (!value.startsWith(SENTINEL_PREFIX) || !value.endsWith(SENTINEL_SUFFIX)) return value;
+  const encoded = value.slice(SENTINEL_PREFIX.length, value.length - SENTINEL_SUFFIX.length);
+  if (!CANONICAL_BASE64.test(encoded)) return undefined;
+  try {
+    const binary = atob(encoded);
+    const bytes = Uint8Array.from(binary, (char) => char.charCodeAt(0));
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    return undefined;
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}

@@ -1,0 +1,221 @@
+/**
+ * The gateway's open event streams, each held only while the authorization that opened it
+ * holds. A stream ends when its access token expires, or when its session ends: at once when it
+ * ended in this process (`endSession`, called wherever the verified-token memory forgets a
+ * session), and within a check interval when it ended elsewhere (another instance, the operator's
+ * CLI): one timer per process, running only while streams are open, reads the sessions of all
+ * open streams together (the store's group read makes that one KV read per ten sessions).
+ */
+
+import type { Clock } from "../clock.ts";
+import type { Logger } from "../logger.ts";
+import type { Store } from "../store/mod.ts";
+import type { VerifiedTokens } from "./verified_tokens.ts";
+
+/** How often streams are checked against the store: a revocation elsewhere bites within this. */
+export const STREAM_CHECK_INTERVAL_MS = 2000;
+
+/** The timers the check runs on; tests inject their own. */
+export interface IntervalTimers {
+  setInterval(run: () => void, ms: number): unknown;
+  clearInterval(timer: unknown): void;
+}
+
+const SYSTEM_INTERVALS: IntervalTimers = {
+  setInterval: (run, ms) => setInterval(run, ms),
+  clearInterval: (timer) => clearInterval(timer as ReturnType<typeof setInterval>),
+};
+
+/** What a held stream is held by. */
+export interface StreamAuthorization {
+  /** Our session the access token belongs to. */
+  sessionId: string;
+  /** When the access token expires (milliseconds). */
+  expiresAtMs: number;
+}
+
+/** The registry of open streams. */
+export interface OpenStreams {
+  /**
+   * `body` relayed chunk by chunk, ended (and the MCP server's side cancelled) when `auth` no
+   * longer holds; `finished` runs once when the stream is over, however it ended.
+   */
+  hold(
+    body: ReadableStream<Uint8Array>,
+    auth: StreamAuthorization,
+    observer: StreamObserver,
+  ): ReadableStream<Uint8Array>;
+  /** Ends every stream of a session that just ended in this process. */
+  endSession(sessionId: string): void;
+  /** Checks every open stream now (what the timer runs). */
+  check(): Promise<void>;
+  /** How many streams are open. */
+  readonly size: number;
+}
+
+/** Who watches a held stream: `see` each chunk as it passes, `finished` once at its end. */
+export interface StreamObserver {
+  see?: (chunk: Uint8Array) => void;
+  finished: (why: StreamEnd) => void;
+}
+
+/** How a held stream ended. */
+export type StreamEnd = "complete" | "client_closed" | "revoked" | "expired" | "failed";
+
+interface Held extends StreamAuthorization {
+  end(why: StreamEnd): void;
+}
+
+/** What the registry needs. */
+export interface OpenStreamsDeps {
+  store: Pick<Store, "getSession">;
+  clock: Clock;
+  logger: Logger;
+  timers?: IntervalTimers;
+  checkEveryMs?: number;
+}
+
+/** An empty registry. */
+export function createOpenStreams(deps: OpenStreamsDeps): OpenStreams {
+  const timers = deps.timers ?? SYSTEM_INTERVALS;
+  const everyMs = deps.checkEveryMs ?? STREAM_CHECK_INTERVAL_MS;
+  const streams = new Set<Held>();
+  let timer: unknown;
+  let checking = false;
+
+  function add(held: Held): void {
+    streams.add(held);
+    if (timer === undefined) {
+      timer = timers.setInterval(() => void check(), everyMs);
+      // A process with only streams open may still exit (tests, a shutdown).
+      if (typeof timer === "number") Deno.unrefTimer(timer);
+    }
+  }
+
+  function remove(held: Held): void {
+    streams.delete(held);
+    if (streams.size === 0 && timer !== undefined) {
+      timers.clearInterval(timer);
+      timer = undefined;
+    }
+  }
+
+  async function check(): Promise<void> {
+    if (checking || streams.size === 0) return;
+    checking = true;
+    try {
+      const now = deps.clock.now();
+      for (const held of [...streams]) {
+        if (held.expiresAtMs <= now) held.end("expired");
+      }
+      const sessionIds = [...new Set([...streams].map((held) => held.sessionId))];
+      const sessions = await Promise.all(sessionIds.map((id) => deps.store.getSession(id)));
+      const ended = new Set(sessionIds.filter((_, index) => sessions[index] === null));
+      for (const held of [...streams]) {
+        if (ended.has(held.sessionId)) held.end("revoked");
+      }
+    } catch (error) {
+      // The store did not answer: the streams stay until the next check.
+      deps.logger.warn("open stream check failed", { error: String(error) });
+    } finally {
+      checking = false;
+    }
+  }
+
+  return {
+    hold(body, auth, observer) {
+      let held: Held | undefined;
+      return relay(body, {
+        see: observer.see,
+        finished(why) {
+          if (held) remove(held);
+          observer.finished(why);
+        },
+      }, (end) => {
+        held = { ...auth, end };
+        add(held);
+      });
+    },
+    endSession(sessionId) {
+      for (const held of [...streams]) {
+        if (held.sessionId === sessionId) held.end("revoked");
+      }
+    },
+    check,
+    get size() {
+      return streams.size;
+    },
+  };
+}
+
+/**
+ * `source` passed on chunk by chunk as it arrives (an SSE keep-alive is not held back), with a
+ * handle to end it from outside. `register` receives that handle before the first read.
+ */
+function relay(
+  source: ReadableStream<Uint8Array>,
+  observer: StreamObserver,
+  register: (end: (why: StreamEnd) => void) => void,
+): ReadableStream<Uint8Array> {
+  const reader = source.getReader();
+  let over = false;
+  let controller: ReadableStreamDefaultController<Uint8Array> | undefined;
+  const finish = (why: StreamEnd) => {
+    if (over) return false;
+    over = true;
+    observer.finished(why);
+    return true;
+  };
+  const end = (why: StreamEnd) => {
+    if (!finish(why)) return;
+    reader.cancel().catch(() => {});
+    try {
+      controller?.close();
+    } catch {
+      // Already closed or errored.
+    }
+  };
+  return new ReadableStream<Uint8Array>({
+    start(c) {
+      controller = c;
+      register(end);
+    },
+    async pull(c) {
+      try {
+        const { done, value } = await reader.read();
+        if (over) return;
+        if (done) {
+          finish("complete");
+          c.close();
+        } else {
+          observer.see?.(value);
+          c.enqueue(value);
+        }
+      } catch (error) {
+        if (finish("failed")) c.error(error);
+      }
+    },
+    cancel(reason) {
+      // The client left: that is how a 2026-07-28 client cancels its request.
+      finish("client_closed");
+      return reader.cancel(reason);
+    },
+  }, { highWaterMark: 0 });
+}
+
+/**
+ * `verifiedTokens` whose `forgetSession` (called wherever a session ends in this process) also
+ * ends that session's open streams.
+ */
+export function endingStreamsWithSessions(
+  verifiedTokens: VerifiedTokens,
+  streams: Pick<OpenStreams, "endSession">,
+): VerifiedTokens {
+  return {
+    ...verifiedTokens,
+    forgetSession(sessionId) {
+      verifiedTokens.forgetSession(sessionId);
+      streams.endSession(sessionId);
+    },
+  };
+}

@@ -1,0 +1,88 @@
+/**
+ * A POST body read whole, within a size limit and a time limit, so the gateway can read its
+ * JSON-RPC message and forward the very same bytes.
+ */
+
+import { OAuthError } from "../http/errors.ts";
+
+/**
+ * The largest MCP POST body the gateway takes: tool arguments may carry whole files, so far
+ * above the OAuth endpoints' 64 KiB, yet bounded (the body is held in memory).
+ */
+export const MAX_MCP_BODY_BYTES = 4 * 1024 * 1024;
+
+/** The body's bytes; 413 past `MAX_MCP_BODY_BYTES`, 408 when `signal` aborts first. */
+export async function readBoundedBody(
+  request: Request,
+  signal: AbortSignal,
+): Promise<Uint8Array<ArrayBuffer>> {
+  const declared = request.headers.get("content-length");
+  if (declared !== null && Number(declared) > MAX_MCP_BODY_BYTES) throw tooLarge();
+  if (!request.body) return new Uint8Array();
+  const aborted = abortedBy(signal);
+  try {
+    // With a declared length the body cannot grow past it: read natively, in one go.
+    if (declared !== null) return await Promise.race([request.bytes(), aborted.promise]);
+    return await readChunks(request.body, aborted.promise);
+  } catch (error) {
+    if (error instanceof OAuthError) throw error;
+    throw new OAuthError(400, "invalid_request", "Could not read the request body");
+  } finally {
+    aborted.dispose();
+  }
+}
+
+async function readChunks(
+  body: ReadableStream<Uint8Array>,
+  aborted: Promise<never>,
+): Promise<Uint8Array<ArrayBuffer>> {
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    for (;;) {
+      const { done, value } = await Promise.race([reader.read(), aborted]);
+      if (done) break;
+      size += value.byteLength;
+      if (size > MAX_MCP_BODY_BYTES) throw tooLarge();
+      chunks.push(value);
+    }
+  } catch (error) {
+    reader.cancel().catch(() => {});
+    throw error;
+  }
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/** A promise rejected with 408 when `signal` aborts; `dispose` stops listening. */
+function abortedBy(signal: AbortSignal): { promise: Promise<never>; dispose(): void } {
+  let onAbort = () => {};
+  const promise = new Promise<never>((_, reject) => {
+    onAbort = () => reject(bodyTimeout());
+    if (signal.aborted) onAbort();
+    else signal.addEventListener("abort", onAbort, { once: true });
+  });
+  promise.catch(() => {});
+  return { promise, dispose: () => signal.removeEventListener("abort", onAbort) };
+}
+
+/** Not kept alive: what is left of the body would be read as the next request. */
+function bodyTimeout(): OAuthError {
+  return new OAuthError(408, "invalid_request", "Request body not received in time", {
+    "Connection": "close",
+  });
+}
+
+function tooLarge(): OAuthError {
+  return new OAuthError(
+    413,
+    "invalid_request",
+    `Request body exceeds ${MAX_MCP_BODY_BYTES} bytes`,
+  );
+}

@@ -1,0 +1,33 @@
+/**
+ * A proxy on the same host without TRUST_PROXY: every request then comes from loopback, which
+ * is exempt from the rate limits (RATE_LIMIT_LOOPBACK=exempt) and names no client, so the limits
+ * are silently off. The first loopback request carrying `X-Forwarded-For` or `Forwarded` while
+ * TRUST_PROXY is unset logs one warning with the fix; once per app, never per request.
+ *
+ * @see README "Abuse limits", RFC 7239
+ */
+
+import type { Logger } from "../logger.ts";
+import { isLoopbackIp } from "./ip_address.ts";
+
+/** Looks at a request's socket peer and headers; warns at most once. */
+export type ProxyWarning = (headers: Headers, peer: () => string) => void;
+
+/** The check for an app; a no-op when TRUST_PROXY is set. */
+export function createUnconfiguredProxyWarning(
+  trustsProxies: boolean,
+  logger: Logger,
+): ProxyWarning {
+  let warned = trustsProxies;
+  return (headers, peer) => {
+    if (warned) return;
+    if (!headers.has("x-forwarded-for") && !headers.has("forwarded")) return;
+    if (!isLoopbackIp(peer())) return;
+    warned = true;
+    logger.warn(
+      "a proxy on this host forwards requests but TRUST_PROXY is unset: every client counts " +
+        "as loopback (exempt from rate limits, one address for all); set TRUST_PROXY to the " +
+        "proxy's address (e.g. 127.0.0.1/32,::1/128) and BASE_URL",
+    );
+  };
+}

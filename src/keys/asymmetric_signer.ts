@@ -1,0 +1,77 @@
+/**
+ * Access tokens signed with a private key (ACCESS_TOKEN_ALG=ES256 or EdDSA), so a resource
+ * server verifies them with the published public keys and cannot mint any. The first key
+ * signs and names itself in the header's `kid`; every key verifies, so a token of a key that
+ * moved second still verifies until the key is removed.
+ *
+ * @see RFC 7515 §4.1.4 (kid), RFC 7517 (JWKS), RFC 9068 §2.2 (jti, client_id)
+ */
+
+import {
+  compactVerify,
+  errors,
+  importJWK,
+  type JWTHeaderParameters,
+  jwtVerify,
+  SignJWT,
+} from "jose";
+import { randomToken } from "../crypto.ts";
+import type { AccessTokenClaims, TokenSigner } from "../jwt.ts";
+import { type AsymmetricAlgorithm, type PrivateSigningJwk, publicJwkOf } from "./signing_keys.ts";
+
+/** A signer over `keys` (checked, all of `algorithm`): the first signs, each verifies. */
+export function createAsymmetricTokenSigner(
+  keys: readonly PrivateSigningJwk[],
+  algorithm: AsymmetricAlgorithm,
+): TokenSigner {
+  if (keys.length === 0) throw new TypeError("createAsymmetricTokenSigner needs a key");
+  const signing = keys[0];
+  let privateKey: Promise<CryptoKey> | undefined;
+  const signingKey = () =>
+    privateKey ??= importJWK({ ...signing, alg: algorithm }, algorithm) as Promise<CryptoKey>;
+  const publicKeys = new Map<string, Promise<CryptoKey>>();
+
+  /** The public key a token's header names; an unknown or absent `kid` matches none. */
+  function keyFor(header: JWTHeaderParameters): Promise<CryptoKey> {
+    const kid = header.kid;
+    const jwk = keys.find((key) => key.kid === kid);
+    if (kid === undefined || !jwk) return Promise.reject(new errors.JWKSNoMatchingKey());
+    let key = publicKeys.get(kid);
+    if (!key) {
+      key = importJWK(publicJwkOf(jwk), algorithm) as Promise<CryptoKey>;
+      publicKeys.set(kid, key);
+    }
+    return key;
+  }
+
+  return {
+    publicKeys: keys.map(publicJwkOf),
+    async sign(claims, nowMs, ttlSeconds) {
+      const iat = Math.floor(nowMs / 1000);
+      return await new SignJWT({ ...claims, jti: randomToken(16) })
+        .setProtectedHeader({ alg: algorithm, typ: "JWT", kid: signing.kid })
+        .setIssuedAt(iat)
+        .setExpirationTime(iat + ttlSeconds)
+        .sign(await signingKey());
+    },
+    async verify(token, issuer, nowMs, clockToleranceSeconds = 0) {
+      const { payload } = await jwtVerify(token, keyFor, {
+        algorithms: [algorithm],
+        issuer,
+        currentDate: new Date(nowMs),
+        clockTolerance: clockToleranceSeconds,
+        requiredClaims: ["exp"],
+      });
+      return payload as unknown as AccessTokenClaims;
+    },
+    async readSigned(token) {
+      try {
+        const { payload } = await compactVerify(token, keyFor, { algorithms: [algorithm] });
+        const claims: unknown = JSON.parse(new TextDecoder().decode(payload));
+        return typeof claims === "object" && claims !== null ? claims : null;
+      } catch {
+        return null;
+      }
+    },
+  };
+}

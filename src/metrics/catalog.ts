@@ -1,0 +1,249 @@
+/**
+ * Every metric the service exposes at `GET /metrics` (issue 23 §3), its labels and the values
+ * each label takes. Call sites record with one line (`deps.metrics.x.inc({...})`); every label
+ * here has a bounded set of values: route keys, status codes, our own outcome words, and names
+ * from outside (gateway methods and tools) kept to the first ones seen.
+ *
+ * Counters count in this process only: with several processes Prometheus scrapes each and
+ * `sum()` adds them. `sessions_alive` is read from the shared store, so every process reports
+ * the same number (`max()` it).
+ */
+
+import type { Clock } from "../clock.ts";
+import { OAuthError } from "../http/errors.ts";
+import { BoundedLabel, type Counter, type Histogram, NO_LABELS, Registry } from "./registry.ts";
+import { createSessionsAlive } from "./sessions_alive.ts";
+
+const PREFIX = "gitlab_mcp_auth_";
+
+/** Request latencies, in seconds: 1 ms to 10 s. */
+const REQUEST_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+/** KV commit latencies, in seconds: 0.1 ms to 1 s. */
+const COMMIT_BUCKETS = [
+  0.0001,
+  0.00025,
+  0.0005,
+  0.001,
+  0.0025,
+  0.005,
+  0.01,
+  0.025,
+  0.05,
+  0.1,
+  0.25,
+  1,
+];
+
+/** How many distinct gateway tool names and JSON-RPC methods get a label value of their own. */
+export const MAX_TOOL_LABELS = 100;
+export const MAX_METHOD_LABELS = 50;
+
+/** The route label of a request no route serves (404, or a Host header refused first). */
+export const UNKNOWN_ROUTE = "unknown";
+/** The route label of the gateway's MCP path. */
+export const MCP_ROUTE = "mcp";
+/** The method label of a gateway request whose JSON-RPC message is not read (yet). */
+export const UNPARSED_METHOD = "unparsed";
+/** The tool label of a gateway message that calls no tool. */
+export const NO_TOOL = "none";
+
+export type SignInMode = "device" | "redirect";
+/**
+ * How a sign-in ended: `completed` (session and code stored), `denied` (the user said no, on our
+ * consent page or upstream), `failed` (the upstream failed it), `expired` (the device code ran
+ * out), `refused` (the user is not on the sign-in allow-list, issue 23 §1).
+ */
+export type SignInOutcome = "completed" | "denied" | "failed" | "expired" | "refused";
+/** `issued`, or the OAuth error code the token endpoint answered. */
+export type GrantOutcome = "issued" | OAuthError["code"];
+export type GrantTypeLabel = "authorization_code" | "refresh_token" | "other";
+/**
+ * A rotated refresh token presented again: answered from the grace window (`grace`), its session
+ * ended (`session_ended`, REVOKE_ON_REFRESH_REPLAY) or only refused (`refused`).
+ */
+export type RefreshReplayOutcome = "grace" | "session_ended" | "refused";
+/** What `POST /revoke` did: ended a session, or found none for the token. */
+export type RevocationOutcome = "session_ended" | "no_session";
+/**
+ * A gateway message: forwarded (`allowed`), refused by the gateway's policy (`denied`), or
+ * forwarded but the MCP server could not be reached or timed out (`upstream_error`).
+ */
+export type GatewayOutcome = "allowed" | "denied" | "upstream_error";
+/** An HTTP call's status, or why it has none. */
+export type CallResult = number | "timeout" | "network";
+/** The rate-limit buckets (`RateLimitBucket`). */
+export type BucketLabel = "authorize" | "poll" | "token" | "register" | "introspect";
+
+/** The gateway's messages, with method and tool names bounded. */
+export interface GatewayMessages {
+  inc(labels: { method: string; outcome: GatewayOutcome; tool: string }): void;
+}
+
+/** The service's metrics. */
+export interface Metrics {
+  /** One finished request: its route label, status and duration in milliseconds. */
+  observeRequest(route: string, status: number, ms: number): void;
+  requests: Counter<{ route: string; status: string }>;
+  requestDuration: Histogram<{ route: string }>;
+  signInsStarted: Counter<{ mode: SignInMode }>;
+  signInsFinished: Counter<{ mode: SignInMode; outcome: SignInOutcome }>;
+  tokenGrants: Counter<{ grant_type: GrantTypeLabel; outcome: GrantOutcome }>;
+  /** Runs one token grant and counts its outcome: `issued`, or the error it threw. */
+  countGrant(grantType: string | undefined, run: () => Promise<Response>): Promise<Response>;
+  refreshReplays: Counter<{ outcome: RefreshReplayOutcome }>;
+  revocations: Counter<{ outcome: RevocationOutcome }>;
+  gatewayMessages: GatewayMessages;
+  /** The MCP server's answers to forwarded requests, by status (or timeout, network). */
+  mcpUpstreamResponses: Counter<{ status: string }>;
+  /** One call to GitLab: which endpoint, and its status (or timeout, network). */
+  observeGitLabCall(endpoint: string, result: CallResult): void;
+  gitlabRequests: Counter<{ endpoint: string; status: string }>;
+  rateLimitRefusals: Counter<{ bucket: BucketLabel }>;
+  /** One KV commit's duration in milliseconds. */
+  observeStoreCommit(ms: number): void;
+  storeCommitDuration: Histogram<Record<never, string>>;
+  /** The exposition text. */
+  render(): Promise<string>;
+}
+
+/** What the metrics read: the clock, and how many sessions are alive (read at most once a minute). */
+export interface MetricsSources {
+  clock: Clock;
+  countLiveSessions(): Promise<number>;
+}
+
+/** The service's metrics, in a registry of their own. */
+export function createMetrics(sources: MetricsSources): Metrics {
+  const registry = new Registry();
+  const requests = registry.counter<{ route: string; status: string }>({
+    name: `${PREFIX}http_requests_total`,
+    help: "HTTP requests answered, by route (the route table's path, mcp, or unknown) and status.",
+    labelNames: ["route", "status"],
+  });
+  const requestDuration = registry.histogram<{ route: string }>({
+    name: `${PREFIX}http_request_duration_seconds`,
+    help: "Time to answer a request (to the response headers), by route.",
+    labelNames: ["route"],
+    buckets: REQUEST_BUCKETS,
+  });
+  const signInsStarted = registry.counter<{ mode: SignInMode }>({
+    name: `${PREFIX}sign_ins_started_total`,
+    help: "Sign-ins started: a device flow at the upstream, or a redirect sign-in at /authorize.",
+    labelNames: ["mode"],
+  });
+  const signInsFinished = registry.counter<{ mode: SignInMode; outcome: SignInOutcome }>({
+    name: `${PREFIX}sign_ins_finished_total`,
+    help: "Sign-ins ended: completed, denied, failed, expired, or refused (allow-list).",
+    labelNames: ["mode", "outcome"],
+  });
+  const tokenGrants = registry.counter<{ grant_type: GrantTypeLabel; outcome: GrantOutcome }>({
+    name: `${PREFIX}token_grants_total`,
+    help: "Token requests by grant type and outcome (issued, or the OAuth error code).",
+    labelNames: ["grant_type", "outcome"],
+  });
+  const refreshReplays = registry.counter<{ outcome: RefreshReplayOutcome }>({
+    name: `${PREFIX}refresh_replays_total`,
+    help: "Rotated refresh tokens presented again: within grace, session ended, or refused.",
+    labelNames: ["outcome"],
+    initial: [{ outcome: "grace" }, { outcome: "session_ended" }, { outcome: "refused" }],
+  });
+  const revocations = registry.counter<{ outcome: RevocationOutcome }>({
+    name: `${PREFIX}revocations_total`,
+    help: "POST /revoke requests: a session ended, or no session for the token.",
+    labelNames: ["outcome"],
+    initial: [{ outcome: "session_ended" }, { outcome: "no_session" }],
+  });
+  const gatewayCounter = registry.counter<
+    { method: string; outcome: GatewayOutcome; tool: string }
+  >({
+    name: `${PREFIX}gateway_messages_total`,
+    help:
+      `MCP messages at the gateway by JSON-RPC method, outcome and tool (first ${MAX_TOOL_LABELS} names, then other).`,
+    labelNames: ["method", "outcome", "tool"],
+  });
+  const mcpUpstreamResponses = registry.counter<{ status: string }>({
+    name: `${PREFIX}gateway_upstream_responses_total`,
+    help: "The MCP server's answers to forwarded requests, by status (or timeout, network).",
+    labelNames: ["status"],
+  });
+  const gitlabRequests = registry.counter<{ endpoint: string; status: string }>({
+    name: `${PREFIX}gitlab_requests_total`,
+    help: "Calls to GitLab by endpoint and status (or timeout, network).",
+    labelNames: ["endpoint", "status"],
+  });
+  const rateLimitRefusals = registry.counter<{ bucket: BucketLabel }>({
+    name: `${PREFIX}rate_limit_refusals_total`,
+    help: "Requests refused with 429 by the per-client-IP limits, by bucket.",
+    labelNames: ["bucket"],
+    initial: [{ bucket: "authorize" }, { bucket: "poll" }, { bucket: "token" }, {
+      bucket: "register",
+    }],
+  });
+  const storeCommitDuration = registry.histogram<Record<never, string>>({
+    name: `${PREFIX}store_commit_duration_seconds`,
+    help: "Duration of each KV commit (a group commit counts once).",
+    labelNames: [],
+    buckets: COMMIT_BUCKETS,
+  });
+  const sessionsAlive = createSessionsAlive(sources);
+  registry.gauge({
+    name: `${PREFIX}sessions_alive`,
+    help: "Live sessions in the store (shared by every process), counted at most once a minute.",
+    read: sessionsAlive.read,
+  });
+
+  const tools = new BoundedLabel(MAX_TOOL_LABELS);
+  const methods = new BoundedLabel(MAX_METHOD_LABELS);
+
+  return {
+    observeRequest(route, status, ms) {
+      requests.inc({ route, status: String(status) });
+      requestDuration.observe({ route }, ms / 1000);
+    },
+    requests,
+    requestDuration,
+    signInsStarted,
+    signInsFinished,
+    tokenGrants,
+    async countGrant(grantType, run) {
+      const grant_type = grantTypeLabel(grantType);
+      try {
+        const response = await run();
+        tokenGrants.inc({ grant_type, outcome: "issued" });
+        return response;
+      } catch (error) {
+        const outcome = error instanceof OAuthError ? error.code : "server_error";
+        tokenGrants.inc({ grant_type, outcome });
+        throw error;
+      }
+    },
+    refreshReplays,
+    revocations,
+    gatewayMessages: {
+      inc({ method, outcome, tool }) {
+        gatewayCounter.inc({ method: methods.of(method), outcome, tool: tools.of(tool) });
+      },
+    },
+    mcpUpstreamResponses,
+    observeGitLabCall(endpoint, result) {
+      gitlabRequests.inc({ endpoint, status: String(result) });
+    },
+    gitlabRequests,
+    rateLimitRefusals,
+    observeStoreCommit(ms) {
+      storeCommitDuration.observe(NO_LABELS, ms / 1000);
+    },
+    storeCommitDuration,
+    render: () => registry.render(),
+  };
+}
+
+/** How an upstream error code ends a sign-in: the user's no, the code's expiry, or a failure. */
+export function signInFailure(code: string | undefined): "denied" | "expired" | "failed" {
+  if (code === "access_denied") return "denied";
+  return code === "expired_token" ? "expired" : "failed";
+}
+
+function grantTypeLabel(grantType: string | undefined): GrantTypeLabel {
+  return grantType === "authorization_code" || grantType === "refresh_token" ? grantType : "other";
+}

@@ -1,0 +1,49 @@
+/**
+ * `POST /introspect` (RFC 7662), for resource servers that want revocation to count at once:
+ * exists only with INTROSPECTION_TOKENS, answers only callers presenting one of them as a
+ * Bearer credential, and counts each caller's requests against RATE_LIMIT_INTROSPECT.
+ *
+ * @see RFC 7662 §2
+ */
+
+import type { OAuthRequestContext } from "../http/context.ts";
+import { OAuthError } from "../http/errors.ts";
+import { readParams } from "../http/params.ts";
+import { enforceRateLimit, enforceSubjectRateLimit } from "../http/rate_limit.ts";
+import { json, NO_STORE } from "../http/responses.ts";
+import { createCallerCheck } from "../introspection/callers.ts";
+import { introspect } from "../introspection/introspect.ts";
+
+/** Introspects the form's `token`; `token_type_hint` is accepted and not needed. */
+export async function handleIntrospect(ctx: OAuthRequestContext): Promise<Response> {
+  const { deps } = ctx;
+  const caller = authenticatedCaller(ctx);
+  if (caller === undefined) {
+    // Guessing at credentials counts against the guesser's address.
+    await enforceRateLimit(deps, "introspect", ctx.clientAddress());
+    throw new OAuthError(
+      401,
+      "invalid_token",
+      "Introspection needs one of INTROSPECTION_TOKENS as Bearer",
+      { "WWW-Authenticate": 'Bearer realm="introspection", error="invalid_token"' },
+    );
+  }
+  await enforceSubjectRateLimit(deps, "introspect", `caller:${caller}`);
+  const params = await readParams(ctx.request, deps.config.requestBodyTimeoutMs);
+  const token = params.get("token");
+  if (token === undefined || token === "") {
+    throw new OAuthError(400, "invalid_request", "Missing token");
+  }
+  const answer = await introspect(
+    { signer: ctx.oauth.signer, store: deps.store, clock: deps.clock },
+    token,
+  );
+  return json(answer, 200, NO_STORE);
+}
+
+function authenticatedCaller(ctx: OAuthRequestContext): string | undefined {
+  const header = ctx.request.headers.get("authorization") ?? "";
+  const presented = header.match(/^Bearer[ \t]+(\S+)[ \t]*$/i)?.[1];
+  if (presented === undefined) return undefined;
+  return createCallerCheck(ctx.deps.config.introspectionTokens ?? [])(presented);
+}

@@ -1,0 +1,30 @@
+/**
+ * `GET /metrics` (only with METRICS_TOKEN set): this process's metrics in the Prometheus text
+ * format, for a scraper presenting `Authorization: Bearer <METRICS_TOKEN>`; 401 otherwise.
+ */
+
+import { timingSafeEqual } from "../crypto.ts";
+import type { RequestContext } from "../http/context.ts";
+import { OAuthError } from "../http/errors.ts";
+
+/** The exposition format's content type. */
+export const METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8";
+
+/** Handles `GET /metrics`. */
+export async function handleMetrics(ctx: RequestContext): Promise<Response> {
+  const token = ctx.deps.config.metricsToken;
+  if (token === undefined || !presentsToken(ctx.request, token)) {
+    throw new OAuthError(401, "invalid_token", "Metrics need the metrics bearer token", {
+      "WWW-Authenticate": 'Bearer realm="metrics"',
+    });
+  }
+  return new Response(await ctx.deps.metrics.render(), {
+    headers: { "Content-Type": METRICS_CONTENT_TYPE, "Cache-Control": "no-store" },
+  });
+}
+
+/** Whether the request's `Authorization` is `Bearer <token>` (compared in constant time). */
+function presentsToken(request: Request, token: string): boolean {
+  const match = request.headers.get("authorization")?.match(/^Bearer +(\S+) *$/i);
+  return match !== null && match !== undefined && timingSafeEqual(match[1], token);
+}

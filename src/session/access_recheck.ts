@@ -1,0 +1,64 @@
+/**
+ * Who may sign in, asked again on the refresh grant: at most every ACCESS_RECHECK_SECONDS per
+ * session, with the session's own (fresh) GitLab token. While GitLab cannot answer (network,
+ * 5xx, 429) the last decision stands for at most LAST_DECISION_STANDS_MS, then the refresh
+ * fails closed; the session is kept for when GitLab answers again.
+ *
+ * @see README.md "Who can sign in"
+ */
+
+import { decideAccess } from "../access/admission.ts";
+import { admits, isRestricted, refusalReason } from "../access/policy.ts";
+import type { Clock } from "../clock.ts";
+import { accessPolicyOf, type Config } from "../config/mod.ts";
+import type { Store } from "../store/mod.ts";
+import type { SessionRecord } from "../store/records.ts";
+import { type Upstream, UpstreamError } from "../upstream/types.ts";
+
+/** How long the last decision GitLab answered stands while it cannot be asked. */
+export const LAST_DECISION_STANDS_MS = 60 * 60 * 1000;
+
+/** What the re-check needs. */
+export interface RecheckDeps {
+  store: Store;
+  clock: Clock;
+  upstream: Upstream;
+  config: Config;
+}
+
+/** What the re-check came to. */
+export type Recheck =
+  /** `session` carries the new decision when GitLab was asked. */
+  | { kind: "admitted"; session: SessionRecord }
+  /** No longer admitted: the session must end. `reason` is for the operator's log. */
+  | { kind: "refused"; reason: string }
+  /** GitLab has not answered for longer than the last decision may stand. */
+  | { kind: "unconfirmed" };
+
+/** Re-checks `session` when due; never throws for GitLab's failures. */
+export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): Promise<Recheck> {
+  const { store, clock, upstream, config } = deps;
+  const policy = accessPolicyOf(config);
+  if (!isRestricted(policy)) return { kind: "admitted", session };
+  const now = clock.now();
+  const last = session.access;
+  if (last && now - last.checkedAt < config.access.recheckSeconds * 1000) {
+    return { kind: "admitted", session };
+  }
+  const tokens = await store.openUpstreamTokens(session);
+  if (!tokens) return { kind: "unconfirmed" };
+  const user = { id: session.upstreamUserId, username: session.upstreamUsername };
+  try {
+    const access = await decideAccess(upstream, policy, tokens.accessToken, user, now);
+    if (!admits(access)) return { kind: "refused", reason: refusalReason(policy, access) };
+    return { kind: "admitted", session: { ...session, access } };
+  } catch (error) {
+    if (!(error instanceof UpstreamError)) throw error;
+    // GitLab refusing the user's token itself (revoked, blocked account) is an answer.
+    if (error.failure === "terminal") {
+      return { kind: "refused", reason: `GitLab refused the token (${error.code})` };
+    }
+    const stands = last !== undefined && now - last.checkedAt <= LAST_DECISION_STANDS_MS;
+    return stands ? { kind: "admitted", session } : { kind: "unconfirmed" };
+  }
+}

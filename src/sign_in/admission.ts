@@ -1,0 +1,78 @@
+/**
+ * Whether a sign-in may complete (ALLOWED_GITLAB_GROUPS, ALLOWED_GITLAB_USERS): asked once the
+ * upstream has named the user, in both sign-in modes, before our authorization code exists. A
+ * refused sign-in's GitLab token is revoked at once and the refusal logged as a warning with
+ * the username and the reason; the caller answers the mode's refusal.
+ *
+ * @see README.md "Who can sign in"
+ */
+
+import { decideAccess } from "../access/admission.ts";
+import { admits, isRestricted, refusalReason } from "../access/policy.ts";
+import { accessPolicyOf } from "../config/mod.ts";
+import type { OAuthRequestContext } from "../http/context.ts";
+import { redact } from "../logger.ts";
+import type { SessionAccess, UpstreamTokenSet } from "../store/records.ts";
+import type { UpstreamProfile, UpstreamUser } from "../upstream/types.ts";
+
+/** What the lists say of a signed-in user. */
+export type SignInAdmission =
+  /** `access` is absent when no list restricts who may sign in. */
+  | { kind: "admitted"; access?: SessionAccess }
+  /** `message` is for the user: their account, and what to do. */
+  | { kind: "refused"; message: string };
+
+/**
+ * Asks the upstream whether `user` may sign in; on a refusal revokes `tokens` (best effort) and
+ * logs it. Throws UpstreamError when the upstream cannot be asked (the caller's usual handling:
+ * the device flow stays pending, the redirect returns `temporarily_unavailable`).
+ */
+export async function admitSignIn(
+  ctx: OAuthRequestContext,
+  tokens: UpstreamTokenSet,
+  user: UpstreamUser,
+): Promise<SignInAdmission> {
+  const policy = accessPolicyOf(ctx.deps.config);
+  if (!isRestricted(policy)) return { kind: "admitted" };
+  const { upstream } = ctx.oauth;
+  const access = await decideAccess(
+    upstream,
+    policy,
+    tokens.accessToken,
+    user,
+    ctx.deps.clock.now(),
+  );
+  if (admits(access)) return { kind: "admitted", access };
+  ctx.deps.logger.warn("sign-in refused: account not allowed", {
+    requestId: ctx.requestId,
+    gitlabUser: user.username,
+    reason: refusalReason(policy, access),
+  });
+  await revokeRefusedToken(ctx, tokens.accessToken);
+  ctx.deps.metrics.signInsFinished.inc({
+    mode: ctx.deps.config.upstream.signIn,
+    outcome: "refused",
+  });
+  return { kind: "refused", message: refusalMessage(upstream.profile, user.username) };
+}
+
+/** What a refused user reads: which account, that it is not allowed here, and what to do. */
+export function refusalMessage(profile: UpstreamProfile, username: string): string {
+  return `The ${profile.displayName} account @${username} is not allowed to sign in here. ` +
+    `Ask the operator of this service to admit it, or sign in to ${profile.displayName} ` +
+    `with another account and try again.`;
+}
+
+/** Revokes the refused user's token (and its refresh token with it); a failure is logged. */
+async function revokeRefusedToken(ctx: OAuthRequestContext, accessToken: string): Promise<void> {
+  const { upstream } = ctx.oauth;
+  try {
+    await upstream.revokeToken(accessToken);
+  } catch (error) {
+    ctx.deps.logger.warn(`${upstream.profile.displayName} token revocation failed`, {
+      requestId: ctx.requestId,
+      gitlabToken: redact(accessToken),
+      error: String(error),
+    });
+  }
+}

@@ -1,0 +1,92 @@
+/**
+ * Opening the KV that KV_PATH names, for the service and for the operator's CLI. A KV that
+ * cannot be opened is a configuration error naming KV_PATH and saying why (most often: its
+ * folder does not exist), never a stack trace.
+ */
+
+import { dirname, resolve } from "node:path";
+import { ConfigError } from "../config/mod.ts";
+
+/**
+ * What KV_PATH names: Deno's default location (unset), a store of this process alone
+ * (`:memory:`), a KV Connect server (http or https URL), or a file.
+ */
+export type KvLocation = "default" | "memory" | "remote" | "file";
+
+export function kvLocation(path: string | undefined): KvLocation {
+  if (path === undefined) return "default";
+  if (path === ":memory:") return "memory";
+  if (/^https?:\/\//i.test(path)) return "remote";
+  return "file";
+}
+
+/**
+ * Opens the KV at `path` (Deno's default when undefined); a file is created if its folder
+ * exists. Throws ConfigError naming KV_PATH when it cannot be opened.
+ */
+export async function openKv(path: string | undefined): Promise<Deno.Kv> {
+  try {
+    return await Deno.openKv(path);
+  } catch (error) {
+    const where = path ?? "Deno's default KV";
+    throw new ConfigError("KV_PATH", `cannot open ${where}: ${await whyNotOpened(path, error)}`);
+  }
+}
+
+/**
+ * For the operator's CLI, which must work on the service's store and never on a new, empty
+ * one: why `path` names no existing store, or undefined when it may (a KV Connect URL cannot be
+ * checked from here: the server answers for it).
+ */
+export async function existingStoreProblem(path: string | undefined): Promise<string | undefined> {
+  switch (kvLocation(path)) {
+    case "default":
+      return "KV_PATH is not set: set it to the service's KV (its file, or its KV Connect URL); " +
+        "without it Deno's default KV would be opened, which is not the service's";
+    case "memory":
+      return "KV_PATH=:memory: is a store of this process alone: set the service's KV file " +
+        "or KV Connect URL";
+    case "remote":
+      return undefined;
+    case "file":
+      return await missingFileProblem(path ?? "");
+  }
+}
+
+async function missingFileProblem(path: string): Promise<string | undefined> {
+  let info: Deno.FileInfo;
+  try {
+    info = await Deno.stat(path);
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) return `cannot open KV ${path}: ${error}`;
+    const folder = await missingFolder(path);
+    return `cannot open KV ${path}: ` +
+      (folder
+        ? `the folder ${folder} does not exist`
+        : "no such file; KV_PATH must name the KV file of the running service");
+  }
+  return info.isFile ? undefined : `cannot open KV ${path}: not a file`;
+}
+
+async function whyNotOpened(path: string | undefined, error: unknown): Promise<string> {
+  if (kvLocation(path) === "file") {
+    const folder = await missingFolder(path ?? "");
+    if (folder) {
+      return `the folder ${folder} does not exist; create it, writable by the service ` +
+        `(e.g. install -d -m 0700 ${folder}), or set KV_PATH elsewhere`;
+    }
+  }
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The folder a KV file would live in, when that folder does not exist. */
+async function missingFolder(path: string): Promise<string | undefined> {
+  const folder = dirname(resolve(path));
+  try {
+    await Deno.stat(folder);
+    return undefined;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return folder;
+    return undefined;
+  }
+}

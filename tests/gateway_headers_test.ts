@@ -1,0 +1,237 @@
+/**
+ * Gateway mode: the header firewall, both ways. Hop-by-hop headers, GitLab credentials and
+ * proxy headers a client sends, the MCP server's cookies and internal headers, CORS (preflight
+ * included) and compressed bodies.
+ */
+
+import assert from "node:assert/strict";
+import { echo, gatewayApp, MCP, mcpRequest, startScripted } from "./_gateway.ts";
+
+Deno.test("gateway: hop-by-hop headers are not forwarded, either way", async () => {
+  const upstream = startScripted((request) =>
+    Response.json(Object.fromEntries(request.headers), {
+      headers: {
+        Connection: "x-hop-response",
+        "X-Hop-Response": "1",
+        "Keep-Alive": "timeout=5",
+        "Proxy-Authenticate": "Basic",
+      },
+    })
+  );
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    const response = await mcpRequest(t, accessToken, {
+      headers: {
+        Connection: "keep-alive, X-Hop-Request",
+        "X-Hop-Request": "1",
+        "Keep-Alive": "timeout=5",
+        "Proxy-Authorization": "Basic cHJveHk6cHJveHk=",
+        "Proxy-Connection": "keep-alive",
+        TE: "trailers",
+        Trailer: "Expires",
+        Upgrade: "websocket",
+      },
+      body: "{}",
+    });
+    const seen: Record<string, string> = await response.json();
+    for (
+      const name of [
+        "x-hop-request",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+      ]
+    ) {
+      assert.equal(seen[name], undefined, `${name} reached the MCP server`);
+    }
+    assert.notEqual(seen.connection?.toLowerCase().includes("x-hop-request"), true);
+    assert.equal(seen.host, new URL(upstream.url).host);
+    for (const name of ["connection", "x-hop-response", "keep-alive", "proxy-authenticate"]) {
+      assert.equal(response.headers.get(name), null, `${name} reached the client`);
+    }
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: OPTIONS is a CORS preflight answered without authentication", async () => {
+  const upstream = startScripted(echo);
+  const { t } = await gatewayApp(upstream.url);
+  try {
+    const response = await t.app(
+      new Request(MCP, {
+        method: "OPTIONS",
+        headers: {
+          Origin: "https://client.example",
+          "Access-Control-Request-Method": "POST",
+          "Access-Control-Request-Headers": "authorization, mcp-session-id",
+        },
+      }),
+    );
+    assert.equal(response.status, 204);
+    assert.equal(response.headers.get("access-control-allow-origin"), "*");
+    const allowed = response.headers.get("access-control-allow-headers") ?? "";
+    for (
+      const name of [
+        "Content-Type",
+        "Authorization",
+        "MCP-Protocol-Version",
+        "Mcp-Session-Id",
+        "Last-Event-ID",
+      ]
+    ) {
+      assert.ok(allowed.includes(name), `${name} in ${allowed}`);
+    }
+    assert.match(response.headers.get("access-control-allow-methods") ?? "", /GET.*POST.*DELETE/);
+    assert.equal(
+      response.headers.get("access-control-expose-headers"),
+      "WWW-Authenticate, Mcp-Session-Id",
+    );
+    assert.equal(upstream.requests.length, 0);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: a compressed upstream body reaches the client decoded, without Content-Encoding", async () => {
+  const upstream = startScripted(() => {
+    const body = new Response('{"ok":true}').body!.pipeThrough(new CompressionStream("gzip"));
+    return new Response(body, {
+      headers: { "Content-Encoding": "gzip", "Content-Type": "application/json" },
+    });
+  });
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    const response = await mcpRequest(t, accessToken, {
+      headers: { "Accept-Encoding": "gzip" },
+      body: "{}",
+    });
+    assert.equal(response.headers.get("content-encoding"), null);
+    assert.deepEqual(await response.json(), { ok: true });
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: a header MCP_UPSTREAM_FORWARD_HEADERS names twice, or passed anyway, goes once", async () => {
+  const upstream = startScripted((request) => Response.json(Object.fromEntries(request.headers)));
+  const { t, accessToken } = await gatewayApp(upstream.url, {
+    MCP_UPSTREAM_FORWARD_HEADERS: "X-Tenant, x-tenant, Accept",
+  });
+  try {
+    const response = await mcpRequest(t, accessToken, {
+      headers: {
+        "X-Tenant": "acme",
+        Accept: "application/json",
+        "Content-Type": "application/json",
+      },
+      body: "{}",
+    });
+    const seen: Record<string, string> = await response.json();
+    assert.equal(seen["x-tenant"], "acme");
+    assert.equal(seen.accept, "application/json");
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: a client's JOB-TOKEN, Sudo, Cookie, Forwarded, X-Forwarded-*, X-GitLab-* never reach the MCP server", async () => {
+  const upstream = startScripted((request) => Response.json(Object.fromEntries(request.headers)));
+  const { t, accessToken } = await gatewayApp(upstream.url, {
+    MCP_UPSTREAM_FORWARD_HEADERS: "X-Tenant",
+  });
+  try {
+    const response = await mcpRequest(t, accessToken, {
+      headers: {
+        "JOB-TOKEN": "client-job-token",
+        "PRIVATE-TOKEN": "client-private-token",
+        "Deploy-Token": "client-deploy-token",
+        Sudo: "root",
+        Cookie: "_gitlab_session=stolen",
+        Forwarded: "for=1.2.3.4;host=evil.example",
+        "X-Forwarded-For": "1.2.3.4",
+        "X-Forwarded-Host": "evil.example",
+        "X-GitLab-Token-Callback": "https://evil.example/collect",
+        "X-Other": "not listed",
+        "X-Tenant": "acme",
+        Accept: "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-06-18",
+        "Last-Event-ID": "42",
+        "User-Agent": "test-client/1.0",
+      },
+      body: "{}",
+    });
+    const seen: Record<string, string> = await response.json();
+    // Host, Content-Length, Accept-Encoding and Accept-Language (`*`) are Deno's fetch's own.
+    assert.deepEqual(Object.keys(seen).sort(), [
+      "accept",
+      "accept-encoding",
+      "accept-language",
+      "authorization",
+      "content-length",
+      "content-type",
+      "host",
+      "last-event-id",
+      "mcp-protocol-version",
+      "user-agent",
+      "x-tenant",
+    ]);
+    assert.equal(seen.authorization, "Bearer gl-access-0");
+    assert.equal(seen["accept-language"], "*");
+    assert.equal(seen["x-tenant"], "acme");
+    assert.equal(seen["user-agent"], "test-client/1.0");
+    assert.equal(seen["last-event-id"], "42");
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: an MCP server's Set-Cookie, CORS and internal headers never reach the client", async () => {
+  const upstream = startScripted(() => {
+    const headers = new Headers({
+      "Content-Type": "application/json",
+      "Cache-Control": "no-cache",
+      "Retry-After": "7",
+      Vary: "Accept",
+      "MCP-Protocol-Version": "2025-06-18",
+      "Access-Control-Allow-Origin": "https://evil.example",
+      "Access-Control-Allow-Credentials": "true",
+      Location: "https://evil.example/",
+      "X-Internal-Host": "mcp-7.internal",
+      Server: "internal/1.2",
+      "Strict-Transport-Security": "max-age=0",
+    });
+    headers.append("Set-Cookie", "a=1; Path=/");
+    headers.append("Set-Cookie", "b=2; Domain=auth.test");
+    return new Response("{}", { status: 200, headers });
+  });
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    const response = await mcpRequest(t, accessToken, { body: "{}" });
+    await response.body?.cancel();
+    assert.equal(response.headers.get("set-cookie"), null);
+    assert.deepEqual(response.headers.getSetCookie(), []);
+    for (const name of ["location", "x-internal-host", "server", "strict-transport-security"]) {
+      assert.equal(response.headers.get(name), null, `${name} reached the client`);
+    }
+    assert.equal(response.headers.get("access-control-allow-origin"), "*");
+    assert.equal(response.headers.get("access-control-allow-credentials"), null);
+    assert.equal(response.headers.get("content-type"), "application/json");
+    assert.equal(response.headers.get("cache-control"), "no-cache");
+    assert.equal(response.headers.get("retry-after"), "7");
+    assert.equal(response.headers.get("vary"), "Accept");
+    assert.equal(response.headers.get("mcp-protocol-version"), "2025-06-18");
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
