@@ -26,9 +26,10 @@ import {
   signInReason,
 } from "./src/config/mod.ts";
 import { createAppDeps } from "./src/deps.ts";
-import { openKv } from "./src/store/kv_open.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";
+import type { StoreDatabase } from "./src/store/mod.ts";
+import { openDatabase } from "./src/store/open.ts";
 
 const SHUTDOWN_GRACE_MS = 10_000;
 
@@ -37,7 +38,9 @@ export interface Composition {
   app: FetchHandler;
   config: Config;
   /** Closed by whoever stops serving `app`. */
-  kv: Deno.Kv;
+  kv: StoreDatabase;
+  /** Closes `kv` (PostgreSQL: drains its pool). */
+  closeKv(): Promise<void>;
 }
 
 /** A running service. */
@@ -58,11 +61,11 @@ export async function composeService(env: Env, logger: Logger): Promise<Composit
   const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
   warnIfOpenToAnyone(config, logger);
-  const kv = await openKv(config.kvPath);
+  const { database: kv, close: closeKv } = await openDatabase(config);
   const app = createApp(
     createAppDeps(config, { kv, clock: systemClock, logger, templates: await loadTemplates() }),
   );
-  return { app, config, kv };
+  return { app, config, kv, closeKv };
 }
 
 /**
@@ -73,7 +76,7 @@ export async function startService(
   env: Env,
   logger: Logger = createLogger(),
 ): Promise<RunningService> {
-  const { app, config, kv } = await composeService(env, logger);
+  const { app, config, closeKv } = await composeService(env, logger);
   const { promise: listening, resolve } = Promise.withResolvers<string>();
   let server: Deno.HttpServer;
   try {
@@ -83,7 +86,7 @@ export async function startService(
       onListen: (address) => resolve(logListening(address, config, signInReason(env), logger)),
     }, app);
   } catch (error) {
-    kv.close();
+    await closeKv();
     throw error instanceof Deno.errors.AddrInUse ? portInUse(config) : error;
   }
   let stopping: Promise<void> | undefined;
@@ -99,7 +102,7 @@ export async function startService(
           Deno.exit(1);
         }, SHUTDOWN_GRACE_MS);
         await server.shutdown();
-        kv.close();
+        await closeKv();
         clearTimeout(timer);
       })();
       return stopping;

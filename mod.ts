@@ -90,6 +90,8 @@ export {
   type VerifiedAccess,
 } from "./src/gateway/library.ts";
 export type { Clock } from "./src/clock.ts";
+export type { KvBackend, StoreDatabase } from "./src/store/backend.ts";
+export type { CommitOutcome, PlannedWrite } from "./src/store/group_commit.ts";
 export { createLogger, type LineWriter, type LogFields, type Logger } from "./src/logger.ts";
 export {
   type AuthorizationCodeGrant,

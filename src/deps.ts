@@ -26,7 +26,7 @@ import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
 import { createOpenStreams, endingStreamsWithSessions } from "./gateway/open_streams.ts";
 import { createConfiguredTokenSigner } from "./keys/token_signer.ts";
 import { createConsentSigner } from "./sign_in/consent_signer.ts";
-import { createStore } from "./store/mod.ts";
+import { createStore, type StoreDatabase } from "./store/mod.ts";
 import type { Templates } from "./pages/mod.ts";
 import { createGitLabUpstream, gitLabProfile } from "./upstream/gitlab.ts";
 import type { MisconfigurationHints } from "./upstream/oauth_http.ts";
@@ -37,7 +37,8 @@ import type { Upstream } from "./upstream/types.ts";
  * `clientMetadataFetcher` the configured fetcher (tests, the demo).
  */
 export interface Resources {
-  kv: Deno.Kv;
+  /** Deno KV, or another store backend (PostgreSQL). */
+  kv: StoreDatabase;
   clock: Clock;
   logger: Logger;
   templates: Templates;

@@ -13,7 +13,7 @@ import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/http/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
-import type { Store } from "../src/store/mod.ts";
+import type { Store, StoreDatabase } from "../src/store/mod.ts";
 import { loadTemplates, type Templates } from "../src/pages/mod.ts";
 import { type RecordKind, recordsOf } from "../src/store/keys.ts";
 import {
@@ -158,10 +158,10 @@ function resolve<T>(scripted: Scripted<T>): Promise<T> {
   return Promise.resolve(scripted);
 }
 
-/** Everything a test needs to drive the app. */
-export interface TestApp {
+/** Everything a test needs to drive the app; `kv` is another backend when one was given. */
+export interface TestApp<D extends StoreDatabase = Deno.Kv> {
   app: FetchHandler;
-  kv: Deno.Kv;
+  kv: D;
   store: Store;
   clock: FakeClock;
   upstream: FakeUpstream;
@@ -176,6 +176,28 @@ const OFFLINE_METADATA_FETCHER: ClientMetadataFetcher = {
   fetchDocument: () =>
     Promise.reject(new ClientMetadataError("this test app fetches no metadata documents")),
 };
+
+/**
+ * The app as makeTestApp builds it, over `database` (another backend, PostgreSQL in the store
+ * contract tests), which the caller opened and closes.
+ */
+export async function makeTestAppOn<D extends StoreDatabase>(
+  database: D,
+  options: Omit<NonNullable<Parameters<typeof makeTestApp>[0]>, "kvPath"> = {},
+): Promise<TestApp<D>> {
+  // Configured exactly as makeTestApp configures; only the database differs.
+  const base = await makeTestApp(options);
+  base.close();
+  const deps = createAppDeps(base.config, {
+    kv: database,
+    clock: base.clock,
+    logger: options.logger ?? silentLogger,
+    templates: base.deps.templates,
+    upstream: base.upstream,
+    clientMetadataFetcher: options.clientMetadataFetcher ?? OFFLINE_METADATA_FETCHER,
+  });
+  return { ...base, app: createApp(deps), kv: database, store: deps.store, deps, close: () => {} };
+}
 
 /**
  * The real app over `:memory:` KV (or the KV file `kvPath`, to stand for one of several
@@ -307,7 +329,7 @@ export async function assertError(
  * Every KV entry, keys and values, as one text to search for secrets in (bytes spelled out as
  * UTF-8, base64 and hex; bigints and u64s as digits).
  */
-export async function kvText(kv: Deno.Kv): Promise<string> {
+export async function kvText(kv: StoreDatabase): Promise<string> {
   const entries = await recordsOf(kv);
   return JSON.stringify(
     entries.map(({ key, value, versionstamp }) => ({ key, value, versionstamp })),
@@ -327,7 +349,7 @@ export async function kvText(kv: Deno.Kv): Promise<string> {
 }
 
 /** How many records of `kind` the KV holds. */
-export async function countRecords(kv: Deno.Kv, kind: RecordKind): Promise<number> {
+export async function countRecords(kv: StoreDatabase, kind: RecordKind): Promise<number> {
   return (await recordsOf(kv, kind)).length;
 }
 
@@ -440,7 +462,10 @@ export async function pollOk(t: AppLike, flowState: string): Promise<Record<stri
 }
 
 /** One poll that completes the flow, and the code it gives exchanged (both asserted). */
-export async function pollCompletesAndExchanges(t: TestApp, flowState: string): Promise<void> {
+export async function pollCompletesAndExchanges(
+  t: TestApp<StoreDatabase>,
+  flowState: string,
+): Promise<void> {
   const done = await pollOk(t, flowState);
   assert.equal(done.status, "complete", JSON.stringify(done));
   const exchanged = await exchange(t, done.code as string);
@@ -450,7 +475,7 @@ export async function pollCompletesAndExchanges(t: TestApp, flowState: string): 
 
 /** Runs a flow to completion and returns the authorization code. */
 export async function issueCode(
-  t: TestApp,
+  t: TestApp<StoreDatabase>,
   overrides: Record<string, string | null> = {},
 ): Promise<string> {
   const flowState = await startFlow(t, overrides);
@@ -515,7 +540,7 @@ export function refresh(
 
 /** Exchanges a fresh code and returns the token response body. */
 export async function issueTokens(
-  t: TestApp,
+  t: TestApp<StoreDatabase>,
 ): Promise<{ access_token: string; refresh_token: string; [k: string]: unknown }> {
   const code = await issueCode(t);
   const response = await exchange(t, code);

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 import { refreshOverHttp, type ServiceProcess, signInOverHttp, spawnService } from "./_service.ts";
+import { KV_FILE, STORE_KINDS, type StoreKind } from "./_stores.ts";
 
 /** Sessions refreshed side by side, so that their rotations share group commits. */
 const SESSIONS = 20;
@@ -21,14 +22,23 @@ interface Chain {
   superseded: string[];
 }
 
-Deno.test("durability: SIGKILL right after the last answered refresh loses no rotation", async () => {
+for (const kind of STORE_KINDS) {
+  Deno.test({
+    name: "durability: SIGKILL right after the last answered refresh loses no rotation" +
+      (kind === KV_FILE ? "" : ` (${kind.name})`),
+    ignore: kind.ignore,
+    fn: () => killedUnderRefreshLoad(kind),
+  });
+}
+
+async function killedUnderRefreshLoad(kind: StoreKind): Promise<void> {
   const gitlab = startSimulatedGitLab();
-  const dir = await Deno.makeTempDir({ prefix: "durability-" });
+  const store = await kind.create();
   const env = {
     GITLAB_URL: gitlab.url.href,
     GITLAB_CLIENT_ID: "durability-app",
     JWT_SECRET: TEST_SECRET,
-    KV_PATH: `${dir}/kv.sqlite`,
+    ...store.env,
   };
   const running: ServiceProcess[] = [];
   try {
@@ -47,9 +57,9 @@ Deno.test("durability: SIGKILL right after the last answered refresh loses no ro
   } finally {
     for (const service of running) await service.stop();
     await gitlab.close();
-    await Deno.remove(dir, { recursive: true });
+    await store.dispose();
   }
-});
+}
 
 async function signInChains(
   serviceUrl: string,

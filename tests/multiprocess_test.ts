@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { kindOfKey, recordsOf } from "../src/store/keys.ts";
 import { assertNo500, assertOneComplete, assertOneWinner, TEST_SECRET } from "./_helpers.ts";
+import { KV_FILE, type SharedStore, STORE_KINDS, type StoreKind } from "./_stores.ts";
 import {
   assertFlowComplete,
   authorizeOverHttp,
@@ -25,12 +26,11 @@ const REDIRECT_URI = "http://127.0.0.1:9/callback";
 /** The authorization request every sign-in here makes. */
 const AUTHORIZE = { client_id: "multi-client", redirect_uri: REDIRECT_URI, state: "st" };
 
-/** A cluster of processes on one KV file, with the GitLab they share. */
+/** A cluster of processes on one store (KV file or PostgreSQL), with the GitLab they share. */
 interface Cluster {
   gitlab: SimulatedGitLab;
   services: ServiceProcess[];
   urls: string[];
-  kvPath: string;
 }
 
 /**
@@ -40,16 +40,16 @@ interface Cluster {
 async function withCluster(
   size: number,
   fn: (cluster: Cluster) => Promise<void>,
-  inspect?: (kvPath: string) => Promise<void>,
+  inspect?: (store: SharedStore) => Promise<void>,
+  kind: StoreKind = KV_FILE,
 ): Promise<void> {
   const gitlab = startSimulatedGitLab();
-  const dir = await Deno.makeTempDir({ prefix: "multiprocess-" });
-  const kvPath = `${dir}/kv.sqlite`;
+  const store = await kind.create();
   const env = {
     GITLAB_URL: gitlab.url.href,
     GITLAB_CLIENT_ID: "multi-app",
     JWT_SECRET: TEST_SECRET,
-    KV_PATH: kvPath,
+    ...store.env,
   };
   const services: ServiceProcess[] = [];
   try {
@@ -60,7 +60,7 @@ async function withCluster(
       services.push(
         ...await Promise.all(Array.from({ length: size - 1 }, () => spawnService(env))),
       );
-      await fn({ gitlab, services, urls: services.map((s) => s.url), kvPath });
+      await fn({ gitlab, services, urls: services.map((s) => s.url) });
     } finally {
       codes = await Promise.all(services.map((service) => service.stop()));
       await gitlab.close();
@@ -72,9 +72,9 @@ async function withCluster(
       assert.deepEqual(status500, [], `process ${i} answered 500`);
     }
     assert.deepEqual(codes, codes.map(() => 0), "every process exits cleanly");
-    await inspect?.(kvPath);
+    await inspect?.(store);
   } finally {
-    await Deno.remove(dir, { recursive: true });
+    await store.dispose();
   }
 }
 
@@ -141,9 +141,9 @@ async function flowRace(cluster: Cluster): Promise<void> {
   assert.deepEqual(after, { status: 400, body: { status: "expired", error: "Flow not found" } });
 }
 
-/** What is left in the shared KV file once every process has stopped. */
-async function inspectKv(kvPath: string): Promise<Record<string, number>> {
-  const kv = await Deno.openKv(kvPath);
+/** What is left in the shared store once every process has stopped. */
+async function inspectKv(store: SharedStore): Promise<Record<string, number>> {
+  const { database: kv, close } = await store.open();
   try {
     const counts: Record<string, number> = {};
     for (const entry of await recordsOf<{ mcpRefreshTokenHash?: string }>(kv)) {
@@ -155,13 +155,25 @@ async function inspectKv(kvPath: string): Promise<Record<string, number>> {
     }
     return counts;
   } finally {
-    kv.close();
+    await close();
   }
 }
 
-for (const size of [2, 4]) {
-  Deno.test(`multiprocess: ${size} processes on one KV file, 20-way races`, async (t) => {
-    await withCluster(size, async (cluster) => {
+for (const kind of STORE_KINDS) {
+  for (const size of [2, 4]) {
+    const on = kind === KV_FILE ? "one KV file" : `one ${kind.name} database`;
+    Deno.test({
+      name: `multiprocess: ${size} processes on ${on}, 20-way races`,
+      ignore: kind.ignore,
+      fn: (t) => racesOn(kind, size, t),
+    });
+  }
+}
+
+async function racesOn(kind: StoreKind, size: number, t: Deno.TestContext): Promise<void> {
+  await withCluster(
+    size,
+    async (cluster) => {
       for (let round = 1; round <= 3; round++) {
         await t.step(
           `round ${round}: one authorization code → exactly one 200`,
@@ -176,17 +188,28 @@ for (const size of [2, 4]) {
           () => flowRace(cluster),
         );
       }
-    });
+    },
+    undefined,
+    kind,
+  );
+}
+
+for (const kind of STORE_KINDS) {
+  const name = kind === KV_FILE ? "KV" : kind.name;
+  Deno.test({
+    name: `multiprocess: nothing half-written after the races (${name} inspected after stopping)`,
+    ignore: kind.ignore,
+    fn: () => nothingHalfWritten(kind),
   });
 }
 
-Deno.test("multiprocess: nothing half-written after the races (KV inspected after stopping)", async () => {
+async function nothingHalfWritten(kind: StoreKind): Promise<void> {
   await withCluster(4, async (cluster) => {
     await codeRace(cluster);
     await refreshRace(cluster);
     await flowRace(cluster);
-  }, async (kvPath) => {
-    const counts = await inspectKv(kvPath);
+  }, async (store) => {
+    const counts = await inspectKv(store);
     // Three sessions (one per sign-in), each holding its one live refresh token; every code
     // was redeemed, every flow completed, every lease released.
     assert.equal(counts.session, 3, JSON.stringify(counts));
@@ -194,5 +217,5 @@ Deno.test("multiprocess: nothing half-written after the races (KV inspected afte
     assert.equal(counts.code ?? 0, 0, JSON.stringify(counts));
     assert.equal(counts.flow ?? 0, 0, JSON.stringify(counts));
     assert.equal(counts.lease ?? 0, 0, JSON.stringify(counts));
-  });
-});
+  }, kind);
+}

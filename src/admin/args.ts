@@ -12,6 +12,7 @@ export type AdminCommand =
   | { name: "stats"; json: boolean }
   /** `--alg`: a private signing JWK for ACCESS_TOKEN_ALG instead of the secrets. */
   | { name: "keys generate"; alg?: "ES256" | "EdDSA" }
+  | { name: "migrate" }
   | { name: "help" };
 
 /**
@@ -25,7 +26,7 @@ export const USAGE = [
   "usage: admin sessions list [<user>] [--json]",
   "       admin sessions revoke (<user> | --id <session id>) [--keep-gitlab-tokens]",
   "       admin clients list [--json] | clients delete <client id> [--keep-gitlab-tokens]",
-  "       admin stats [--json] | keys generate [--alg ES256|EdDSA] | help",
+  "       admin stats [--json] | keys generate [--alg ES256|EdDSA] | migrate | help",
   "<user>: --user <gitlab username or id> | --user-id <id> | --username <username>",
 ].join("\n");
 
@@ -144,6 +145,9 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
       if (alg !== "ES256" && alg !== "EdDSA") throw new UsageError("--alg must be ES256 or EdDSA");
       return { name: "keys generate", alg };
     }
+    case "migrate":
+      only(given, [], 1);
+      return { name: "migrate" };
     case "help":
       only(given, [], 1);
       return { name: "help" };

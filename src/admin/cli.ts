@@ -16,7 +16,8 @@ import { systemClock } from "../clock.ts";
 import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { createAppDeps } from "../deps.ts";
-import { existingStoreProblem, kvLocation, openKv } from "../store/kv_open.ts";
+import { existingStoreProblem, kvLocation } from "../store/kv_open.ts";
+import { type OpenDatabase, openDatabase } from "../store/open.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import { sealingSecrets } from "../secret_box.ts";
 import { generateSigningKey } from "../keys/signing_keys.ts";
@@ -83,19 +84,23 @@ export async function runAdmin(
     output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
-  const storeProblem = await existingStoreProblem(config.kvPath);
-  if (storeProblem) {
-    output.err(`admin: ${storeProblem}`);
-    return 1;
+  if (command.name === "migrate") return await migrateDatabase(config, output);
+  if (config.databaseUrl === undefined) {
+    const storeProblem = await existingStoreProblem(config.kvPath);
+    if (storeProblem) {
+      output.err(`admin: ${storeProblem}`);
+      return 1;
+    }
   }
-  let kv: Deno.Kv;
+  let opened: OpenDatabase;
   try {
-    kv = await openKv(config.kvPath);
+    opened = await openDatabase(config);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     output.err(`admin: configuration error: ${error.message}`);
     return 1;
   }
+  const kv = opened.database;
   try {
     const logger = createLogger(output.out);
     const deps = createAppDeps(config, {
@@ -112,14 +117,36 @@ export async function runAdmin(
         : ["ENCRYPTION_KEY or JWT_SECRET"],
       logger,
       print: output.out,
-      kvFileSize: () => kvFileSize(config.kvPath),
+      kvFileSize: () =>
+        opened.kind === "kv" ? kvFileSize(config.kvPath) : Promise.resolve(undefined),
     });
   } catch (error) {
     if (!(error instanceof AdminRefusal)) throw error;
     output.err(`admin: ${error.message}`);
     return error.exitCode;
   } finally {
-    kv.close();
+    await opened.close();
+  }
+}
+
+/** `admin migrate`: applies PostgreSQL's pending migrations without starting the service. */
+async function migrateDatabase(config: Config, output: AdminOutput): Promise<number> {
+  if (config.databaseUrl === undefined) {
+    output.err("admin: migrate needs DATABASE_URL (Deno KV has no schema to migrate)");
+    return 1;
+  }
+  const { migrateDatabaseAt } = await import("../store/postgres/migrate.ts");
+  try {
+    const { applied, version } = await migrateDatabaseAt(config.databaseUrl);
+    output.out(
+      applied.length === 0
+        ? `schema up to date at version ${version}`
+        : `applied migrations ${applied.join(", ")}; schema at version ${version}`,
+    );
+    return 0;
+  } catch (error) {
+    output.err(`admin: migrate failed: ${error instanceof Error ? error.message : error}`);
+    return 1;
   }
 }
 

@@ -30,8 +30,8 @@ export interface AdminDeps {
   kvFileSize(): Promise<number | undefined>;
 }
 
-/** The commands that read or change KV (`keys generate` and `help` need none). */
-export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "help" }>;
+/** The commands that read or change KV (`keys generate`, `migrate` and `help` need none). */
+export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "migrate" | "help" }>;
 
 /**
  * A command that refuses before changing anything: the CLI prints the message and exits with

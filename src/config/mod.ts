@@ -44,6 +44,7 @@ export function loadConfig(env: Env): Config {
   const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
   requireBaseUrlBehindProxy(config);
   requireProfileSettings(config);
+  requireOneStore(config);
   requireSigningKeys(config);
   requireBaseUrlForRedirect(config);
   requireAccessSettings(config);
@@ -99,6 +100,16 @@ export function isOpenToAnyGitLabComUser(config: Config): boolean {
 function requireBaseUrlBehindProxy(config: Config): void {
   if (config.trustProxy.length > 0 && !config.baseUrl) {
     throw new ConfigError("TRUST_PROXY", "needs BASE_URL: set BASE_URL to the public base URL");
+  }
+}
+
+/** KV_PATH and DATABASE_URL each choose the store; both set is a mistake, not a preference. */
+function requireOneStore(config: Config): void {
+  if (config.databaseUrl !== undefined && config.kvPath !== undefined) {
+    throw new ConfigError(
+      "DATABASE_URL",
+      "cannot be set together with KV_PATH: unset one (DATABASE_URL: PostgreSQL, KV_PATH: Deno KV)",
+    );
   }
 }
 

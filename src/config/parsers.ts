@@ -174,3 +174,17 @@ export function parseBoolean(name: string, raw: string): boolean {
   if (["0", "false", "no", "off"].includes(lower)) return false;
   throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
 }
+
+/** A `postgres://` or `postgresql://` URL naming a host; the value is never echoed (it may hold a password). */
+export function parseDatabaseUrl(name: string, raw: string): string {
+  let url: URL | undefined;
+  try {
+    url = new URL(raw);
+  } catch {
+    // Answered below without the value.
+  }
+  if (!url || !/^postgres(ql)?:$/.test(url.protocol) || url.hostname === "") {
+    throw new ConfigError(name, "must be a postgres://user:password@host:port/database URL");
+  }
+  return raw;
+}

@@ -13,6 +13,7 @@ import {
   MIN_SECRET_BYTES,
   oneOf,
   parseBoolean,
+  parseDatabaseUrl,
   parseForwardHeaders,
   parseHttpUrl,
   parseHttpUrlWithQuery,
@@ -139,6 +140,20 @@ export const CONFIG_VARIABLES = {
     text,
     "file path, `:memory:`, or a KV Connect URL",
     "Deno's default `Deno.openKv()`",
+  ),
+  /** PostgreSQL instead of Deno KV (src/store/postgres/); a secret when it holds a password. */
+  databaseUrl: variable(
+    "DATABASE_URL",
+    undefined,
+    parseDatabaseUrl,
+    "PostgreSQL store: `postgres://user:pass@host:5432/db?sslmode=require`; not with `KV_PATH`",
+    "unset: Deno KV",
+  ),
+  databasePoolSize: variable(
+    "DATABASE_POOL_SIZE",
+    "10",
+    integerBetween(1, 1000),
+    "connections to PostgreSQL per process",
   ),
   /** Overrides the base URL (issuer) otherwise derived from each request. No trailing slash. */
   baseUrl: variable(

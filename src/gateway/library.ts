@@ -14,7 +14,7 @@ import { createTokenSigner } from "../jwt.ts";
 import { type Logger, silentLogger } from "../logger.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import { createSecretBox, sealingSecrets } from "../secret_box.ts";
-import { createStore } from "../store/mod.ts";
+import { createStore, type StoreDatabase } from "../store/mod.ts";
 import { createGitLabUpstream } from "../upstream/gitlab.ts";
 import type { Upstream } from "../upstream/types.ts";
 import {
@@ -65,8 +65,11 @@ export interface GuardGitLabOptions {
 
 /** Options of `createResourceGuard`: the service's KV, secrets and URLs. */
 export interface ResourceGuardOptions {
-  /** The service's KV: the same sessions, and the same refresh lock across processes. */
-  kv: Deno.Kv;
+  /**
+   * The service's KV (or its PostgreSQL backend): the same sessions, and the same refresh lock
+   * across processes.
+   */
+  kv: StoreDatabase;
   /** JWT_SECRET. */
   jwtSecret: string;
   /** JWT_SECRET_PREVIOUS: tokens signed with it stay valid while they live. */

@@ -25,6 +25,7 @@ import {
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
 import { ROUTES } from "../routes/table.ts";
+import { StoreUnavailableError } from "../store/backend.ts";
 import { routeLabels } from "../metrics/route_label.ts";
 
 /** The handler `Deno.serve` runs. */
@@ -142,8 +143,18 @@ function withHeaders(
   return response;
 }
 
+/** Seconds a client waits before trying again while the database cannot be reached. */
+const STORE_RETRY_AFTER_SECONDS = "5";
+
 function renderError(error: unknown, deps: AppDeps, requestId: string): Response {
   if (error instanceof OAuthError) return errorResponse(error);
+  if (error instanceof StoreUnavailableError) {
+    deps.logger.error("store unavailable", { requestId, error: error.message });
+    return errorResponse(
+      new OAuthError(503, "temporarily_unavailable", "The service's database is unavailable")
+        .withHeaders({ "Retry-After": STORE_RETRY_AFTER_SECONDS }),
+    );
+  }
   deps.logger.error("unhandled error", {
     requestId,
     error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),

@@ -9,6 +9,22 @@
 import type { RequestContext } from "../http/context.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 
+/** A load balancer gives up after about 2 s: an unanswered ping is "unreachable" before that. */
+const PING_DEADLINE_MS = 1500;
+
+/** `work`, or a rejection once `ms` have passed without it settling. */
+async function withinDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([work, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** 200 whenever the process answers, configured or not: restarting would not help. */
 export function handleLiveness(_ctx: RequestContext): Promise<Response> {
   return Promise.resolve(json({ status: "ok" }, 200, NO_STORE));
@@ -19,7 +35,7 @@ export async function handleReadiness(ctx: RequestContext): Promise<Response> {
   const { store, oauth, logger } = ctx.deps;
   let kv = "ok";
   try {
-    await store.ping();
+    await withinDeadline(store.ping(), PING_DEADLINE_MS);
   } catch (error) {
     kv = "unreachable";
     logger.error("readiness check: KV unreachable", {

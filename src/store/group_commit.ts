@@ -15,10 +15,13 @@ import { createSerialBatches } from "./serial_batches.ts";
 
 /** What one atomic write checks and changes. */
 export interface PlannedWrite {
+  /** Versionstamps that must still hold (null: the key must be absent). */
   checks: Deno.AtomicCheck[];
+  /** Sets and deletes, applied all together or not at all. */
   mutations: Deno.KvMutation[];
 }
 
+/** `{ ok: true, versionstamp }`, or `{ ok: false }` when a check failed. */
 export type CommitOutcome = Deno.KvCommitResult | Deno.KvCommitError;
 
 /** Commits one planned write (merged or not) as a single KV atomic operation. */

@@ -6,6 +6,7 @@
  */
 
 import type { Clock } from "../clock.ts";
+import { backendOf, type StoreDatabase } from "./backend.ts";
 import { AtomicWrite, createGroupCommit, type ExecuteWrite } from "./group_commit.ts";
 import { createGroupRead } from "./group_read.ts";
 import { retryLocked } from "./locked_retry.ts";
@@ -41,19 +42,19 @@ export interface StoreIo {
 /** The largest page Deno KV's list reads at once. */
 const LIST_PAGE_SIZE = 1000;
 
-/** The shared KV access over an open KV and a clock; `observeCommit` times each KV commit. */
+/**
+ * The shared KV access over an open database (Deno KV or another backend) and a clock;
+ * `observeCommit` times each commit.
+ */
 export function createStoreIo(
-  kv: Deno.Kv,
+  database: StoreDatabase,
   clock: Clock,
   observeCommit?: (ms: number) => void,
 ): StoreIo {
+  const kv = backendOf(database);
   const getMany = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
   const submit = createGroupCommit(
-    timed(
-      observeCommit,
-      ({ checks, mutations }) =>
-        retryLocked(() => kv.atomic().check(...checks).mutate(...mutations).commit()),
-    ),
+    timed(observeCommit, (write) => retryLocked(() => kv.commit(write))),
   );
   return {
     clock,

@@ -25,6 +25,7 @@
  */
 
 import { sha256Base64Url } from "../crypto.ts";
+import { backendOf, type StoreDatabase } from "./backend.ts";
 
 /** The kinds of record, each the first part of its keys. */
 export const RECORD_KINDS = [
@@ -163,10 +164,10 @@ export function recordPrefix(kind?: RecordKind): Deno.KvKey {
 
 /** Every entry of `kind` (or every entry at all), in key order: for tests and operators. */
 export function recordsOf<T = unknown>(
-  kv: Deno.Kv,
+  kv: StoreDatabase,
   kind?: RecordKind,
 ): Promise<Deno.KvEntry<T>[]> {
-  return Array.fromAsync(kv.list<T>({ prefix: recordPrefix(kind) }));
+  return Array.fromAsync(backendOf(kv).list<T>({ prefix: recordPrefix(kind) }));
 }
 
 /** The kind of record a key belongs to, or undefined for a key the store does not write. */

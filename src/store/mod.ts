@@ -13,6 +13,7 @@
 
 import type { Clock } from "../clock.ts";
 import type { SecretBox } from "../secret_box.ts";
+import type { StoreDatabase } from "./backend.ts";
 import { type ClientDocumentStore, createClientDocumentStore } from "./client_documents.ts";
 import { type ClientStore, createClientStore } from "./clients.ts";
 import { type CodeStore, createCodeStore } from "./codes.ts";
@@ -31,6 +32,7 @@ import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 import { createUpstreamPauseStore, type UpstreamPauseStore } from "./upstream_pause.ts";
 
 export type { Versioned } from "./io.ts";
+export { type KvBackend, type StoreDatabase, StoreUnavailableError } from "./backend.ts";
 export type { CodeAndSession } from "./codes.ts";
 export type { FlowCompletion } from "./flows.ts";
 export type { Lease } from "./leases.ts";
@@ -61,11 +63,11 @@ export interface Store
 }
 
 /**
- * Builds the store over an open KV, a clock, and the box that seals secrets at rest;
+ * Builds the store over an open database (Deno KV or PostgreSQL), a clock, and the box that seals secrets at rest;
  * `observeCommit` is told each KV commit's duration in milliseconds.
  */
 export function createStore(
-  kv: Deno.Kv,
+  kv: StoreDatabase,
   clock: Clock,
   secrets: SecretBox,
   observeCommit?: (ms: number) => void,

@@ -1,0 +1,43 @@
+/**
+ * Opens the database the configuration names: PostgreSQL when DATABASE_URL is set (migrated
+ * on the way), else Deno KV at KV_PATH (Deno's default location when unset).
+ */
+
+import { type Config, ConfigError } from "../config/mod.ts";
+import type { StoreDatabase } from "./backend.ts";
+import { openKv } from "./kv_open.ts";
+
+/** An open database and how to close it (awaited: PostgreSQL drains its pool). */
+export interface OpenDatabase {
+  database: StoreDatabase;
+  /** "postgres" or "kv": for logs and the operator's tools. */
+  kind: "postgres" | "kv";
+  close(): Promise<void>;
+}
+
+/** Opens the configured database; throws when it cannot be opened or migrated. */
+export async function openDatabase(
+  config: Pick<Config, "databaseUrl" | "databasePoolSize" | "kvPath">,
+): Promise<OpenDatabase> {
+  if (config.databaseUrl !== undefined) {
+    // Loaded only when configured: a KV deployment never loads the driver.
+    const { openPostgresBackend } = await import("./postgres/backend.ts");
+    let backend;
+    try {
+      backend = await openPostgresBackend({
+        url: config.databaseUrl,
+        poolSize: config.databasePoolSize,
+      });
+    } catch (error) {
+      // One line at start-up, without the URL (it may hold a password).
+      throw new ConfigError("DATABASE_URL", `cannot open the database: ${messageOf(error)}`);
+    }
+    return { database: backend, kind: "postgres", close: () => backend.close() };
+  }
+  const kv = await openKv(config.kvPath);
+  return { database: kv, kind: "kv", close: () => Promise.resolve(kv.close()) };
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

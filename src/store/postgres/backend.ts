@@ -1,0 +1,246 @@
+/**
+ * The store on PostgreSQL: one table of Deno KV entries (migrations.ts) with Deno KV's
+ * semantics (backend.ts). Every atomic write is one call of `kv_commit`, one statement and so
+ * one transaction, whose advisory locks on the touched keys make its checks and mutations
+ * atomic against every other process on every machine. Expired rows are never returned
+ * (every read compares `expires_at` with the database's clock) and a background sweep deletes
+ * them.
+ *
+ * Driver errors that mean "the database cannot answer now" become StoreUnavailableError
+ * (a 503 with Retry-After); the driver reconnects by itself once the database is back.
+ */
+
+import { deserialize, serialize } from "node:v8";
+import { sha256 } from "@noble/hashes/sha2.js";
+import type { KvBackend } from "../backend.ts";
+import { StoreUnavailableError } from "../backend.ts";
+import type { CommitOutcome, PlannedWrite } from "../group_commit.ts";
+import { decodeKey, encodeKey, prefixEnd, prefixStart } from "./key_codec.ts";
+import { migrate } from "./migrate.ts";
+import { connect, type PostgresOptions, type Sql } from "./connect.ts";
+
+export type { PostgresOptions } from "./connect.ts";
+
+/** A KvBackend on PostgreSQL. */
+export interface PostgresBackend extends KvBackend {
+  /** Deletes expired rows now (at most `limit`); returns how many. */
+  sweepExpired(limit?: number): Promise<number>;
+  close(): Promise<void>;
+}
+
+const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
+const SWEEP_BATCH = 1_000;
+const DEFAULT_PAGE = 500;
+/** The expression of an entry that is not expired. */
+const LIVE = "(expires_at IS NULL OR expires_at > kv_now())";
+
+/** Connects, applies pending migrations, and starts the sweep. Throws when it cannot. */
+export async function openPostgresBackend(options: PostgresOptions): Promise<PostgresBackend> {
+  const sql = connect(options);
+  try {
+    await unavailableOnFailure(() => migrate(sql));
+  } catch (error) {
+    await sql.end({ timeout: 1 });
+    throw error;
+  }
+  return createBackend(sql, options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS);
+}
+
+function createBackend(sql: Sql, sweepIntervalMs: number): PostgresBackend {
+  const sweep = (limit = SWEEP_BATCH) => unavailableOnFailure(() => sweepExpired(sql, limit));
+  const timer = sweepIntervalMs > 0
+    ? setInterval(
+      () => sweep().catch(() => {/* tried again at the next interval */}),
+      sweepIntervalMs,
+    )
+    : undefined;
+  if (timer !== undefined) Deno.unrefTimer(timer);
+  let closing: Promise<void> | undefined;
+  return {
+    getMany: (keys) => unavailableOnFailure(() => getMany(sql, keys)),
+    list: (selector, options) => list(sql, selector, options),
+    commit: (write) => unavailableOnFailure(() => commit(sql, write)),
+    sweepExpired: sweep,
+    close() {
+      clearInterval(timer);
+      return closing ??= sql.end({ timeout: 5 });
+    },
+  };
+}
+
+async function getMany(
+  sql: Sql,
+  keys: readonly Deno.KvKey[],
+): Promise<Deno.KvEntryMaybe<unknown>[]> {
+  const encoded = keys.map(encodeKey);
+  const rows = await sql.unsafe<Row[]>(
+    `SELECT key, value, versionstamp FROM kv
+     WHERE key IN (SELECT decode(k, 'hex') FROM unnest($1::text[]) AS k) AND ${LIVE}`,
+    [encoded.map(hex)],
+  );
+  const found = new Map(rows.map((row) => [hex(row.key), row]));
+  return keys.map((key, i) => {
+    const row = found.get(hex(encoded[i]));
+    return row
+      ? { key, value: deserialize(row.value), versionstamp: row.versionstamp }
+      : { key, value: null, versionstamp: null };
+  });
+}
+
+type SetMutation = Extract<Deno.KvMutation, { type: "set" }>;
+
+interface Row {
+  key: Uint8Array;
+  value: Uint8Array;
+  versionstamp: string;
+}
+
+/** Pages through the range by key, so a long list holds no transaction or cursor open. */
+async function* list<T>(
+  sql: Sql,
+  selector: Deno.KvListSelector,
+  options: { limit?: number; batchSize?: number; reverse?: boolean } = {},
+): AsyncGenerator<Deno.KvEntry<T>> {
+  if (options.reverse) throw new TypeError("reverse lists are not supported on PostgreSQL");
+  let [start, end] = rangeOf(selector);
+  let left = options.limit ?? Infinity;
+  const page = Math.min(options.batchSize ?? DEFAULT_PAGE, 1000);
+  let inclusive = true;
+  while (left > 0) {
+    const rows = await unavailableOnFailure(() =>
+      sql.unsafe<Row[]>(
+        `SELECT key, value, versionstamp FROM kv
+         WHERE key ${inclusive ? ">=" : ">"} decode($1, 'hex') AND key < decode($2, 'hex')
+           AND ${LIVE}
+         ORDER BY key LIMIT $3`,
+        [hex(start), hex(end), Math.min(page, left)],
+      )
+    );
+    for (const row of rows) {
+      yield {
+        key: decodeKey(row.key),
+        value: deserialize(row.value) as T,
+        versionstamp: row.versionstamp,
+      };
+    }
+    left -= rows.length;
+    if (rows.length < Math.min(page, left + rows.length)) return;
+    start = rows[rows.length - 1].key;
+    inclusive = false;
+  }
+}
+
+/** [start inclusive, end exclusive) of a Deno KV list selector. */
+function rangeOf(selector: Deno.KvListSelector): [Uint8Array, Uint8Array] {
+  if ("prefix" in selector) {
+    const prefix = encodeKey(selector.prefix);
+    const start = "start" in selector ? encodeKey(selector.start) : prefixStart(prefix);
+    const end = "end" in selector ? encodeKey(selector.end) : prefixEnd(prefix);
+    return [start, end];
+  }
+  return [encodeKey(selector.start), encodeKey(selector.end)];
+}
+
+async function commit(sql: Sql, write: PlannedWrite): Promise<CommitOutcome> {
+  const finalByKey = new Map<string, Deno.KvMutation>();
+  for (const mutation of write.mutations) {
+    if (mutation.type !== "set" && mutation.type !== "delete") {
+      throw new TypeError(`mutation ${mutation.type} is not supported on PostgreSQL`);
+    }
+    // Later mutations of a key replace earlier ones, as when Deno applies them in order.
+    const id = hex(encodeKey(mutation.key));
+    finalByKey.delete(id);
+    finalByKey.set(id, mutation);
+  }
+  const sets: [string, SetMutation][] = [];
+  for (const [id, mutation] of finalByKey) {
+    if (mutation.type === "set") sets.push([id, mutation]);
+  }
+  const deletes = [...finalByKey].filter(([, m]) => m.type === "delete").map(([id]) => id);
+  const checkKeys = write.checks.map((check) => encodeKey(check.key));
+  const lockIds = [...new Set([...checkKeys.map(hex), ...finalByKey.keys()].map(lockId))]
+    .sort(compare);
+  const [{ stamp }] = await sql.unsafe<{ stamp: string | null }[]>(
+    "SELECT kv_commit($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[]) AS stamp",
+    [
+      lockIds.map(String),
+      checkKeys.map(hex),
+      write.checks.map((check) => check.versionstamp),
+      deletes,
+      sets.map(([id]) => id),
+      sets.map(([, m]) => hex(serialize(m.value))),
+      sets.map(([, m]) =>
+        m.expireIn === undefined ? null : String(Math.max(1, Math.ceil(m.expireIn)))
+      ),
+    ] as never,
+  );
+  return stamp === null ? { ok: false } : { ok: true, versionstamp: stamp };
+}
+
+async function sweepExpired(sql: Sql, limit: number): Promise<number> {
+  const result = await sql.unsafe(
+    `DELETE FROM kv WHERE key IN (
+       SELECT key FROM kv WHERE expires_at <= kv_now() ORDER BY expires_at LIMIT $1
+     )`,
+    [limit],
+  );
+  return result.count;
+}
+
+/** The advisory lock of a key (hex of its encoding): 64 bits of its SHA-256, signed. */
+function lockId(keyHex: string): bigint {
+  const digest = sha256(new TextEncoder().encode(keyHex));
+  return new DataView(digest.buffer, digest.byteOffset, 8).getBigInt64(0);
+}
+
+function compare(a: bigint, b: bigint): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** Hex digits of `bytes`: a key's identity in maps. */
+function hex(bytes: Uint8Array): string {
+  let out = "";
+  for (const byte of bytes) out += byte.toString(16).padStart(2, "0");
+  return out;
+}
+
+/** SQLSTATE classes and driver codes that mean "not now", not "wrong". */
+const UNAVAILABLE_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EPIPE",
+  "CONNECT_TIMEOUT",
+  "CONNECTION_CLOSED",
+  "CONNECTION_DESTROYED",
+  "CONNECTION_ENDED",
+  "57P01", // admin_shutdown
+  "57P02", // crash_shutdown
+  "57P03", // cannot_connect_now
+  "57014", // query_canceled (statement_timeout)
+  "53300", // too_many_connections
+  "40P01", // deadlock_detected
+]);
+
+/** Runs `operation`; an error that means the database cannot answer now is rethrown as such. */
+export async function unavailableOnFailure<T>(operation: () => Promise<T>): Promise<T> {
+  try {
+    return await operation();
+  } catch (error) {
+    if (!isUnavailable(error)) throw error;
+    throw new StoreUnavailableError(`PostgreSQL unavailable: ${describe(error)}`, { cause: error });
+  }
+}
+
+function isUnavailable(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code;
+  return typeof code === "string" && (UNAVAILABLE_CODES.has(code) || code.startsWith("08"));
+}
+
+function describe(error: unknown): string {
+  const { code, message } = error as { code?: string; message?: string };
+  return `${code ?? "error"} ${message ?? String(error)}`;
+}

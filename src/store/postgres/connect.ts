@@ -1,0 +1,35 @@
+/** The connection pool to PostgreSQL (npm:postgres), configured as the store needs it. */
+
+import postgres from "postgres";
+
+export type Sql = postgres.Sql;
+
+const DEFAULT_STATEMENT_TIMEOUT_MS = 5_000;
+
+/** How the PostgreSQL store connects. */
+export interface PostgresOptions {
+  /** `postgres://user:pass@host:port/db?sslmode=…` (sslmode: disable, prefer, require, verify-full). */
+  url: string;
+  /** Connections of this process (DATABASE_POOL_SIZE). */
+  poolSize: number;
+  /** Server-side limit of one statement, lock waits included. */
+  statementTimeoutMs?: number;
+  /** Limit of opening one connection. */
+  connectTimeoutSeconds?: number;
+  /** How often expired rows are deleted (the backend's sweep); 0: never. */
+  sweepIntervalMs?: number;
+}
+
+/** A connection pool as configured (no query is sent yet). */
+export function connect(options: PostgresOptions): Sql {
+  return postgres(options.url, {
+    max: options.poolSize,
+    connect_timeout: options.connectTimeoutSeconds ?? 2,
+    idle_timeout: 60,
+    onnotice: () => {},
+    connection: {
+      application_name: "gitlab-mcp-auth",
+      statement_timeout: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+    },
+  });
+}
