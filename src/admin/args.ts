@@ -5,7 +5,8 @@
 
 /** One operator command, as typed. */
 export type AdminCommand =
-  | { name: "sessions list"; who?: UserSelector; json: boolean }
+  /** `group`: only the sessions that listed group (a full path, any case) admitted. */
+  | { name: "sessions list"; who?: UserSelector; group?: string; json: boolean }
   | { name: "sessions revoke"; by: UserSelector | { id: string }; keepGitLabTokens: boolean }
   | { name: "clients list"; json: boolean }
   | { name: "clients delete"; clientId: string; keepGitLabTokens: boolean }
@@ -23,11 +24,12 @@ export type UserSelector = { user: string } | { userId: number } | { username: s
 
 /** The usage text printed with every refusal (and for `help`). */
 export const USAGE = [
-  "usage: admin sessions list [<user>] [--json]",
+  "usage: admin sessions list [<user>] [--group <group>] [--json]",
   "       admin sessions revoke (<user> | --id <session id>) [--keep-gitlab-tokens]",
   "       admin clients list [--json] | clients delete <client id> [--keep-gitlab-tokens]",
   "       admin stats [--json] | keys generate [--alg ES256|EdDSA] | migrate | help",
   "<user>: --user <gitlab username or id> | --user-id <id> | --username <username>",
+  "<group>: the full path of an ALLOWED_GITLAB_GROUPS group that admitted the sessions",
 ].join("\n");
 
 /** Arguments that name no command; the CLI prints the message and USAGE and exits 2. */
@@ -48,7 +50,7 @@ interface Split {
 const KEEP = "--keep-gitlab-tokens";
 
 /** Flags that take a value; every other flag is a switch. */
-const VALUE_FLAGS = new Set(["--user", "--user-id", "--username", "--id", "--alg"]);
+const VALUE_FLAGS = new Set(["--user", "--user-id", "--username", "--group", "--id", "--alg"]);
 
 const USER_FLAGS = ["--user", "--user-id", "--username"];
 
@@ -111,8 +113,13 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
   const json = given.flags.has("--json");
   switch (`${group ?? ""} ${action ?? ""}`.trim()) {
     case "sessions list":
-      only(given, [...USER_FLAGS, "--json"], 2);
-      return { name: "sessions list", who: userSelector(given), json };
+      only(given, [...USER_FLAGS, "--group", "--json"], 2);
+      return {
+        name: "sessions list",
+        who: userSelector(given),
+        group: value(given, "--group"),
+        json,
+      };
     case "sessions revoke": {
       only(given, [...USER_FLAGS, "--id", KEEP], 2);
       const user = userSelector(given);

@@ -9,6 +9,7 @@ import { revokeOpenedUpstreamTokens } from "../session/end.ts";
 import type { Store } from "../store/mod.ts";
 import type { ClientRecord, SessionRecord, UpstreamTokenPair } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
+import { admissionLabel, admissionOf, admittedThrough } from "./admission.ts";
 import type { AdminCommand, UserSelector } from "./args.ts";
 import { formatTable } from "./table.ts";
 import { jsonLine } from "./terminal.ts";
@@ -56,9 +57,15 @@ export const NOTHING_MATCHED = 3;
  */
 export async function runStoreCommand(command: StoreCommand, deps: AdminDeps): Promise<number> {
   switch (command.name) {
-    case "sessions list":
-      printSessions(await deps.store.listSessions(command.who), command.json, deps);
+    case "sessions list": {
+      const { who, group } = command;
+      const sessions = await deps.store.listSessions(who);
+      const listed = group === undefined
+        ? sessions
+        : sessions.filter((session) => admittedThrough(session, group));
+      printSessions(listed, command.json, deps);
       return 0;
+    }
     case "sessions revoke":
       return "id" in command.by
         ? await revokeSession(command.by.id, command.keepGitLabTokens, deps)
@@ -81,6 +88,7 @@ function sessionView(session: SessionRecord) {
     userId: session.upstreamUserId,
     username: session.upstreamUsername,
     clientId: session.clientId,
+    admittedBy: admissionOf(session),
     scopes: session.scopes.join(" "),
     createdAt: iso(session.createdAt),
     lastRefreshedAt: iso(session.updatedAt),
@@ -95,11 +103,15 @@ function printSessions(sessions: SessionRecord[], json: boolean, deps: AdminDeps
     v.id,
     `${v.username} (${v.userId})`,
     v.clientId,
+    admissionLabel(v.admittedBy),
     v.createdAt,
     v.lastRefreshedAt,
     v.expiresAt,
   ]);
-  formatTable(["SESSION", "USER", "CLIENT", "CREATED", "LAST REFRESH", "EXPIRES"], rows)
+  formatTable(
+    ["SESSION", "USER", "CLIENT", "ADMITTED BY", "CREATED", "LAST REFRESH", "EXPIRES"],
+    rows,
+  )
     .forEach((line) => deps.print(line));
   deps.print(`${sessions.length} session(s)`);
 }
