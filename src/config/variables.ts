@@ -28,6 +28,7 @@ import { type ConfigTable, type Env, variable } from "./variable.ts";
 import { parseSigningKeys, parseSigningKeysFile } from "../keys/signing_keys.ts";
 import { parseIntrospectionTokens } from "../introspection/callers.ts";
 import { parseAllowedGroups, parseAllowedUsers } from "../access/policy.ts";
+import { parsePolicyFile } from "../access/call_policy_file.ts";
 
 /**
  * Every environment variable the service reads, keyed by its Config field. Adding a variable is
@@ -226,6 +227,13 @@ export const CONFIG_VARIABLES = {
     "30000",
     integerBetween(1, 3_600_000),
     "gateway: time limit for the MCP server's response headers",
+  ),
+  /** Gateway: what each account may call; read at start-up, again on SIGHUP. Undefined: all. */
+  mcpPolicyFile: variable(
+    "MCP_POLICY_FILE",
+    undefined,
+    parsePolicyFile,
+    "gateway: JSON rules of who may call what ([policy](#gateway-protecting-an-mcp-server))",
   ),
   /** The gateway's audit line per MCP message. */
   auditLog: variable(
