@@ -30,6 +30,7 @@ import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";
 import type { StoreDatabase } from "./src/store/mod.ts";
 import { openDatabase } from "./src/store/open.ts";
+import type { CallPolicyHolder, Reload } from "./src/access/call_policy_file.ts";
 
 const SHUTDOWN_GRACE_MS = 10_000;
 
@@ -41,6 +42,8 @@ export interface Composition {
   kv: StoreDatabase;
   /** Closes `kv` (PostgreSQL: drains its pool). */
   closeKv(): Promise<void>;
+  /** MCP_POLICY_FILE's policy in force, reloaded on SIGHUP. */
+  callPolicy: CallPolicyHolder;
 }
 
 /** A running service. */
@@ -48,6 +51,8 @@ export interface RunningService {
   /** Where it listens, e.g. `http://127.0.0.1:8000`. */
   url: string;
   config: Config;
+  /** MCP_POLICY_FILE's policy in force, reloaded on SIGHUP. */
+  callPolicy: CallPolicyHolder;
   /** Stops accepting, finishes in-flight requests (bounded), closes KV. */
   shutdown(): Promise<void>;
   finished: Promise<void>;
@@ -62,10 +67,13 @@ export async function composeService(env: Env, logger: Logger): Promise<Composit
   warnIfNotConfigured(config, logger);
   warnIfOpenToAnyone(config, logger);
   const { database: kv, close: closeKv } = await openDatabase(config);
-  const app = createApp(
-    createAppDeps(config, { kv, clock: systemClock, logger, templates: await loadTemplates() }),
-  );
-  return { app, config, kv, closeKv };
+  const deps = createAppDeps(config, {
+    kv,
+    clock: systemClock,
+    logger,
+    templates: await loadTemplates(),
+  });
+  return { app: createApp(deps), config, kv, closeKv, callPolicy: deps.callPolicy };
 }
 
 /**
@@ -76,7 +84,7 @@ export async function startService(
   env: Env,
   logger: Logger = createLogger(),
 ): Promise<RunningService> {
-  const { app, config, closeKv } = await composeService(env, logger);
+  const { app, config, closeKv, callPolicy } = await composeService(env, logger);
   const { promise: listening, resolve } = Promise.withResolvers<string>();
   let server: Deno.HttpServer;
   try {
@@ -93,6 +101,7 @@ export async function startService(
   return {
     url: await listening,
     config,
+    callPolicy,
     finished: server.finished,
     shutdown() {
       stopping ??= (async () => {
@@ -155,6 +164,23 @@ function warnIfOpenToAnyone(config: Config, logger: Logger): void {
   );
 }
 
+/**
+ * SIGHUP reads MCP_POLICY_FILE again (where the platform has signals: not on Windows); a file
+ * that cannot be used keeps the policy in force and logs an error.
+ */
+function reloadOnHangup(callPolicy: CallPolicyHolder, logger: Logger): void {
+  if (Deno.build.os === "windows" || callPolicy.current() === undefined) return;
+  Deno.addSignalListener("SIGHUP", () => logReload(callPolicy.reload(), logger));
+}
+
+function logReload(reload: Reload, logger: Logger): void {
+  if (reload.kind === "reloaded") {
+    logger.info("MCP_POLICY_FILE reloaded", { file: reload.path, rules: reload.rules });
+  } else if (reload.kind === "kept") {
+    logger.error(`MCP_POLICY_FILE not reloaded, the policy in force stays: ${reload.problem}`);
+  }
+}
+
 /** Runs `step`; a ConfigError ends the process with one line and exit code 1. */
 async function orExit<T>(logger: Logger, step: () => Promise<T>): Promise<T> {
   try {
@@ -177,6 +203,7 @@ async function start(onDeploy: boolean): Promise<void> {
     const stop = () => void service.shutdown();
     Deno.addSignalListener("SIGTERM", stop);
     Deno.addSignalListener("SIGINT", stop);
+    reloadOnHangup(service.callPolicy, logger);
   }
   await service.finished;
 }
@@ -191,7 +218,8 @@ async function admin(): Promise<never> {
 async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   const logger = createLogger();
   const env = Deno.env.toObject();
-  const { app, config } = await orExit(logger, () => composeService(env, logger));
+  const { app, config, callPolicy } = await orExit(logger, () => composeService(env, logger));
+  reloadOnHangup(callPolicy, logger);
   // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
   logger.info("ready to serve");
   return {

@@ -17,7 +17,9 @@ import { startSimulatedGitLab } from "./simulated_gitlab.ts";
 const env = Deno.env.toObject();
 const port = demoPort(env);
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
-const mcp = startDemoMcpServer(gitlab.url);
+const mcp = startDemoMcpServer(gitlab.url, { withRefusedTool: true });
+const ownPolicyFile = env.MCP_POLICY_FILE === undefined;
+const policyFile = env.MCP_POLICY_FILE ?? await writeDemoPolicy();
 let service: RunningService;
 try {
   service = await startService({
@@ -30,6 +32,7 @@ try {
     GITLAB_CLIENT_ID: "demo-gitlab-app",
     JWT_SECRET: randomToken(32),
     MCP_UPSTREAM_URL: mcp.url,
+    MCP_POLICY_FILE: policyFile,
     // The redirect sign-in needs BASE_URL (GitLab's callback URL is built from it).
     ...(env.GITLAB_SIGN_IN === "redirect" && !env.BASE_URL
       ? { BASE_URL: `http://${env.HOST ?? "127.0.0.1"}:${port}` }
@@ -42,6 +45,20 @@ try {
   await mcp.close();
   await gitlab.close();
   Deno.exit(1);
+}
+
+/**
+ * The demo's MCP_POLICY_FILE: `delete_project` only for maintainers of `demo/admins`, whom the
+ * simulated GitLab has none of, so a newcomer sees a tool refused (and left out of the list).
+ */
+async function writeDemoPolicy(): Promise<string> {
+  const path = await Deno.makeTempFile({ prefix: "demo-policy-", suffix: ".json" });
+  const policy = {
+    default: "allow",
+    rules: [{ tools: ["delete_*"], allow: { groups: ["demo/admins:maintainer"] } }],
+  };
+  await Deno.writeTextFile(path, JSON.stringify(policy, null, 2));
+  return path;
 }
 
 /**
@@ -171,6 +188,7 @@ const banner = [
     ]),
   "",
   `  Or connect an MCP client to ${service.url}/mcp (tools: whoami, list_projects):`,
+  `  delete_project exists too, but the policy (${policyFile}) refuses it to you.`,
   `    npx @modelcontextprotocol/inspector            (Streamable HTTP, URL ${service.url}/mcp)`,
   `    claude mcp add --transport http demo ${service.url}/mcp`,
   `    npx mcp-remote ${service.url}/mcp`,
@@ -186,6 +204,7 @@ const stop = async () => {
   await client.shutdown();
   await mcp.close();
   await gitlab.close();
+  if (ownPolicyFile) await Deno.remove(policyFile).catch(() => {});
   Deno.exit(0);
 };
 Deno.addSignalListener("SIGINT", stop);

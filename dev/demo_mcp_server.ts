@@ -17,9 +17,36 @@ interface ToolAnswer {
   isError?: boolean;
 }
 
-/** Starts the demo's MCP server on a random loopback port; its tools call `gitlabUrl`'s API. */
-export function startDemoMcpServer(gitlabUrl: URL): McpHttpServer {
-  return serveMcp(() => createDemoMcpServer(gitlabUrl));
+/**
+ * Starts the demo's MCP server on a random loopback port; its tools call `gitlabUrl`'s API.
+ * `withRefusedTool` adds `delete_project`, which the demo's policy lets no demo user call.
+ */
+export function startDemoMcpServer(
+  gitlabUrl: URL,
+  options: { withRefusedTool?: boolean } = {},
+): McpHttpServer {
+  return serveMcp(() => {
+    const server = createDemoMcpServer(gitlabUrl);
+    if (options.withRefusedTool) registerDeleteProject(server);
+    return server;
+  });
+}
+
+/**
+ * A destructive tool the demo's MCP_POLICY_FILE allows only to maintainers of `demo/admins`,
+ * a group the simulated user is not in: the gateway leaves it out of `tools/list` and refuses a
+ * call to it, which never arrives here.
+ */
+function registerDeleteProject(server: McpServer): void {
+  server.registerTool(
+    "delete_project",
+    {
+      title: "Delete a GitLab project",
+      description: "Refused by the gateway's policy in the demo: it never gets here",
+      annotations: { readOnlyHint: false, destructiveHint: true },
+    },
+    () => failure("the gateway's policy should have refused this call"),
+  );
 }
 
 /**

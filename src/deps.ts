@@ -17,7 +17,10 @@ import {
   ConfigError,
   jwtSecrets,
   oauthSettings,
+  requireMembershipScope,
 } from "./config/mod.ts";
+import { type CallPolicy, policyGroups } from "./access/call_policy.ts";
+import { createCallPolicyHolder } from "./access/call_policy_file.ts";
 import type { AppDeps } from "./http/context.ts";
 import type { Logger } from "./logger.ts";
 import { createMetrics, type Metrics } from "./metrics/catalog.ts";
@@ -64,6 +67,12 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const upstream = resources.upstream ??
     (settings && configuredUpstream(config, settings.gitlabClientId, logger, metrics));
   if (upstream) requireMemberships(config, upstream);
+  const callPolicy = createCallPolicyHolder(
+    config.mcpPolicyFile,
+    (policy) => requireCallPolicyMemberships(config, policy, upstream),
+  );
+  const initialPolicy = config.mcpPolicyFile?.policy;
+  if (initialPolicy) requireCallPolicyMemberships(config, initialPolicy, upstream);
   return {
     config,
     store,
@@ -83,6 +92,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       signer: createConfiguredTokenSigner(config, jwtSecrets(settings, config)),
       consentSigner: createConsentSigner(jwtSecrets(settings, config)),
     },
+    callPolicy,
   };
 }
 
@@ -117,6 +127,26 @@ function requireMemberships(config: Config, upstream: Upstream): void {
     `${upstream.profile.displayName} cannot tell group memberships; list users in ` +
       `${CONFIG_VARIABLES.access.users.name} instead`,
   );
+}
+
+/**
+ * A policy naming groups needs their memberships, read at sign-in with the user's token: an
+ * upstream that can tell them and a scope that lets it. Throws ConfigError.
+ */
+function requireCallPolicyMemberships(
+  config: Config,
+  policy: CallPolicy,
+  upstream: Upstream | undefined,
+): void {
+  if (policyGroups(policy).length === 0) return;
+  const name = CONFIG_VARIABLES.mcpPolicyFile.name;
+  requireMembershipScope(config, name);
+  if (upstream && !upstream.membership) {
+    throw new ConfigError(
+      name,
+      `names groups, but ${upstream.profile.displayName} cannot tell group memberships`,
+    );
+  }
 }
 
 /** The variables an operator should check when the provider refuses our application. */

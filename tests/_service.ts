@@ -31,6 +31,8 @@ export interface ServiceProcess {
   logs: string[];
   /** Sends `signal` (SIGTERM unless given), then waits for the exit; returns the exit code. */
   stop(signal?: Deno.Signal): Promise<number>;
+  /** Sends `signal` and returns at once (SIGHUP: reload). */
+  signal(signal: Deno.Signal): void;
 }
 
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
@@ -96,6 +98,7 @@ export async function spawnService(
     url: started.url,
     listening: started,
     logs,
+    signal: (signal) => child.kill(signal),
     async stop(signal: Deno.Signal = "SIGTERM") {
       try {
         child.kill(signal);

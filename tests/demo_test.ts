@@ -67,6 +67,16 @@ Deno.test({
         name: "Ada Lovelace",
       });
       assert.match(textOf(await client.callTool({ name: "list_projects" })), /^ada\/handbook /);
+      // The demo's policy: delete_project is left out of the list above and refused, as the SDK
+      // client sees a tool error (HTTP 200 with a JSON-RPC error, not a transport failure).
+      await assert.rejects(
+        client.callTool({ name: "delete_project", arguments: {} }),
+        (error: Error) => {
+          assert.match(error.message, /Tool "delete_project" is not allowed for this account/);
+          return true;
+        },
+      );
+      await waitFor(() => demo.logs.some((line) => line.includes('"policy":"deny"')));
 
       assertMcpSignInRequests(demo.logs);
     } finally {

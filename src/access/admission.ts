@@ -2,7 +2,8 @@
  * Asking the upstream whether a user is admitted: their access level in every listed group
  * (GitLab's members/all, so memberships through parent groups count), with the user's own
  * token, then the policy's decision. Every listed group is asked, not only until one admits:
- * the session keeps each level for the gateway's per-tool policy.
+ * the session keeps each level for the gateway's per-tool policy, and the groups that policy
+ * names (`policyGroups`) are asked too, even when they admit nobody to sign in.
  */
 
 import { type AccessPolicy, decide, type SessionAccess } from "./policy.ts";
@@ -19,19 +20,29 @@ export async function decideAccess(
   accessToken: string,
   user: UpstreamUser,
   nowMs: number,
+  policyGroups: string[] = [],
 ): Promise<SessionAccess> {
-  if (policy.groups.length > 0 && !upstream.membership) {
+  const paths = groupsToAsk(policy, policyGroups);
+  if (paths.length > 0 && !upstream.membership) {
     throw new TypeError("the upstream cannot tell group memberships");
   }
   const levels = await Promise.all(
-    policy.groups.map((group) =>
-      upstream.membership?.(accessToken, group.path, user.id) ?? Promise.resolve(null)
-    ),
+    paths.map((path) => upstream.membership?.(accessToken, path, user.id) ?? Promise.resolve(null)),
   );
   const groupLevels: Record<string, number> = {};
-  policy.groups.forEach((group, i) => {
+  paths.forEach((path, i) => {
     const level = levels[i];
-    if (level !== null) groupLevels[group.path] = level;
+    if (level !== null) groupLevels[path] = level;
   });
-  return decide(policy, user.username, groupLevels, nowMs);
+  const access = decide(policy, user.username, groupLevels, nowMs);
+  return paths.length > policy.groups.length ? { ...access, groupsAsked: paths } : access;
+}
+
+/** The listed groups, then the policy's groups not listed (GitLab paths ignore case). */
+export function groupsToAsk(policy: AccessPolicy, policyGroups: string[]): string[] {
+  const paths = policy.groups.map((group) => group.path);
+  for (const path of policyGroups) {
+    if (!paths.some((known) => known.toLowerCase() === path.toLowerCase())) paths.push(path);
+  }
+  return paths;
 }

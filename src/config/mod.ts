@@ -17,6 +17,7 @@ import {
 
 import { requireSigningKeys } from "../keys/signing_config.ts";
 import { type AccessPolicy, isRestricted } from "../access/policy.ts";
+import { policyGroups } from "../access/call_policy.ts";
 
 export { ConfigError, type ConfigVariable, type Env } from "./variable.ts";
 export type { RateLimit } from "./parsers.ts";
@@ -66,16 +67,10 @@ const MEMBERSHIP_SCOPES = ["read_api", "api"];
  */
 function requireAccessSettings(config: Config): void {
   const { groups, users, allowAnyUser } = CONFIG_VARIABLES.access;
-  const scopes = config.upstream.scopes.split(/[\s,]+/);
-  if (
-    accessPolicyOf(config).groups.length > 0 &&
-    !MEMBERSHIP_SCOPES.some((scope) => scopes.includes(scope))
-  ) {
-    throw new ConfigError(
-      groups.name,
-      `needs read_api or api in ${CONFIG_VARIABLES.upstream.scopes.name} to read memberships ` +
-        `(it is ${JSON.stringify(config.upstream.scopes)})`,
-    );
+  if (accessPolicyOf(config).groups.length > 0) requireMembershipScope(config, groups.name);
+  const callPolicy = config.mcpPolicyFile?.policy;
+  if (callPolicy && policyGroups(callPolicy).length > 0) {
+    requireMembershipScope(config, CONFIG_VARIABLES.mcpPolicyFile.name);
   }
   if (config.securityProfile === "strict" && isOpenToAnyGitLabComUser(config)) {
     throw new ConfigError(
@@ -84,6 +79,20 @@ function requireAccessSettings(config: Config): void {
         `can make an account; set ${allowAnyUser.name}=true to admit everyone on purpose`,
     );
   }
+}
+
+/**
+ * Throws a ConfigError naming `variable` unless GITLAB_SCOPES lets the user's token read group
+ * memberships.
+ */
+export function requireMembershipScope(config: Config, variable: string): void {
+  const scopes = config.upstream.scopes.split(/[\s,]+/);
+  if (MEMBERSHIP_SCOPES.some((scope) => scopes.includes(scope))) return;
+  throw new ConfigError(
+    variable,
+    `needs read_api or api in ${CONFIG_VARIABLES.upstream.scopes.name} to read memberships ` +
+      `(it is ${JSON.stringify(config.upstream.scopes)})`,
+  );
 }
 
 /** Whether the service admits every gitlab.com account, not having been told to on purpose. */

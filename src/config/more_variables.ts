@@ -4,6 +4,7 @@
  * variables.ts, which spreads them in.
  */
 
+import { parsePolicyFile } from "../access/call_policy_file.ts";
 import {
   caseInsensitive,
   decimalAbove,
@@ -48,6 +49,13 @@ export const GATEWAY_VARIABLES = {
     "30000",
     integerBetween(1, 3_600_000),
     "gateway: time limit for the MCP server's response headers",
+  ),
+  /** Gateway: what each account may call; read at start-up, again on SIGHUP. Undefined: all. */
+  mcpPolicyFile: variable(
+    "MCP_POLICY_FILE",
+    undefined,
+    parsePolicyFile,
+    "gateway: JSON rules of who may call what ([policy](#what-they-may-call))",
   ),
   /** The gateway's audit line per MCP message. */
   auditLog: variable(

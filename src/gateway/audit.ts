@@ -9,6 +9,7 @@ import type { Logger } from "../logger.ts";
 import { setSpanAttributes } from "../http/telemetry.ts";
 import type { AuthenticatedRequest } from "./guard.ts";
 import type { McpMessage } from "./mcp_message.ts";
+import { auditedDecision } from "./call_check.ts";
 
 /** What one request's audit lines share. */
 export interface AuditContext {
@@ -65,7 +66,7 @@ export function createAudit(logger: Logger, enabled: boolean): Audit {
         "mcp.rpc_error": outcome.rpcError,
       });
       if (!enabled) return;
-      const messages = context.messages.length > 0 ? context.messages : [{}];
+      const messages: McpMessage[] = context.messages.length > 0 ? context.messages : [{}];
       for (const message of messages) {
         logger.info("mcp", {
           msg: "mcp",
@@ -81,6 +82,7 @@ export function createAudit(logger: Logger, enabled: boolean): Audit {
           rpcId: message.id === undefined || message.id === null ? undefined : message.id,
           status: outcome.status,
           rpcError: outcome.rpcError,
+          ...auditedDecision(message.policy),
           ms,
         });
       }

@@ -14,7 +14,7 @@ import type { AccessTokenClaims, TokenSigner } from "../jwt.ts";
 import type { Logger } from "../logger.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../session/upstream_refresh.ts";
 import type { Store, Versioned } from "../store/mod.ts";
-import type { SessionRecord } from "../store/records.ts";
+import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
 import { BearerChallengeError } from "./challenges.ts";
 import { sameResource } from "./resource.ts";
@@ -52,6 +52,12 @@ export interface AuthenticatedRequest {
   gitlabToken: string;
 }
 
+/** What the gateway knows of a request: the authentication, and what the session learnt. */
+export interface GatewayRequest extends AuthenticatedRequest {
+  /** The session's group levels from sign-in and re-check, for MCP_POLICY_FILE. */
+  access?: SessionAccess;
+}
+
 /** Whose tokens are accepted, and which protected resource the challenges point at. */
 export interface GuardTarget {
   /** Expected `iss`: the service's base URL. */
@@ -85,6 +91,19 @@ export async function authenticate(
   request: Request,
   target: GuardTarget,
 ): Promise<AuthenticatedRequest> {
+  const { access: _access, ...auth } = await authenticateForGateway(deps, request, target);
+  return auth;
+}
+
+/**
+ * As `authenticate`, with the session's access record the guard has read anyway (or remembered
+ * with the token), so the gateway's policy costs no KV read.
+ */
+export async function authenticateForGateway(
+  deps: GuardDeps,
+  request: Request,
+  target: GuardTarget,
+): Promise<GatewayRequest> {
   const token = bearerToken(request.headers.get("authorization"));
   if (token === undefined) throw BearerChallengeError.authenticationRequired(target.resource);
   const found = deps.verifiedTokens.get(token, target.issuer, deps.clock.now()) ??
@@ -270,13 +289,14 @@ function refreshFailed(
   );
 }
 
-function authenticated({ claims, session, upstreamToken }: VerifiedToken): AuthenticatedRequest {
+function authenticated({ claims, session, upstreamToken }: VerifiedToken): GatewayRequest {
   return {
     user: { id: session.upstreamUserId, username: session.upstreamUsername },
     scopes: claims.scope.split(" ").filter((scope) => scope !== ""),
     clientId: session.clientId,
     sessionId: session.id,
     gitlabToken: upstreamToken,
+    access: session.access,
   };
 }
 

@@ -10,6 +10,8 @@
  *   Validation"
  */
 
+import type { CallDecision } from "../access/call_policy.ts";
+
 /** The first revision whose requests carry the request metadata headers. */
 export const FIRST_HEADER_REVISION = "2026-07-28";
 /** JSON-RPC error code of a header that is missing or disagrees with the body. */
@@ -38,6 +40,8 @@ export interface McpMessage {
   name?: string;
   /** The JSON-RPC id; absent for a notification. */
   id?: string | number | null;
+  /** MCP_POLICY_FILE's decision, for a call it decided. */
+  policy?: CallDecision;
 }
 
 /** What the gateway learnt of a POST body. */

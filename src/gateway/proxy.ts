@@ -15,8 +15,8 @@ import { OAuthError } from "../http/errors.ts";
 import { relayedResponseHeaders, upstreamRequestHeaders } from "./headers.ts";
 import { BearerChallengeError } from "./challenges.ts";
 import {
-  authenticate,
   type AuthenticatedRequest,
+  authenticateForGateway,
   CLOCK_TOLERANCE_SECONDS,
   type GuardDeps,
 } from "./guard.ts";
@@ -42,6 +42,17 @@ import {
 } from "./mcp_message.ts";
 import { readBoundedBody } from "./request_body.ts";
 import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
+import { callerOf, decideMessages, refusedCallResponse } from "./call_check.ts";
+import {
+  filterEventStream,
+  filterJsonBody,
+  type ListRequests,
+  listRequestsOf,
+  type Permits,
+  UnfilterableList,
+} from "./list_filter.ts";
+import { decideCall } from "../access/call_policy.ts";
+import { accessPolicyOf } from "../config/mod.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -123,14 +134,21 @@ async function handleGatewayRequest(
   const deps = mcpSessionId === null || owner.read
     ? guard
     : { ...guard, store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
-  const auth = await authenticate(deps, ctx.request, { issuer: ctx.baseUrl, resource });
+  const auth = await authenticateForGateway(deps, ctx.request, {
+    issuer: ctx.baseUrl,
+    resource,
+  });
+  // Read once: a SIGHUP mid-request does not change this request's decisions.
+  const policy = ctx.deps.callPolicy.current();
   if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
   // One time limit from here to the MCP server's response headers, body upload included.
   const deadline = gateway.deadlines.start();
   let body: Uint8Array<ArrayBuffer> | null = null;
   let post: McpPost | undefined;
   try {
-    if (readsBody(ctx.request)) body = await readBoundedBody(ctx.request, deadline.signal);
+    if (readsBody(ctx.request, policy !== undefined)) {
+      body = await readBoundedBody(ctx.request, deadline.signal);
+    }
   } catch (error) {
     deadline.done();
     throw error;
@@ -153,6 +171,14 @@ async function handleGatewayRequest(
     gateway.audit.record(audit, { status: 400 });
     return headerMismatchResponse(post.messages[0]?.id, post.mismatch);
   }
+  const caller = policy && callerOf(auth, listedGroupsOf(ctx));
+  if (policy && caller && post && decideMessages(policy, caller, post.messages)) {
+    deadline.done();
+    return refuseCall(ctx, gateway, audit, post, body);
+  }
+  const lists = policy && caller && post ? listRequestsOf(post.messages) : undefined;
+  const permits: Permits | undefined = policy && caller &&
+    ((target, name) => decideCall(policy, caller, target, name).effect === "allow");
   let upstream: Response;
   try {
     upstream = await forward(ctx, auth, gateway, body ?? streamedBody(ctx.request), deadline);
@@ -172,7 +198,8 @@ async function handleGatewayRequest(
       `The MCP server refused the ${ctx.oauth.upstream.profile.displayName} token; sign in again`,
     );
   }
-  return await relayResponse(ctx, upstream, auth, gateway, audit);
+  const filter = lists && permits && lists.size > 0 ? { lists, permits } : undefined;
+  return await relayResponse(ctx, upstream, auth, gateway, audit, filter);
 }
 
 /** Counts each message of a request (one unparsed message for a body the gateway did not read). */
@@ -192,14 +219,46 @@ function countMessages(
 }
 
 /**
- * Whether the body is read before it is forwarded: always but for an upload of unknown length
+ * A POST carrying a call the policy refuses: answered here, never forwarded.
+ * Metrics hook: this is the gateway's "denied by policy" outcome (one per refused POST).
+ */
+function refuseCall(
+  ctx: OAuthRequestContext,
+  gateway: Gateway,
+  audit: AuditContext,
+  post: McpPost,
+  body: Uint8Array | null,
+): Response {
+  const response = refusedCallResponse(post.messages, isBatch(body));
+  gateway.audit.record(audit, { status: response.status, rpcError: response.status === 200 });
+  countMessages(ctx, post.messages, "denied");
+  return response;
+}
+
+/** Whether a body is a JSON array (a batch, before 2026-07-28). */
+function isBatch(body: Uint8Array | null): boolean {
+  const first = body?.find((byte) =>
+    byte !== 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d
+  );
+  return first === 0x5b;
+}
+
+/** The group paths of ALLOWED_GITLAB_GROUPS: what a session's record asked by default. */
+function listedGroupsOf(ctx: OAuthRequestContext): string[] {
+  return accessPolicyOf(ctx.deps.config).groups.map((group) => group.path);
+}
+
+/**
+ * Whether the body is read before it is forwarded: always but (without MCP_POLICY_FILE) for an
+ * upload of unknown length
  * from a client of a revision before 2026-07-28 that sent no request metadata header (no MCP
  * SDK sends one; a client streaming its body keeps it streaming, unread).
  */
-function readsBody(request: Request): boolean {
+function readsBody(request: Request, policyInForce: boolean): boolean {
   if (request.method === "GET" || request.method === "HEAD") return false;
   const headers = request.headers;
-  if (headers.has("content-length") || request.method !== "POST") return true;
+  // A policy decides from the body: nothing it has not read goes through.
+  if (policyInForce || headers.has("content-length") || request.method !== "POST") return true;
   return headers.has("mcp-method") || headers.has("mcp-name") ||
     hasRequestHeaders(headers.get("mcp-protocol-version") ?? undefined);
 }
@@ -350,6 +409,7 @@ async function relayResponse(
   auth: AuthenticatedRequest,
   gateway: Gateway,
   audit: AuditContext,
+  filter?: ListFilter,
 ): Promise<Response> {
   const headers = relayedResponseHeaders(upstream.headers, upstream.status);
   const init = { status: upstream.status, statusText: upstream.statusText, headers };
@@ -357,7 +417,10 @@ async function relayResponse(
   if (upstream.body && type.startsWith("text/event-stream")) {
     setHeader(headers, "x-accel-buffering", "no");
     const watcher = gateway.audit.enabled ? sseErrorWatcher() : undefined;
-    const body = ctx.deps.openStreams.hold(upstream.body, {
+    const events = filter
+      ? filterEventStream(upstream.body, filter.lists, filter.permits)
+      : upstream.body;
+    const body = ctx.deps.openStreams.hold(events, {
       sessionId: auth.sessionId,
       expiresAtMs: accessTokenExpiry(ctx.request),
     }, {
@@ -366,6 +429,9 @@ async function relayResponse(
         gateway.audit.record(audit, { status: upstream.status, rpcError: watcher?.sawError() }),
     });
     return new Response(body, init);
+  }
+  if (filter && upstream.body && type.startsWith("application/json")) {
+    return await relayFilteredJson(upstream.body, upstream.status, init, gateway, audit, filter);
   }
   const length = Number(upstream.headers.get("content-length") ?? NaN);
   if (upstream.body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
@@ -378,6 +444,63 @@ async function relayResponse(
   }
   gateway.audit.record(audit, { status: upstream.status });
   return new Response(upstream.body, init);
+}
+
+/** A POST's list requests, and what the account may call: the lists answered are cut to it. */
+interface ListFilter {
+  lists: ListRequests;
+  permits: Permits;
+}
+
+/** Largest JSON list answer read whole to be filtered; a larger one is refused (502). */
+const MAX_FILTERED_JSON_BYTES = 16 * 1024 * 1024;
+
+/**
+ * A JSON answer to a list request, read whole and cut to what the account may call; one that
+ * cannot be read is not relayed (502): an unfiltered list must not reach the client.
+ */
+async function relayFilteredJson(
+  body: ReadableStream<Uint8Array>,
+  status: number,
+  init: { status: number; statusText: string; headers: [string, string][] },
+  gateway: Gateway,
+  audit: AuditContext,
+  filter: ListFilter,
+): Promise<Response> {
+  let text: string;
+  try {
+    const bytes = await readAtMost(body, MAX_FILTERED_JSON_BYTES);
+    text = filterJsonBody(new TextDecoder().decode(bytes), filter.lists, filter.permits);
+  } catch (error) {
+    if (!(error instanceof UnfilterableList)) throw error;
+    gateway.audit.record(audit, { status: 502 });
+    throw new OAuthError(502, "bad_gateway", `The MCP server's list could not be filtered`);
+  }
+  const rpcError = gateway.audit.enabled ? isJsonRpcError(text) : undefined;
+  gateway.audit.record(audit, { status, rpcError });
+  const headers = init.headers.filter(([name]) => name !== "content-length");
+  return new Response(text, { ...init, headers });
+}
+
+/** A body's bytes, or UnfilterableList when it holds more than `max`. */
+async function readAtMost(body: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.byteLength;
+    if (size > max) {
+      await body.cancel().catch(() => {});
+      throw new UnfilterableList("the MCP server's list answer is too large to filter");
+    }
+    chunks.push(chunk);
+  }
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
 }
 
 /**

@@ -13,6 +13,7 @@ import type { ConsentSigner } from "../sign_in/consent_signer.ts";
 import type { Store } from "../store/mod.ts";
 import type { Templates } from "../pages/mod.ts";
 import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
+import type { CallPolicyHolder } from "../access/call_policy_file.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
 export interface OAuthDeps {
@@ -44,6 +45,8 @@ export interface AppDeps {
   clientMetadataFetcher: ClientMetadataFetcher;
   /** Absent when GITLAB_CLIENT_ID or JWT_SECRET is missing. */
   oauth?: OAuthDeps;
+  /** MCP_POLICY_FILE's policy in force (reloaded on SIGHUP); holds none when it is unset. */
+  callPolicy: CallPolicyHolder;
 }
 
 /** A request to a route that needs OAuth configuration: its dependencies are never missing. */

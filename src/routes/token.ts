@@ -30,6 +30,7 @@ import {
 } from "../session/life.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../session/upstream_refresh.ts";
 import { recheckAccess } from "../session/access_recheck.ts";
+import { heldPolicyGroups } from "../access/call_policy_file.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { SessionRecord } from "../store/records.ts";
 
@@ -174,7 +175,13 @@ async function requireStillAdmitted(
 ): Promise<SessionRecord> {
   const { store, clock, config, logger } = ctx.deps;
   const recheck = await recheckAccess(
-    { store, clock, config, upstream: ctx.oauth.upstream },
+    {
+      store,
+      clock,
+      config,
+      upstream: ctx.oauth.upstream,
+      policyGroups: heldPolicyGroups(ctx.deps.callPolicy),
+    },
     session.value,
   );
   if (recheck.kind === "admitted") return recheck.session;

@@ -7,12 +7,12 @@
  * @see README.md "Who can sign in"
  */
 
-import { decideAccess } from "../access/admission.ts";
+import { decideAccess, groupsToAsk } from "../access/admission.ts";
 import { admits, isRestricted, refusalReason } from "../access/policy.ts";
 import type { Clock } from "../clock.ts";
 import { accessPolicyOf, type Config } from "../config/mod.ts";
 import type { Store } from "../store/mod.ts";
-import type { SessionRecord } from "../store/records.ts";
+import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
 
 /** How long the last decision GitLab answered stands while it cannot be asked. */
@@ -24,6 +24,8 @@ export interface RecheckDeps {
   clock: Clock;
   upstream: Upstream;
   config: Config;
+  /** The groups MCP_POLICY_FILE names now: learnt too, and at once if never asked. */
+  policyGroups?: string[];
 }
 
 /** What the re-check came to. */
@@ -39,18 +41,29 @@ export type Recheck =
 export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): Promise<Recheck> {
   const { store, clock, upstream, config } = deps;
   const policy = accessPolicyOf(config);
-  if (!isRestricted(policy)) return { kind: "admitted", session };
+  const policyGroups = deps.policyGroups ?? [];
+  if (!isRestricted(policy) && policyGroups.length === 0) return { kind: "admitted", session };
   const now = clock.now();
   const last = session.access;
-  if (last && now - last.checkedAt < config.access.recheckSeconds * 1000) {
+  const recent = last !== undefined && now - last.checkedAt < config.access.recheckSeconds * 1000;
+  if (recent && asked(last, groupsToAsk(policy, policyGroups), policy.groups.length)) {
     return { kind: "admitted", session };
   }
   const tokens = await store.openUpstreamTokens(session);
   if (!tokens) return { kind: "unconfirmed" };
   const user = { id: session.upstreamUserId, username: session.upstreamUsername };
   try {
-    const access = await decideAccess(upstream, policy, tokens.accessToken, user, now);
-    if (!admits(access)) return { kind: "refused", reason: refusalReason(policy, access) };
+    const access = await decideAccess(
+      upstream,
+      policy,
+      tokens.accessToken,
+      user,
+      now,
+      policyGroups,
+    );
+    if (isRestricted(policy) && !admits(access)) {
+      return { kind: "refused", reason: refusalReason(policy, access) };
+    }
     return { kind: "admitted", session: { ...session, access } };
   } catch (error) {
     if (!(error instanceof UpstreamError)) throw error;
@@ -61,4 +74,14 @@ export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): 
     const stands = last !== undefined && now - last.checkedAt <= LAST_DECISION_STANDS_MS;
     return stands ? { kind: "admitted", session } : { kind: "unconfirmed" };
   }
+}
+
+/**
+ * Whether the last decision asked every group in `paths` (a policy reloaded with new groups
+ * makes the next refresh ask at once). A record without `groupsAsked` asked the listed ones.
+ */
+function asked(last: SessionAccess, paths: string[], listed: number): boolean {
+  if (last.groupsAsked === undefined) return paths.length <= listed;
+  const known = new Set(last.groupsAsked.map((path) => path.toLowerCase()));
+  return paths.every((path) => known.has(path.toLowerCase()));
 }

@@ -8,6 +8,7 @@
  */
 
 import { decideAccess } from "../access/admission.ts";
+import { heldPolicyGroups } from "../access/call_policy_file.ts";
 import { admits, isRestricted, refusalReason } from "../access/policy.ts";
 import { accessPolicyOf } from "../config/mod.ts";
 import type { OAuthRequestContext } from "../http/context.ts";
@@ -33,7 +34,8 @@ export async function admitSignIn(
   user: UpstreamUser,
 ): Promise<SignInAdmission> {
   const policy = accessPolicyOf(ctx.deps.config);
-  if (!isRestricted(policy)) return { kind: "admitted" };
+  const policyGroups = heldPolicyGroups(ctx.deps.callPolicy);
+  if (!isRestricted(policy) && policyGroups.length === 0) return { kind: "admitted" };
   const { upstream } = ctx.oauth;
   const access = await decideAccess(
     upstream,
@@ -41,8 +43,10 @@ export async function admitSignIn(
     tokens.accessToken,
     user,
     ctx.deps.clock.now(),
+    policyGroups,
   );
-  if (admits(access)) return { kind: "admitted", access };
+  // Without a list everyone is admitted; the levels are kept for the gateway's policy.
+  if (!isRestricted(policy) || admits(access)) return { kind: "admitted", access };
   ctx.deps.logger.warn("sign-in refused: account not allowed", {
     requestId: ctx.requestId,
     gitlabUser: user.username,

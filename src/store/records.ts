@@ -168,6 +168,11 @@ export interface SessionAccess {
   admittingGroups: string[];
   /** Whether ALLOWED_GITLAB_USERS names the user. */
   listedUser: boolean;
+  /**
+   * Every group asked, when MCP_POLICY_FILE named groups beyond ALLOWED_GITLAB_GROUPS; absent:
+   * the listed groups were asked. A group asked is one whose absence means "not a member".
+   */
+  groupsAsked?: string[];
 }
 
 /** A session as stored before the provider-neutral names (GitLab was the only upstream). */

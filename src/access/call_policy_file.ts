@@ -1,0 +1,92 @@
+/**
+ * MCP_POLICY_FILE: the policy read from its file at start-up (a problem stops start-up with one
+ * line naming the file), and the holder the gateway reads it from, which main.ts reloads on
+ * SIGHUP: a new file that cannot be used leaves the policy in force as it was.
+ */
+
+import { ConfigError } from "../config/variable.ts";
+import { type CallPolicy, parseCallPolicy, PolicyError, policyGroups } from "./call_policy.ts";
+
+/** A policy and the file it came from. */
+export interface PolicyFile {
+  path: string;
+  policy: CallPolicy;
+}
+
+/** Reads and parses the policy file at `path`. Throws PolicyError naming the file. */
+export function readPolicyFile(
+  path: string,
+  readText: (path: string) => string = Deno.readTextFileSync,
+): PolicyFile {
+  let text: string;
+  try {
+    text = readText(path);
+  } catch (error) {
+    const reason = error instanceof Error ? error.name : "unreadable";
+    throw new PolicyError(`${path}: cannot read the file (${reason})`);
+  }
+  try {
+    return { path, policy: parseCallPolicy(text) };
+  } catch (error) {
+    if (!(error instanceof PolicyError)) throw error;
+    throw new PolicyError(`${path}: ${error.message}`);
+  }
+}
+
+/** The configuration's parser of MCP_POLICY_FILE: the file read and parsed once. */
+export function parsePolicyFile(name: string, path: string): PolicyFile {
+  try {
+    return readPolicyFile(path);
+  } catch (error) {
+    if (!(error instanceof PolicyError)) throw error;
+    throw new ConfigError(name, error.message);
+  }
+}
+
+/** The outcome of a reload. */
+export type Reload =
+  | { kind: "reloaded"; path: string; rules: number }
+  | { kind: "kept"; path: string; problem: string }
+  | { kind: "none" };
+
+/** The policy in force, replaced only by a reload that succeeds. */
+export interface CallPolicyHolder {
+  /** The policy in force; undefined: no MCP_POLICY_FILE, every call passes. */
+  current(): CallPolicy | undefined;
+  /** Reads the file again; a file that cannot be used keeps the policy in force. */
+  reload(): Reload;
+}
+
+/**
+ * A holder starting with `initial`; `check` refuses a policy the service cannot enforce (it
+ * throws ConfigError or PolicyError), as start-up does.
+ */
+export function createCallPolicyHolder(
+  initial: PolicyFile | undefined,
+  check: (policy: CallPolicy) => void,
+  readText?: (path: string) => string,
+): CallPolicyHolder {
+  let inForce = initial;
+  return {
+    current: () => inForce?.policy,
+    reload() {
+      if (inForce === undefined) return { kind: "none" };
+      const { path } = inForce;
+      try {
+        const next = readPolicyFile(path, readText);
+        check(next.policy);
+        inForce = next;
+        return { kind: "reloaded", path, rules: next.policy.rules.length };
+      } catch (error) {
+        if (!(error instanceof PolicyError || error instanceof ConfigError)) throw error;
+        return { kind: "kept", path, problem: error.message };
+      }
+    },
+  };
+}
+
+/** The groups the policy in force names: their memberships are learnt at sign-in. */
+export function heldPolicyGroups(holder: CallPolicyHolder): string[] {
+  const policy = holder.current();
+  return policy ? policyGroups(policy) : [];
+}

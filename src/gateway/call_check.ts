@@ -1,0 +1,86 @@
+/**
+ * MCP_POLICY_FILE at the gateway: each message of a POST that calls a tool, reads a resource or
+ * gets a prompt is decided before anything is forwarded; a POST with a refused message never
+ * reaches the MCP server and is answered here. The answer is HTTP 200 with a JSON-RPC error
+ * response of the same id, as an MCP server answers a request it will not serve: MCP clients
+ * hand that to the caller as the call's error, while a 4xx is a transport failure to them (an
+ * SDK throws it as an HTTP error, and a 403 may send it to re-authorize for more scope).
+ *
+ * @see README.md "What they may call"
+ */
+
+import {
+  type CallDecision,
+  type Caller,
+  type CallPolicy,
+  decideCall,
+  type Target,
+  targetOfCall,
+} from "../access/call_policy.ts";
+import type { GatewayRequest } from "./guard.ts";
+import type { McpMessage } from "./mcp_message.ts";
+
+/** JSON-RPC error code of a call the policy refuses (implementation-defined server range). */
+export const POLICY_REFUSED = -32003;
+
+/** What is called in each target, for the refusal's message. */
+const TARGET_WORDS: Readonly<Record<Target, string>> = {
+  tools: "Tool",
+  resources: "Resource",
+  prompts: "Prompt",
+};
+
+/** The account behind a request, as the policy sees it. */
+export function callerOf(auth: GatewayRequest, listedGroups: string[]): Caller {
+  return { username: auth.user.username, access: auth.access, listedGroups };
+}
+
+/** Decides every message that names a call; the decision goes on the message (for the audit). */
+export function decideMessages(
+  policy: CallPolicy,
+  caller: Caller,
+  messages: McpMessage[],
+): boolean {
+  let refused = false;
+  for (const message of messages) {
+    const target = targetOfCall(message.method);
+    if (target === undefined) continue;
+    // A call without a name is decided as the empty name: a `*` rule still applies to it.
+    message.policy = decideCall(policy, caller, target, message.name ?? "");
+    if (message.policy.effect === "deny") refused = true;
+  }
+  return refused;
+}
+
+/**
+ * The answer to a POST with a refused call: a JSON-RPC error for each request in it (in a batch,
+ * the others are refused with it, since the batch is not forwarded in part).
+ */
+export function refusedCallResponse(messages: McpMessage[], batch: boolean): Response {
+  const answers = messages.filter((message) => message.id !== undefined && message.method)
+    .map((message) => ({
+      jsonrpc: "2.0",
+      id: message.id,
+      error: { code: POLICY_REFUSED, message: refusalMessage(message) },
+    }));
+  const body = batch ? answers : answers[0] ?? null;
+  if (body === null) return new Response(null, { status: 202 });
+  return new Response(JSON.stringify(body), {
+    status: 200,
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+  });
+}
+
+function refusalMessage(message: McpMessage): string {
+  const target = targetOfCall(message.method);
+  if (message.policy?.effect !== "deny" || target === undefined) {
+    return "Not sent: this batch carries a call that is not allowed for this account";
+  }
+  return `${TARGET_WORDS[target]} ${JSON.stringify(message.name ?? "")} is not allowed for ` +
+    `this account`;
+}
+
+/** The decision as the audit line writes it. */
+export function auditedDecision(decision: CallDecision | undefined) {
+  return decision === undefined ? {} : { policy: decision.effect, policyRule: decision.rule };
+}

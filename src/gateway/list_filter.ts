@@ -1,0 +1,136 @@
+/**
+ * The MCP server's answers to `tools/list`, `resources/list` and `prompts/list`, cut down to what
+ * the account may call, as JSON or inside an event stream's events. Only the response to a list
+ * request of this POST (by its id) is touched; every other event goes through byte for byte.
+ * `resources/templates/list` is left alone: a template is not a URI a pattern can be matched
+ * against, and reading through one is checked as `resources/read` of the URI it makes.
+ */
+
+import type { Target } from "../access/call_policy.ts";
+import type { McpMessage } from "./mcp_message.ts";
+
+/** The list methods, what they list, and the field naming each item. */
+const LISTS: Readonly<Record<string, { target: Target; field: string; item: string }>> = {
+  "tools/list": { target: "tools", field: "tools", item: "name" },
+  "resources/list": { target: "resources", field: "resources", item: "uri" },
+  "prompts/list": { target: "prompts", field: "prompts", item: "name" },
+};
+
+/** Whether the account may call `name` of `target`. */
+export type Permits = (target: Target, name: string) => boolean;
+
+/** The list requests of a POST: JSON-RPC id (as JSON text) to the method's list. */
+export type ListRequests = Map<string, typeof LISTS[string]>;
+
+/** Thrown when a list the MCP server answered cannot be read, so cannot be filtered. */
+export class UnfilterableList extends Error {
+  override name = "UnfilterableList";
+}
+
+/** The list requests among `messages`; empty when there are none. */
+export function listRequestsOf(messages: McpMessage[]): ListRequests {
+  const requests: ListRequests = new Map();
+  for (const { method, id } of messages) {
+    if (method === undefined || id === undefined || id === null) continue;
+    if (Object.hasOwn(LISTS, method)) requests.set(JSON.stringify(id), LISTS[method]);
+  }
+  return requests;
+}
+
+/**
+ * A JSON body (one message or a batch) with the list results filtered; the text unchanged when
+ * it holds none. Throws UnfilterableList when it is not JSON.
+ */
+export function filterJsonBody(text: string, lists: ListRequests, permits: Permits): string {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new UnfilterableList("the MCP server's list answer is not JSON");
+  }
+  const messages = Array.isArray(parsed) ? parsed : [parsed];
+  const changed = messages.map((message) => filterMessage(message, lists, permits));
+  if (!changed.some((message, i) => message !== messages[i])) return text;
+  return JSON.stringify(Array.isArray(parsed) ? changed : changed[0]);
+}
+
+/** A message with its list result filtered when it answers one of `lists`; else itself. */
+function filterMessage(message: unknown, lists: ListRequests, permits: Permits): unknown {
+  if (typeof message !== "object" || message === null || !("id" in message)) return message;
+  const list = lists.get(JSON.stringify(message.id));
+  if (list === undefined || !("result" in message)) return message;
+  const result = message.result;
+  if (typeof result !== "object" || result === null) return message;
+  const items = (result as Record<string, unknown>)[list.field];
+  if (!Array.isArray(items)) return message;
+  const kept = items.filter((item) => {
+    const name = typeof item === "object" && item !== null
+      ? (item as Record<string, unknown>)[list.item]
+      : undefined;
+    // An item without a name cannot be checked: it is not shown.
+    return typeof name === "string" && permits(list.target, name);
+  });
+  return { ...message, result: { ...result, [list.field]: kept } };
+}
+
+/** Largest event held whole while looking for a list answer. */
+const MAX_EVENT_CHARS = 16 * 1024 * 1024;
+
+/**
+ * An event stream whose events answering one of `lists` carry the filtered result; every other
+ * event, and the stream's line endings, pass as they came.
+ */
+export function filterEventStream(
+  body: ReadableStream<Uint8Array>,
+  lists: ListRequests,
+  permits: Permits,
+): ReadableStream<Uint8Array> {
+  const decoder = new TextDecoder();
+  const encoder = new TextEncoder();
+  let pending = "";
+  const flushEvents = (controller: TransformStreamDefaultController<Uint8Array>) => {
+    let match = pending.match(/\r\n\r\n|\n\n|\r\r/);
+    while (match?.index !== undefined) {
+      const end = match.index + match[0].length;
+      controller.enqueue(encoder.encode(filterEvent(pending.slice(0, end), lists, permits)));
+      pending = pending.slice(end);
+      match = pending.match(/\r\n\r\n|\n\n|\r\r/);
+    }
+    if (pending.length > MAX_EVENT_CHARS) {
+      throw new UnfilterableList("an event of the MCP server's stream is too large to filter");
+    }
+  };
+  return body.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        pending += decoder.decode(chunk, { stream: true });
+        flushEvents(controller);
+      },
+      flush(controller) {
+        pending += decoder.decode();
+        flushEvents(controller);
+        if (pending !== "") {
+          controller.enqueue(encoder.encode(filterEvent(pending, lists, permits)));
+        }
+      },
+    }),
+  );
+}
+
+/** One event (with its terminating blank line), its data filtered when it answers a list. */
+function filterEvent(event: string, lists: ListRequests, permits: Permits): string {
+  const lines = event.split(/\r\n|\n|\r/);
+  const data = lines.filter((line) => line.startsWith("data:"));
+  if (data.length === 0) return event;
+  const text = data.map((line) => line.slice(line.startsWith("data: ") ? 6 : 5)).join("\n");
+  let filtered: string;
+  try {
+    filtered = filterJsonBody(text, lists, permits);
+  } catch {
+    // Not JSON: no list answer a client could read.
+    return event;
+  }
+  if (filtered === text) return event;
+  const others = lines.filter((line) => line !== "" && !line.startsWith("data:"));
+  return [...others, `data: ${filtered}`].join("\n") + "\n\n";
+}
