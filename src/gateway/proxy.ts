@@ -12,7 +12,7 @@
 import type { AppDeps, OAuthRequestContext } from "../http/context.ts";
 import { MCP_CORS } from "../http/cors.ts";
 import { OAuthError } from "../http/errors.ts";
-import { relayedResponseHeaders, upstreamRequestHeaders } from "./headers.ts";
+import { upstreamRequestHeaders } from "./headers.ts";
 import { BearerChallengeError } from "./challenges.ts";
 import {
   type AuthenticatedRequest,
@@ -23,15 +23,8 @@ import {
 import { mcpResourceUrl } from "./resource.ts";
 import type { Route } from "../http/router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
-import type { Store } from "../store/mod.ts";
 import { createDeadlines, type Deadline, type Deadlines } from "./deadlines.ts";
-import {
-  type Audit,
-  type AuditContext,
-  createAudit,
-  isJsonRpcError,
-  sseErrorWatcher,
-} from "./audit.ts";
+import { type Audit, type AuditContext, createAudit } from "./audit.ts";
 import {
   hasRequestHeaders,
   headerMismatchResponse,
@@ -43,16 +36,16 @@ import {
 import { readBoundedBody } from "./request_body.ts";
 import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
 import { callerOf, decideMessages, refusedCallResponse } from "./call_check.ts";
-import {
-  filterEventStream,
-  filterJsonBody,
-  type ListRequests,
-  listRequestsOf,
-  type Permits,
-  UnfilterableList,
-} from "./list_filter.ts";
+import { listRequestsOf, type Permits } from "./list_filter.ts";
 import { decideCall } from "../access/call_policy.ts";
 import { accessPolicyOf } from "../config/mod.ts";
+import {
+  rememberedOwner,
+  requireOwnMcpSession,
+  storeReadingOwner,
+  trackMcpSession,
+} from "./mcp_session_binding.ts";
+import { relayResponse } from "./relay.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -199,7 +192,7 @@ async function handleGatewayRequest(
     );
   }
   const filter = lists && permits && lists.size > 0 ? { lists, permits } : undefined;
-  return await relayResponse(ctx, upstream, auth, gateway, audit, filter);
+  return await relayResponse(ctx, upstream, auth, gateway.audit, audit, filter);
 }
 
 /** Counts each message of a request (one unparsed message for a body the gateway did not read). */
@@ -267,93 +260,6 @@ function streamedBody(request: Request): ReadableStream<Uint8Array> | null {
   return request.method === "GET" || request.method === "HEAD" ? null : request.body;
 }
 
-/** Whom an `Mcp-Session-Id` is bound to, once read (from memory, or beside the session). */
-interface McpSessionOwner {
-  read: boolean;
-  /** Read from memory: remembering it again would let memory renew itself past its TTL. */
-  remembered: boolean;
-  sessionId: string | null;
-}
-
-function rememberedOwner(ctx: OAuthRequestContext, mcpSessionId: string | null): McpSessionOwner {
-  const remembered = mcpSessionId === null
-    ? undefined
-    : ctx.deps.verifiedTokens.mcpSessionOwner(mcpSessionId, ctx.deps.clock.now());
-  const found = remembered !== undefined;
-  return { read: found, remembered: found, sessionId: remembered ?? null };
-}
-
-/**
- * 404 unless `mcpSessionId` was handed to this request's session. Read here only when the
- * token came from memory, so the session was not read (and the binding not beside it).
- */
-async function requireOwnMcpSession(
-  ctx: OAuthRequestContext,
-  auth: AuthenticatedRequest,
-  mcpSessionId: string,
-  owner: McpSessionOwner,
-): Promise<void> {
-  const { store, verifiedTokens, clock } = ctx.deps;
-  const sessionId = owner.read ? owner.sessionId : await store.mcpSessionOwner(mcpSessionId);
-  if (sessionId !== auth.sessionId) throw unknownMcpSession();
-  if (!owner.remembered) verifiedTokens.rememberMcpSession(mcpSessionId, sessionId, clock.now());
-}
-
-/**
- * The store as the resource guard sees it for a request with an `Mcp-Session-Id`: every session
- * read also reads whom that id is bound to, in the same KV read (only once the access token's
- * signature holds, so a request without a valid token costs no KV read).
- */
-function storeReadingOwner(store: Store, mcpSessionId: string, owner: McpSessionOwner): Store {
-  return {
-    ...store,
-    async getSession(id) {
-      const { session, mcpSessionOwner } = await store.getSessionWithMcpOwner(id, mcpSessionId);
-      owner.read = true;
-      owner.sessionId = mcpSessionOwner;
-      return session;
-    },
-  };
-}
-
-/**
- * Binds an `Mcp-Session-Id` the MCP server hands out to the session it was handed to, before
- * the client sees it; forgets it when the MCP server ends the session (DELETE).
- */
-async function trackMcpSession(
-  ctx: OAuthRequestContext,
-  auth: AuthenticatedRequest,
-  sent: string | null,
-  upstream: Response,
-): Promise<void> {
-  const { store, clock, config, verifiedTokens } = ctx.deps;
-  const issued = upstream.headers.get("mcp-session-id");
-  if (issued !== null && issued !== sent) {
-    const expiresAt = clock.now() + config.sessionIdleTtlSeconds * 1000;
-    if (await store.bindMcpSession(issued, auth.sessionId, expiresAt)) {
-      verifiedTokens.rememberMcpSession(issued, auth.sessionId, clock.now());
-    } else {
-      ctx.deps.logger.warn("MCP server handed out a session id bound to another session", {
-        requestId: ctx.requestId,
-        sessionId: auth.sessionId,
-      });
-      throw new OAuthError(502, "bad_gateway", "The MCP server answered with another's session");
-    }
-  }
-  if (ctx.request.method === "DELETE" && sent !== null && upstream.ok) {
-    await store.unbindMcpSession(sent);
-    verifiedTokens.forgetMcpSession(sent);
-  }
-}
-
-/**
- * 404, the MCP answer for a session the server does not know: an `Mcp-Session-Id` never handed
- * to this token's session (another user's, expired, or made up) does not reach the MCP server.
- */
-function unknownMcpSession(): OAuthError {
-  return new OAuthError(404, "invalid_request", "Unknown MCP session; start a new one");
-}
-
 /**
  * Sends the request on (to MCP_UPSTREAM_URL as configured: the client's query string is never
  * passed, since MCP sends none and a stray `private_token` or `sudo` must not reach a
@@ -392,143 +298,6 @@ async function forward(
   } finally {
     deadline.done();
   }
-}
-
-/** Largest JSON response read whole to tell a JSON-RPC error from a result. */
-const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
-
-/**
- * The MCP server's response, relayed. An event stream goes through the open-stream registry
- * (ended when its authorization ends) with `X-Accel-Buffering: no`; a JSON answer of known size
- * is read whole (one message, useless in part) so its audit line can say whether it was an
- * error; anything else streams as it came.
- */
-async function relayResponse(
-  ctx: OAuthRequestContext,
-  upstream: Response,
-  auth: AuthenticatedRequest,
-  gateway: Gateway,
-  audit: AuditContext,
-  filter?: ListFilter,
-): Promise<Response> {
-  const headers = relayedResponseHeaders(upstream.headers, upstream.status);
-  const init = { status: upstream.status, statusText: upstream.statusText, headers };
-  const type = upstream.headers.get("content-type")?.toLowerCase() ?? "";
-  if (upstream.body && type.startsWith("text/event-stream")) {
-    setHeader(headers, "x-accel-buffering", "no");
-    const watcher = gateway.audit.enabled ? sseErrorWatcher() : undefined;
-    const events = filter
-      ? filterEventStream(upstream.body, filter.lists, filter.permits)
-      : upstream.body;
-    const body = ctx.deps.openStreams.hold(events, {
-      sessionId: auth.sessionId,
-      expiresAtMs: accessTokenExpiry(ctx.request),
-    }, {
-      see: watcher?.feed,
-      finished: () =>
-        gateway.audit.record(audit, { status: upstream.status, rpcError: watcher?.sawError() }),
-    });
-    return new Response(body, init);
-  }
-  if (filter && upstream.body && type.startsWith("application/json")) {
-    return await relayFilteredJson(upstream.body, upstream.status, init, gateway, audit, filter);
-  }
-  const length = Number(upstream.headers.get("content-length") ?? NaN);
-  if (upstream.body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
-    const bytes = await upstream.bytes();
-    const rpcError = gateway.audit.enabled
-      ? isJsonRpcError(new TextDecoder().decode(bytes))
-      : undefined;
-    gateway.audit.record(audit, { status: upstream.status, rpcError });
-    return new Response(bytes, init);
-  }
-  gateway.audit.record(audit, { status: upstream.status });
-  return new Response(upstream.body, init);
-}
-
-/** A POST's list requests, and what the account may call: the lists answered are cut to it. */
-interface ListFilter {
-  lists: ListRequests;
-  permits: Permits;
-}
-
-/** Largest JSON list answer read whole to be filtered; a larger one is refused (502). */
-const MAX_FILTERED_JSON_BYTES = 16 * 1024 * 1024;
-
-/**
- * A JSON answer to a list request, read whole and cut to what the account may call; one that
- * cannot be read is not relayed (502): an unfiltered list must not reach the client.
- */
-async function relayFilteredJson(
-  body: ReadableStream<Uint8Array>,
-  status: number,
-  init: { status: number; statusText: string; headers: [string, string][] },
-  gateway: Gateway,
-  audit: AuditContext,
-  filter: ListFilter,
-): Promise<Response> {
-  let text: string;
-  try {
-    const bytes = await readAtMost(body, MAX_FILTERED_JSON_BYTES);
-    text = filterJsonBody(new TextDecoder().decode(bytes), filter.lists, filter.permits);
-  } catch (error) {
-    if (!(error instanceof UnfilterableList)) throw error;
-    gateway.audit.record(audit, { status: 502 });
-    throw new OAuthError(502, "bad_gateway", `The MCP server's list could not be filtered`);
-  }
-  const rpcError = gateway.audit.enabled ? isJsonRpcError(text) : undefined;
-  gateway.audit.record(audit, { status, rpcError });
-  const headers = init.headers.filter(([name]) => name !== "content-length");
-  return new Response(text, { ...init, headers });
-}
-
-/** A body's bytes, or UnfilterableList when it holds more than `max`. */
-async function readAtMost(body: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += chunk.byteLength;
-    if (size > max) {
-      await body.cancel().catch(() => {});
-      throw new UnfilterableList("the MCP server's list answer is too large to filter");
-    }
-    chunks.push(chunk);
-  }
-  const bytes = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return bytes;
-}
-
-/**
- * When the request's access token expires: its `exp`, read again only for a stream (the guard
- * has verified the token; a token without `exp` is never accepted, so 0 is never reached).
- */
-function accessTokenExpiry(request: Request): number {
-  const token = request.headers.get("authorization")?.replace(/^Bearer[ \t]+/i, "") ?? "";
-  try {
-    const payload = token.split(".")[1] ?? "";
-    const { exp } = JSON.parse(
-      new TextDecoder().decode(Uint8Array.from(atob(base64(payload)), (c) => c.charCodeAt(0))),
-    );
-    return typeof exp === "number" ? exp * 1000 : 0;
-  } catch {
-    return 0;
-  }
-}
-
-function base64(base64url: string): string {
-  const plain = base64url.replace(/-/g, "+").replace(/_/g, "/");
-  return plain + "=".repeat((4 - plain.length % 4) % 4);
-}
-
-function setHeader(headers: [string, string][], name: string, value: string): void {
-  const index = headers.findIndex(([present]) => present === name);
-  if (index === -1) headers.push([name, value]);
-  else headers[index] = [name, value];
 }
 
 /** 504 when the response headers did not arrive in time, else 502. */

@@ -1,0 +1,104 @@
+/**
+ * MCP sessions bound to our sessions (MCP security best practices, "session hijacking"): an
+ * `Mcp-Session-Id` the MCP server hands out is bound to the session it was handed to before the
+ * client sees it, and a request carrying one works only with that session.
+ */
+
+import type { OAuthRequestContext } from "../http/context.ts";
+import { OAuthError } from "../http/errors.ts";
+import type { Store } from "../store/mod.ts";
+import type { AuthenticatedRequest } from "./guard.ts";
+
+/** Whom an `Mcp-Session-Id` is bound to, once read (from memory, or beside the session). */
+export interface McpSessionOwner {
+  read: boolean;
+  /** Read from memory: remembering it again would let memory renew itself past its TTL. */
+  remembered: boolean;
+  sessionId: string | null;
+}
+
+export function rememberedOwner(
+  ctx: OAuthRequestContext,
+  mcpSessionId: string | null,
+): McpSessionOwner {
+  const remembered = mcpSessionId === null
+    ? undefined
+    : ctx.deps.verifiedTokens.mcpSessionOwner(mcpSessionId, ctx.deps.clock.now());
+  const found = remembered !== undefined;
+  return { read: found, remembered: found, sessionId: remembered ?? null };
+}
+
+/**
+ * 404 unless `mcpSessionId` was handed to this request's session. Read here only when the
+ * token came from memory, so the session was not read (and the binding not beside it).
+ */
+export async function requireOwnMcpSession(
+  ctx: OAuthRequestContext,
+  auth: AuthenticatedRequest,
+  mcpSessionId: string,
+  owner: McpSessionOwner,
+): Promise<void> {
+  const { store, verifiedTokens, clock } = ctx.deps;
+  const sessionId = owner.read ? owner.sessionId : await store.mcpSessionOwner(mcpSessionId);
+  if (sessionId !== auth.sessionId) throw unknownMcpSession();
+  if (!owner.remembered) verifiedTokens.rememberMcpSession(mcpSessionId, sessionId, clock.now());
+}
+
+/**
+ * The store as the resource guard sees it for a request with an `Mcp-Session-Id`: every session
+ * read also reads whom that id is bound to, in the same KV read (only once the access token's
+ * signature holds, so a request without a valid token costs no KV read).
+ */
+export function storeReadingOwner(
+  store: Store,
+  mcpSessionId: string,
+  owner: McpSessionOwner,
+): Store {
+  return {
+    ...store,
+    async getSession(id) {
+      const { session, mcpSessionOwner } = await store.getSessionWithMcpOwner(id, mcpSessionId);
+      owner.read = true;
+      owner.sessionId = mcpSessionOwner;
+      return session;
+    },
+  };
+}
+
+/**
+ * Binds an `Mcp-Session-Id` the MCP server hands out to the session it was handed to, before
+ * the client sees it; forgets it when the MCP server ends the session (DELETE).
+ */
+export async function trackMcpSession(
+  ctx: OAuthRequestContext,
+  auth: AuthenticatedRequest,
+  sent: string | null,
+  upstream: Response,
+): Promise<void> {
+  const { store, clock, config, verifiedTokens } = ctx.deps;
+  const issued = upstream.headers.get("mcp-session-id");
+  if (issued !== null && issued !== sent) {
+    const expiresAt = clock.now() + config.sessionIdleTtlSeconds * 1000;
+    if (await store.bindMcpSession(issued, auth.sessionId, expiresAt)) {
+      verifiedTokens.rememberMcpSession(issued, auth.sessionId, clock.now());
+    } else {
+      ctx.deps.logger.warn("MCP server handed out a session id bound to another session", {
+        requestId: ctx.requestId,
+        sessionId: auth.sessionId,
+      });
+      throw new OAuthError(502, "bad_gateway", "The MCP server answered with another's session");
+    }
+  }
+  if (ctx.request.method === "DELETE" && sent !== null && upstream.ok) {
+    await store.unbindMcpSession(sent);
+    verifiedTokens.forgetMcpSession(sent);
+  }
+}
+
+/**
+ * 404, the MCP answer for a session the server does not know: an `Mcp-Session-Id` never handed
+ * to this token's session (another user's, expired, or made up) does not reach the MCP server.
+ */
+function unknownMcpSession(): OAuthError {
+  return new OAuthError(404, "invalid_request", "Unknown MCP session; start a new one");
+}

@@ -1,0 +1,153 @@
+/**
+ * The MCP server's response on its way back: event streams held while their authorization
+ * holds, JSON answers inspected for the audit line, list answers cut to what the account may
+ * call.
+ */
+
+import type { OAuthRequestContext } from "../http/context.ts";
+import { OAuthError } from "../http/errors.ts";
+import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
+import type { AuthenticatedRequest } from "./guard.ts";
+import { relayedResponseHeaders } from "./headers.ts";
+import {
+  filterEventStream,
+  filterJsonBody,
+  type ListRequests,
+  type Permits,
+  UnfilterableList,
+} from "./list_filter.ts";
+
+/** Largest JSON response read whole to tell a JSON-RPC error from a result. */
+const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
+
+/**
+ * The MCP server's response, relayed. An event stream goes through the open-stream registry
+ * (ended when its authorization ends) with `X-Accel-Buffering: no`; a JSON answer of known size
+ * is read whole (one message, useless in part) so its audit line can say whether it was an
+ * error; anything else streams as it came.
+ */
+export async function relayResponse(
+  ctx: OAuthRequestContext,
+  upstream: Response,
+  auth: AuthenticatedRequest,
+  auditor: Audit,
+  audit: AuditContext,
+  filter?: ListFilter,
+): Promise<Response> {
+  const headers = relayedResponseHeaders(upstream.headers, upstream.status);
+  const init = { status: upstream.status, statusText: upstream.statusText, headers };
+  const type = upstream.headers.get("content-type")?.toLowerCase() ?? "";
+  if (upstream.body && type.startsWith("text/event-stream")) {
+    setHeader(headers, "x-accel-buffering", "no");
+    const watcher = auditor.enabled ? sseErrorWatcher() : undefined;
+    const events = filter
+      ? filterEventStream(upstream.body, filter.lists, filter.permits)
+      : upstream.body;
+    const body = ctx.deps.openStreams.hold(events, {
+      sessionId: auth.sessionId,
+      expiresAtMs: accessTokenExpiry(ctx.request),
+    }, {
+      see: watcher?.feed,
+      finished: () =>
+        auditor.record(audit, { status: upstream.status, rpcError: watcher?.sawError() }),
+    });
+    return new Response(body, init);
+  }
+  if (filter && upstream.body && type.startsWith("application/json")) {
+    return await relayFilteredJson(upstream.body, upstream.status, init, auditor, audit, filter);
+  }
+  const length = Number(upstream.headers.get("content-length") ?? NaN);
+  if (upstream.body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
+    const bytes = await upstream.bytes();
+    const rpcError = auditor.enabled ? isJsonRpcError(new TextDecoder().decode(bytes)) : undefined;
+    auditor.record(audit, { status: upstream.status, rpcError });
+    return new Response(bytes, init);
+  }
+  auditor.record(audit, { status: upstream.status });
+  return new Response(upstream.body, init);
+}
+
+/** A POST's list requests, and what the account may call: the lists answered are cut to it. */
+export interface ListFilter {
+  lists: ListRequests;
+  permits: Permits;
+}
+
+/** Largest JSON list answer read whole to be filtered; a larger one is refused (502). */
+const MAX_FILTERED_JSON_BYTES = 16 * 1024 * 1024;
+
+/**
+ * A JSON answer to a list request, read whole and cut to what the account may call; one that
+ * cannot be read is not relayed (502): an unfiltered list must not reach the client.
+ */
+async function relayFilteredJson(
+  body: ReadableStream<Uint8Array>,
+  status: number,
+  init: { status: number; statusText: string; headers: [string, string][] },
+  auditor: Audit,
+  audit: AuditContext,
+  filter: ListFilter,
+): Promise<Response> {
+  let text: string;
+  try {
+    const bytes = await readAtMost(body, MAX_FILTERED_JSON_BYTES);
+    text = filterJsonBody(new TextDecoder().decode(bytes), filter.lists, filter.permits);
+  } catch (error) {
+    if (!(error instanceof UnfilterableList)) throw error;
+    auditor.record(audit, { status: 502 });
+    throw new OAuthError(502, "bad_gateway", `The MCP server's list could not be filtered`);
+  }
+  const rpcError = auditor.enabled ? isJsonRpcError(text) : undefined;
+  auditor.record(audit, { status, rpcError });
+  const headers = init.headers.filter(([name]) => name !== "content-length");
+  return new Response(text, { ...init, headers });
+}
+
+/** A body's bytes, or UnfilterableList when it holds more than `max`. */
+async function readAtMost(body: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array> {
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.byteLength;
+    if (size > max) {
+      await body.cancel().catch(() => {});
+      throw new UnfilterableList("the MCP server's list answer is too large to filter");
+    }
+    chunks.push(chunk);
+  }
+  const bytes = new Uint8Array(size);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/**
+ * When the request's access token expires: its `exp`, read again only for a stream (the guard
+ * has verified the token; a token without `exp` is never accepted, so 0 is never reached).
+ */
+function accessTokenExpiry(request: Request): number {
+  const token = request.headers.get("authorization")?.replace(/^Bearer[ \t]+/i, "") ?? "";
+  try {
+    const payload = token.split(".")[1] ?? "";
+    const { exp } = JSON.parse(
+      new TextDecoder().decode(Uint8Array.from(atob(base64(payload)), (c) => c.charCodeAt(0))),
+    );
+    return typeof exp === "number" ? exp * 1000 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function base64(base64url: string): string {
+  const plain = base64url.replace(/-/g, "+").replace(/_/g, "/");
+  return plain + "=".repeat((4 - plain.length % 4) % 4);
+}
+
+function setHeader(headers: [string, string][], name: string, value: string): void {
+  const index = headers.findIndex(([present]) => present === name);
+  if (index === -1) headers.push([name, value]);
+  else headers[index] = [name, value];
+}
