@@ -26,6 +26,31 @@ export interface AccessTokenClaims {
 }
 
 /** Signs and verifies access tokens with times from the caller, not the wall clock. */
+/** A key jose verifies with: one key, or a function choosing it by the token's header. */
+type VerifyingKey = Parameters<typeof jwtVerify>[1];
+
+/**
+ * Verifies an access token's signature (`algorithm` only), issuer and expiry (required) with
+ * `key`, at `nowMs`; throws jose's errors.
+ */
+export async function verifyAccessToken(
+  token: string,
+  key: VerifyingKey,
+  algorithm: string,
+  issuer: string,
+  nowMs: number,
+  clockToleranceSeconds: number,
+): Promise<AccessTokenClaims> {
+  const { payload } = await jwtVerify(token, key, {
+    algorithms: [algorithm],
+    issuer,
+    currentDate: new Date(nowMs),
+    clockTolerance: clockToleranceSeconds,
+    requiredClaims: ["exp"],
+  });
+  return payload as unknown as AccessTokenClaims;
+}
+
 export interface TokenSigner {
   /** The public keys resource servers verify with (`/.well-known/jwks.json`); none for HS256. */
   readonly publicKeys: readonly JsonWebKey[];
@@ -87,16 +112,9 @@ export function createTokenSigner(secrets: readonly string[]): TokenSigner {
       return Promise.resolve(`${signingInput}.${mac(signingInput)}`);
     },
     verify(token, issuer, nowMs, clockToleranceSeconds = 0) {
-      return withEachKey(async (key) => {
-        const { payload } = await jwtVerify(token, key, {
-          algorithms: [ALGORITHM],
-          issuer,
-          currentDate: new Date(nowMs),
-          clockTolerance: clockToleranceSeconds,
-          requiredClaims: ["exp"],
-        });
-        return payload as unknown as AccessTokenClaims;
-      });
+      return withEachKey((key) =>
+        verifyAccessToken(token, key, ALGORITHM, issuer, nowMs, clockToleranceSeconds)
+      );
     },
     async readSigned(token) {
       try {

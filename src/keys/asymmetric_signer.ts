@@ -7,16 +7,9 @@
  * @see RFC 7515 §4.1.4 (kid), RFC 7517 (JWKS), RFC 9068 §2.2 (jti, client_id)
  */
 
-import {
-  compactVerify,
-  errors,
-  importJWK,
-  type JWTHeaderParameters,
-  jwtVerify,
-  SignJWT,
-} from "jose";
+import { compactVerify, errors, importJWK, type JWTHeaderParameters, SignJWT } from "jose";
 import { randomToken } from "../crypto.ts";
-import type { AccessTokenClaims, TokenSigner } from "../jwt.ts";
+import { type TokenSigner, verifyAccessToken } from "../jwt.ts";
 import { type AsymmetricAlgorithm, type PrivateSigningJwk, publicJwkOf } from "./signing_keys.ts";
 
 /** A signer over `keys` (checked, all of `algorithm`): the first signs, each verifies. */
@@ -55,14 +48,14 @@ export function createAsymmetricTokenSigner(
         .sign(await signingKey());
     },
     async verify(token, issuer, nowMs, clockToleranceSeconds = 0) {
-      const { payload } = await jwtVerify(token, keyFor, {
-        algorithms: [algorithm],
+      return await verifyAccessToken(
+        token,
+        keyFor,
+        algorithm,
         issuer,
-        currentDate: new Date(nowMs),
-        clockTolerance: clockToleranceSeconds,
-        requiredClaims: ["exp"],
-      });
-      return payload as unknown as AccessTokenClaims;
+        nowMs,
+        clockToleranceSeconds,
+      );
     },
     async readSigned(token) {
       try {
