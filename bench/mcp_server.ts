@@ -1,6 +1,6 @@
 /**
  * The MCP server behind the gateway in the bench: answers every POST with one fixed JSON-RPC
- * result, as cheaply as Deno can, so that the gateway case measures the gateway. It counts the
+ * result (a `tools/call`'s), as cheaply as Deno can, so that the gateway case measures the gateway. It counts the
  * requests that carried the GitLab token header (the gateway must forward it) and prints the
  * count on SIGTERM.
  *
@@ -9,7 +9,12 @@
 
 const port = Number(Deno.env.get("PORT") ?? "18092");
 const tokenHeader = Deno.env.get("TOKEN_HEADER") ?? "authorization";
-const body = JSON.stringify({ jsonrpc: "2.0", id: 1, result: { tools: [] } });
+/** The answer to wrk.lua's `tools/call` of the tool `echo`. */
+const body = JSON.stringify({
+  jsonrpc: "2.0",
+  id: 1,
+  result: { content: [{ type: "text", text: "hello from wrk" }], isError: false },
+});
 let withToken = 0;
 
 const server = Deno.serve({ port, hostname: "127.0.0.1", onListen() {} }, async (request) => {

@@ -77,6 +77,29 @@ const SEEDED_CASES: readonly CaseName[] = [
   "gateway",
   "gateway-32",
 ];
+/**
+ * What wrk.lua's "mcp" mode sends (a 2026-07-28 `tools/call`), also sent once before a gateway
+ * case is measured: a gateway refusing it (-32020) fails the case instead of measuring 400s.
+ */
+const MODERN_TOOL_CALL = {
+  headers: {
+    "content-type": "application/json",
+    accept: "application/json, text/event-stream",
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": "tools/call",
+    "mcp-name": "echo",
+  },
+  body: JSON.stringify({
+    jsonrpc: "2.0",
+    id: 1,
+    method: "tools/call",
+    params: {
+      name: "echo",
+      arguments: { text: "hello from wrk" },
+      _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28" },
+    },
+  }),
+};
 /** The service's GitLab when the case reaches none: a closed port. */
 const CLOSED_GITLAB = "http://127.0.0.1:9";
 /** Stateless floors ignore the token they get; at least this many random ones. */
@@ -439,8 +462,8 @@ async function gateway(
       await Deno.writeTextFile(target, `/mcp ${accessToken}\n`);
       const r = await fetch(`${run.baseUrl}/mcp`, {
         method: "POST",
-        headers: { authorization: `Bearer ${accessToken}` },
-        body: "{}",
+        headers: { authorization: `Bearer ${accessToken}`, ...MODERN_TOOL_CALL.headers },
+        body: MODERN_TOOL_CALL.body,
       });
       await r.body?.cancel();
       return r.status === 200 ? undefined : `POST /mcp answered ${r.status}`;
@@ -451,9 +474,19 @@ async function gateway(
       // The probe's request, and wrk's may include one in flight when it stopped.
       const all = forwarded >= requests + 1;
       return `${all ? "every" : `only ${forwarded} of ${requests + 1}`} request` +
-        `${all ? "" : "s"} reached the MCP server with the GitLab token`;
+        `${all ? "" : "s"} reached the MCP server with the GitLab token; ` +
+        `${await auditLines(server.log)} audit lines in the service's log`;
     },
   };
+}
+
+/**
+ * The audit lines (`"msg":"mcp"`, one per proxied message) the service wrote to its log: the
+ * gateway cases measure with them written, as production runs.
+ */
+async function auditLines(log: string): Promise<number> {
+  const text = await Deno.readTextFile(log).catch(() => "");
+  return text.split('"msg":"mcp"').length - 1;
 }
 
 /** The service on a fresh copy of the seeded KV, with no GitLab to reach. */

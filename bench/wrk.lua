@@ -6,8 +6,11 @@
 --                   used once later, so a small set of sessions can be refreshed for any duration
 --   mode "poll":    file lines "<flow_state>"      -> GET /oauth/poll?flow_state=... (cycles)
 --   mode "get":     first argument is a path        -> GET <path>
---   mode "mcp":     file line "<path> <token|->"    -> POST <path>, a JSON-RPC tools/list, with
+--   mode "mcp":     file line "<path> <token|->"    -> POST <path>, a JSON-RPC tools/call of the
+--                   tool "echo" as MCP 2026-07-28 sends it (MCP-Protocol-Version, Mcp-Method and
+--                   Mcp-Name headers agreeing with the body, the revision in params._meta), with
 --                   "Authorization: Bearer <token>" unless the token is "-"
+--   mode "mcp2025": as "mcp", as MCP 2025-11-25 sends it: no request metadata headers
 --   count "1" (default) counts responses per status (needs wrk's response() hook); "0" does not.
 -- Thread k (1-based) uses lines k, k+n, k+2n, ... so no token is sent twice. A thread that runs
 -- out of tokens wraps around (re-sends used ones, which a rotating server refuses); done()
@@ -24,7 +27,15 @@ end
 -- globals (not local) so that done() can read them with thread:get()
 toks, n, i, mode, wrapped, statuses, path = {}, 0, 0, "refresh", 0, {}, "/"
 local mcp_headers = { ["Content-Type"] = "application/json", ["Accept"] = "application/json, text/event-stream" }
-local mcp_body = '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}'
+local mcp_modern_headers = {
+  ["MCP-Protocol-Version"] = "2026-07-28", ["Mcp-Method"] = "tools/call", ["Mcp-Name"] = "echo",
+}
+local mcp_modern_body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",' ..
+  '"arguments":{"text":"hello from wrk"},' ..
+  '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}'
+local mcp_2025_body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",' ..
+  '"arguments":{"text":"hello from wrk"}}}'
+local mcp_body = mcp_modern_body
 local form = { ["Content-Type"] = "application/x-www-form-urlencoded" }
 local client_id = os.getenv("BENCH_CLIENT_ID") or "bench-client"
 local redirect_uri = "http%3A%2F%2F127.0.0.1%3A9%2Fcb"
@@ -37,7 +48,12 @@ function init(args)
     path = source
     return
   end
-  if mode == "mcp" then
+  if mode == "mcp" or mode == "mcp2025" then
+    if mode == "mcp" then
+      for name, value in pairs(mcp_modern_headers) do mcp_headers[name] = value end
+    else
+      mcp_body = mcp_2025_body
+    end
     local line = io.lines(source)()
     local token
     path, token = line:match("^(%S+) (%S+)$")
@@ -53,7 +69,9 @@ end
 
 function request()
   if mode == "get" then return wrk.format("GET", path) end
-  if mode == "mcp" then return wrk.format("POST", path, mcp_headers, mcp_body) end
+  if mode == "mcp" or mode == "mcp2025" then
+    return wrk.format("POST", path, mcp_headers, mcp_body)
+  end
   i = i + 1
   if i > n then i = 1; wrapped = wrapped + 1 end
   local t = toks[i]

@@ -243,6 +243,58 @@ Deno.test("gateway: a POST body over the limit is 413 and never reaches the MCP 
   });
 });
 
+Deno.test("gateway: a POST body of declared length not received within MCP_UPSTREAM_TIMEOUT_MS is 408, not kept alive, and never reaches the MCP server", async () => {
+  await withGateway(echoHeaders, async (g, upstream) => {
+    const url = new URL(g.mcpUrl);
+    const conn = await Deno.connect({ hostname: url.hostname, port: Number(url.port) });
+    try {
+      const head = [
+        `POST ${url.pathname} HTTP/1.1`,
+        `Host: ${url.host}`,
+        `Authorization: Bearer ${g.accessToken}`,
+        "Content-Type: application/json",
+        "Content-Length: 1000",
+        "",
+        "",
+      ].join("\r\n");
+      // The head and a first part of the body; the rest never comes.
+      await conn.write(new TextEncoder().encode(`${head}{"jsonrpc":"2.0",`));
+      const received = await readResponse(conn);
+      assert.match(received, /^HTTP\/1\.1 408 /, received || "no answer");
+      assert.match(received, /^connection: close\r$/im);
+      assert.equal(upstream.requests.length, 0);
+    } finally {
+      try {
+        conn.close();
+      } catch { /* closed by the timer */ }
+    }
+  }, { env: { MCP_UPSTREAM_TIMEOUT_MS: "300" } });
+});
+
+/** The server's first response, whole (by its content-length), or what came in 10 s. */
+async function readResponse(conn: Deno.Conn): Promise<string> {
+  const decoder = new TextDecoder();
+  const buffer = new Uint8Array(4096);
+  const timer = setTimeout(() => conn.close(), 10_000);
+  let text = "";
+  try {
+    while (!isWholeResponse(text)) {
+      const n = await conn.read(buffer).catch(() => null);
+      if (n === null) break;
+      text += decoder.decode(buffer.subarray(0, n), { stream: true });
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+  return text;
+}
+
+function isWholeResponse(text: string): boolean {
+  const end = text.indexOf("\r\n\r\n");
+  const length = text.match(/^content-length: (\d+)\r$/im);
+  return end >= 0 && length !== null && text.length >= end + 4 + Number(length[1]);
+}
+
 Deno.test("gateway: X-Accel-Buffering relayed; Allow relayed on a 405 only", async () => {
   await withGateway(
     (request) =>

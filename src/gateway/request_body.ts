@@ -18,18 +18,50 @@ export async function readBoundedBody(
 ): Promise<Uint8Array<ArrayBuffer>> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > MAX_MCP_BODY_BYTES) throw tooLarge();
-  if (!request.body) return new Uint8Array();
-  const aborted = abortedBy(signal);
   try {
-    // With a declared length the body cannot grow past it: read natively, in one go.
-    if (declared !== null) return await Promise.race([request.bytes(), aborted.promise]);
-    return await readChunks(request.body, aborted.promise);
+    // With a declared length the body cannot grow past it: read natively, in one go (without
+    // asking for `request.body` first, which would build a stream object per request).
+    if (declared !== null) return await within(request.bytes(), signal);
+    if (!request.body) return new Uint8Array();
+    const aborted = abortedBy(signal);
+    try {
+      return await readChunks(request.body, aborted.promise);
+    } finally {
+      aborted.dispose();
+    }
   } catch (error) {
-    if (error instanceof OAuthError) throw error;
-    throw new OAuthError(400, "invalid_request", "Could not read the request body");
-  } finally {
-    aborted.dispose();
+    throw asBodyError(error);
   }
+}
+
+function asBodyError(error: unknown): OAuthError {
+  if (error instanceof OAuthError) return error;
+  return new OAuthError(400, "invalid_request", "Could not read the request body");
+}
+
+/**
+ * `read`'s outcome, or 408 when `signal` aborts first: one promise and one listener per request
+ * on the gateway's hot path (a race would add two more promises and a rejection handler).
+ */
+function within<T>(read: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(bodyTimeout());
+    if (signal.aborted) {
+      read.catch(() => {});
+      return onAbort();
+    }
+    signal.addEventListener("abort", onAbort, { once: true });
+    read.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (error) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(error);
+      },
+    );
+  });
 }
 
 async function readChunks(
