@@ -4,6 +4,7 @@
  * call.
  */
 
+import { joinChunks } from "../http/bytes.ts";
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
@@ -115,13 +116,7 @@ async function readAtMost(body: ReadableStream<Uint8Array>, max: number): Promis
     }
     chunks.push(chunk);
   }
-  const bytes = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return bytes;
+  return joinChunks(chunks, size);
 }
 
 /**

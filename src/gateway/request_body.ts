@@ -3,6 +3,7 @@
  * JSON-RPC message and forward the very same bytes.
  */
 
+import { joinChunks } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
 
 /**
@@ -83,13 +84,7 @@ async function readChunks(
     reader.cancel().catch(() => {});
     throw error;
   }
-  const bytes = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return bytes;
+  return joinChunks(chunks, size);
 }
 
 /** A promise rejected with 408 when `signal` aborts; `dispose` stops listening. */

@@ -1,5 +1,6 @@
 /** Request parameters and bodies, read with limits. */
 
+import { joinChunks } from "./bytes.ts";
 import { OAuthError } from "./errors.ts";
 
 /** Bodies larger than this are refused with 413. */
@@ -121,12 +122,7 @@ async function readLimitedText(request: Request, timeoutMs: number): Promise<str
   } finally {
     clearTimeout(timer);
   }
-  const bytes = new Uint8Array(size);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
+  const bytes = joinChunks(chunks, size);
   try {
     return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
   } catch {
