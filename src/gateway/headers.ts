@@ -14,7 +14,7 @@
  * these, every `Mcp-Param-*` header (MCP_PARAM_PREFIX): revision 2026-07-28 has intermediaries
  * forward the ones they do not recognise, and the gateway recognises none.
  */
-const FORWARDED_REQUEST_HEADERS: readonly string[] = [
+const FORWARDED_REQUEST_HEADERS: ReadonlySet<string> = new Set([
   "accept",
   "content-type",
   "mcp-session-id",
@@ -23,7 +23,7 @@ const FORWARDED_REQUEST_HEADERS: readonly string[] = [
   "mcp-name",
   "last-event-id",
   "user-agent",
-];
+]);
 
 /** The prefix of the headers a tool's `x-mcp-header` parameters travel in (2026-07-28). */
 export const MCP_PARAM_PREFIX = "mcp-param-";
@@ -79,10 +79,15 @@ export function upstreamRequestHeaders(
   extra: readonly string[],
   token: { header: "authorization" | "private-token"; value: string },
 ): HeaderList {
-  const headers = pick(incoming, FORWARDED_REQUEST_HEADERS);
+  // One pass over the client's headers: the Mcp-Param-* scan walks them all anyway, and a
+  // `get` per allowed name would walk them again for each.
+  const headers: HeaderList = [];
   for (const [name, value] of incoming) {
-    // Names come lower-cased; values byte for byte (a `=?base64?…?=` value is never decoded).
-    if (name.startsWith(MCP_PARAM_PREFIX)) headers.push([name, value]);
+    // Names come lower-cased and combined; values byte for byte (a `=?base64?…?=` value is never
+    // decoded).
+    if (FORWARDED_REQUEST_HEADERS.has(name) || name.startsWith(MCP_PARAM_PREFIX)) {
+      headers.push([name, value]);
+    }
   }
   for (const [name, value] of extra.length > 0 ? pick(incoming, extra) : []) {
     // An operator's list may repeat a name, or one passed anyway: each goes once.
