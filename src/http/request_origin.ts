@@ -41,7 +41,7 @@ export function requestOrigin(
     throw malformed("The request's host is not a valid host[:port]");
   }
   if (url.username || url.password) throw malformed("The request's host has userinfo");
-  requireHttpTarget(url);
+  requireHttpTarget(url, host);
   if (fromTrustedProxy) requireWellFormedForwarding(request.headers);
   return { url, baseUrl: baseUrl ?? url.origin };
 }
@@ -70,10 +70,12 @@ function requireWellFormedForwarding(headers: Headers): void {
  * URL Deno builds (RFC 9112 §3.2.2): it must be http(s), with a host under the Host header's
  * rules, or `ftp://evil` would become the issuer and `file:` URLs would fail deeper inside.
  */
-function requireHttpTarget(url: URL): void {
+function requireHttpTarget(url: URL, checkedHost: string | null): void {
   if (url.protocol !== "http:" && url.protocol !== "https:") {
     throw malformed("The request target must be an http or https URL");
   }
+  // The usual origin-form request: its URL's host is the Host header, checked just before.
+  if (url.host === checkedHost) return;
   requireHostAndPort("The request target's host", url.host);
 }
 
