@@ -139,7 +139,9 @@ export function createBatchedKv(target: Deno.Kv): BatchedKv {
       if (property === "get") return target.get;
       if (property === "getMany") return target.getMany;
       if (property === "atomic") return target.atomic;
-      if (property === "then") return undefined;
+      // Neither a promise nor a store backend (whose `commit` the store would call instead of
+      // `atomic`): only what Deno.Kv has and the store uses.
+      if (property === "then" || property === "commit") return undefined;
       return () => unsupported(`kv.${String(property)}`);
     },
   }) as unknown as Deno.Kv;
