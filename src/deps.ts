@@ -100,11 +100,11 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
  * The upstream the configuration describes. A second provider is one more branch here, on a
  * variable of `CONFIG_VARIABLES.upstream` choosing it.
  */
-function configuredUpstream(
+export function configuredUpstream(
   config: Config,
   clientId: string,
   logger: Logger,
-  metrics: Metrics,
+  metrics?: Metrics,
 ): Upstream {
   const { url, scopes, clientSecret } = config.upstream;
   return createGitLabUpstream({
@@ -115,7 +115,7 @@ function configuredUpstream(
     timeoutMs: config.upstreamTimeoutMs,
     logger,
     hints: misconfigurationHints(),
-    observeCall: metrics.observeGitLabCall,
+    observeCall: metrics?.observeGitLabCall,
   });
 }
 

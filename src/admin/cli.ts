@@ -15,14 +15,13 @@
 import { systemClock } from "../clock.ts";
 import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
-import { createAppDeps } from "../deps.ts";
+import { configuredUpstream, createAppDeps } from "../deps.ts";
 import { existingStoreProblem, kvLocation } from "../store/kv_open.ts";
 import { type OpenDatabase, openDatabase } from "../store/open.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import { sealingSecrets } from "../secret_box.ts";
 import { generateSigningKey } from "../keys/signing_keys.ts";
 import { loadTemplates } from "../pages/mod.ts";
-import { createGitLabUpstream } from "../upstream/gitlab.ts";
 import type { Upstream } from "../upstream/types.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
 import { AdminRefusal, runStoreCommand } from "./commands.ts";
@@ -155,15 +154,8 @@ async function migrateDatabase(config: Config, output: AdminOutput): Promise<num
  * a confidential application), not JWT_SECRET, which the service's own OAuth settings require.
  */
 function gitLabOf(config: Config, logger: Logger): Upstream | undefined {
-  if (!config.upstream.clientId) return undefined;
-  return createGitLabUpstream({
-    gitlabUrl: config.upstream.url,
-    clientId: config.upstream.clientId,
-    clientSecret: config.upstream.clientSecret,
-    scopes: config.upstream.scopes,
-    timeoutMs: config.upstreamTimeoutMs,
-    logger,
-  });
+  const { clientId } = config.upstream;
+  return clientId ? configuredUpstream(config, clientId, logger) : undefined;
 }
 
 /** Bytes of a local KV file and its write-ahead log; undefined for memory or KV Connect. */
