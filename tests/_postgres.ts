@@ -90,8 +90,19 @@ function freePort(): number {
 
 let databases = 0;
 
+/** How a cluster speaks TLS (`ssl=on`), when it does. */
+export interface PostgresTlsOptions {
+  /** PEM of the server's certificate (for 127.0.0.1 and localhost) and its key. */
+  certPem: string;
+  keyPem: string;
+  /** Only `hostssl` in pg_hba.conf: a connection over TCP without TLS is refused. */
+  hostsslOnly?: boolean;
+}
+
 /** Initializes and starts a cluster; throws when PostgreSQL is missing. */
-export async function startPostgres(): Promise<PostgresCluster> {
+export async function startPostgres(
+  options: { tls?: PostgresTlsOptions } = {},
+): Promise<PostgresCluster> {
   if (postgresMissing) throw new Error(`PostgreSQL tests cannot run: ${postgresMissing}`);
   const dir = await Deno.makeTempDir({ prefix: "pg-test-" });
   if (isRoot) {
@@ -101,8 +112,9 @@ export async function startPostgres(): Promise<PostgresCluster> {
   }
   const data = `${dir}/data`;
   await run("initdb", ["-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]);
+  const tlsSettings = options.tls ? await configureTls(data, options.tls) : [];
   const port = freePort();
-  const options = [
+  const serverOptions = [
     `-p ${port}`,
     `-k ${dir}`,
     "-c listen_addresses=127.0.0.1",
@@ -110,8 +122,10 @@ export async function startPostgres(): Promise<PostgresCluster> {
     "-c synchronous_commit=off",
     "-c full_page_writes=off",
     "-c max_connections=200",
+    ...tlsSettings,
   ].join(" ");
-  const start = () => run("pg_ctl", ["-D", data, "-o", options, "-l", `${dir}/log`, "-w", "start"]);
+  const start = () =>
+    run("pg_ctl", ["-D", data, "-o", serverOptions, "-l", `${dir}/log`, "-w", "start"]);
   const stopServer = (mode: string) => run("pg_ctl", ["-D", data, "-m", mode, "-w", "stop"]);
   await start();
   let stopped = false;
@@ -169,6 +183,31 @@ export async function startPostgres(): Promise<PostgresCluster> {
       }
     },
   };
+}
+
+/**
+ * Writes the server's certificate and key into the data directory (the key readable by its
+ * owner only, as PostgreSQL demands) and, for `hostsslOnly`, a pg_hba.conf that admits TCP
+ * connections over TLS only; returns the server settings that turn TLS on.
+ */
+async function configureTls(data: string, tls: PostgresTlsOptions): Promise<string[]> {
+  const cert = `${data}/server.crt`;
+  const key = `${data}/server.key`;
+  await Deno.writeTextFile(cert, tls.certPem);
+  await Deno.writeTextFile(key, tls.keyPem, { mode: 0o600 });
+  await Deno.chmod(key, 0o600);
+  if (tls.hostsslOnly) {
+    await Deno.writeTextFile(
+      `${data}/pg_hba.conf`,
+      "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+    );
+  }
+  if (isRoot) {
+    const uid = Number((await runText("id", ["-u", "postgres"])).trim());
+    const gid = Number((await runText("id", ["-g", "postgres"])).trim());
+    for (const path of [cert, key, `${data}/pg_hba.conf`]) await Deno.chown(path, uid, gid);
+  }
+  return ["-c ssl=on", `-c ssl_cert_file=${cert}`, `-c ssl_key_file=${key}`];
 }
 
 async function runText(command: string, args: string[]): Promise<string> {

@@ -23,7 +23,18 @@ export function testCertificates(): Promise<TestCertificates> {
   return generated ??= generateCertificates();
 }
 
-async function generateCertificates(): Promise<TestCertificates> {
+/** The names a server certificate is for. */
+export interface CertificateNames {
+  ips: string[];
+  dns: string[];
+}
+
+const LOOPBACK_NAMES: CertificateNames = { ips: ["127.0.0.1"], dns: ["localhost"] };
+
+/** A new CA and a server certificate it signed for `names` (`testCertificates`: loopback). */
+export async function generateCertificates(
+  names: CertificateNames = LOOPBACK_NAMES,
+): Promise<TestCertificates> {
   x509.cryptoProvider.set(crypto);
   const notBefore = new Date(Date.now() - DAY_MS);
   const notAfter = new Date(Date.now() + DAY_MS);
@@ -47,7 +58,7 @@ async function generateCertificates(): Promise<TestCertificates> {
   const serverKeys = await crypto.subtle.generateKey(ALGORITHM, true, ["sign", "verify"]);
   const cert = await x509.X509CertificateGenerator.create({
     serialNumber: "02",
-    subject: "CN=127.0.0.1",
+    subject: `CN=${names.ips[0] ?? names.dns[0]}`,
     issuer: ca.subject,
     notBefore,
     notAfter,
@@ -59,8 +70,8 @@ async function generateCertificates(): Promise<TestCertificates> {
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
       new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
       new x509.SubjectAlternativeNameExtension([
-        { type: "ip", value: "127.0.0.1" },
-        { type: "dns", value: "localhost" },
+        ...names.ips.map((value) => ({ type: "ip" as const, value })),
+        ...names.dns.map((value) => ({ type: "dns" as const, value })),
       ]),
       await x509.AuthorityKeyIdentifierExtension.create(caKeys.publicKey),
     ],

@@ -8,6 +8,7 @@ import { NEVER_FORWARDED_HEADERS } from "../gateway/headers.ts";
 import { parseCidr } from "../http/ip_address.ts";
 import { redirectPatternProblem } from "../clients/redirect_allow_list.ts";
 import { isWebUrl, parseUrl } from "../http/web_url.ts";
+import { tlsSettingsOf } from "../store/postgres/tls.ts";
 import { ConfigError, type Parser } from "./variable.ts";
 
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
@@ -175,7 +176,10 @@ export function parseBoolean(name: string, raw: string): boolean {
   throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
 }
 
-/** A `postgres://` or `postgresql://` URL naming a host; the value is never echoed (it may hold a password). */
+/**
+ * A `postgres://` or `postgresql://` URL naming a host, with TLS parameters that make sense
+ * (src/store/postgres/tls.ts); the value is never echoed (it may hold a password).
+ */
 export function parseDatabaseUrl(name: string, raw: string): string {
   let url: URL | undefined;
   try {
@@ -185,6 +189,11 @@ export function parseDatabaseUrl(name: string, raw: string): string {
   }
   if (!url || !/^postgres(ql)?:$/.test(url.protocol) || url.hostname === "") {
     throw new ConfigError(name, "must be a postgres://user:password@host:port/database URL");
+  }
+  try {
+    tlsSettingsOf(url);
+  } catch (error) {
+    throw new ConfigError(name, (error as Error).message);
   }
   return raw;
 }

@@ -1,6 +1,7 @@
 /** The connection pool to PostgreSQL (npm:postgres), configured as the store needs it. */
 
 import postgres from "postgres";
+import { driverSsl, tlsSettingsOf, withoutTlsParameters } from "./tls.ts";
 
 export type Sql = postgres.Sql;
 
@@ -8,7 +9,10 @@ const DEFAULT_STATEMENT_TIMEOUT_MS = 5_000;
 
 /** How the PostgreSQL store connects. */
 export interface PostgresOptions {
-  /** `postgres://user:pass@host:port/db?sslmode=…` (sslmode: disable, prefer, require, verify-full). */
+  /**
+   * `postgres://user:pass@host:port/db?sslmode=…&sslrootcert=…`: sslmode disable, prefer (the
+   * default), require, verify-ca or verify-full; sslrootcert a PEM file of the CAs to trust (tls.ts).
+   */
   url: string;
   /** Connections of this process (DATABASE_POOL_SIZE). */
   poolSize: number;
@@ -20,9 +24,14 @@ export interface PostgresOptions {
   sweepIntervalMs?: number;
 }
 
-/** A connection pool as configured (no query is sent yet). */
+/**
+ * A connection pool as configured (no query is sent yet). Throws a one-line Error when the
+ * URL's TLS parameters make no sense or its root certificate file cannot be read.
+ */
 export function connect(options: PostgresOptions): Sql {
-  return postgres(options.url, {
+  const url = new URL(options.url);
+  return postgres(withoutTlsParameters(url), {
+    ssl: driverSsl(tlsSettingsOf(url), url.hostname),
     max: options.poolSize,
     connect_timeout: options.connectTimeoutSeconds ?? 2,
     idle_timeout: 60,

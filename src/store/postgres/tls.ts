@@ -1,0 +1,106 @@
+/**
+ * TLS to PostgreSQL as the URL's `sslmode` and `sslrootcert` ask, with libpq's meanings. The
+ * driver (npm `postgres`) alone would treat an unknown `sslmode` like `verify-full`, verify only
+ * against Deno's default roots, check an IP host against "localhost", and send `sslrootcert` to
+ * the server as a setting (which refuses it): so both parameters are read here, taken out of
+ * the URL, and the driver is given the TLS options they mean.
+ */
+
+import { readFileSync } from "node:fs";
+import { checkServerIdentity, type PeerCertificate } from "node:tls";
+
+/** The `sslmode` values accepted (libpq's, except `allow`, which the driver cannot do). */
+export const SSL_MODES = ["disable", "prefer", "require", "verify-ca", "verify-full"] as const;
+export type SslMode = typeof SSL_MODES[number];
+
+/** libpq's default: TLS when the server offers it, unverified. */
+const DEFAULT_SSL_MODE: SslMode = "prefer";
+
+/** What the URL asks of TLS. */
+export interface TlsSettings {
+  mode: SslMode;
+  /** `sslrootcert`: a PEM file of the CAs to trust, or "system" (Deno's default roots). */
+  rootCert?: string;
+}
+
+/** The TLS options the driver takes (`ssl`): off, unverified, or node:tls options. */
+export type DriverSsl = false | "prefer" | "require" | {
+  ca?: string;
+  rejectUnauthorized: true;
+  checkServerIdentity: (host: string, cert: PeerCertificate) => Error | undefined;
+};
+
+/** Reads `sslmode` and `sslrootcert`; throws a one-line Error when they make no sense. */
+export function tlsSettingsOf(url: URL): TlsSettings {
+  const raw = url.searchParams.get("sslmode") ?? DEFAULT_SSL_MODE;
+  if (!(SSL_MODES as readonly string[]).includes(raw)) {
+    throw new Error(
+      `sslmode must be one of ${SSL_MODES.join(", ")}, got ${JSON.stringify(raw.slice(0, 40))}`,
+    );
+  }
+  const given = url.searchParams.get("sslrootcert") ?? undefined;
+  const rootCert = given === "" ? undefined : given;
+  let mode = raw as SslMode;
+  if (rootCert !== undefined) {
+    if (mode === "disable" || mode === "prefer") {
+      throw new Error(`sslrootcert needs sslmode=require, verify-ca or verify-full, not ${mode}`);
+    }
+    // As libpq: a root certificate given with `require` is used, which makes it `verify-ca`.
+    if (mode === "require") mode = "verify-ca";
+  } else if (mode === "verify-ca") {
+    // A CA without a name check means nothing against Deno's public roots.
+    throw new Error("sslmode=verify-ca needs sslrootcert=<file of the CA certificates>");
+  }
+  return { mode, rootCert };
+}
+
+/** `url` without the parameters read here (the driver would pass them on to the server). */
+export function withoutTlsParameters(url: URL): string {
+  const stripped = new URL(url);
+  stripped.searchParams.delete("sslmode");
+  stripped.searchParams.delete("sslrootcert");
+  return stripped.href;
+}
+
+/** The driver's `ssl` for `settings`; reads the root certificate file (throws when it cannot). */
+export function driverSsl(settings: TlsSettings, hostname: string): DriverSsl {
+  switch (settings.mode) {
+    case "disable":
+      return false;
+    case "prefer":
+    case "require":
+      return settings.mode;
+    case "verify-ca":
+    case "verify-full": {
+      const ca = settings.rootCert === undefined || settings.rootCert === "system"
+        ? undefined
+        : readRootCert(settings.rootCert);
+      const checkName = settings.mode === "verify-full";
+      return {
+        ...(ca === undefined ? {} : { ca }),
+        rejectUnauthorized: true,
+        // The URL's host, not the driver's guess ("localhost" when it is an IP address).
+        checkServerIdentity: (_host, cert) =>
+          checkName ? checkServerIdentity(unbracketed(hostname), cert) : undefined,
+      };
+    }
+  }
+}
+
+function readRootCert(path: string): string {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (error) {
+    const code = (error as { code?: string }).code ?? "unreadable";
+    throw new Error(`sslrootcert ${path} cannot be read (${code})`);
+  }
+  if (!text.includes("-----BEGIN CERTIFICATE-----")) {
+    throw new Error(`sslrootcert ${path} holds no PEM certificate`);
+  }
+  return text;
+}
+
+function unbracketed(hostname: string): string {
+  return hostname.startsWith("[") ? hostname.slice(1, -1) : hostname;
+}
