@@ -8,13 +8,13 @@ import type { Clock } from "../clock.ts";
 import { CONFIG_VARIABLES } from "../config/variables.ts";
 import { parseHttpUrl, parseSecret, urlWithoutTrailingSlash } from "../config/parsers.ts";
 import { systemClock } from "../clock.ts";
-import { OAuthError } from "../http/errors.ts";
+import { OAuthError, storeUnavailableError } from "../http/errors.ts";
 import { errorResponse } from "../http/responses.ts";
 import { createTokenSigner } from "../jwt.ts";
 import { type Logger, silentLogger } from "../logger.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import { createSecretBox, sealingSecrets } from "../secret_box.ts";
-import { createStore, type StoreDatabase } from "../store/mod.ts";
+import { createStore, type StoreDatabase, StoreUnavailableError } from "../store/mod.ts";
 import { createGitLabUpstream } from "../upstream/gitlab.ts";
 import type { Upstream } from "../upstream/types.ts";
 import {
@@ -172,6 +172,11 @@ function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
         return await authenticate(deps, request, target);
       } catch (error) {
         if (error instanceof OAuthError) return errorResponse(error);
+        if (error instanceof StoreUnavailableError) {
+          // As the service answers: the client tries again, the MCP server sees no exception.
+          logger.error("store unavailable", { error: error.message });
+          return errorResponse(storeUnavailableError());
+        }
         throw error;
       }
     },

@@ -8,7 +8,7 @@ import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
 import { strictTransportSecurity } from "../config/mod.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
 import { allowCrossOrigin, preflight } from "./cors.ts";
-import { notConfiguredError, OAuthError } from "./errors.ts";
+import { notConfiguredError, OAuthError, storeUnavailableError } from "./errors.ts";
 import { errorResponse, json, NO_STORE } from "./responses.ts";
 import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "./rate_limit.ts";
@@ -143,17 +143,11 @@ function withHeaders(
   return response;
 }
 
-/** Seconds a client waits before trying again while the database cannot be reached. */
-const STORE_RETRY_AFTER_SECONDS = "5";
-
 function renderError(error: unknown, deps: AppDeps, requestId: string): Response {
   if (error instanceof OAuthError) return errorResponse(error);
   if (error instanceof StoreUnavailableError) {
     deps.logger.error("store unavailable", { requestId, error: error.message });
-    return errorResponse(
-      new OAuthError(503, "temporarily_unavailable", "The service's database is unavailable")
-        .withHeaders({ "Retry-After": STORE_RETRY_AFTER_SECONDS }),
-    );
+    return errorResponse(storeUnavailableError());
   }
   deps.logger.error("unhandled error", {
     requestId,

@@ -56,3 +56,16 @@ export const NOT_CONFIGURED = "OAuth not configured";
 export function notConfiguredError(): OAuthError {
   return new OAuthError(500, "server_error", NOT_CONFIGURED);
 }
+
+/** Seconds a client waits before trying again while the database cannot be reached. */
+export const STORE_RETRY_AFTER_SECONDS = "5";
+
+/**
+ * The 503 a request that needs the store gets while its database cannot answer
+ * (StoreUnavailableError): the service and the library guard answer the same.
+ */
+export function storeUnavailableError(): OAuthError {
+  return new OAuthError(503, "temporarily_unavailable", "The service's database is unavailable", {
+    "Retry-After": STORE_RETRY_AFTER_SECONDS,
+  });
+}
