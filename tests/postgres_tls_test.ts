@@ -106,7 +106,7 @@ test("sslmode=disable against a TLS-only server stops start-up in one line", () 
     assert.match(line, /DATABASE_URL: cannot open the database: .*no encryption/);
   }));
 
-test("sslmode=verify-full: refused for an untrusted CA, connects with sslrootcert", () =>
+test("sslmode=verify-full: refused for an untrusted CA, connects with sslrootcert or DENO_CERT", () =>
   withLoopbackCluster(async (url, caFile) => {
     const message = await startUpError(`${url}?sslmode=verify-full`);
     assert.match(message, /certificate/);
@@ -118,6 +118,12 @@ test("sslmode=verify-full: refused for an untrusted CA, connects with sslrootcer
     assert.equal(await sessionUsesTls(trusted), true);
     const admin = await runAdminCli(["migrate"], { DATABASE_URL: trusted });
     assert.equal(admin.code, 0, admin.stderr);
+    // Or without sslrootcert: the CA added to Deno's roots, as for any TLS the process makes.
+    const viaDenoCert = await runAdminCli(["migrate"], {
+      DATABASE_URL: `${url}?sslmode=verify-full`,
+      DENO_CERT: caFile,
+    });
+    assert.equal(viaDenoCert.code, 0, viaDenoCert.stderr);
   }));
 
 test("sslmode=verify-full checks the URL's host; verify-ca checks only the CA", async () => {
