@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { deserialize, serialize } from "node:v8";
-import { encodeValue } from "../src/store/postgres/value_codec.ts";
+import { decodeValue, encodeValue } from "../src/store/postgres/value_codec.ts";
 
 const hex = (bytes: Uint8Array) =>
   Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
@@ -14,6 +14,15 @@ const hex = (bytes: Uint8Array) =>
 function assertSameBytes(value: unknown): void {
   assert.equal(hex(encodeValue(value)), hex(serialize(value)), `bytes of ${String(value)}`);
   assert.deepEqual(deserialize(encodeValue(value)), value);
+  assertReadsAsNodeV8(value);
+}
+
+/** decodeValue reads node:v8's bytes of `value` as node:v8 reads them. */
+function assertReadsAsNodeV8(value: unknown): void {
+  const bytes = serialize(value);
+  const read = decodeValue(bytes);
+  assert.deepEqual(read, deserialize(bytes));
+  if (typeof read === "number") assert.ok(Object.is(read, deserialize(bytes)), String(value));
 }
 
 Deno.test("value codec: records as the store writes them, byte for byte as node:v8", () => {
@@ -84,5 +93,33 @@ Deno.test("value codec: what is not plain data is left to node:v8", () => {
     ]
   ) {
     assert.equal(hex(encodeValue(value)), hex(serialize(value)));
+    assertReadsAsNodeV8(value);
+  }
+});
+
+Deno.test("value codec: a __proto__ key reads as an own property, as node:v8 reads it", () => {
+  const bytes = serialize(JSON.parse('{"__proto__": {"polluted": true}, "a": 1}'));
+  const read = decodeValue(bytes) as Record<string, unknown>;
+  assert.deepEqual(read, deserialize(bytes));
+  assert.equal(Object.getPrototypeOf(read), Object.prototype);
+  assert.equal(({} as Record<string, unknown>).polluted, undefined);
+});
+
+Deno.test("value codec: truncated or foreign bytes are node:v8's to judge", () => {
+  const bytes = serialize({ a: "text", b: [1, 2] });
+  for (let end = 0; end < bytes.length; end++) {
+    const part = bytes.subarray(0, end);
+    let expected: unknown, actual: unknown;
+    try {
+      expected = deserialize(part);
+    } catch (error) {
+      expected = error instanceof Error ? error.constructor : error;
+    }
+    try {
+      actual = decodeValue(part);
+    } catch (error) {
+      actual = error instanceof Error ? error.constructor : error;
+    }
+    assert.deepEqual(actual, expected, `first ${end} bytes`);
   }
 });
