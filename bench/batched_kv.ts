@@ -12,9 +12,15 @@
  * Only what the store uses is implemented (get, getMany, atomic check/set/delete/mutate/commit);
  * anything else throws, so a store that starts using more fails loudly instead of seeding
  * something wrong.
- * Keys never seen by this adapter are read as absent: it is meant for a fresh KV file, and the
- * seeded keys are random.
+ * Keys never seen by this adapter are read as absent: it is meant for a fresh KV file (or a fresh
+ * PostgreSQL database), and the seeded keys are random.
+ *
+ * The target is any database the store runs on (a Deno KV file, or PostgreSQL's backend): the
+ * batches go through the store's own seam (backend.ts `commit`), a few at a time, so that
+ * PostgreSQL, which commits them in parallel, is not kept waiting on one round trip each.
  */
+
+import { backendOf, type StoreDatabase } from "../src/store/backend.ts";
 
 interface Slot {
   key: Deno.KvKey;
@@ -34,6 +40,8 @@ type Mutation =
 /** Deno KV's limits are 1000 mutations and 800 KiB per atomic operation; stay well below. */
 const BATCH_MUTATIONS = 500;
 const BATCH_BYTES = 512 * 1024;
+/** Batches in flight at once during a flush. */
+const BATCHES_IN_FLIGHT = 4;
 
 function mapKey(key: Deno.KvKey): string {
   for (const part of key) {
@@ -59,8 +67,9 @@ export interface BatchedKv {
   flush(): Promise<number>;
 }
 
-/** Wraps `target` (a real, fresh KV) for batched seeding. */
-export function createBatchedKv(target: Deno.Kv): BatchedKv {
+/** Wraps `target` (a real, fresh KV or database) for batched seeding. */
+export function createBatchedKv(target: StoreDatabase): BatchedKv {
+  const backend = backendOf(target);
   const slots = new Map<string, Slot>();
   let version = 0n;
 
@@ -148,17 +157,21 @@ export function createBatchedKv(target: Deno.Kv): BatchedKv {
 
   async function flush(): Promise<number> {
     let written = 0;
-    let op = target.atomic();
-    let count = 0;
+    let batch: Deno.KvMutation[] = [];
     let bytes = 0;
+    const inFlight = new Set<Promise<void>>();
     const send = async () => {
-      if (count === 0) return;
-      const result = await op.commit();
-      if (!result.ok) throw new Error("batched KV: a flush batch failed to commit");
-      written += count;
-      op = target.atomic();
-      count = 0;
+      if (batch.length === 0) return;
+      const mutations = batch;
+      batch = [];
       bytes = 0;
+      const sent = backend.commit({ checks: [], mutations }).then((result) => {
+        if (!result.ok) throw new Error("batched KV: a flush batch failed to commit");
+        written += mutations.length;
+      });
+      inFlight.add(sent);
+      sent.finally(() => inFlight.delete(sent)).catch(() => {/* awaited below */});
+      if (inFlight.size >= BATCHES_IN_FLIGHT) await Promise.race(inFlight);
     };
     const now = Date.now();
     const pending = [...slots.values()];
@@ -168,19 +181,19 @@ export function createBatchedKv(target: Deno.Kv): BatchedKv {
       if (slot.value === undefined && slot.fresh) continue;
       const size = JSON.stringify(slot.key).length +
         (slot.value === undefined ? 0 : JSON.stringify(slot.value).length) + 64;
-      if (count >= BATCH_MUTATIONS || bytes + size > BATCH_BYTES) await send();
+      if (batch.length >= BATCH_MUTATIONS || bytes + size > BATCH_BYTES) await send();
       if (slot.value === undefined) {
-        op.delete(slot.key);
+        batch.push({ type: "delete", key: slot.key });
       } else {
-        const options = slot.expiresAt === undefined
+        const expireIn = slot.expiresAt === undefined
           ? undefined
-          : { expireIn: Math.max(1, slot.expiresAt - now) };
-        op.set(slot.key, slot.value, options);
+          : Math.max(1, slot.expiresAt - now);
+        batch.push({ type: "set", key: slot.key, value: slot.value, expireIn });
       }
-      count++;
       bytes += size;
     }
     await send();
+    await Promise.all(inFlight);
     return written;
   }
 

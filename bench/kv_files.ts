@@ -5,6 +5,7 @@
 
 import { childEnv, runCommand } from "./commands.ts";
 import { say } from "./log.ts";
+import { type ServiceStore, storeEnv } from "./servers.ts";
 
 const KV_SUFFIXES = ["", "-wal", "-shm"];
 
@@ -19,9 +20,10 @@ export interface SeedOptions {
   clientId: string;
 }
 
-/** What to seed: `n` sessions into `kvPath`, their tokens into the files named. */
+/** What to seed: `n` sessions into `store`, their tokens into the files named. */
 export interface SeedRequest {
-  kvPath: string;
+  /** A fresh KV file or PostgreSQL database. */
+  store: ServiceStore;
   n: number;
   /** Receives one refresh token a line. */
   refreshOut: string;
@@ -29,14 +31,14 @@ export interface SeedRequest {
   codesOut?: string;
 }
 
-/** Seeds a KV file; returns the seconds it took. */
+/** Seeds a KV file or a database; returns the seconds it took. */
 export async function seedKv(options: SeedOptions, request: SeedRequest): Promise<number> {
   const started = performance.now();
   const out = await runCommand(Deno.execPath(), ["run", "-A", options.script], {
     cwd: options.root,
     clearEnv: true,
     env: childEnv({
-      KV_PATH: request.kvPath,
+      ...storeEnv(request.store),
       JWT_SECRET: options.secret,
       GITLAB_CLIENT_ID: options.gitlabClientId,
       BENCH_N: String(request.n),

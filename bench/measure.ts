@@ -18,6 +18,8 @@ export interface CaseResult extends WrkResult {
   cpuUsPerReq: number;
   /** Of cpuUsPerReq, what Deno KV's SQLite thread used. */
   kvThreadUsPerReq: number;
+  /** The PostgreSQL server's CPU (all its processes) per request, for the cases on it. */
+  databaseUsPerReq?: number;
   peakRssMiB: number;
   idleRssMiB: number;
   otherCores: number;
@@ -32,6 +34,8 @@ export interface Target {
   server: Proc;
   /** Processes beside the server whose CPU is not "other load" (the simulated GitLab). */
   helpers?: Proc[];
+  /** The CPU ticks so far of the database the service runs on, when not a KV in its process. */
+  databaseTicks?: () => number;
   /** Tokens or flow states (mode != get) or the path (mode get). */
   source: string;
   mode: string;
@@ -114,17 +118,23 @@ async function attemptOnce(
         .requests;
     }
     const helperPids = (t.helpers ?? []).map((h) => h.pid);
-    const before = sampleCpu(t.server.pid, helperPids);
+    const before = sampleCpu(t.server.pid, helperPids, t.databaseTicks?.());
     const w = await options.runWrk(parts.meas, t.mode, options.duration, options.dir, t.load);
-    const after = sampleCpu(t.server.pid, helperPids);
+    const after = sampleCpu(t.server.pid, helperPids, t.databaseTicks?.());
     const hwm = peakRssKb(t.server.pid);
     const used = cpuSeconds(before, after, options.ticksPerSecond);
-    const otherS = Math.max(0, used.machine - used.server - used.helpers - (w.wrkCpuS ?? 0));
+    const otherS = Math.max(
+      0,
+      used.machine - used.server - used.helpers - used.database - (w.wrkCpuS ?? 0),
+    );
     result = {
       name,
       ...w,
       cpuUsPerReq: w.requests ? used.server * 1e6 / w.requests : 0,
       kvThreadUsPerReq: w.requests ? used.kvThread * 1e6 / w.requests : 0,
+      databaseUsPerReq: t.databaseTicks && w.requests
+        ? used.database * 1e6 / w.requests
+        : undefined,
       peakRssMiB: hwm / 1024,
       idleRssMiB: idle / 1024,
       otherCores: otherS / options.duration,
@@ -148,6 +158,9 @@ function progressLine(result: CaseResult): string {
   return `${result.name}: ${result.rps.toFixed(0)} req/s p50=${ms(result.p50_us)} ms ` +
     `p99=${ms(result.p99_us)} ms cpu=${result.cpuUsPerReq.toFixed(0)} µs/req ` +
     `(KV thread ${result.kvThreadUsPerReq.toFixed(0)}) ` +
+    (result.databaseUsPerReq === undefined
+      ? ""
+      : `PostgreSQL=${result.databaseUsPerReq.toFixed(0)} µs/req `) +
     `peak=${result.peakRssMiB.toFixed(0)} MiB statuses=${result.statuses} ` +
     `wrk=${result.wrkCores?.toFixed(2) ?? "?"} cores other=${result.otherCores.toFixed(2)} cores`;
 }
@@ -167,7 +180,7 @@ async function splitTokens(
 }
 
 /** The result of a case that could not run, with why. */
-function skipped(name: string, note: string): CaseResult {
+export function skipped(name: string, note: string): CaseResult {
   return {
     name,
     requests: 0,

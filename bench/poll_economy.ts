@@ -299,7 +299,7 @@ async function main(): Promise<void> {
   });
   try {
     const servers = createBenchServers(processes, dir, config.port, {});
-    await servers.service("poll-economy", `${dir}/kv.sqlite`, gitlab.url.href);
+    await servers.service("poll-economy", { kvPath: `${dir}/kv.sqlite` }, gitlab.url.href);
     const base = `http://127.0.0.1:${config.port}`;
     const started = new Date();
 

@@ -79,16 +79,26 @@ export interface CpuSample {
   helpers: number;
   /** The server's Deno KV thread (a part of `server`). */
   kvThread: number;
+  /** The case's PostgreSQL server processes (0 when the case runs on KV). */
+  database: number;
   /** Every CPU of the machine. */
   machine: number;
 }
 
-/** Reads the CPU counters of a server, its helpers and the machine. */
-export function sampleCpu(serverPid: number, helperPids: number[]): CpuSample {
+/**
+ * Reads the CPU counters of a server, its helpers, its database (`databaseTicks`, already
+ * read) and the machine.
+ */
+export function sampleCpu(
+  serverPid: number,
+  helperPids: number[],
+  databaseTicks = 0,
+): CpuSample {
   return {
     server: cpuTicks(serverPid),
     helpers: helperPids.reduce((sum, pid) => sum + cpuTicks(pid), 0),
     kvThread: threadTicks(serverPid, KV_THREAD_PREFIX),
+    database: databaseTicks,
     machine: machineBusyTicks(),
   };
 }
@@ -99,6 +109,7 @@ export function cpuSeconds(before: CpuSample, after: CpuSample, ticksPerSecond: 
     server: (after.server - before.server) / ticksPerSecond,
     helpers: (after.helpers - before.helpers) / ticksPerSecond,
     kvThread: (after.kvThread - before.kvThread) / ticksPerSecond,
+    database: (after.database - before.database) / ticksPerSecond,
     machine: (after.machine - before.machine) / ticksPerSecond,
   };
 }

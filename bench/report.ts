@@ -34,6 +34,8 @@ export interface RunInfo {
   /** The seeded KV's size and how long seeding it took. */
   goldenBytes: number;
   seedS: number;
+  /** The `-pg` cases' PostgreSQL: its version, seeded database's size, seeding time. */
+  postgres?: { version: string; bytes: number; seedS: number };
 }
 
 /** Where the report goes. */
@@ -57,7 +59,23 @@ const RATIOS: [string, string][] = [
   ["gateway-32", "floor-proxy"],
   ["refresh-2proc", "refresh"],
   ["gateway-2proc", "gateway-32"],
+  ["refresh-pg", "refresh"],
+  ["code-pg", "code"],
+  ["gateway-pg", "gateway"],
+  ["refresh-pg-2proc", "refresh-pg"],
 ];
+
+/** Issue 25 §3's targets for the store on PostgreSQL. */
+const PG_TARGETS = {
+  /** refresh-pg ÷ refresh at least. */
+  refreshRatio: 0.5,
+  /** refresh-pg-2proc ÷ refresh-pg at least. */
+  twoProcessRatio: 1.3,
+  /** Peak RSS of one service process on PostgreSQL, at most (MiB). */
+  peakRssMiB: 150,
+};
+/** The one-process cases on PostgreSQL, whose peak RSS the target bounds. */
+const PG_ONE_PROCESS = ["refresh-pg", "code-pg", "gateway-pg"];
 
 const MiB = 2 ** 20;
 
@@ -96,6 +114,7 @@ export function renderReport(info: RunInfo, results: CaseResult[], sizes: SizeRe
     [runParagraph(info)],
     caseTable(results),
     ratioLines(results),
+    postgresLines(info, results),
     gatewayLines(results),
     sizeLines(sizes),
   ].filter((section) => section.length);
@@ -117,23 +136,31 @@ function runParagraph(info: RunInfo): string {
     `${info.duration} s measured per case. Service KV: ${count(info.sessions)} sessions with ` +
     `refresh tokens + ${count(info.sessions)} with codes ` +
     `(${(info.goldenBytes / MiB).toFixed(0)} MiB file, seeded in ${info.seedS.toFixed(0)} s), ` +
-    `a fresh copy per case.`;
+    `a fresh copy per case.` +
+    (info.postgres
+      ? ` The \`-pg\` cases: the same number of sessions seeded into PostgreSQL ` +
+        `${info.postgres.version} on loopback (durable defaults; ` +
+        `${(info.postgres.bytes / MiB).toFixed(0)} MiB database, seeded in ` +
+        `${info.postgres.seedS.toFixed(0)} s), a fresh \`CREATE DATABASE … TEMPLATE\` copy per ` +
+        `case, the server pinned to CPU 1 beside wrk (both CPUs for \`refresh-pg-2proc\`).`
+      : "");
 }
 
 function caseTable(results: CaseResult[]): string[] {
   const lines = [
-    "| case | req/s | p50 ms | p99 ms | server CPU µs/req (KV thread) | peak RSS MiB | " +
-    "idle RSS MiB | responses | other load (cores) | note |",
-    "|---|---:|---:|---:|---:|---:|---:|---|---:|---|",
+    "| case | req/s | p50 ms | p99 ms | server CPU µs/req (KV thread) | PostgreSQL CPU µs/req | " +
+    "peak RSS MiB | idle RSS MiB | responses | other load (cores) | note |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|",
   ];
   for (const r of results) {
     if (r.skipped) {
-      lines.push(`| ${r.name} | – | – | – | – | – | – | – | – | skipped: ${r.note} |`);
+      lines.push(`| ${r.name} | – | – | – | – | – | – | – | – | – | skipped: ${r.note} |`);
       continue;
     }
     lines.push(
       `| ${r.name} | ${count(Math.round(r.rps))} | ${ms(r.p50_us)} | ${ms(r.p99_us)} | ` +
-        `${cpuCell(r)} | ${r.peakRssMiB.toFixed(0)} | ${r.idleRssMiB.toFixed(0)} | ` +
+        `${cpuCell(r)} | ${r.databaseUsPerReq?.toFixed(0) ?? "–"} | ` +
+        `${r.peakRssMiB.toFixed(0)} | ${r.idleRssMiB.toFixed(0)} | ` +
         `${responsesCell(r)}${r.sock_err ? ` (${r.sock_err} socket errors)` : ""} | ` +
         `${r.otherCores.toFixed(2)} | ${r.note} |`,
     );
@@ -156,6 +183,54 @@ function ratioLines(results: CaseResult[]): string[] {
     .filter(([, , x]) => x !== undefined)
     .map(([a, b, x]) => `${a} ÷ ${b} = **${x!.toFixed(2)}**`);
   return ratioText.length ? [`Throughput ratios in this run: ${ratioText.join(", ")}.`] : [];
+}
+
+/**
+ * Issue 25 §3's targets, as this run measured them, and where each `-pg` case's CPU went: the
+ * service, PostgreSQL and wrk share the machine's CPUs.
+ */
+function postgresLines(info: RunInfo, results: CaseResult[]): string[] {
+  const byName = resultsByName(results);
+  const ran = results.filter((r) => r.databaseUsPerReq !== undefined && !r.skipped);
+  if (!ran.length) return [];
+  const rps = (name: string) => {
+    const r = byName.get(name);
+    return r && !r.skipped ? r.rps : undefined;
+  };
+  const versus = (a: string, b: string, target: number) => {
+    const x = rps(a), y = rps(b);
+    if (x === undefined || !y) return `${a} ÷ ${b}: not measured (target ≥ ${target})`;
+    const ratio = x / y;
+    return `${a} ÷ ${b} = **${ratio.toFixed(2)}** (target ≥ ${target}: ` +
+      `${ratio >= target ? "met" : "missed"})`;
+  };
+  const errors = ran.reduce((sum, r) => sum + r.non2xx + r.sock_err, 0);
+  const onePeak = ran.filter((r) => PG_ONE_PROCESS.includes(r.name));
+  const peak = Math.max(0, ...onePeak.map((r) => r.peakRssMiB));
+  const rss = onePeak.length
+    ? `peak RSS of one service process on PostgreSQL with ${count(info.sessions)} sessions ` +
+      `(+ as many with codes): **${peak.toFixed(0)} MiB** (target ≤ ${PG_TARGETS.peakRssMiB}: ` +
+      `${peak <= PG_TARGETS.peakRssMiB ? "met" : "missed"})`
+    : "peak RSS: no one-process case on PostgreSQL ran";
+  const cores = ran.map((r) => {
+    const service = r.cpuUsPerReq * r.rps / 1e6, database = (r.databaseUsPerReq ?? 0) * r.rps / 1e6;
+    const wrk = r.wrkCores ?? 0;
+    return `${r.name} ${service.toFixed(2)} service + ${database.toFixed(2)} PostgreSQL + ` +
+      `${wrk.toFixed(2)} wrk = ${(service + database + wrk).toFixed(2)}`;
+  });
+  return [
+    `PostgreSQL store (issue 25 §3) in this run: ` +
+    `${versus("refresh-pg", "refresh", PG_TARGETS.refreshRatio)}; ` +
+    `${versus("refresh-pg-2proc", "refresh-pg", PG_TARGETS.twoProcessRatio)}; ` +
+    `errors (non-2xx and socket errors) in the PostgreSQL cases: **${count(errors)}**; ${rss}.`,
+    "",
+    `CPU cores used while measured (of ${cpuCountOf(info)}): ${cores.join("; ")}.`,
+  ];
+}
+
+/** The CPU count at the start of the machine line ("2 × Intel…"). */
+function cpuCountOf(info: RunInfo): string {
+  return info.machine.match(/^(\d+) ×/)?.[1] ?? "?";
 }
 
 function gatewayLines(results: CaseResult[]): string[] {

@@ -25,6 +25,12 @@
  *   BENCH_NO_PIN=1     do not pin with taskset      BENCH_WRITE_README=0  do not touch README
  *   BENCH_QUIET_CORES / BENCH_QUIET_MAX_WAIT / BENCH_OTHER_MAX / BENCH_RETRIES  the noise gate
  *   BENCH_SERVICE_ENV  extra "K=V K=V" for the service    BENCH_KEEP=1  keep the temp dir
+ *
+ * The `-pg` cases run the service on PostgreSQL (DATABASE_URL) instead: a throwaway cluster on
+ * loopback (postgres.ts, pinned to CPU 1 beside wrk, both CPUs for `refresh-pg-2proc`), seeded
+ * once with as many sessions through the same seeder, a fresh copy of that database per case,
+ * and stopped at the end of the run (also when it fails or is interrupted). Its processes' CPU
+ * is measured and reported beside the service's.
  */
 
 import {
@@ -37,6 +43,7 @@ import {
   ROOT,
   SECRET,
 } from "./config.ts";
+import { postgresMissing } from "../dev/postgres_cluster.ts";
 import { copyKv, kvBytes, removeKv, seedKv, type SeedOptions } from "./kv_files.ts";
 import { say } from "./log.ts";
 import {
@@ -53,12 +60,14 @@ import {
   type Launch,
   measure,
   type MeasureOptions,
+  skipped,
   type Target,
 } from "./measure.ts";
+import { type BenchPostgres, benchPostgres } from "./postgres.ts";
 import { clockTicksPerSecond } from "./process_stats.ts";
 import { createProcessGroup, type ProcessGroup } from "./processes.ts";
 import { publishReport, type SizeResult } from "./report.ts";
-import { createBenchServers, type Servers } from "./servers.ts";
+import { createBenchServers, type Servers, type ServiceStore } from "./servers.ts";
 import { accessTokenFor, createFlows } from "./service_client.ts";
 import { ensureWrk, type WrkLoad, wrkRunner, wrkVersion } from "./wrk.ts";
 
@@ -76,6 +85,13 @@ const SEEDED_CASES: readonly CaseName[] = [
   "metadata",
   "gateway",
   "gateway-32",
+];
+/** The cases that run on the seeded PostgreSQL database. */
+const POSTGRES_CASES: readonly CaseName[] = [
+  "refresh-pg",
+  "code-pg",
+  "gateway-pg",
+  "refresh-pg-2proc",
 ];
 /**
  * What wrk.lua's "mcp" mode sends (a 2026-07-28 `tools/call`), also sent once before a gateway
@@ -112,6 +128,9 @@ interface RunFiles {
   golden: string;
   refreshTokens: string;
   codes: string;
+  /** The tokens and codes of the sessions seeded into PostgreSQL. */
+  pgRefreshTokens: string;
+  pgCodes: string;
   randomTokens: string;
   /** The copy the service runs on. */
   runKv: string;
@@ -122,13 +141,20 @@ interface RunContext {
   config: BenchConfig;
   files: RunFiles;
   servers: Servers;
+  /** The PostgreSQL of the `-pg` cases, started when they seed. */
+  postgres: BenchPostgres;
   seed: SeedOptions;
   measure: MeasureOptions;
   /** The measured server's address. */
   baseUrl: string;
 }
 
-async function main(config: BenchConfig, processes: ProcessGroup, pinned: boolean) {
+async function main(
+  config: BenchConfig,
+  processes: ProcessGroup,
+  postgres: BenchPostgres,
+  pinned: boolean,
+) {
   await ensureWrk();
   const version = await wrkVersion();
   const revision = await serviceRevision(ROOT);
@@ -139,13 +165,21 @@ async function main(config: BenchConfig, processes: ProcessGroup, pinned: boolea
       `wrk -t${config.threads} -c${config.conns}, warm-up ${config.warmup} s + ` +
       `${config.duration} s per case; tmp ${dir}`,
   );
-  const run = await runContext(config, processes, pinned, dir);
+  const run = await runContext(config, processes, postgres, pinned, dir);
   const golden = await seedGolden(run);
+  const pg = await seedPostgres(run);
   await writeRandomTokens(run.files.randomTokens, Math.max(config.sessions, MIN_RANDOM_TOKENS));
 
   const launchers = caseLaunchers(run);
   const results: CaseResult[] = [];
-  for (const name of config.cases) results.push(await measure(run.measure, name, launchers[name]));
+  for (const name of config.cases) {
+    results.push(
+      POSTGRES_CASES.includes(name) && postgresMissing
+        ? skipped(name, `no PostgreSQL: ${postgresMissing}`)
+        : await measure(run.measure, name, launchers[name]),
+    );
+  }
+  await postgres.stop();
   const sizes = await sizeSweep(run);
 
   await publishReport(
@@ -160,6 +194,7 @@ async function main(config: BenchConfig, processes: ProcessGroup, pinned: boolea
       duration: config.duration,
       sessions: config.sessions,
       ...golden,
+      postgres: pg,
     },
     results,
     sizes,
@@ -176,6 +211,7 @@ async function main(config: BenchConfig, processes: ProcessGroup, pinned: boolea
 async function runContext(
   config: BenchConfig,
   processes: ProcessGroup,
+  postgres: BenchPostgres,
   pinned: boolean,
   dir: string,
 ): Promise<RunContext> {
@@ -194,10 +230,13 @@ async function runContext(
       golden: `${dir}/golden.sqlite`,
       refreshTokens: `${dir}/refresh-tokens.txt`,
       codes: `${dir}/codes.txt`,
+      pgRefreshTokens: `${dir}/pg-refresh-tokens.txt`,
+      pgCodes: `${dir}/pg-codes.txt`,
       randomTokens: `${dir}/random-tokens.txt`,
       runKv: `${dir}/run.sqlite`,
     },
     servers: createBenchServers(processes, dir, config.port, config.serviceEnv),
+    postgres,
     seed: {
       root: ROOT,
       script: `${BENCH_DIR}seed.ts`,
@@ -226,12 +265,31 @@ async function seedGolden(run: RunContext): Promise<{ goldenBytes: number; seedS
   if (!config.cases.some((c) => SEEDED_CASES.includes(c))) return { goldenBytes: 0, seedS: 0 };
   say(`seeding ${config.sessions} sessions with refresh tokens and ${config.sessions} with codes`);
   const seedS = await seedKv(run.seed, {
-    kvPath: files.golden,
+    store: { kvPath: files.golden },
     n: config.sessions,
     refreshOut: files.refreshTokens,
     codesOut: files.codes,
   });
   return { goldenBytes: await kvBytes(files.golden), seedS };
+}
+
+/**
+ * Starts PostgreSQL and seeds its template database, when a chosen case runs on it: as many
+ * sessions as the KV, through the same seeder. Its version, size and seeding time.
+ */
+async function seedPostgres(
+  run: RunContext,
+): Promise<{ version: string; bytes: number; seedS: number } | undefined> {
+  const { config, files, postgres } = run;
+  if (postgresMissing || !config.cases.some((c) => POSTGRES_CASES.includes(c))) return undefined;
+  say(`PostgreSQL: seeding ${config.sessions} sessions with refresh tokens and as many with codes`);
+  const seedS = await seedKv(run.seed, {
+    store: { databaseUrl: await postgres.templateUrl() },
+    n: config.sessions,
+    refreshOut: files.pgRefreshTokens,
+    codesOut: files.pgCodes,
+  });
+  return { version: await postgres.version(), bytes: await postgres.templateBytes(), seedS };
 }
 
 /** Writes `n` random base64url tokens, one a line. */
@@ -305,6 +363,65 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
         "KV file, not pinned (wrk still on CPU 1)",
     }),
     "gateway-2proc": () => gateway(run, "gateway-2proc", undefined, PARALLEL_WORKERS),
+    "refresh-pg": () =>
+      grantOnPostgres(
+        run,
+        "refresh-pg",
+        "refresh",
+        run.files.pgRefreshTokens,
+        "refresh_token grant on PostgreSQL, one fresh token per request",
+      ),
+    "code-pg": () =>
+      grantOnPostgres(
+        run,
+        "code-pg",
+        "code",
+        run.files.pgCodes,
+        "authorization_code grant + PKCE S256 on PostgreSQL, one fresh code per request",
+      ),
+    "gateway-pg": () => gateway(run, "gateway-pg", LATENCY_LOAD, 1, "postgres"),
+    "refresh-pg-2proc": async () => ({
+      server: await run.servers.parallelService(
+        "refresh-pg-2proc",
+        PARALLEL_WORKERS,
+        await freshPostgres(run, `0-${PARALLEL_WORKERS - 1}`),
+        CLOSED_GITLAB,
+      ),
+      databaseTicks: run.postgres.cpuTicks,
+      source: run.files.pgRefreshTokens,
+      mode: "refresh",
+      split: true,
+      note: `refresh_token grant on PostgreSQL, deno serve --parallel with ${PARALLEL_WORKERS} ` +
+        "workers (a pool each), service and PostgreSQL not pinned (wrk still on CPU 1)",
+    }),
+  };
+}
+
+/**
+ * A fresh copy of the seeded PostgreSQL database, its server moved to `cpus`: CPU 1 beside wrk
+ * (as the simulated GitLab) when the service has CPU 0, every CPU for the `-2proc` case.
+ */
+async function freshPostgres(run: RunContext, cpus: number | string): Promise<ServiceStore> {
+  const databaseUrl = await run.postgres.freshCopy();
+  await run.postgres.pinTo(cpus);
+  return { databaseUrl };
+}
+
+/** A token grant on a fresh copy of the seeded PostgreSQL database. */
+async function grantOnPostgres(
+  run: RunContext,
+  name: string,
+  mode: "refresh" | "code",
+  tokens: string,
+  note: string,
+): Promise<Target> {
+  return {
+    server: await run.servers.service(name, await freshPostgres(run, 1), CLOSED_GITLAB),
+    databaseTicks: run.postgres.cpuTicks,
+    source: tokens,
+    mode,
+    split: true,
+    note,
   };
 }
 
@@ -347,7 +464,7 @@ async function poll(run: RunContext): Promise<Target> {
   const gitlab = await run.servers.simulatedGitLab();
   const server = await run.servers.service(
     "poll",
-    run.files.runKv,
+    { kvPath: run.files.runKv },
     `http://127.0.0.1:${run.config.port + 1}`,
   );
   const flowsFile = `${run.files.dir}/flows.txt`;
@@ -430,34 +547,41 @@ async function proxyFloor(run: RunContext, name: CaseName, load?: WrkLoad): Prom
 
 /**
  * POST /mcp through the service to the bench's MCP server: one request at a time (`load`
- * LATENCY_LOAD, for the added latency) or under the bench's full load (for throughput).
+ * LATENCY_LOAD, for the added latency) or under the bench's full load (for throughput); on a
+ * fresh copy of the seeded KV, or of the seeded PostgreSQL database.
  */
 async function gateway(
   run: RunContext,
   name: CaseName,
   load?: WrkLoad,
   workers = 1,
+  on: "kv" | "postgres" = "kv",
 ): Promise<Target> {
   const mcpPort = run.config.port + 2;
-  await copyKv(run.files.golden, run.files.runKv);
+  const store = on === "postgres"
+    ? await freshPostgres(run, 1)
+    : (await copyKv(run.files.golden, run.files.runKv), { kvPath: run.files.runKv });
+  const refreshTokens = on === "postgres" ? run.files.pgRefreshTokens : run.files.refreshTokens;
   const mcp = await run.servers.mcpServer(1, mcpPort);
   const env = { MCP_UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp` };
   const server = workers > 1
-    ? await run.servers.parallelService(name, workers, run.files.runKv, CLOSED_GITLAB, env)
-    : await run.servers.service(name, run.files.runKv, CLOSED_GITLAB, env);
+    ? await run.servers.parallelService(name, workers, store, CLOSED_GITLAB, env)
+    : await run.servers.service(name, store, CLOSED_GITLAB, env);
   const target = `${run.files.dir}/${name}.txt`;
   const concurrency = (load ? "one at a time" : `${run.config.conns} connections`) +
-    (workers > 1 ? `, deno serve --parallel with ${workers} workers` : "");
+    (workers > 1 ? `, deno serve --parallel with ${workers} workers` : "") +
+    (on === "postgres" ? ", on PostgreSQL" : "");
   return {
     server,
     helpers: [mcp],
+    databaseTicks: on === "postgres" ? run.postgres.cpuTicks : undefined,
     source: target,
     mode: "mcp",
     split: false,
     load,
     note: `POST /mcp through the gateway (JWT, session, GitLab token), ${concurrency}`,
     async probe() {
-      const accessToken = await accessTokenFor(run.baseUrl, run.files.refreshTokens);
+      const accessToken = await accessTokenFor(run.baseUrl, refreshTokens);
       if (!accessToken) return "no access token: the refresh grant failed";
       await Deno.writeTextFile(target, `/mcp ${accessToken}\n`);
       const r = await fetch(`${run.baseUrl}/mcp`, {
@@ -492,13 +616,18 @@ async function auditLines(log: string): Promise<number> {
 /** The service on a fresh copy of the seeded KV, with no GitLab to reach. */
 async function serviceOnSeededKv(run: RunContext, name: string) {
   await copyKv(run.files.golden, run.files.runKv);
-  return await run.servers.service(name, run.files.runKv, CLOSED_GITLAB);
+  return await run.servers.service(name, { kvPath: run.files.runKv }, CLOSED_GITLAB);
 }
 
 /** `deno serve --parallel` on a fresh copy of the seeded KV. */
 async function parallelServiceOnSeededKv(run: RunContext, name: string, gitlabUrl: string) {
   await copyKv(run.files.golden, run.files.runKv);
-  return await run.servers.parallelService(name, PARALLEL_WORKERS, run.files.runKv, gitlabUrl);
+  return await run.servers.parallelService(
+    name,
+    PARALLEL_WORKERS,
+    { kvPath: run.files.runKv },
+    gitlabUrl,
+  );
 }
 
 /** The chained refresh load on KVs of each BENCH_SIZES session count. */
@@ -507,12 +636,12 @@ async function sizeSweep(run: RunContext): Promise<SizeResult[]> {
   for (const n of run.config.sizes) {
     const kv = `${run.files.dir}/size-${n}.sqlite`, tokens = `${run.files.dir}/size-${n}-rt.txt`;
     say(`size sweep: seeding ${n} sessions`);
-    const seedS = await seedKv(run.seed, { kvPath: kv, n, refreshOut: tokens });
+    const seedS = await seedKv(run.seed, { store: { kvPath: kv }, n, refreshOut: tokens });
     const bytes = await kvBytes(kv);
     const result = await measure(run.measure, `refresh@${n}`, async () => {
       await copyKv(kv, run.files.runKv);
       return {
-        server: await run.servers.service(`size-${n}`, run.files.runKv, CLOSED_GITLAB),
+        server: await run.servers.service(`size-${n}`, { kvPath: run.files.runKv }, CLOSED_GITLAB),
         source: tokens,
         mode: "chain",
         split: true,
@@ -529,15 +658,19 @@ if (import.meta.main) {
   const config = loadBenchConfig();
   const pinned = await canPin(config.noPin);
   const processes = createProcessGroup({ root: ROOT, pin: pinner(pinned) });
+  const postgres = benchPostgres(pinner(pinned));
   const onInterrupt = async () => {
     say("interrupted: stopping what this run started");
     await processes.stopAll();
+    await postgres.stop();
     Deno.exit(130);
   };
   Deno.addSignalListener("SIGINT", onInterrupt);
   try {
-    await main(config, processes, pinned);
+    await main(config, processes, postgres, pinned);
   } finally {
     Deno.removeSignalListener("SIGINT", onInterrupt);
+    await processes.stopAll();
+    await postgres.stop();
   }
 }

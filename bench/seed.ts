@@ -1,10 +1,13 @@
 /**
- * `deno task bench-seed`: fills a KV file with sessions for the benchmarks, through the
- * service's own storage code (the store main.ts wires with createAppDeps, and its methods), so
- * the keys, encoding and sealing are exactly what `POST /token` reads. The contract is the one
- * of ../shared/bench/README.md:
+ * `deno task bench-seed`: fills a KV file (or a PostgreSQL database) with sessions for the
+ * benchmarks, through the service's own storage code (the database main.ts opens with
+ * openDatabase, the store it wires with createAppDeps, and its methods), so the keys, encoding
+ * and sealing are exactly what `POST /token` reads. The contract is the one of
+ * ../shared/bench/README.md:
  *
- * - `KV_PATH`            the KV file to write (required)
+ * - `KV_PATH`            the KV file to write (required unless `DATABASE_URL` is set)
+ * - `DATABASE_URL`       instead of KV_PATH: a fresh PostgreSQL database to write (migrated on
+ *                        the way, as the service migrates it)
  * - `JWT_SECRET`, `GITLAB_CLIENT_ID`  as the service is configured (validated like the service)
  * - `BENCH_N`            how many sessions of each kind (default 1000)
  * - `BENCH_REFRESH_OUT`  file that receives one refresh token a line: BENCH_N sessions in the
@@ -13,8 +16,8 @@
  *                        (S256, redirect URI http://127.0.0.1:9/cb), lines `<code> <verifier>`
  *
  * Optional: `BENCH_SEED_MODE` (`batched`, the default: the store runs on a write-behind KV that
- * lands its commits in the file in large batches, see batched_kv.ts; `direct`: the store runs on
- * the file KV itself, one fsynced commit per operation, about 4x slower), `BENCH_CLIENT_ID` (the
+ * lands its commits in the file or database in large batches, see batched_kv.ts; `direct`: the
+ * store runs on the file KV (or the database) itself, one fsynced commit per operation, about 4x slower), `BENCH_CLIENT_ID` (the
  * MCP client id in the records, default `bench-client`, as the harness's wrk script sends),
  * `BENCH_CODE_TTL_S` (code lifetime, default 7 days, so that a golden copy outlives a long run),
  * `BENCH_SEED_CONCURRENCY` (default 64), `BENCH_SEED_ROUND` (sessions per batch flush, default
@@ -35,6 +38,7 @@ import { createAppDeps } from "../src/deps.ts";
 import { silentLogger } from "../src/logger.ts";
 import type { Store } from "../src/store/mod.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
+import { openDatabase } from "../src/store/open.ts";
 import { createBatchedKv } from "./batched_kv.ts";
 
 const REDIRECT_URI = "http://127.0.0.1:9/cb";
@@ -192,12 +196,14 @@ async function runAll(
 }
 
 async function main(): Promise<void> {
-  const kvPath = Deno.env.get("KV_PATH");
   const refreshOut = Deno.env.get("BENCH_REFRESH_OUT");
-  if (!kvPath || !refreshOut) {
-    throw new Error("KV_PATH and BENCH_REFRESH_OUT are required (see bench/README.md)");
-  }
   const config = loadConfig(Deno.env.toObject());
+  if ((!config.kvPath && !config.databaseUrl) || !refreshOut) {
+    throw new Error(
+      "KV_PATH (or DATABASE_URL) and BENCH_REFRESH_OUT are required (see bench/README.md)",
+    );
+  }
+  const target = config.databaseUrl === undefined ? config.kvPath : "the PostgreSQL database";
   const opts: SeedOptions = {
     n: envInt("BENCH_N", 1000),
     refreshOut,
@@ -212,11 +218,11 @@ async function main(): Promise<void> {
   if (mode !== "batched" && mode !== "direct") {
     throw new Error(`BENCH_SEED_MODE must be batched or direct, got ${mode}`);
   }
-  const kv = await Deno.openKv(kvPath);
-  const batched = mode === "batched" ? createBatchedKv(kv) : undefined;
+  const { database, close } = await openDatabase(config);
+  const batched = mode === "batched" ? createBatchedKv(database) : undefined;
   // Wired exactly as main.ts wires it, so secrets are sealed under the service's key.
   const { store } = createAppDeps(config, {
-    kv: batched?.kv ?? kv,
+    kv: batched?.kv ?? database,
     clock: systemClock,
     logger: silentLogger,
     templates: await loadTemplates(),
@@ -247,11 +253,11 @@ async function main(): Promise<void> {
       log(`seeded ${opts.n} code sessions in ${secs(performance.now() - refreshDone)} s (${mode})`);
     }
   } finally {
-    kv.close();
+    await close();
   }
   log(
     `bench-seed: done in ${secs(performance.now() - started)} s ` +
-      `(of which writing batches ${secs(flushMs)} s) -> ${kvPath}`,
+      `(of which writing batches ${secs(flushMs)} s) -> ${target}`,
   );
 }
 

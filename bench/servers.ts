@@ -7,6 +7,14 @@
 import { BENCH_DIR, GITLAB_CLIENT_ID, ROOT, SECRET } from "./config.ts";
 import type { Proc, ProcessGroup } from "./processes.ts";
 
+/** What the service runs on: a KV file, or a PostgreSQL database. */
+export type ServiceStore = { kvPath: string } | { databaseUrl: string };
+
+/** The service's environment for `store`. */
+export function storeEnv(store: ServiceStore): Record<string, string> {
+  return "kvPath" in store ? { KV_PATH: store.kvPath } : { DATABASE_URL: store.databaseUrl };
+}
+
 /** What the servers of a run share. */
 export interface ServerOptions {
   processes: ProcessGroup;
@@ -31,18 +39,19 @@ export interface Servers {
   /** The service, logging to `<name>.log`, with GitLab at `gitlabUrl`. */
   service(
     name: string,
-    kvPath: string,
+    store: ServiceStore,
     gitlabUrl: string,
     extraEnv?: Record<string, string>,
   ): Promise<Proc>;
   /**
    * The service as `deno serve --parallel` runs it: `workers` workers in one process, each with
-   * its own app and KV handle on the same file, free to use every CPU.
+   * its own app and KV handle on the same file (or its own pool to the same database), free to
+   * use every CPU.
    */
   parallelService(
     name: string,
     workers: number,
-    kvPath: string,
+    store: ServiceStore,
     gitlabUrl: string,
     extraEnv?: Record<string, string>,
   ): Promise<Proc>;
@@ -65,10 +74,14 @@ export function createServers(options: ServerOptions): Servers {
   const deno = Deno.execPath();
   const v8Flags = startV8Flags(options.root);
   const floorKv = `${dir}/floor-kv.sqlite`;
-  const serviceEnv = (kvPath: string, gitlabUrl: string, extraEnv: Record<string, string>) => ({
+  const serviceEnv = (
+    store: ServiceStore,
+    gitlabUrl: string,
+    extraEnv: Record<string, string>,
+  ) => ({
     PORT: String(port),
     HOST: "127.0.0.1",
-    KV_PATH: kvPath,
+    ...storeEnv(store),
     JWT_SECRET: options.secret,
     GITLAB_CLIENT_ID: options.gitlabClientId,
     GITLAB_URL: gitlabUrl,
@@ -77,16 +90,16 @@ export function createServers(options: ServerOptions): Servers {
   });
   return {
     floorKv,
-    service: (name, kvPath, gitlabUrl, extraEnv = {}) =>
+    service: (name, store, gitlabUrl, extraEnv = {}) =>
       processes.start({
         name,
         cpu: 0,
         cmd: [deno, "run", ...v8Flags, "-A", "main.ts", "start"],
-        env: serviceEnv(kvPath, gitlabUrl, extraEnv),
+        env: serviceEnv(store, gitlabUrl, extraEnv),
         port,
         log: `${dir}/${name}.log`,
       }),
-    parallelService: (name, workers, kvPath, gitlabUrl, extraEnv = {}) =>
+    parallelService: (name, workers, store, gitlabUrl, extraEnv = {}) =>
       processes.start({
         name,
         cpu: `0-${workers - 1}`,
@@ -102,7 +115,7 @@ export function createServers(options: ServerOptions): Servers {
           String(port),
           "main.ts",
         ],
-        env: { ...serviceEnv(kvPath, gitlabUrl, extraEnv), DENO_JOBS: String(workers) },
+        env: { ...serviceEnv(store, gitlabUrl, extraEnv), DENO_JOBS: String(workers) },
         port,
         log: `${dir}/${name}.log`,
       }),

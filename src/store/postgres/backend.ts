@@ -10,13 +10,13 @@
  * (a 503 with Retry-After); the driver reconnects by itself once the database is back.
  */
 
-import { deserialize, serialize } from "node:v8";
 import { sha256 } from "@noble/hashes/sha2.js";
 import type { KvBackend } from "../backend.ts";
 import { StoreUnavailableError } from "../backend.ts";
 import type { CommitOutcome, PlannedWrite } from "../group_commit.ts";
 import { decodeKey, encodeKey, prefixEnd, prefixStart } from "./key_codec.ts";
 import { migrate } from "./migrate.ts";
+import { decodeValue, encodeValue } from "./value_codec.ts";
 import { connect, type PostgresOptions, type Sql } from "./connect.ts";
 
 export type { PostgresOptions } from "./connect.ts";
@@ -82,7 +82,7 @@ async function getMany(
   return keys.map((key, i) => {
     const row = found.get(hex(encoded[i]));
     return row
-      ? { key, value: deserialize(row.value), versionstamp: row.versionstamp }
+      ? { key, value: decodeValue(row.value), versionstamp: row.versionstamp }
       : { key, value: null, versionstamp: null };
   });
 }
@@ -119,7 +119,7 @@ async function* list<T>(
     for (const row of rows) {
       yield {
         key: decodeKey(row.key),
-        value: deserialize(row.value) as T,
+        value: decodeValue(row.value) as T,
         versionstamp: row.versionstamp,
       };
     }
@@ -168,7 +168,7 @@ async function commit(sql: Sql, write: PlannedWrite): Promise<CommitOutcome> {
       write.checks.map((check) => check.versionstamp),
       deletes,
       sets.map(([id]) => id),
-      sets.map(([, m]) => hex(serialize(m.value))),
+      sets.map(([, m]) => hex(encodeValue(m.value))),
       sets.map(([, m]) =>
         m.expireIn === undefined ? null : String(Math.max(1, Math.ceil(m.expireIn)))
       ),
