@@ -64,6 +64,7 @@ export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
     upstreamUrl,
     guard: undefined,
     deadlines: createDeadlines(deps.config.mcpUpstreamTimeoutMs),
+    resourceFor: lastValueMemo((baseUrl) => mcpResourceUrl(deps.config, baseUrl)),
     audit: createAudit(deps.logger, deps.config.auditLog),
   };
   const handler = (ctx: OAuthRequestContext) => handleGatewayRequest(ctx, gateway);
@@ -85,6 +86,8 @@ interface Gateway {
   guard: GuardDeps | undefined;
   deadlines: Deadlines;
   audit: Audit;
+  /** The MCP resource URL for a base URL (the same string for every request to one host). */
+  resourceFor(baseUrl: string): string;
 }
 
 /**
@@ -120,7 +123,7 @@ async function handleGatewayRequest(
   gateway: Gateway,
 ): Promise<Response> {
   const startedMs = performance.now();
-  const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
+  const resource = gateway.resourceFor(ctx.baseUrl);
   const headers = snapshotHeaders(ctx.request.headers);
   const mcpSessionId = headers["mcp-session-id"] ?? null;
   const owner = rememberedOwner(ctx, mcpSessionId);

@@ -12,7 +12,7 @@ import { notConfiguredError, OAuthError } from "./errors.ts";
 import { errorResponse, json, NO_STORE } from "./responses.ts";
 import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "./rate_limit.ts";
-import { requestOrigin } from "./request_origin.ts";
+import { createRequestOrigin } from "./request_origin.ts";
 import { createUnconfiguredProxyWarning } from "./proxy_warning.ts";
 import {
   findRoute,
@@ -46,6 +46,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const routes = routesFor(ROUTES, deps.config);
   const routeLabel = routeLabels(routes);
   const warnUnconfiguredProxy = createUnconfiguredProxyWarning(trustsProxies, deps.logger);
+  const requestOrigin = createRequestOrigin();
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
