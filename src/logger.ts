@@ -29,12 +29,41 @@ export function createLogger(
   write: LineWriter = stdoutLines(),
   now: () => number = Date.now,
 ): Logger {
-  const log = (level: string) => (message: string, fields: LogFields = {}) =>
-    write(
-      JSON.stringify({ time: new Date(now()).toISOString(), level, message, ...fields }),
-      level !== "info",
-    );
+  const time = isoTimeOf(now);
+  const log = (level: string) => {
+    const levelField = `,"level":${JSON.stringify(level)},"message":`;
+    return (message: string, fields?: LogFields) =>
+      write(
+        `{"time":"${time()}"${levelField}${JSON.stringify(message)}${rest(fields)}}`,
+        level !== "info",
+      );
+  };
   return { info: log("info"), warn: log("warn"), error: log("error") };
+}
+
+/**
+ * A line's own fields after `time`, `level` and `message`, as `JSON.stringify` writes them (a
+ * field named like one of those is written again, and a reader takes the last): the line is one
+ * string built once, not an object copied and then written (the gateway writes two a call).
+ */
+function rest(fields: LogFields | undefined): string {
+  if (fields === undefined) return "";
+  const json = JSON.stringify(fields);
+  return json.length === 2 ? "" : `,${json.slice(1, -1)}`;
+}
+
+/** `now()` as ISO 8601, formatted once per millisecond however many lines share it. */
+function isoTimeOf(now: () => number): () => string {
+  let lastMs = NaN;
+  let lastText = "";
+  return () => {
+    const ms = now();
+    if (ms !== lastMs) {
+      lastMs = ms;
+      lastText = new Date(ms).toISOString();
+    }
+    return lastText;
+  };
 }
 
 /** A logger that drops everything (tests that do not look at logs). */

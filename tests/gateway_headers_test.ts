@@ -235,3 +235,31 @@ Deno.test("gateway: an MCP server's Set-Cookie, CORS and internal headers never 
     await upstream.close();
   }
 });
+
+Deno.test("gateway: a relayed answer carries the service's own headers once each (security, request id, CORS)", async () => {
+  for (const type of ["application/json", "text/event-stream", "text/plain"]) {
+    const upstream = startScripted(() =>
+      new Response(type === "text/event-stream" ? "data: {}\n\n" : "{}", {
+        headers: { "Content-Type": type, "X-Frame-Options": "ALLOWALL" },
+      })
+    );
+    const { t, accessToken } = await gatewayApp(upstream.url);
+    try {
+      const response = await mcpRequest(t, accessToken, { body: "{}" });
+      await response.body?.cancel();
+      assert.equal(response.headers.get("x-content-type-options"), "nosniff", type);
+      assert.equal(response.headers.get("x-frame-options"), "DENY", type);
+      assert.equal(response.headers.get("referrer-policy"), "no-referrer", type);
+      assert.match(response.headers.get("x-request-id") ?? "", /^[0-9a-f-]{36}$/, type);
+      assert.equal(response.headers.get("access-control-allow-origin"), "*", type);
+      assert.equal(
+        response.headers.get("access-control-expose-headers"),
+        "WWW-Authenticate, Mcp-Session-Id",
+        type,
+      );
+    } finally {
+      t.close();
+      await upstream.close();
+    }
+  }
+});

@@ -64,3 +64,15 @@ Deno.test("with TRUST_PROXY set, forwarded headers from loopback warn nothing", 
     await service.stop();
   }
 });
+
+Deno.test("a proxy put in front later, after many direct requests, is still noticed (the check samples)", async () => {
+  const service = await spawnService(BASE);
+  try {
+    for (let i = 0; i < 300; i++) await get(service.url);
+    for (let i = 0; i < 20; i++) await get(service.url, { "X-Forwarded-For": "203.0.113.7" });
+    await waitForRequestLines(service.logs, 320);
+    assert.equal(warnings(service.logs).length, 1, "one warning once the proxy forwards");
+  } finally {
+    await service.stop();
+  }
+});

@@ -44,27 +44,29 @@ export function createAudit(logger: Logger, enabled: boolean): Audit {
   return {
     enabled,
     annotate(context) {
-      const [first] = context.messages;
-      setSpanAttributes({
-        "enduser.id": String(context.auth.user.id),
-        "gitlab.username": context.auth.user.username,
-        "oauth.client.id": context.auth.clientId,
-        "session.id": context.auth.sessionId,
-        "mcp.session.id": context.mcpSessionId ?? undefined,
-        "mcp.protocol.version": context.protocolVersion,
-        "mcp.method.name": first?.method,
-        "mcp.name": first?.name,
-        "jsonrpc.request.id": first?.id === undefined || first.id === null
-          ? undefined
-          : String(first.id),
+      setSpanAttributes(() => {
+        const [first] = context.messages;
+        return {
+          "enduser.id": String(context.auth.user.id),
+          "gitlab.username": context.auth.user.username,
+          "oauth.client.id": context.auth.clientId,
+          "session.id": context.auth.sessionId,
+          "mcp.session.id": context.mcpSessionId ?? undefined,
+          "mcp.protocol.version": context.protocolVersion,
+          "mcp.method.name": first?.method,
+          "mcp.name": first?.name,
+          "jsonrpc.request.id": first?.id === undefined || first.id === null
+            ? undefined
+            : String(first.id),
+        };
       });
     },
     record(context, outcome) {
       const ms = Math.round((performance.now() - context.startedMs) * 10) / 10;
-      setSpanAttributes({
+      setSpanAttributes(() => ({
         "http.response.status_code": outcome.status,
         "mcp.rpc_error": outcome.rpcError,
-      });
+      }));
       if (!enabled) return;
       const messages: McpMessage[] = context.messages.length > 0 ? context.messages : [{}];
       for (const message of messages) {

@@ -75,18 +75,16 @@ const DECODED_BY_FETCH = new Set(["gzip", "br"]);
  * `Accept-Encoding` is the gateway's own: Deno's fetch negotiates gzip and br and decodes them.
  */
 export function upstreamRequestHeaders(
-  incoming: Headers,
+  incoming: HeaderSnapshot,
   extra: readonly string[],
   token: { header: "authorization" | "private-token"; value: string },
 ): HeaderList {
-  // One pass over the client's headers: the Mcp-Param-* scan walks them all anyway, and a
-  // `get` per allowed name would walk them again for each.
   const headers: HeaderList = [];
-  for (const [name, value] of incoming) {
+  for (const name in incoming) {
     // Names come lower-cased and combined; values byte for byte (a `=?base64?…?=` value is never
     // decoded).
     if (FORWARDED_REQUEST_HEADERS.has(name) || name.startsWith(MCP_PARAM_PREFIX)) {
-      headers.push([name, value]);
+      headers.push([name, incoming[name]]);
     }
   }
   for (const [name, value] of extra.length > 0 ? pick(incoming, extra) : []) {
@@ -102,10 +100,10 @@ export function upstreamRequestHeaders(
  * The MCP server's headers the client may see; never `Set-Cookie` or internal headers. `Allow`
  * only on a 405, where it tells a 2025 client that GET streams and DELETE are not served.
  */
-export function relayedResponseHeaders(upstream: Headers, status: number): HeaderList {
+export function relayedResponseHeaders(upstream: HeaderSnapshot, status: number): HeaderList {
   const headers = pick(upstream, RETURNED_RESPONSE_HEADERS);
   if (status === 405) headers.push(...pick(upstream, ["allow"]));
-  const encoding = upstream.get("content-encoding")?.trim().toLowerCase();
+  const encoding = upstream["content-encoding"]?.trim().toLowerCase();
   // fetch has decoded these already: the client gets the plain body.
   if (encoding && DECODED_BY_FETCH.has(encoding)) {
     return headers.filter(([name]) => name !== "content-encoding");
@@ -119,11 +117,27 @@ export function relayedResponseHeaders(upstream: Headers, status: number): Heade
  */
 export type HeaderList = [string, string][];
 
-function pick(source: Headers, names: readonly string[]): HeaderList {
+/**
+ * A message's headers read once: lower-cased names to their combined values (`Set-Cookie`: the
+ * last, never relayed anyway). A `Headers` object checks the name and scans its list on every
+ * `get`; the gateway reads about a dozen per call, which one `forEach` into this answers.
+ */
+export type HeaderSnapshot = Readonly<Record<string, string>>;
+
+/** `headers` as a HeaderSnapshot. */
+export function snapshotHeaders(headers: Headers): HeaderSnapshot {
+  const snapshot: Record<string, string> = Object.create(null);
+  headers.forEach((value, name) => {
+    snapshot[name] = value;
+  });
+  return snapshot;
+}
+
+function pick(source: HeaderSnapshot, names: readonly string[]): HeaderList {
   const headers: HeaderList = [];
   for (const name of names) {
-    const value = source.get(name);
-    if (value !== null) headers.push([name, value]);
+    const value = source[name];
+    if (value !== undefined) headers.push([name, value]);
   }
   return headers;
 }

@@ -11,6 +11,7 @@
  */
 
 import type { CallDecision } from "../access/call_policy.ts";
+import type { HeaderSnapshot } from "./headers.ts";
 
 /** The first revision whose requests carry the request metadata headers. */
 export const FIRST_HEADER_REVISION = "2026-07-28";
@@ -62,11 +63,11 @@ export interface MetadataHeaders {
 }
 
 /** The metadata headers of `headers`. */
-export function metadataHeaders(headers: Headers): MetadataHeaders {
+export function metadataHeaders(headers: HeaderSnapshot): MetadataHeaders {
   return {
-    protocolVersion: headers.get("mcp-protocol-version"),
-    method: headers.get("mcp-method"),
-    name: headers.get("mcp-name"),
+    protocolVersion: headers["mcp-protocol-version"] ?? null,
+    method: headers["mcp-method"] ?? null,
+    name: headers["mcp-name"] ?? null,
   };
 }
 
@@ -110,10 +111,13 @@ export function hasRequestHeaders(version: string | undefined): boolean {
   return version !== undefined && version >= FIRST_HEADER_REVISION;
 }
 
+/** Stateless (no `stream`), so one serves every request. */
+const UTF8 = new TextDecoder();
+
 function parseJson(body: Uint8Array): unknown {
   if (body.byteLength === 0) return undefined;
   try {
-    return JSON.parse(new TextDecoder().decode(body));
+    return JSON.parse(UTF8.decode(body));
   } catch {
     // Not JSON: the MCP server answers it as it would (a parse error).
     return undefined;

@@ -12,7 +12,7 @@
 import type { AppDeps, OAuthRequestContext } from "../http/context.ts";
 import { MCP_CORS } from "../http/cors.ts";
 import { OAuthError } from "../http/errors.ts";
-import { upstreamRequestHeaders } from "./headers.ts";
+import { type HeaderSnapshot, snapshotHeaders, upstreamRequestHeaders } from "./headers.ts";
 import { BearerChallengeError } from "./challenges.ts";
 import {
   type AuthenticatedRequest,
@@ -64,6 +64,7 @@ export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
     upstreamUrl,
     guard: undefined,
     deadlines: createDeadlines(deps.config.mcpUpstreamTimeoutMs),
+    resourceFor: lastValueMemo((baseUrl) => mcpResourceUrl(deps.config, baseUrl)),
     audit: createAudit(deps.logger, deps.config.auditLog),
   };
   const handler = (ctx: OAuthRequestContext) => handleGatewayRequest(ctx, gateway);
@@ -85,6 +86,8 @@ interface Gateway {
   guard: GuardDeps | undefined;
   deadlines: Deadlines;
   audit: Audit;
+  /** The MCP resource URL for a base URL (the same string for every request to one host). */
+  resourceFor(baseUrl: string): string;
 }
 
 /**
@@ -120,8 +123,9 @@ async function handleGatewayRequest(
   gateway: Gateway,
 ): Promise<Response> {
   const startedMs = performance.now();
-  const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
-  const mcpSessionId = ctx.request.headers.get("mcp-session-id");
+  const resource = gateway.resourceFor(ctx.baseUrl);
+  const headers = snapshotHeaders(ctx.request.headers);
+  const mcpSessionId = headers["mcp-session-id"] ?? null;
   const owner = rememberedOwner(ctx, mcpSessionId);
   const guard = gateway.guard ??= guardDeps(ctx);
   const deps = mcpSessionId === null || owner.read
@@ -139,22 +143,21 @@ async function handleGatewayRequest(
   let body: Uint8Array<ArrayBuffer> | null = null;
   let post: McpPost | undefined;
   try {
-    if (readsBody(ctx.request, policy !== undefined)) {
-      body = await readBoundedBody(ctx.request, deadline.signal);
+    if (readsBody(ctx.request.method, headers, policy !== undefined)) {
+      body = await readBoundedBody(ctx.request, headers["content-length"], deadline.signal);
     }
   } catch (error) {
     deadline.done();
     throw error;
   }
   if (ctx.request.method === "POST" && body !== null) {
-    post = inspectPost(body, metadataHeaders(ctx.request.headers));
+    post = inspectPost(body, metadataHeaders(headers));
   }
   const audit: AuditContext = {
     requestId: ctx.requestId,
     auth,
     mcpSessionId,
-    protocolVersion: post?.protocolVersion ?? ctx.request.headers.get("mcp-protocol-version") ??
-      undefined,
+    protocolVersion: post?.protocolVersion ?? headers["mcp-protocol-version"],
     messages: post?.messages ?? [],
     startedMs,
   };
@@ -174,7 +177,8 @@ async function handleGatewayRequest(
     ((target, name) => decideCall(policy, caller, target, name).effect === "allow");
   let upstream: Response;
   try {
-    upstream = await forward(ctx, auth, gateway, body ?? streamedBody(ctx.request), deadline);
+    const sent = body ?? streamedBody(ctx.request);
+    upstream = await forward(ctx, auth, gateway, headers, sent, deadline);
     await trackMcpSession(ctx, auth, mcpSessionId, upstream);
   } catch (error) {
     gateway.audit.record(audit, { status: error instanceof OAuthError ? error.status : 500 });
@@ -247,13 +251,12 @@ function listedGroupsOf(ctx: OAuthRequestContext): string[] {
  * from a client of a revision before 2026-07-28 that sent no request metadata header (no MCP
  * SDK sends one; a client streaming its body keeps it streaming, unread).
  */
-function readsBody(request: Request, policyInForce: boolean): boolean {
-  if (request.method === "GET" || request.method === "HEAD") return false;
-  const headers = request.headers;
+function readsBody(method: string, headers: HeaderSnapshot, policyInForce: boolean): boolean {
+  if (method === "GET" || method === "HEAD") return false;
   // A policy decides from the body: nothing it has not read goes through.
-  if (policyInForce || headers.has("content-length") || request.method !== "POST") return true;
-  return headers.has("mcp-method") || headers.has("mcp-name") ||
-    hasRequestHeaders(headers.get("mcp-protocol-version") ?? undefined);
+  if (policyInForce || headers["content-length"] !== undefined || method !== "POST") return true;
+  return headers["mcp-method"] !== undefined || headers["mcp-name"] !== undefined ||
+    hasRequestHeaders(headers["mcp-protocol-version"]);
 }
 
 function streamedBody(request: Request): ReadableStream<Uint8Array> | null {
@@ -270,6 +273,7 @@ async function forward(
   ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
   gateway: Gateway,
+  headers: HeaderSnapshot,
   body: BodyInit | null,
   deadline: Deadline,
 ): Promise<Response> {
@@ -278,7 +282,7 @@ async function forward(
     const response = await fetch(gateway.upstreamUrl, {
       method: request.method,
       headers: upstreamRequestHeaders(
-        request.headers,
+        headers,
         deps.config.mcpUpstreamForwardHeaders ?? [],
         {
           header: deps.config.mcpUpstreamTokenHeader,

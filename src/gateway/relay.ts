@@ -9,7 +9,7 @@ import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
 import type { AuthenticatedRequest } from "./guard.ts";
-import { relayedResponseHeaders } from "./headers.ts";
+import { relayedResponseHeaders, snapshotHeaders } from "./headers.ts";
 import {
   filterEventStream,
   filterJsonBody,
@@ -17,6 +17,9 @@ import {
   type Permits,
   UnfilterableList,
 } from "./list_filter.ts";
+
+/** Stateless (no `stream`), so one serves every response. */
+const UTF8 = new TextDecoder();
 
 /** Largest JSON response read whole to tell a JSON-RPC error from a result. */
 const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
@@ -35,9 +38,13 @@ export async function relayResponse(
   audit: AuditContext,
   filter?: ListFilter,
 ): Promise<Response> {
-  const headers = relayedResponseHeaders(upstream.headers, upstream.status);
+  const upstreamHeaders = snapshotHeaders(upstream.headers);
+  const headers = [
+    ...relayedResponseHeaders(upstreamHeaders, upstream.status),
+    ...ctx.standardHeaders(),
+  ];
   const init = { status: upstream.status, statusText: upstream.statusText, headers };
-  const type = upstream.headers.get("content-type")?.toLowerCase() ?? "";
+  const type = upstreamHeaders["content-type"]?.toLowerCase() ?? "";
   if (upstream.body && type.startsWith("text/event-stream")) {
     setHeader(headers, "x-accel-buffering", "no");
     const watcher = auditor.enabled ? sseErrorWatcher() : undefined;
@@ -57,10 +64,10 @@ export async function relayResponse(
   if (filter && upstream.body && type.startsWith("application/json")) {
     return await relayFilteredJson(upstream.body, upstream.status, init, auditor, audit, filter);
   }
-  const length = Number(upstream.headers.get("content-length") ?? NaN);
+  const length = Number(upstreamHeaders["content-length"] ?? NaN);
   if (upstream.body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
     const bytes = await upstream.bytes();
-    const rpcError = auditor.enabled ? isJsonRpcError(new TextDecoder().decode(bytes)) : undefined;
+    const rpcError = auditor.enabled ? isJsonRpcError(UTF8.decode(bytes)) : undefined;
     auditor.record(audit, { status: upstream.status, rpcError });
     return new Response(bytes, init);
   }

@@ -12,17 +12,20 @@ import { OAuthError } from "../http/errors.ts";
  */
 export const MAX_MCP_BODY_BYTES = 4 * 1024 * 1024;
 
-/** The body's bytes; 413 past `MAX_MCP_BODY_BYTES`, 408 when `signal` aborts first. */
+/**
+ * The body's bytes, `declared` its Content-Length; 413 past `MAX_MCP_BODY_BYTES`, 408 when
+ * `signal` aborts first.
+ */
 export async function readBoundedBody(
   request: Request,
+  declared: string | undefined,
   signal: AbortSignal,
 ): Promise<Uint8Array<ArrayBuffer>> {
-  const declared = request.headers.get("content-length");
-  if (declared !== null && Number(declared) > MAX_MCP_BODY_BYTES) throw tooLarge();
+  if (declared !== undefined && Number(declared) > MAX_MCP_BODY_BYTES) throw tooLarge();
   try {
     // With a declared length the body cannot grow past it: read natively, in one go (without
     // asking for `request.body` first, which would build a stream object per request).
-    if (declared !== null) return await within(request.bytes(), signal);
+    if (declared !== undefined) return await within(request.bytes(), signal);
     if (!request.body) return new Uint8Array();
     const aborted = abortedBy(signal);
     try {

@@ -7,12 +7,12 @@
 import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
 import { strictTransportSecurity } from "../config/mod.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
-import { allowCrossOrigin, preflight } from "./cors.ts";
+import { allowCrossOrigin, crossOriginHeaders, preflight } from "./cors.ts";
 import { notConfiguredError, OAuthError, storeUnavailableError } from "./errors.ts";
 import { errorResponse, json, NO_STORE } from "./responses.ts";
 import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "./rate_limit.ts";
-import { requestOrigin } from "./request_origin.ts";
+import { createRequestOrigin } from "./request_origin.ts";
 import { createUnconfiguredProxyWarning } from "./proxy_warning.ts";
 import {
   findRoute,
@@ -31,7 +31,7 @@ import { routeLabels } from "../metrics/route_label.ts";
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;
 
-const SECURITY_HEADERS: readonly (readonly [string, string])[] = [
+const SECURITY_HEADERS: readonly [string, string][] = [
   ["X-Content-Type-Options", "nosniff"],
   ["X-Frame-Options", "DENY"],
   ["Referrer-Policy", "no-referrer"],
@@ -46,6 +46,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const routes = routesFor(ROUTES, deps.config);
   const routeLabel = routeLabels(routes);
   const warnUnconfiguredProxy = createUnconfiguredProxyWarning(trustsProxies, deps.logger);
+  const requestOrigin = createRequestOrigin();
   return async (request, info) => {
     const started = performance.now();
     const requestId = crypto.randomUUID();
@@ -64,7 +65,18 @@ export function createApp(deps: AppDeps): FetchHandler {
       path = url.pathname;
       route = gateway?.route(url, baseUrl) ?? findRoute(routes, url.pathname);
       const clientAddress = () => clientIp(request, peerOf(), trusted);
-      const ctx = { request, url, baseUrl, deps, requestId, logFields, clientAddress };
+      const found = route;
+      const standardHeaders = () => standardHeadersOf(found, requestId, hsts);
+      const ctx = {
+        request,
+        url,
+        baseUrl,
+        deps,
+        requestId,
+        logFields,
+        clientAddress,
+        standardHeaders,
+      };
       response = await dispatch(route, ctx);
     } catch (error) {
       response = renderError(error, deps, requestId);
@@ -127,6 +139,20 @@ function notConfigured(bare: boolean | undefined): Promise<Response> {
   throw notConfiguredError();
 }
 
+/** The standard headers of a route's answers, as one list (see RequestContext). */
+function standardHeadersOf(
+  route: Route | undefined,
+  requestId: string,
+  hsts: string | undefined,
+): [string, string][] {
+  const headers: [string, string][] = [...SECURITY_HEADERS];
+  if (hsts) headers.push(["Strict-Transport-Security", hsts]);
+  headers.push(["X-Request-Id", requestId]);
+  if (route?.cors) headers.push(...crossOriginHeaders(route.cors));
+  return headers;
+}
+
+/** Adds the standard headers to `response`, unless its route included them already. */
 function withHeaders(
   response: Response,
   route: Route | undefined,
@@ -134,6 +160,7 @@ function withHeaders(
   hsts: string | undefined,
 ): Response {
   const headers = response.headers;
+  if (headers.get("X-Request-Id") === requestId) return response;
   for (const [name, value] of SECURITY_HEADERS) {
     if (!headers.has(name)) headers.set(name, value);
   }

@@ -67,6 +67,13 @@ export interface RequestContext {
   logFields: LogFields;
   /** The client's address as the rate limits count it (TRUST_PROXY applied, canonical). */
   clientAddress(): string;
+  /**
+   * The headers the app puts on every answer to this request (security headers, HSTS,
+   * `X-Request-Id`, CORS). A route that builds its answer from a header list may include them:
+   * the app then finds its request id there and adds nothing (the gateway saves a dozen header
+   * operations per call); without them the app adds them as usual.
+   */
+  standardHeaders(): [string, string][];
 }
 
 /** What a route holds of what ending a session needs (`session/end.ts`). */

@@ -67,6 +67,13 @@ function allowedHeaders(policy: CorsPolicy, requested: string | null): string {
 
 /** Marks a response readable from any origin under `policy`. */
 export function allowCrossOrigin(headers: Headers, policy: CorsPolicy): void {
-  headers.set("Access-Control-Allow-Origin", "*");
-  headers.set("Access-Control-Expose-Headers", policy.exposeHeaders);
+  for (const [name, value] of crossOriginHeaders(policy)) headers.set(name, value);
+}
+
+/** The headers `allowCrossOrigin` sets, as a list. */
+export function crossOriginHeaders(policy: CorsPolicy): [string, string][] {
+  return [
+    ["Access-Control-Allow-Origin", "*"],
+    ["Access-Control-Expose-Headers", policy.exposeHeaders],
+  ];
 }

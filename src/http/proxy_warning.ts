@@ -1,8 +1,9 @@
 /**
  * A proxy on the same host without TRUST_PROXY: every request then comes from loopback, which
  * is exempt from the rate limits (RATE_LIMIT_LOOPBACK=exempt) and names no client, so the limits
- * are silently off. The first loopback request carrying `X-Forwarded-For` or `Forwarded` while
- * TRUST_PROXY is unset logs one warning with the fix; once per app, never per request.
+ * are silently off. A loopback request carrying `X-Forwarded-For` or `Forwarded` while
+ * TRUST_PROXY is unset logs one warning with the fix; once per app, never per request. Every one
+ * of the first requests is looked at, then one in sixteen.
  *
  * @see README "Abuse limits", RFC 7239
  */
@@ -19,8 +20,9 @@ export function createUnconfiguredProxyWarning(
   logger: Logger,
 ): ProxyWarning {
   let warned = trustsProxies;
+  let seen = 0;
   return (headers, peer) => {
-    if (warned) return;
+    if (warned || !sampled(seen++)) return;
     if (!headers.has("x-forwarded-for") && !headers.has("forwarded")) return;
     if (!isLoopbackIp(peer())) return;
     warned = true;
@@ -30,4 +32,16 @@ export function createUnconfiguredProxyWarning(
         "proxy's address (e.g. 127.0.0.1/32,::1/128) and BASE_URL",
     );
   };
+}
+
+/** Requests looked at from the start, before only one in SAMPLE_EVERY is. */
+const LOOK_AT_FIRST = 256;
+const SAMPLE_EVERY = 16;
+
+/**
+ * Whether the `index`th request is looked at: a proxy forwards every request, so a sample finds
+ * it within a few requests, and a busy gateway does not pay two header lookups on each.
+ */
+function sampled(index: number): boolean {
+  return index < LOOK_AT_FIRST || index % SAMPLE_EVERY === 0;
 }

@@ -27,13 +27,35 @@ const PORT = /^[0-9]{1,5}$/;
  * proxy, whose forwarded host and scheme (right-most values) must then be well-formed. Throws a
  * 400 OAuthError for a malformed host, forwarded host or forwarded scheme.
  */
-export function requestOrigin(
+export type RequestOriginOf = (
   request: Request,
   baseUrl: string | undefined,
   fromTrustedProxy: boolean,
+) => RequestOrigin;
+
+/**
+ * The RequestOriginOf of one app, remembering the last Host header it found well-formed: nearly
+ * every request names the same host, which then needs no second look.
+ */
+export function createRequestOrigin(): RequestOriginOf {
+  let lastGoodHost: string | undefined;
+  return (request, baseUrl, fromTrustedProxy) => {
+    const host = request.headers.get("host");
+    if (host && host !== lastGoodHost) {
+      requireHostAndPort("Host", host);
+      lastGoodHost = host;
+    }
+    return originOf(request, host, baseUrl, fromTrustedProxy);
+  };
+}
+
+/** The origin of a request whose Host header (if any) is well-formed. */
+function originOf(
+  request: Request,
+  host: string | null,
+  baseUrl: string | undefined,
+  fromTrustedProxy: boolean,
 ): RequestOrigin {
-  const host = request.headers.get("host");
-  if (host) requireHostAndPort("Host", host);
   let url: URL;
   try {
     url = new URL(request.url);

@@ -11,11 +11,15 @@ import { trace } from "@opentelemetry/api";
 /** Attribute values a span takes. */
 export type SpanValue = string | number | boolean;
 
-/** Sets `attributes` (undefined ones skipped) on the span of the request being handled. */
-export function setSpanAttributes(attributes: Record<string, SpanValue | undefined>): void {
+/**
+ * Sets the attributes `build` gives (undefined ones skipped) on the span of the request being
+ * handled; `build` runs only when a span records them, so a service without OpenTelemetry builds
+ * nothing on the gateway's path.
+ */
+export function setSpanAttributes(build: () => Record<string, SpanValue | undefined>): void {
   const span = trace.getActiveSpan();
   if (!span?.isRecording()) return;
-  for (const [name, value] of Object.entries(attributes)) {
+  for (const [name, value] of Object.entries(build())) {
     if (value !== undefined) span.setAttribute(name, value);
   }
 }
