@@ -6,22 +6,17 @@
  * reports itself unavailable.
  */
 
+import { testGuard } from "./_guard.ts";
 import assert from "node:assert/strict";
-import { createResourceGuard, type StoreDatabase } from "../mod.ts";
+import type { StoreDatabase } from "../mod.ts";
 import { type KvBackend, StoreUnavailableError } from "../src/store/backend.ts";
 import { openDatabase } from "../src/store/open.ts";
-import { issueTokens, makeTestAppOn, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
+import { issueTokens, makeTestAppOn, type TestApp } from "./_helpers.ts";
 import { ignorePostgresTests, sharedPostgres } from "./_postgres.ts";
 
 /** An MCP server on loopback behind the guard: 200 with the user's name when let through. */
 function serveBehindGuard(t: TestApp<StoreDatabase>) {
-  const guard = createResourceGuard({
-    kv: t.kv,
-    jwtSecret: TEST_SECRET,
-    issuer: TEST_BASE,
-    upstream: t.upstream,
-    clock: t.clock,
-  });
+  const guard = testGuard(t);
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
     const result = await guard.authenticate(request);
     if (result instanceof Response) return result;

@@ -3,6 +3,7 @@
  * and the same answers as the gateway.
  */
 
+import { testGuard } from "./_guard.ts";
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
@@ -25,15 +26,7 @@ const PRM = "https://mcp.example.com/.well-known/oauth-protected-resource/mcp";
 const PROTECTS_RESOURCE = { MCP_RESOURCE_URL: RESOURCE };
 
 function guardFor(t: TestApp, options: Partial<ResourceGuardOptions> = {}) {
-  return createResourceGuard({
-    kv: t.kv,
-    jwtSecret: TEST_SECRET,
-    issuer: TEST_BASE,
-    resource: RESOURCE,
-    upstream: t.upstream,
-    clock: t.clock,
-    ...options,
-  });
+  return testGuard(t, { resource: RESOURCE, ...options });
 }
 
 function withToken(token: string | undefined): Request {

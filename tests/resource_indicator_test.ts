@@ -5,9 +5,9 @@
  * claims and answers stay as they are.
  */
 
+import { testGuard } from "./_guard.ts";
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
-import { createResourceGuard } from "../mod.ts";
 import { createTokenSigner } from "../src/jwt.ts";
 import { sameResource } from "../src/gateway/resource.ts";
 import {
@@ -174,13 +174,7 @@ Deno.test("resource: the gateway refuses a token bound to another resource with 
 Deno.test("resource: createResourceGuard refuses a token bound to another resource, accepts its own", () =>
   withApp(async (t) => {
     const { access_token } = await issueTokens(t);
-    const guard = createResourceGuard({
-      kv: t.kv,
-      jwtSecret: TEST_SECRET,
-      issuer: TEST_BASE,
-      upstream: t.upstream,
-      clock: t.clock,
-    });
+    const guard = testGuard(t);
     const request = (token: string) =>
       new Request(RESOURCE, { method: "POST", headers: { Authorization: `Bearer ${token}` } });
     const own = await guard.authenticate(request(access_token));
@@ -191,14 +185,7 @@ Deno.test("resource: createResourceGuard refuses a token bound to another resour
     assert.ok(refused instanceof Response);
     await assertError(refused, 401, "invalid_token", /another resource/);
 
-    const elsewhere = createResourceGuard({
-      kv: t.kv,
-      jwtSecret: TEST_SECRET,
-      issuer: TEST_BASE,
-      resource: OTHER,
-      upstream: t.upstream,
-      clock: t.clock,
-    });
+    const elsewhere = testGuard(t, { resource: OTHER });
     const mismatch = await elsewhere.authenticate(request(access_token));
     assert.ok(mismatch instanceof Response, "a token for this service's MCP server, elsewhere");
     await assertError(mismatch, 401, "invalid_token");

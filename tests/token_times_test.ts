@@ -4,6 +4,7 @@
  * Such a token was never made by this service's token endpoint (a leaked secret, a forger).
  */
 
+import { testGuard } from "./_guard.ts";
 import assert from "node:assert/strict";
 import { decodeJwt, SignJWT } from "jose";
 import { createResourceGuard } from "../mod.ts";
@@ -53,14 +54,7 @@ Deno.test("gateway and guard: future iat and far-future exp are refused, fresh t
   try {
     const { access_token } = await issueTokens(t);
     const now = Math.floor(t.clock.now() / 1000);
-    const guard = createResourceGuard({
-      kv: t.kv,
-      jwtSecret: TEST_SECRET,
-      issuer: TEST_BASE,
-      upstream: t.upstream,
-      clock: t.clock,
-      accessTokenTtlSeconds: 600,
-    });
+    const guard = testGuard(t, { accessTokenTtlSeconds: 600 });
     const cases: [string, number, number, boolean][] = [
       ["as issued", now, now + 600, true],
       ["iat 60 s ahead (leeway)", now + 60, now + 600, true],
