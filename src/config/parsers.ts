@@ -8,7 +8,7 @@ import { NEVER_FORWARDED_HEADERS } from "../gateway/headers.ts";
 import { parseCidr } from "../http/ip_address.ts";
 import { redirectPatternProblem } from "../clients/redirect_allow_list.ts";
 import { isWebUrl, parseUrl } from "../http/web_url.ts";
-import { tlsSettingsOf } from "../store/postgres/tls.ts";
+import { tlsSettingsOf } from "../store/postgres/tls_settings.ts";
 import { ConfigError, type Parser } from "./variable.ts";
 
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
@@ -178,7 +178,7 @@ export function parseBoolean(name: string, raw: string): boolean {
 
 /**
  * A `postgres://` or `postgresql://` URL naming a host, with TLS parameters that make sense
- * (src/store/postgres/tls.ts); the value is never echoed (it may hold a password).
+ * (src/store/postgres/tls_settings.ts); the value is never echoed (it may hold a password).
  */
 export function parseDatabaseUrl(name: string, raw: string): string {
   let url: URL | undefined;

@@ -1,7 +1,8 @@
 /** The connection pool to PostgreSQL (npm:postgres), configured as the store needs it. */
 
 import postgres from "postgres";
-import { driverSsl, tlsSettingsOf, withoutTlsParameters } from "./tls.ts";
+import { driverSsl, withoutTlsParameters } from "./tls.ts";
+import { tlsSettingsOf } from "./tls_settings.ts";
 
 export type Sql = postgres.Sql;
 
