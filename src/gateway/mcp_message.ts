@@ -12,6 +12,7 @@
 
 import type { CallDecision } from "../access/call_policy.ts";
 import type { HeaderSnapshot } from "./headers.ts";
+import { UTF8 } from "../http/bytes.ts";
 
 /** The first revision whose requests carry the request metadata headers. */
 export const FIRST_HEADER_REVISION = "2026-07-28";
@@ -110,9 +111,6 @@ export function headerMismatchResponse(id: McpMessage["id"], reason: string): Re
 export function hasRequestHeaders(version: string | undefined): boolean {
   return version !== undefined && version >= FIRST_HEADER_REVISION;
 }
-
-/** Stateless (no `stream`), so one serves every request. */
-const UTF8 = new TextDecoder();
 
 function parseJson(body: Uint8Array): unknown {
   if (body.byteLength === 0) return undefined;

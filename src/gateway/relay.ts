@@ -4,7 +4,7 @@
  * call.
  */
 
-import { joinChunks } from "../http/bytes.ts";
+import { joinChunks, UTF8 } from "../http/bytes.ts";
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
@@ -17,9 +17,6 @@ import {
   type Permits,
   UnfilterableList,
 } from "./list_filter.ts";
-
-/** Stateless (no `stream`), so one serves every response. */
-const UTF8 = new TextDecoder();
 
 /** Largest JSON response read whole to tell a JSON-RPC error from a result. */
 const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
@@ -99,7 +96,7 @@ async function relayFilteredJson(
   let text: string;
   try {
     const bytes = await readAtMost(body, MAX_FILTERED_JSON_BYTES);
-    text = filterJsonBody(new TextDecoder().decode(bytes), filter.lists, filter.permits);
+    text = filterJsonBody(UTF8.decode(bytes), filter.lists, filter.permits);
   } catch (error) {
     if (!(error instanceof UnfilterableList)) throw error;
     auditor.record(audit, { status: 502 });
@@ -135,7 +132,7 @@ function accessTokenExpiry(request: Request): number {
   try {
     const payload = token.split(".")[1] ?? "";
     const { exp } = JSON.parse(
-      new TextDecoder().decode(Uint8Array.from(atob(base64(payload)), (c) => c.charCodeAt(0))),
+      UTF8.decode(Uint8Array.from(atob(base64(payload)), (c) => c.charCodeAt(0))),
     );
     return typeof exp === "number" ? exp * 1000 : 0;
   } catch {

@@ -10,3 +10,9 @@ export function joinChunks(chunks: readonly Uint8Array[], size: number): Uint8Ar
   }
   return bytes;
 }
+
+/**
+ * Decodes whole UTF-8 bodies (malformed bytes become U+FFFD). Without `stream` a decoder keeps
+ * no state between calls, so one serves every request.
+ */
+export const UTF8: TextDecoder = new TextDecoder();
