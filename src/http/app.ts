@@ -7,7 +7,7 @@
 import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
 import { strictTransportSecurity } from "../config/mod.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
-import { allowCrossOrigin, crossOriginHeaders, preflight } from "./cors.ts";
+import { crossOriginHeaders, preflight } from "./cors.ts";
 import { notConfiguredError, OAuthError, storeUnavailableError } from "./errors.ts";
 import { errorResponse, json, NO_STORE } from "./responses.ts";
 import type { LogFields } from "../logger.ts";
@@ -36,6 +36,7 @@ const SECURITY_HEADERS: readonly [string, string][] = [
   ["X-Frame-Options", "DENY"],
   ["Referrer-Policy", "no-referrer"],
 ];
+const SECURITY_HEADER_NAMES: ReadonlySet<string> = new Set(SECURITY_HEADERS.map(([name]) => name));
 
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
@@ -161,12 +162,10 @@ function withHeaders(
 ): Response {
   const headers = response.headers;
   if (headers.get("X-Request-Id") === requestId) return response;
-  for (const [name, value] of SECURITY_HEADERS) {
-    if (!headers.has(name)) headers.set(name, value);
+  for (const [name, value] of standardHeadersOf(route, requestId, hsts)) {
+    // A route's own security header (a page's framing policy) stands; the rest are the app's.
+    if (!SECURITY_HEADER_NAMES.has(name) || !headers.has(name)) headers.set(name, value);
   }
-  if (hsts) headers.set("Strict-Transport-Security", hsts);
-  headers.set("X-Request-Id", requestId);
-  if (route?.cors) allowCrossOrigin(headers, route.cors);
   return response;
 }
 

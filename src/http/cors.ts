@@ -65,12 +65,7 @@ function allowedHeaders(policy: CorsPolicy, requested: string | null): string {
   return granted.length === 0 ? policy.allowHeaders : [policy.allowHeaders, ...granted].join(", ");
 }
 
-/** Marks a response readable from any origin under `policy`. */
-export function allowCrossOrigin(headers: Headers, policy: CorsPolicy): void {
-  for (const [name, value] of crossOriginHeaders(policy)) headers.set(name, value);
-}
-
-/** The headers `allowCrossOrigin` sets, as a list. */
+/** The headers that make a response readable from any origin under `policy`. */
 export function crossOriginHeaders(policy: CorsPolicy): [string, string][] {
   return [
     ["Access-Control-Allow-Origin", "*"],
