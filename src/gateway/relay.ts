@@ -9,7 +9,8 @@ import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
 import type { AuthenticatedRequest } from "./guard.ts";
-import { relayedResponseHeaders, snapshotHeaders } from "./headers.ts";
+import { type HeaderList, relayedResponseHeaders, snapshotHeaders } from "./headers.ts";
+import { responseWithHeaders } from "../http/responses.ts";
 import {
   filterEventStream,
   filterJsonBody,
@@ -36,11 +37,11 @@ export async function relayResponse(
   filter?: ListFilter,
 ): Promise<Response> {
   const upstreamHeaders = snapshotHeaders(upstream.headers);
-  const headers = [
+  const headers: HeaderList = [
     ...relayedResponseHeaders(upstreamHeaders, upstream.status),
     ...ctx.standardHeaders(),
   ];
-  const init = { status: upstream.status, statusText: upstream.statusText, headers };
+  const init = { status: upstream.status, statusText: upstream.statusText };
   const type = upstreamHeaders["content-type"]?.toLowerCase() ?? "";
   if (upstream.body && type.startsWith("text/event-stream")) {
     setHeader(headers, "x-accel-buffering", "no");
@@ -56,20 +57,20 @@ export async function relayResponse(
       finished: () =>
         auditor.record(audit, { status: upstream.status, rpcError: watcher?.sawError() }),
     });
-    return new Response(body, init);
+    return responseWithHeaders(body, init, headers);
   }
   if (filter && upstream.body && type.startsWith("application/json")) {
-    return await relayFilteredJson(upstream.body, upstream.status, init, auditor, audit, filter);
+    return await relayFilteredJson(upstream.body, init, headers, auditor, audit, filter);
   }
   const length = Number(upstreamHeaders["content-length"] ?? NaN);
   if (upstream.body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
     const bytes = await upstream.bytes();
     const rpcError = auditor.enabled ? isJsonRpcError(UTF8.decode(bytes)) : undefined;
     auditor.record(audit, { status: upstream.status, rpcError });
-    return new Response(bytes, init);
+    return responseWithHeaders(bytes, init, headers);
   }
   auditor.record(audit, { status: upstream.status });
-  return new Response(upstream.body, init);
+  return responseWithHeaders(upstream.body, init, headers);
 }
 
 /** A POST's list requests, and what the account may call: the lists answered are cut to it. */
@@ -87,8 +88,8 @@ const MAX_FILTERED_JSON_BYTES = 16 * 1024 * 1024;
  */
 async function relayFilteredJson(
   body: ReadableStream<Uint8Array>,
-  status: number,
-  init: { status: number; statusText: string; headers: [string, string][] },
+  init: { status: number; statusText: string },
+  headers: HeaderList,
   auditor: Audit,
   audit: AuditContext,
   filter: ListFilter,
@@ -103,9 +104,9 @@ async function relayFilteredJson(
     throw new OAuthError(502, "bad_gateway", `The MCP server's list could not be filtered`);
   }
   const rpcError = auditor.enabled ? isJsonRpcError(text) : undefined;
-  auditor.record(audit, { status, rpcError });
-  const headers = init.headers.filter(([name]) => name !== "content-length");
-  return new Response(text, { ...init, headers });
+  auditor.record(audit, { status: init.status, rpcError });
+  const kept = headers.filter(([name]) => name !== "content-length");
+  return responseWithHeaders(text, init, kept);
 }
 
 /** A body's bytes, or UnfilterableList when it holds more than `max`. */

@@ -14,3 +14,23 @@ export function json(body: unknown, status = 200, headers: HeadersInit = {}): Re
 export function errorResponse(error: OAuthError): Response {
   return json(error.body(), error.status, { ...NO_STORE, ...error.headers });
 }
+
+/**
+ * A response with `headers` added after it is built, in order (a repeated name stays repeated).
+ * Deno converts a list given in `ResponseInit.headers` through its generic WebIDL path, about a
+ * microsecond a header; appending to the new response's own `Headers` costs a fifth of that, and
+ * the gateway answers every call with eight. `Content-Type` replaces the one a string body brings.
+ */
+export function responseWithHeaders(
+  body: BodyInit | null,
+  init: { status: number; statusText?: string },
+  headers: readonly (readonly [string, string])[],
+): Response {
+  const response = new Response(body, init);
+  const target = response.headers;
+  for (const [name, value] of headers) {
+    if (name.length === 12 && name.toLowerCase() === "content-type") target.set(name, value);
+    else target.append(name, value);
+  }
+  return response;
+}
