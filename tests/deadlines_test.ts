@@ -76,3 +76,28 @@ Deno.test("deadlines: the real timers abort a wait, and leave none behind once i
   aborted.done();
   deadlines.start().done(); // the sanitizer fails this test if its timer stayed
 });
+
+Deno.test("deadlines: whenExpired runs at the limit, at once when it has passed, never after done", () => {
+  const clock = manualTimers();
+  const deadlines = createDeadlines(1000, clock.timers);
+  const calls: string[] = [];
+  const expiring = deadlines.start();
+  expiring.whenExpired(() => calls.push("replaced"));
+  expiring.whenExpired(() => calls.push("expiring"));
+  const ended = deadlines.start();
+  ended.whenExpired(() => calls.push("ended"));
+  ended.done();
+  clock.advance(999);
+  assert.deepEqual([...calls], [], "not before the limit");
+  clock.advance(200);
+  assert.deepEqual([...calls], ["expiring"], "the last callback, once; none for a wait that ended");
+  expiring.whenExpired(() => calls.push("late"));
+  assert.deepEqual(
+    [...calls],
+    ["expiring", "late"],
+    "a wait past its limit runs a new callback at once",
+  );
+  ended.whenExpired(() => calls.push("after done"));
+  assert.deepEqual([...calls], ["expiring", "late"]);
+  expiring.done();
+});

@@ -8,6 +8,12 @@
 /** A started wait: its signal aborts when the limit has passed; `done()` when it ended first. */
 export interface Deadline {
   signal: AbortSignal;
+  /**
+   * Runs `expired` when the limit passes (at once when it has passed), unless `done()` came
+   * first; a later call replaces it. Cheaper than a listener on `signal`: an `EventTarget`
+   * listener added and removed per request cost the gateway about 5% of its CPU.
+   */
+  whenExpired(expired: () => void): void;
   /** The wait is over: nothing aborts it any more, and its timer goes when its tick is empty. */
   done(): void;
 }
@@ -20,9 +26,14 @@ export interface Deadlines {
 /** The longest a wait may overrun its limit: a tenth of the limit, at most this. */
 const MAX_TICK_MS = 100;
 
+interface Wait {
+  controller: AbortController;
+  expired?: () => void;
+}
+
 interface Tick {
   timer: unknown;
-  waits: Set<AbortController>;
+  waits: Set<Wait>;
 }
 
 /** The clock and timers deadlines run on; tests inject their own. */
@@ -47,13 +58,14 @@ export function createDeadlines(limitMs: number, timers: Timers = SYSTEM_TIMERS)
     const entry = ticks.get(tick);
     ticks.delete(tick);
     for (const wait of entry?.waits ?? []) {
-      wait.abort(new DOMException("The time limit was reached", "TimeoutError"));
+      wait.controller.abort(new DOMException("The time limit was reached", "TimeoutError"));
+      wait.expired?.();
     }
   }
 
   return {
     start() {
-      const controller = new AbortController();
+      const wait: Wait = { controller: new AbortController() };
       const tick = Math.ceil((timers.now() + limitMs) / tickMs) * tickMs;
       let entry = ticks.get(tick);
       if (!entry) {
@@ -63,12 +75,16 @@ export function createDeadlines(limitMs: number, timers: Timers = SYSTEM_TIMERS)
         };
         ticks.set(tick, entry);
       }
-      const waits = entry.waits.add(controller);
+      const waits = entry.waits.add(wait);
       const timer = entry.timer;
       return {
-        signal: controller.signal,
+        signal: wait.controller.signal,
+        whenExpired(expired) {
+          if (wait.controller.signal.aborted) expired();
+          else if (waits.has(wait)) wait.expired = expired;
+        },
         done() {
-          if (!waits.delete(controller) || waits.size > 0) return;
+          if (!waits.delete(wait) || waits.size > 0) return;
           timers.clearTimeout(timer);
           if (ticks.get(tick)?.waits === waits) ticks.delete(tick);
         },

@@ -144,7 +144,7 @@ async function handleGatewayRequest(
   let post: McpPost | undefined;
   try {
     if (readsBody(ctx.request.method, headers, policy !== undefined)) {
-      body = await readBoundedBody(ctx.request, headers["content-length"], deadline.signal);
+      body = await readBoundedBody(ctx.request, headers["content-length"], deadline);
     }
   } catch (error) {
     deadline.done();

@@ -5,6 +5,7 @@
 
 import { joinChunks } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
+import type { Deadline } from "./deadlines.ts";
 
 /**
  * The largest MCP POST body the gateway takes: tool arguments may carry whole files, so far
@@ -12,27 +13,25 @@ import { OAuthError } from "../http/errors.ts";
  */
 export const MAX_MCP_BODY_BYTES = 4 * 1024 * 1024;
 
+/** What limits the read in time. */
+type ReadDeadline = Pick<Deadline, "whenExpired">;
+
 /**
  * The body's bytes, `declared` its Content-Length; 413 past `MAX_MCP_BODY_BYTES`, 408 when
- * `signal` aborts first.
+ * `deadline` expires first.
  */
 export async function readBoundedBody(
   request: Request,
   declared: string | undefined,
-  signal: AbortSignal,
+  deadline: ReadDeadline,
 ): Promise<Uint8Array<ArrayBuffer>> {
   if (declared !== undefined && Number(declared) > MAX_MCP_BODY_BYTES) throw tooLarge();
   try {
     // With a declared length the body cannot grow past it: read natively, in one go (without
     // asking for `request.body` first, which would build a stream object per request).
-    if (declared !== undefined) return await within(request.bytes(), signal);
+    if (declared !== undefined) return await within(request.bytes(), deadline);
     if (!request.body) return new Uint8Array();
-    const aborted = abortedBy(signal);
-    try {
-      return await readChunks(request.body, aborted.promise);
-    } finally {
-      aborted.dispose();
-    }
+    return await readChunks(request.body, expiryOf(deadline));
   } catch (error) {
     throw asBodyError(error);
   }
@@ -44,27 +43,14 @@ function asBodyError(error: unknown): OAuthError {
 }
 
 /**
- * `read`'s outcome, or 408 when `signal` aborts first: one promise and one listener per request
- * on the gateway's hot path (a race would add two more promises and a rejection handler).
+ * `read`'s outcome, or 408 when `deadline` expires first: one promise per request on the
+ * gateway's hot path (a race would add two more promises and a rejection handler). An expiry
+ * after the read settled rejects a settled promise, which does nothing.
  */
-function within<T>(read: Promise<T>, signal: AbortSignal): Promise<T> {
+function within<T>(read: Promise<T>, deadline: ReadDeadline): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(bodyTimeout());
-    if (signal.aborted) {
-      read.catch(() => {});
-      return onAbort();
-    }
-    signal.addEventListener("abort", onAbort, { once: true });
-    read.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(value);
-      },
-      (error) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(error);
-      },
-    );
+    deadline.whenExpired(() => reject(bodyTimeout()));
+    read.then(resolve, reject);
   });
 }
 
@@ -90,16 +76,13 @@ async function readChunks(
   return joinChunks(chunks, size);
 }
 
-/** A promise rejected with 408 when `signal` aborts; `dispose` stops listening. */
-function abortedBy(signal: AbortSignal): { promise: Promise<never>; dispose(): void } {
-  let onAbort = () => {};
-  const promise = new Promise<never>((_, reject) => {
-    onAbort = () => reject(bodyTimeout());
-    if (signal.aborted) onAbort();
-    else signal.addEventListener("abort", onAbort, { once: true });
+/** A promise rejected with 408 when `deadline` expires. */
+function expiryOf(deadline: ReadDeadline): Promise<never> {
+  const expired = new Promise<never>((_, reject) => {
+    deadline.whenExpired(() => reject(bodyTimeout()));
   });
-  promise.catch(() => {});
-  return { promise, dispose: () => signal.removeEventListener("abort", onAbort) };
+  expired.catch(() => {});
+  return expired;
 }
 
 /** Not kept alive: what is left of the body would be read as the next request. */
