@@ -91,20 +91,22 @@ export async function authenticate(
   request: Request,
   target: GuardTarget,
 ): Promise<AuthenticatedRequest> {
-  const { access: _access, ...auth } = await authenticateForGateway(deps, request, target);
+  const authorization = request.headers.get("authorization");
+  const { access: _access, ...auth } = await authenticateForGateway(deps, authorization, target);
   return auth;
 }
 
 /**
- * As `authenticate`, with the session's access record the guard has read anyway (or remembered
- * with the token), so the gateway's policy costs no KV read.
+ * As `authenticate`, from the request's `Authorization` header (which the gateway has read with
+ * the others), with the session's access record the guard has read anyway (or remembered with
+ * the token), so the gateway's policy costs no KV read.
  */
 export async function authenticateForGateway(
   deps: GuardDeps,
-  request: Request,
+  authorization: string | null,
   target: GuardTarget,
 ): Promise<GatewayRequest> {
-  const token = bearerToken(request.headers.get("authorization"));
+  const token = bearerToken(authorization);
   if (token === undefined) throw BearerChallengeError.authenticationRequired(target.resource);
   const found = deps.verifiedTokens.get(token, target.issuer, deps.clock.now()) ??
     await verifyAndRemember(deps, token, target);

@@ -122,7 +122,6 @@ async function handleGatewayRequest(
   ctx: OAuthRequestContext,
   gateway: Gateway,
 ): Promise<Response> {
-  const startedMs = performance.now();
   const resource = gateway.resourceFor(ctx.baseUrl);
   const headers = snapshotHeaders(ctx.request.headers);
   const mcpSessionId = headers["mcp-session-id"] ?? null;
@@ -131,7 +130,7 @@ async function handleGatewayRequest(
   const deps = mcpSessionId === null || owner.read
     ? guard
     : { ...guard, store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
-  const auth = await authenticateForGateway(deps, ctx.request, {
+  const auth = await authenticateForGateway(deps, headers["authorization"] ?? null, {
     issuer: ctx.baseUrl,
     resource,
   });
@@ -159,7 +158,7 @@ async function handleGatewayRequest(
     mcpSessionId,
     protocolVersion: post?.protocolVersion ?? headers["mcp-protocol-version"],
     messages: post?.messages ?? [],
-    startedMs,
+    startedMs: ctx.startedMs,
   };
   gateway.audit.annotate(audit);
   if (post?.mismatch !== undefined) {

@@ -74,6 +74,7 @@ export function createApp(deps: AppDeps): FetchHandler {
         baseUrl,
         deps,
         requestId,
+        startedMs: started,
         logFields,
         clientAddress,
         standardHeaders,
@@ -83,13 +84,14 @@ export function createApp(deps: AppDeps): FetchHandler {
       response = renderError(error, deps, requestId);
     }
     response = withHeaders(response, route, requestId, hsts);
-    deps.metrics.observeRequest(routeLabel(route), response.status, performance.now() - started);
+    const elapsedMs = performance.now() - started;
+    deps.metrics.observeRequest(routeLabel(route), response.status, elapsedMs);
     deps.logger.info("request", {
       requestId,
       method: request.method,
       path,
       status: response.status,
-      ms: Math.round((performance.now() - started) * 10) / 10,
+      ms: Math.round(elapsedMs * 10) / 10,
       ...logFields,
     });
     return response;

@@ -63,6 +63,8 @@ export interface RequestContext {
   deps: AppDeps;
   /** Correlates this request's log lines. */
   requestId: string;
+  /** `performance.now()` when the request arrived (what its log line's `ms` counts from). */
+  startedMs: number;
   /** Fields a route adds to the request's one log line (what it issued, to whom). */
   logFields: LogFields;
   /** The client's address as the rate limits count it (TRUST_PROXY applied, canonical). */
