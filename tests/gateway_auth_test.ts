@@ -72,6 +72,38 @@ Deno.test("gateway: no Authorization → 401 with a bare resource_metadata chall
   }
 });
 
+Deno.test("gateway: the Bearer scheme in any case, after spaces or a tab, is accepted; a scheme with no token is 401 invalid_token", async () => {
+  const upstream = startScripted(echo);
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    const accepted = [
+      `Bearer ${accessToken}`,
+      `bearer ${accessToken}`,
+      `BEARER ${accessToken}`,
+      `Bearer   ${accessToken}`,
+      `Bearer \t${accessToken}`,
+    ];
+    for (const authorization of accepted) {
+      const response = await t.app(
+        new Request(MCP, { method: "POST", headers: { Authorization: authorization }, body: "{}" }),
+      );
+      assert.equal(response.status, 200, authorization.slice(0, 12));
+      await response.body?.cancel();
+    }
+    assert.equal(upstream.requests.length, accepted.length);
+    const response = await t.app(
+      new Request(MCP, { method: "POST", headers: { Authorization: "Bearer" }, body: "{}" }),
+    );
+    assert.equal(response.status, 401);
+    assertChallenge(response);
+    await response.body?.cancel();
+    assert.equal(upstream.requests.length, accepted.length);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gateway: forged, expired, wrong-issuer, alg none and malformed tokens → 401 invalid_token", async () => {
   const upstream = startScripted(echo);
   const { t, accessToken } = await gatewayApp(upstream.url);
