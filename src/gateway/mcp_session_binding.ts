@@ -66,18 +66,34 @@ export function storeReadingOwner(
 }
 
 /**
- * Binds an `Mcp-Session-Id` the MCP server hands out to the session it was handed to, before
- * the client sees it; forgets it when the MCP server ends the session (DELETE).
+ * Binds an `Mcp-Session-Id` the MCP server hands out (`issued`, from its answer's headers) to
+ * the session it was handed to, before the client sees it; forgets it when the MCP server ends
+ * the session (a DELETE it answered `ok`). Undefined when the answer does neither, as most do:
+ * nothing to wait for.
  */
-export async function trackMcpSession(
+export function trackMcpSession(
   ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
   sent: string | null,
-  upstream: Response,
+  issued: string | undefined,
+  ok: boolean,
+): Promise<void> | undefined {
+  const binds = issued !== undefined && issued !== sent;
+  const ends = ctx.request.method === "DELETE" && sent !== null && ok;
+  return binds || ends
+    ? updateMcpSession(ctx, auth, sent, binds ? issued : undefined, ends)
+    : undefined;
+}
+
+async function updateMcpSession(
+  ctx: OAuthRequestContext,
+  auth: AuthenticatedRequest,
+  sent: string | null,
+  issued: string | undefined,
+  ends: boolean,
 ): Promise<void> {
   const { store, clock, config, verifiedTokens } = ctx.deps;
-  const issued = upstream.headers.get("mcp-session-id");
-  if (issued !== null && issued !== sent) {
+  if (issued !== undefined) {
     const expiresAt = clock.now() + config.sessionIdleTtlSeconds * 1000;
     if (await store.bindMcpSession(issued, auth.sessionId, expiresAt)) {
       verifiedTokens.rememberMcpSession(issued, auth.sessionId, clock.now());
@@ -89,7 +105,7 @@ export async function trackMcpSession(
       throw new OAuthError(502, "bad_gateway", "The MCP server answered with another's session");
     }
   }
-  if (ctx.request.method === "DELETE" && sent !== null && upstream.ok) {
+  if (ends && sent !== null) {
     await store.unbindMcpSession(sent);
     verifiedTokens.forgetMcpSession(sent);
   }

@@ -175,10 +175,14 @@ async function handleGatewayRequest(
   const permits: Permits | undefined = policy && caller &&
     ((target, name) => decideCall(policy, caller, target, name).effect === "allow");
   let upstream: Response;
+  let upstreamHeaders: HeaderSnapshot;
   try {
     const sent = body ?? streamedBody(ctx.request);
     upstream = await forward(ctx, auth, gateway, headers, sent, deadline);
-    await trackMcpSession(ctx, auth, mcpSessionId, upstream);
+    upstreamHeaders = snapshotHeaders(upstream.headers);
+    const issued = upstreamHeaders["mcp-session-id"];
+    const tracking = trackMcpSession(ctx, auth, mcpSessionId, issued, upstream.ok);
+    if (tracking) await tracking;
   } catch (error) {
     gateway.audit.record(audit, { status: error instanceof OAuthError ? error.status : 500 });
     countMessages(ctx, audit.messages, "upstream_error");
@@ -195,7 +199,7 @@ async function handleGatewayRequest(
     );
   }
   const filter = lists && permits && lists.size > 0 ? { lists, permits } : undefined;
-  return await relayResponse(ctx, upstream, auth, gateway.audit, audit, filter);
+  return await relayResponse(ctx, upstream, upstreamHeaders, auth, gateway.audit, audit, filter);
 }
 
 /** Counts each message of a request (one unparsed message for a body the gateway did not read). */

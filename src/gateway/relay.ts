@@ -9,7 +9,7 @@ import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
 import type { AuthenticatedRequest } from "./guard.ts";
-import { type HeaderList, relayedResponseHeaders, snapshotHeaders } from "./headers.ts";
+import { type HeaderList, type HeaderSnapshot, relayedResponseHeaders } from "./headers.ts";
 import { responseWithHeaders } from "../http/responses.ts";
 import {
   filterEventStream,
@@ -31,12 +31,12 @@ const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
 export async function relayResponse(
   ctx: OAuthRequestContext,
   upstream: Response,
+  upstreamHeaders: HeaderSnapshot,
   auth: AuthenticatedRequest,
   auditor: Audit,
   audit: AuditContext,
   filter?: ListFilter,
 ): Promise<Response> {
-  const upstreamHeaders = snapshotHeaders(upstream.headers);
   const headers: HeaderList = [
     ...relayedResponseHeaders(upstreamHeaders, upstream.status),
     ...ctx.standardHeaders(),
