@@ -130,10 +130,11 @@ async function handleGatewayRequest(
   const deps = mcpSessionId === null || owner.read
     ? guard
     : { ...guard, store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
-  const auth = await authenticateForGateway(deps, headers["authorization"] ?? null, {
+  const authenticating = authenticateForGateway(deps, headers["authorization"] ?? null, {
     issuer: ctx.baseUrl,
     resource,
   });
+  const auth = authenticating instanceof Promise ? await authenticating : authenticating;
   // Read once: a SIGHUP mid-request does not change this request's decisions.
   const policy = ctx.deps.callPolicy.current();
   if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
