@@ -18,6 +18,10 @@ Deno.test("absolute-form targets: only http(s) on a valid host; else 400 JSON, n
   try {
     const port = new URL(service.url).port;
     const host = `Host: 127.0.0.1:${port}`;
+    // A well-formed request first: the service remembers the last good URL, and must still
+    // look at every other one.
+    const first = await rawRequest(service.url, ["GET /healthz HTTP/1.1", host]);
+    assert.equal(first.status, 200, first.body);
     for (
       const target of [
         "file://evil/healthz",

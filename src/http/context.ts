@@ -57,6 +57,7 @@ export interface OAuthRequestContext extends RequestContext {
 /** One request as a route sees it. */
 export interface RequestContext {
   request: Request;
+  /** The request's URL, parsed once for every request to the same URL: read it, never change it. */
   url: URL;
   /** The service's base URL and token issuer, without a trailing slash. */
   baseUrl: string;

@@ -34,38 +34,43 @@ export type RequestOriginOf = (
 ) => RequestOrigin;
 
 /**
- * The RequestOriginOf of one app, remembering the last Host header it found well-formed: nearly
- * every request names the same host, which then needs no second look.
+ * The RequestOriginOf of one app, remembering the last Host header and the last URL it found
+ * well-formed: nearly every request names the same host, and an MCP client posts to one URL,
+ * which then needs no second look (nor a second parse: the URL object is shared, see
+ * RequestContext.url).
  */
 export function createRequestOrigin(): RequestOriginOf {
   let lastGoodHost: string | undefined;
+  let lastGood: { href: string; url: URL; origin: string } | undefined;
   return (request, baseUrl, fromTrustedProxy) => {
     const host = request.headers.get("host");
     if (host && host !== lastGoodHost) {
       requireHostAndPort("Host", host);
       lastGoodHost = host;
     }
-    return originOf(request, host, baseUrl, fromTrustedProxy);
+    const href = request.url;
+    // Whether a URL passes depends on it alone (its host is either the Host header checked just
+    // above or checked by itself), so the same string passes again.
+    if (lastGood?.href !== href) {
+      const url = wellFormedUrl(href, host);
+      lastGood = { href, url, origin: url.origin };
+    }
+    if (fromTrustedProxy) requireWellFormedForwarding(request.headers);
+    return { url: lastGood.url, baseUrl: baseUrl ?? lastGood.origin };
   };
 }
 
-/** The origin of a request whose Host header (if any) is well-formed. */
-function originOf(
-  request: Request,
-  host: string | null,
-  baseUrl: string | undefined,
-  fromTrustedProxy: boolean,
-): RequestOrigin {
+/** The URL of a request whose Host header (if any) is well-formed, if it is well-formed too. */
+function wellFormedUrl(href: string, host: string | null): URL {
   let url: URL;
   try {
-    url = new URL(request.url);
+    url = new URL(href);
   } catch {
     throw malformed("The request's host is not a valid host[:port]");
   }
   if (url.username || url.password) throw malformed("The request's host has userinfo");
   requireHttpTarget(url, host);
-  if (fromTrustedProxy) requireWellFormedForwarding(request.headers);
-  return { url, baseUrl: baseUrl ?? url.origin };
+  return url;
 }
 
 /**
