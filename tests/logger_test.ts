@@ -36,6 +36,30 @@ Deno.test("redact", async (t) => {
   });
 });
 
+Deno.test("createLogger: the time is written as toISOString writes it, whatever the millisecond", () => {
+  let now = 0;
+  const times: string[] = [];
+  const logger = createLogger((line) => times.push(JSON.parse(line).time), () => now);
+  const instants = [
+    Date.UTC(2026, 10, 26, 12, 4, 38, 0),
+    Date.UTC(2026, 10, 26, 12, 4, 38, 7),
+    Date.UTC(2026, 10, 26, 12, 4, 38, 42),
+    Date.UTC(2026, 10, 26, 12, 4, 38, 999),
+    Date.UTC(2026, 10, 26, 12, 4, 39, 0) + 0.75,
+    Date.UTC(2026, 11, 31, 23, 59, 59, 999),
+    Date.UTC(2027, 0, 1),
+    -1,
+    -1001.5,
+    0,
+    253402300800000, // 10000-01-01
+  ];
+  for (const instant of instants) {
+    now = instant;
+    logger.info("tick");
+  }
+  assert.deepEqual(times, instants.map((instant) => new Date(instant).toISOString()));
+});
+
 Deno.test("createLogger", async (t) => {
   const lines: string[] = [];
   const now = Date.parse("2026-01-02T03:04:05.678Z");
