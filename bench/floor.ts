@@ -13,9 +13,12 @@
  *   least a refresh grant can cost (issue target: refresh ≥ 0.7× this).
  * - `FLOOR=proxy`: forwards every request to `UPSTREAM_URL` with `fetch` and streams the answer
  *   back, no authentication: the least a gateway in Deno can cost (the gateway case's floor).
+ * - `FLOOR=proxy-read`: as `proxy`, doing what issue 21 asks of every call and no more
+ *   (floor_proxy_read.ts); not a case of its own, a side of `bench/duel.sh`.
  */
 
 import { SignJWT } from "jose";
+import { proxyRead } from "./floor_proxy_read.ts";
 
 const PORT = Number(Deno.env.get("PORT") ?? "8000");
 const HOSTNAME = Deno.env.get("HOSTNAME") ?? "127.0.0.1";
@@ -136,7 +139,9 @@ if (FLOOR === "hello") {
   handler = jwtKv(undefined);
 } else if (FLOOR === "proxy") {
   handler = proxy(new URL(Deno.env.get("UPSTREAM_URL") ?? "http://127.0.0.1:18092/mcp"));
+} else if (FLOOR === "proxy-read") {
+  handler = proxyRead(new URL(Deno.env.get("UPSTREAM_URL") ?? "http://127.0.0.1:18092/mcp"));
 } else {
-  throw new Error(`FLOOR must be hello, jwt, jwt-kv or proxy, got ${FLOOR}`);
+  throw new Error(`FLOOR must be hello, jwt, jwt-kv, proxy or proxy-read, got ${FLOOR}`);
 }
 Deno.serve({ port: PORT, hostname: HOSTNAME, onListen() {} }, handler);
