@@ -20,16 +20,25 @@ type ReadDeadline = Pick<Deadline, "whenExpired">;
  * The body's bytes, `declared` its Content-Length; 413 past `MAX_MCP_BODY_BYTES`, 408 when
  * `deadline` expires first.
  */
-export async function readBoundedBody(
+export function readBoundedBody(
   request: Request,
   declared: string | undefined,
   deadline: ReadDeadline,
 ): Promise<Uint8Array<ArrayBuffer>> {
-  if (declared !== undefined && Number(declared) > MAX_MCP_BODY_BYTES) throw tooLarge();
+  if (declared !== undefined && Number(declared) > MAX_MCP_BODY_BYTES) {
+    return Promise.reject(tooLarge());
+  }
+  // With a declared length the body cannot grow past it: read natively, in one go (without
+  // asking for `request.body` first, which would build a stream object per request).
+  if (declared !== undefined) return within(request.bytes(), deadline);
+  return readUndeclared(request, deadline);
+}
+
+async function readUndeclared(
+  request: Request,
+  deadline: ReadDeadline,
+): Promise<Uint8Array<ArrayBuffer>> {
   try {
-    // With a declared length the body cannot grow past it: read natively, in one go (without
-    // asking for `request.body` first, which would build a stream object per request).
-    if (declared !== undefined) return await within(request.bytes(), deadline);
     if (!request.body) return new Uint8Array();
     return await readChunks(request.body, expiryOf(deadline));
   } catch (error) {
@@ -43,14 +52,14 @@ function asBodyError(error: unknown): OAuthError {
 }
 
 /**
- * `read`'s outcome, or 408 when `deadline` expires first: one promise per request on the
- * gateway's hot path (a race would add two more promises and a rejection handler). An expiry
- * after the read settled rejects a settled promise, which does nothing.
+ * `read`'s outcome (a failure as 400), or 408 when `deadline` expires first: one promise per
+ * request on the gateway's hot path (a race would add two more promises and a rejection
+ * handler). An expiry after the read settled rejects a settled promise, which does nothing.
  */
 function within<T>(read: Promise<T>, deadline: ReadDeadline): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     deadline.whenExpired(() => reject(bodyTimeout()));
-    read.then(resolve, reject);
+    read.then(resolve, (error) => reject(asBodyError(error)));
   });
 }
 
