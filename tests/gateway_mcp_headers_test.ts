@@ -245,63 +245,57 @@ Deno.test("gateway: a POST body over the limit is 413 and never reaches the MCP 
 
 Deno.test("gateway: a POST body of declared length not received within MCP_UPSTREAM_TIMEOUT_MS is 408, not kept alive, and never reaches the MCP server", async () => {
   await withGateway(echoHeaders, async (g, upstream) => {
-    const url = new URL(g.mcpUrl);
-    const conn = await Deno.connect({ hostname: url.hostname, port: Number(url.port) });
-    try {
-      const head = [
-        `POST ${url.pathname} HTTP/1.1`,
-        `Host: ${url.host}`,
-        `Authorization: Bearer ${g.accessToken}`,
-        "Content-Type: application/json",
-        "Content-Length: 1000",
-        "",
-        "",
-      ].join("\r\n");
-      // The head and a first part of the body; the rest never comes.
-      await conn.write(new TextEncoder().encode(`${head}{"jsonrpc":"2.0",`));
-      const received = await readResponse(conn);
-      assert.match(received, /^HTTP\/1\.1 408 /, received || "no answer");
-      assert.match(received, /^connection: close\r$/im);
-      assert.equal(upstream.requests.length, 0);
-    } finally {
-      try {
-        conn.close();
-      } catch { /* closed by the timer */ }
-    }
+    // The head and a first part of the body; the rest never comes.
+    const received = await stalledUpload(g, ["Content-Length: 1000"], '{"jsonrpc":"2.0",');
+    assert.match(received, /^HTTP\/1\.1 408 /, received || "no answer");
+    assert.match(received, /^connection: close\r$/im);
+    assert.equal(upstream.requests.length, 0);
   }, { env: { MCP_UPSTREAM_TIMEOUT_MS: "300" } });
 });
 
 Deno.test("gateway: a chunked 2026-07-28 POST body not received within MCP_UPSTREAM_TIMEOUT_MS is 408 and never reaches the MCP server", async () => {
   await withGateway(echoHeaders, async (g, upstream) => {
-    const url = new URL(g.mcpUrl);
-    const conn = await Deno.connect({ hostname: url.hostname, port: Number(url.port) });
-    try {
-      const head = [
-        `POST ${url.pathname} HTTP/1.1`,
-        `Host: ${url.host}`,
-        `Authorization: Bearer ${g.accessToken}`,
-        "Content-Type: application/json",
-        "MCP-Protocol-Version: 2026-07-28",
-        "Mcp-Method: tools/call",
-        "Transfer-Encoding: chunked",
-        "",
-        "",
-      ].join("\r\n");
-      // A first chunk; the rest of the body never comes.
-      const chunk = '{"jsonrpc":"2.0",';
-      await conn.write(
-        new TextEncoder().encode(`${head}${chunk.length.toString(16)}\r\n${chunk}\r\n`),
-      );
-      const received = await readResponse(conn);
-      assert.match(received, /^HTTP\/1\.1 408 /, received || "no answer");
-      assert.equal(upstream.requests.length, 0);
-    } finally {
-      try {
-        conn.close();
-      } catch { /* closed by the timer */ }
-    }
+    // A first chunk; the rest of the body never comes.
+    const chunk = '{"jsonrpc":"2.0",';
+    const received = await stalledUpload(
+      g,
+      ["MCP-Protocol-Version: 2026-07-28", "Mcp-Method: tools/call", "Transfer-Encoding: chunked"],
+      `${chunk.length.toString(16)}\r\n${chunk}\r\n`,
+    );
+    assert.match(received, /^HTTP\/1\.1 408 /, received || "no answer");
+    assert.equal(upstream.requests.length, 0);
   }, { env: { MCP_UPSTREAM_TIMEOUT_MS: "300" } });
 });
+
+/**
+ * The answer to an authorized JSON POST whose head carries `headers` and whose body stops after
+ * `firstPart`, over a raw connection.
+ */
+async function stalledUpload(
+  g: { mcpUrl: string; accessToken: string },
+  headers: string[],
+  firstPart: string,
+): Promise<string> {
+  const url = new URL(g.mcpUrl);
+  const conn = await Deno.connect({ hostname: url.hostname, port: Number(url.port) });
+  try {
+    const head = [
+      `POST ${url.pathname} HTTP/1.1`,
+      `Host: ${url.host}`,
+      `Authorization: Bearer ${g.accessToken}`,
+      "Content-Type: application/json",
+      ...headers,
+      "",
+      "",
+    ].join("\r\n");
+    await conn.write(new TextEncoder().encode(`${head}${firstPart}`));
+    return await readResponse(conn);
+  } finally {
+    try {
+      conn.close();
+    } catch { /* closed by the timer */ }
+  }
+}
 
 /** The server's first response, whole (by its content-length), or what came in 10 s. */
 async function readResponse(conn: Deno.Conn): Promise<string> {
