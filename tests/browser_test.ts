@@ -30,7 +30,10 @@ async function approveInNewTab(page: Page, r: Rig, decision: "Approve" | "Deny")
   await popup.waitForLoadState();
   assert.ok(popup.url().startsWith(r.gitlab.url.origin), popup.url());
   await popup.getByRole("button", { name: decision }).click();
-  await popup.waitForLoadState();
+  // Closed once GitLab's answer has loaded: Chromium may never finish closing a page whose
+  // form post is still under way (waitForLoadState alone can answer for the form's own page).
+  const answer = decision === "Approve" ? "Device approved" : "Device denied";
+  await popup.getByRole("heading", { name: answer }).waitFor({ timeout: 15_000 });
   await popup.close();
 }
 
