@@ -9,6 +9,7 @@
 # BENCH_KEPT_DIR: what `BENCH_KEEP=1 BENCH_CASES=gateway-32 deno task bench` kept (its seeded KV
 # and an access token, valid for an hour). Every side gets BASE_URL=http://127.0.0.1:18090, the
 # issuer that token names. deno: the one on PATH (`npx -y deno@2.9.6` puts it there).
+# DUEL_KEEP=1 keeps the temporary folder (each side's log, the rounds) and prints its path.
 set -u
 N=$1
 shift
