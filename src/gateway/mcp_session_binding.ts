@@ -78,25 +78,25 @@ export function trackMcpSession(
   issued: string | undefined,
   ok: boolean,
 ): Promise<void> | undefined {
-  const binds = issued !== undefined && issued !== sent;
-  const ends = ctx.request.method === "DELETE" && sent !== null && ok;
-  return binds || ends
-    ? updateMcpSession(ctx, auth, sent, binds ? issued : undefined, ends)
+  const bound = issued !== sent ? issued : undefined;
+  const ended = ctx.request.method === "DELETE" && ok ? sent ?? undefined : undefined;
+  return bound !== undefined || ended !== undefined
+    ? updateMcpSession(ctx, auth, bound, ended)
     : undefined;
 }
 
+/** Binds `bound` to the request's session and forgets `ended`, each when given. */
 async function updateMcpSession(
   ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
-  sent: string | null,
-  issued: string | undefined,
-  ends: boolean,
+  bound: string | undefined,
+  ended: string | undefined,
 ): Promise<void> {
   const { store, clock, config, verifiedTokens } = ctx.deps;
-  if (issued !== undefined) {
+  if (bound !== undefined) {
     const expiresAt = clock.now() + config.sessionIdleTtlSeconds * 1000;
-    if (await store.bindMcpSession(issued, auth.sessionId, expiresAt)) {
-      verifiedTokens.rememberMcpSession(issued, auth.sessionId, clock.now());
+    if (await store.bindMcpSession(bound, auth.sessionId, expiresAt)) {
+      verifiedTokens.rememberMcpSession(bound, auth.sessionId, clock.now());
     } else {
       ctx.deps.logger.warn("MCP server handed out a session id bound to another session", {
         requestId: ctx.requestId,
@@ -105,9 +105,9 @@ async function updateMcpSession(
       throw new OAuthError(502, "bad_gateway", "The MCP server answered with another's session");
     }
   }
-  if (ends && sent !== null) {
-    await store.unbindMcpSession(sent);
-    verifiedTokens.forgetMcpSession(sent);
+  if (ended !== undefined) {
+    await store.unbindMcpSession(ended);
+    verifiedTokens.forgetMcpSession(ended);
   }
 }
 
