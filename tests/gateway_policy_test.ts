@@ -249,6 +249,19 @@ Deno.test("policy: tools/list answers only what the account may call (JSON)", as
   }
 });
 
+Deno.test("policy: a filtered JSON list carries the MCP server's Content-Type alone", async () => {
+  const p = await policyGateway(ISSUE_POLICY, "grace");
+  try {
+    const { response } = await rpc(p, "tools/list");
+    assert.equal(response.status, 200);
+    // Rebuilt from text, the answer must not gain the text/plain type a string body brings.
+    assert.match(response.headers.get("content-type") ?? "", /^application\/json(;|$)/);
+    assert.doesNotMatch(response.headers.get("content-type") ?? "", /text\/plain/);
+  } finally {
+    await p.close();
+  }
+});
+
 Deno.test("policy: tools/list answers only what the account may call (event stream)", async () => {
   const p = await policyGateway(ISSUE_POLICY, "ada", {}, { sse: true });
   try {
