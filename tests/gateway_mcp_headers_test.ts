@@ -267,6 +267,55 @@ Deno.test("gateway: a chunked 2026-07-28 POST body not received within MCP_UPSTR
   }, { env: { MCP_UPSTREAM_TIMEOUT_MS: "300" } });
 });
 
+Deno.test("gateway: a client that leaves mid-body is logged 400 (never a server error), and nothing reaches the MCP server", async () => {
+  const chunk = '{"jsonrpc":"2.0",';
+  const uploads = [
+    { headers: ["Content-Length: 1000"], firstPart: chunk },
+    {
+      headers: [
+        "MCP-Protocol-Version: 2026-07-28",
+        "Mcp-Method: tools/call",
+        "Transfer-Encoding: chunked",
+      ],
+      firstPart: `${chunk.length.toString(16)}\r\n${chunk}\r\n`,
+    },
+  ];
+  for (const { headers, firstPart } of uploads) {
+    await withGateway(echoHeaders, async (g, upstream) => {
+      const url = new URL(g.mcpUrl);
+      const conn = await Deno.connect({ hostname: url.hostname, port: Number(url.port) });
+      const head = [
+        `POST ${url.pathname} HTTP/1.1`,
+        `Host: ${url.host}`,
+        `Authorization: Bearer ${g.accessToken}`,
+        "Content-Type: application/json",
+        ...headers,
+        "",
+        "",
+      ].join("\r\n");
+      await conn.write(new TextEncoder().encode(`${head}${firstPart}`));
+      conn.close();
+      const logged = await requestLine(g.lines, url.pathname);
+      assert.equal(logged.status, 400, `${headers.join(", ")}: ${JSON.stringify(logged)}`);
+      assert.deepEqual(g.lines.filter((line) => line.level === "error"), []);
+      assert.equal(upstream.requests.length, 0);
+    });
+  }
+});
+
+/** The first request line for `path` among `lines`, once it has been written (within 5 s). */
+async function requestLine(
+  lines: Record<string, unknown>[],
+  path: string,
+): Promise<Record<string, unknown>> {
+  for (let waited = 0; waited < 5_000; waited += 10) {
+    const line = lines.find((line) => line.message === "request" && line.path === path);
+    if (line) return line;
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+  throw new Error("no request line within 5 s");
+}
+
 /**
  * The answer to an authorized JSON POST whose head carries `headers` and whose body stops after
  * `firstPart`, over a raw connection.
