@@ -9,13 +9,15 @@
 
 import { type RunningService, startService } from "../main.ts";
 import { ConfigError } from "../src/config/mod.ts";
+import { unbracketed } from "../src/config/parsers.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import { createLogger } from "../src/logger.ts";
 import { startDemoMcpServer } from "./demo_mcp_server.ts";
 import { startSimulatedGitLab } from "./simulated_gitlab.ts";
 
 const env = Deno.env.toObject();
-const port = demoPort(env);
+const host = unbracketed("HOST", env.HOST ?? "127.0.0.1");
+const port = demoPort(env, host);
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
 const mcp = startDemoMcpServer(gitlab.url, { withRefusedTool: true });
 const ownPolicyFile = env.MCP_POLICY_FILE === undefined;
@@ -27,7 +29,7 @@ try {
     ACCESS_TOKEN_TTL: "3600",
     ...env,
     PORT: port,
-    HOST: env.HOST ?? "127.0.0.1",
+    HOST: host,
     GITLAB_URL: gitlab.url.href,
     GITLAB_CLIENT_ID: "demo-gitlab-app",
     JWT_SECRET: randomToken(32),
@@ -35,7 +37,7 @@ try {
     MCP_POLICY_FILE: policyFile,
     // The redirect sign-in needs BASE_URL (GitLab's callback URL is built from it).
     ...(env.GITLAB_SIGN_IN === "redirect" && !env.BASE_URL
-      ? { BASE_URL: `http://${env.HOST ?? "127.0.0.1"}:${port}` }
+      ? { BASE_URL: browserUrl(host, port) }
       : {}),
   }, createLogger());
 } catch (error) {
@@ -65,12 +67,21 @@ async function writeDemoPolicy(): Promise<string> {
  * PORT (default 8000). The redirect sign-in needs its BASE_URL before the service listens, so
  * there `0` (any free port) is resolved here.
  */
-function demoPort(env: Record<string, string>): string {
+function demoPort(env: Record<string, string>, host: string): string {
   const port = env.PORT ?? "8000";
   if (port !== "0" || env.GITLAB_SIGN_IN !== "redirect" || env.BASE_URL) return port;
-  const listener = Deno.listen({ hostname: env.HOST ?? "127.0.0.1", port: 0 });
+  const listener = Deno.listen({ hostname: host, port: 0 });
   listener.close();
   return String(listener.addr.port);
+}
+
+/**
+ * The URL a browser on this machine opens the demo at: a wildcard HOST (every interface) is
+ * reached on loopback, and an IPv6 address goes in brackets.
+ */
+function browserUrl(host: string, port: string): string {
+  const reached = host === "0.0.0.0" ? "127.0.0.1" : host === "::" ? "::1" : host;
+  return `http://${reached.includes(":") ? `[${reached}]` : reached}:${port}`;
 }
 
 /** PKCE verifiers of sign-ins the example client started, by `state`. */

@@ -117,6 +117,55 @@ Deno.test({
   },
 });
 
+/** A free port on `hostname`, or undefined when this machine has no such address. */
+function freePort(hostname: string): string | undefined {
+  try {
+    const listener = Deno.listen({ hostname, port: 0 });
+    listener.close();
+    return String(listener.addr.port);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The issuer the demo's metadata names when it listens on `host` with the redirect sign-in. */
+async function redirectDemoIssuer(host: string, reachedAt: string, port: string): Promise<string> {
+  const demo = await spawnService(
+    { PORT: port, HOST: host, GITLAB_SIGN_IN: "redirect" },
+    denoRunArgs(DEMO),
+  );
+  try {
+    const response = await fetch(`${reachedAt}/.well-known/oauth-authorization-server`);
+    assert.equal(response.status, 200);
+    return (await response.json()).issuer;
+  } finally {
+    assert.equal(await demo.stop(), 0);
+  }
+}
+
+Deno.test({
+  name: "demo: the redirect sign-in on every interface (HOST=0.0.0.0) is issued for loopback",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const port = freePort("127.0.0.1") ?? "";
+    const base = `http://127.0.0.1:${port}`;
+    assert.equal(await redirectDemoIssuer("0.0.0.0", base, port), base);
+  },
+});
+
+const IPV6_PORT = freePort("::1");
+Deno.test({
+  name: "demo: the redirect sign-in on an IPv6 HOST gets a bracketed BASE_URL",
+  ignore: IPV6_PORT === undefined,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const base = `http://[::1]:${IPV6_PORT}`;
+    assert.equal(await redirectDemoIssuer("::1", base, IPV6_PORT ?? ""), base);
+  },
+});
+
 Deno.test("demo and deploy MCP servers: their tools are annotated read-only, so clients do not call them destructive", async () => {
   const mcp = startDemoMcpServer(new URL("http://127.0.0.1:9/"));
   const client = new Client({ name: "annotations-test", version: "1.0.0" });
