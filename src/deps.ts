@@ -55,7 +55,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const settings = oauthSettings(config);
   const metrics = createMetrics({
     clock,
-    countLiveSessions: async () => (await store.listSessions()).length,
+    countLiveSessions: () => store.countLiveSessions(),
   });
   const store = createStore(
     kv,

@@ -30,6 +30,7 @@ Deno.test("operator store: sessions by user, expiry, deletes and counts", () =>
     assert.equal((await t.store.listSessions({ user: "77" }))[0].upstreamUsername, "grace");
     assert.equal((await t.store.listSessions({ clientId: "nobody" })).length, 0);
     assert.equal((await t.store.countRecords()).sessions, 4, "counts what KV still holds");
+    assert.equal(await t.store.countLiveSessions(), 3, "the expired session is not live");
 
     const ended = await t.store.listSessions({ user: "ADA" });
     assert.equal(await t.store.deleteSessions(ended.map((s) => s.id)), 2);
@@ -39,6 +40,7 @@ Deno.test("operator store: sessions by user, expiry, deletes and counts", () =>
     }
     assert.equal((await refresh(t, grace.refresh_token)).status, 200);
     assert.equal((await t.store.listSessions()).length, 1);
+    assert.equal(await t.store.countLiveSessions(), 1);
   }));
 
 Deno.test("operator store: clients listed oldest first, deleted once", () =>

@@ -36,6 +36,11 @@ export interface OperatorStore {
   /** Every live session matching `filter` (all of them without one), oldest first. */
   listSessions(filter?: SessionFilter): Promise<SessionRecord[]>;
   /**
+   * How many sessions are live: one scan, a page of records held at a time (the metrics'
+   * `sessions_alive`; listing them would hold every session at once).
+   */
+  countLiveSessions(): Promise<number>;
+  /**
    * The session `id` if it has not expired, whatever key sealed its GitLab tokens (unlike
    * getSession, which treats a session it cannot open as absent): the operator must learn
    * that it exists and cannot be opened, not that there is none.
@@ -89,6 +94,14 @@ export function createOperatorStore(io: StoreIo): OperatorStore {
         if (matches(session, filter)) found.push(session);
       }
       return found.sort((a, b) => a.createdAt - b.createdAt);
+    },
+
+    async countLiveSessions() {
+      let live = 0;
+      for await (const entry of io.list<SessionRecord>(recordPrefix("session"))) {
+        if (io.isLive(entry.value)) live++;
+      }
+      return live;
     },
 
     async readSession(id) {
