@@ -243,10 +243,31 @@ Deno.test("gateway: a POST body over the limit is 413 and never reaches the MCP 
   });
 });
 
+/** A POST body's head and first part; the rest never comes. */
+interface UnfinishedUpload {
+  headers: string[];
+  firstPart: string;
+}
+
+const FIRST_PART = '{"jsonrpc":"2.0",';
+/** A body of declared length that stops after its first part. */
+const DECLARED_UPLOAD: UnfinishedUpload = {
+  headers: ["Content-Length: 1000"],
+  firstPart: FIRST_PART,
+};
+/** A chunked 2026-07-28 body that stops after its first chunk. */
+const CHUNKED_UPLOAD: UnfinishedUpload = {
+  headers: [
+    "MCP-Protocol-Version: 2026-07-28",
+    "Mcp-Method: tools/call",
+    "Transfer-Encoding: chunked",
+  ],
+  firstPart: `${FIRST_PART.length.toString(16)}\r\n${FIRST_PART}\r\n`,
+};
+
 Deno.test("gateway: a POST body of declared length not received within MCP_UPSTREAM_TIMEOUT_MS is 408, not kept alive, and never reaches the MCP server", async () => {
   await withGateway(echoHeaders, async (g, upstream) => {
-    // The head and a first part of the body; the rest never comes.
-    const received = await stalledUpload(g, ["Content-Length: 1000"], '{"jsonrpc":"2.0",');
+    const received = await stalledUpload(g, DECLARED_UPLOAD);
     assert.match(received, /^HTTP\/1\.1 408 /, received || "no answer");
     assert.match(received, /^connection: close\r$/im);
     assert.equal(upstream.requests.length, 0);
@@ -255,48 +276,18 @@ Deno.test("gateway: a POST body of declared length not received within MCP_UPSTR
 
 Deno.test("gateway: a chunked 2026-07-28 POST body not received within MCP_UPSTREAM_TIMEOUT_MS is 408 and never reaches the MCP server", async () => {
   await withGateway(echoHeaders, async (g, upstream) => {
-    // A first chunk; the rest of the body never comes.
-    const chunk = '{"jsonrpc":"2.0",';
-    const received = await stalledUpload(
-      g,
-      ["MCP-Protocol-Version: 2026-07-28", "Mcp-Method: tools/call", "Transfer-Encoding: chunked"],
-      `${chunk.length.toString(16)}\r\n${chunk}\r\n`,
-    );
+    const received = await stalledUpload(g, CHUNKED_UPLOAD);
     assert.match(received, /^HTTP\/1\.1 408 /, received || "no answer");
     assert.equal(upstream.requests.length, 0);
   }, { env: { MCP_UPSTREAM_TIMEOUT_MS: "300" } });
 });
 
 Deno.test("gateway: a client that leaves mid-body is logged 400 (never a server error), and nothing reaches the MCP server", async () => {
-  const chunk = '{"jsonrpc":"2.0",';
-  const uploads = [
-    { headers: ["Content-Length: 1000"], firstPart: chunk },
-    {
-      headers: [
-        "MCP-Protocol-Version: 2026-07-28",
-        "Mcp-Method: tools/call",
-        "Transfer-Encoding: chunked",
-      ],
-      firstPart: `${chunk.length.toString(16)}\r\n${chunk}\r\n`,
-    },
-  ];
-  for (const { headers, firstPart } of uploads) {
+  for (const upload of [DECLARED_UPLOAD, CHUNKED_UPLOAD]) {
     await withGateway(echoHeaders, async (g, upstream) => {
-      const url = new URL(g.mcpUrl);
-      const conn = await Deno.connect({ hostname: url.hostname, port: Number(url.port) });
-      const head = [
-        `POST ${url.pathname} HTTP/1.1`,
-        `Host: ${url.host}`,
-        `Authorization: Bearer ${g.accessToken}`,
-        "Content-Type: application/json",
-        ...headers,
-        "",
-        "",
-      ].join("\r\n");
-      await conn.write(new TextEncoder().encode(`${head}${firstPart}`));
-      conn.close();
-      const logged = await requestLine(g.lines, url.pathname);
-      assert.equal(logged.status, 400, `${headers.join(", ")}: ${JSON.stringify(logged)}`);
+      (await startUpload(g, upload)).close();
+      const logged = await requestLine(g.lines, new URL(g.mcpUrl).pathname);
+      assert.equal(logged.status, 400, `${upload.headers.join(", ")}: ${JSON.stringify(logged)}`);
       assert.deepEqual(g.lines.filter((line) => line.level === "error"), []);
       assert.equal(upstream.requests.length, 0);
     });
@@ -316,28 +307,33 @@ async function requestLine(
   throw new Error("no request line within 5 s");
 }
 
-/**
- * The answer to an authorized JSON POST whose head carries `headers` and whose body stops after
- * `firstPart`, over a raw connection.
- */
-async function stalledUpload(
+/** A raw connection that has sent an authorized JSON POST's head and `upload`'s first part. */
+async function startUpload(
   g: { mcpUrl: string; accessToken: string },
-  headers: string[],
-  firstPart: string,
-): Promise<string> {
+  upload: UnfinishedUpload,
+): Promise<Deno.Conn> {
   const url = new URL(g.mcpUrl);
   const conn = await Deno.connect({ hostname: url.hostname, port: Number(url.port) });
+  const head = [
+    `POST ${url.pathname} HTTP/1.1`,
+    `Host: ${url.host}`,
+    `Authorization: Bearer ${g.accessToken}`,
+    "Content-Type: application/json",
+    ...upload.headers,
+    "",
+    "",
+  ].join("\r\n");
+  await conn.write(new TextEncoder().encode(`${head}${upload.firstPart}`));
+  return conn;
+}
+
+/** The answer to `upload`, which stops after its first part. */
+async function stalledUpload(
+  g: { mcpUrl: string; accessToken: string },
+  upload: UnfinishedUpload,
+): Promise<string> {
+  const conn = await startUpload(g, upload);
   try {
-    const head = [
-      `POST ${url.pathname} HTTP/1.1`,
-      `Host: ${url.host}`,
-      `Authorization: Bearer ${g.accessToken}`,
-      "Content-Type: application/json",
-      ...headers,
-      "",
-      "",
-    ].join("\r\n");
-    await conn.write(new TextEncoder().encode(`${head}${firstPart}`));
     return await readResponse(conn);
   } finally {
     try {
