@@ -115,48 +115,52 @@ Deno.test("gateway streams: a listen stream outlives MCP_UPSTREAM_TIMEOUT_MS, ke
   }
 });
 
-Deno.test("gateway streams: a client that closes its stream cancels the MCP server's side", async () => {
+type Gateway = Awaited<ReturnType<typeof startGateway>>;
+type GatewayOptions = Parameters<typeof startGateway>[1];
+
+/**
+ * Runs `fn` with a listen stream open through a gateway started with `options` (its first
+ * comment read), and closes everything afterwards.
+ */
+async function withOpenStream(
+  options: GatewayOptions,
+  fn: (
+    g: Gateway,
+    mcp: ReturnType<typeof streamingUpstream>,
+    reader: ReadableStreamDefaultReader<Uint8Array>,
+  ) => Promise<void>,
+): Promise<void> {
   const mcp = streamingUpstream();
-  const g = await startGateway(mcp.upstream.url);
+  const g = await startGateway(mcp.upstream.url, options);
   try {
     const response = await listen(g.mcpUrl, g.accessToken);
     const reader = track(response.body!.getReader());
     await within(nextText(reader), 5_000, "the first comment");
-    await reader.cancel();
-    await within(mcp.cancelled, 5_000, "the MCP server's cancellation");
-    assert.equal(g.t.deps.openStreams.size, 0);
+    await fn(g, mcp, reader);
   } finally {
     await releaseAll();
     await g.close();
     await mcp.upstream.close();
   }
-});
+}
 
-Deno.test("gateway streams: revoking the session ends its stream at once on this instance", async () => {
-  const mcp = streamingUpstream();
-  const g = await startGateway(mcp.upstream.url);
-  try {
-    const response = await listen(g.mcpUrl, g.accessToken);
-    const reader = track(response.body!.getReader());
-    await within(nextText(reader), 5_000, "the first comment");
+Deno.test("gateway streams: a client that closes its stream cancels the MCP server's side", () =>
+  withOpenStream({}, async (g, mcp, reader) => {
+    await reader.cancel();
+    await within(mcp.cancelled, 5_000, "the MCP server's cancellation");
+    assert.equal(g.t.deps.openStreams.size, 0);
+  }));
+
+Deno.test("gateway streams: revoking the session ends its stream at once on this instance", () =>
+  withOpenStream({}, async (g, mcp, reader) => {
     await revoke(g.t, g.refreshToken);
     await within(untilEnd(reader), 1_000, "the stream's end after /revoke");
     await within(mcp.cancelled, 5_000, "the MCP server's cancellation");
     assert.equal(g.t.deps.openStreams.size, 0);
-  } finally {
-    await releaseAll();
-    await g.close();
-    await mcp.upstream.close();
-  }
-});
+  }));
 
-Deno.test("gateway streams: a refresh-token replay that ends the session ends its stream", async () => {
-  const mcp = streamingUpstream();
-  const g = await startGateway(mcp.upstream.url, { env: { REVOKE_ON_REFRESH_REPLAY: "true" } });
-  try {
-    const response = await listen(g.mcpUrl, g.accessToken);
-    const reader = track(response.body!.getReader());
-    await within(nextText(reader), 5_000, "the first comment");
+Deno.test("gateway streams: a refresh-token replay that ends the session ends its stream", () =>
+  withOpenStream({ env: { REVOKE_ON_REFRESH_REPLAY: "true" } }, async (g, _mcp, reader) => {
     const form = { grant_type: "refresh_token", refresh_token: g.refreshToken };
     for (let i = 0; i < 2; i++) {
       const answer = await g.t.app(
@@ -169,32 +173,18 @@ Deno.test("gateway streams: a refresh-token replay that ends the session ends it
       await answer.body?.cancel();
     }
     await within(untilEnd(reader), 1_000, "the stream's end after the replay");
-  } finally {
-    await releaseAll();
-    await g.close();
-    await mcp.upstream.close();
-  }
-});
+  }));
 
-Deno.test("gateway streams: the stream ends when its access token expires", async () => {
-  const mcp = streamingUpstream();
+Deno.test("gateway streams: the stream ends when its access token expires", () => {
   const clock = new FakeClock();
-  const g = await startGateway(mcp.upstream.url, { clock });
-  try {
-    const response = await listen(g.mcpUrl, g.accessToken);
-    const reader = track(response.body!.getReader());
-    await within(nextText(reader), 5_000, "the first comment");
+  return withOpenStream({ clock }, async (g, mcp, reader) => {
     await g.t.deps.openStreams.check();
     assert.equal(g.t.deps.openStreams.size, 1, "a valid token keeps its stream");
     clock.advance(3600 * 1000);
     await g.t.deps.openStreams.check();
     await within(untilEnd(reader), 1_000, "the stream's end at expiry");
     await within(mcp.cancelled, 5_000, "the MCP server's cancellation");
-  } finally {
-    await releaseAll();
-    await g.close();
-    await mcp.upstream.close();
-  }
+  });
 });
 
 Deno.test("gateway streams: a session revoked on another instance ends the stream within the check interval", async () => {
