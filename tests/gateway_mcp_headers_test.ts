@@ -163,6 +163,16 @@ const MISMATCHES: { what: string; body: string; headers: Record<string, string> 
     body: '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a"}}',
     headers: { "MCP-Protocol-Version": "2025-06-18", "Mcp-Method": "ping" },
   },
+  {
+    what: "an earlier revision's Mcp-Name disagrees, without Mcp-Method",
+    body: '{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a"}}',
+    headers: { "MCP-Protocol-Version": "2025-06-18", "Mcp-Name": "b" },
+  },
+  {
+    what: "a plain Mcp-Name carries what only its Base64 form may (a byte outside ASCII)",
+    body: modernBody(7, "tools/call", { name: "caf\u00e9" }),
+    headers: { ...MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "caf\u00e9" },
+  },
 ];
 
 Deno.test("gateway 2026-07-28: headers that disagree with the body, or are missing, get 400 -32020 and never reach the MCP server", async () => {
@@ -191,6 +201,62 @@ Deno.test("gateway 2026-07-28: a body that is not JSON-RPC gets -32020 with a nu
     assert.equal(response.status, 400);
     assert.deepEqual((await response.json()).id, null);
     assert.equal(upstream.requests.length, 0);
+  });
+});
+
+Deno.test("gateway: a batch with request metadata headers, or of 2026-07-28, gets -32020 with a null id", async () => {
+  await withGateway(echoHeaders, async (g, upstream) => {
+    const call = (name: string) =>
+      `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"${name}"}}`;
+    const cases: [string, Record<string, string>][] = [
+      [`[${call("delete_everything")}]`, { "Mcp-Method": "tools/list" }],
+      [`[${call("delete_everything")}]`, { "Mcp-Name": "read_only" }],
+      [`[${call("a")}]`, MODERN],
+      [`[${modernBody(1, "tools/call", { name: "a" })}]`, {}],
+    ];
+    for (const [body, headers] of cases) {
+      const response = await post(g, body, headers);
+      assert.equal(response.status, 400, `${body} ${JSON.stringify(headers)}`);
+      const answer = await response.json();
+      assert.deepEqual([answer.id, answer.error.code], [null, -32020], body);
+    }
+    assert.equal(upstream.requests.length, 0);
+  });
+});
+
+Deno.test("gateway: a chunked POST is read and checked like any other", async () => {
+  await withGateway(echoHeaders, async (g, upstream) => {
+    const chunked = (text: string) =>
+      new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode(text));
+          controller.close();
+        },
+      });
+    const send = (body: string, headers: Record<string, string>) =>
+      fetch(g.mcpUrl, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${g.accessToken}`,
+          "Content-Type": "application/json",
+          ...headers,
+        },
+        body: chunked(body),
+      });
+    // The body says 2026-07-28, the only header an earlier revision: the versions disagree.
+    const refused = await send(modernBody(7, "tools/list"), {
+      "MCP-Protocol-Version": "2025-11-25",
+    });
+    assert.equal(refused.status, 400);
+    assert.equal((await refused.json()).error.code, -32020);
+    assert.equal(upstream.requests.length, 0);
+
+    const body = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"a"}}';
+    const carried = await send(body, { "MCP-Protocol-Version": "2025-11-25" });
+    assert.equal(carried.status, 200);
+    assert.equal((await carried.json()).body, body);
+    const audit = auditLines(g.lines).at(-1);
+    assert.deepEqual([audit?.method, audit?.name], ["tools/call", "a"], "the audit line names it");
   });
 });
 

@@ -31,6 +31,8 @@ const NAME_SOURCE: Readonly<Record<string, "name" | "uri">> = {
 
 const SENTINEL_PREFIX = "=?base64?";
 const SENTINEL_SUFFIX = "?=";
+/** A header value sent as it is (RFC 9110 field-vchar, space and tab; no obs-text). */
+const PLAIN_VALUE = /^[\t\x20-\x7e]*$/;
 /** RFC 4648 §4 with its padding, as the MCP SDKs decode. */
 const CANONICAL_BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
@@ -54,6 +56,8 @@ export interface McpPost {
   protocolVersion?: string;
   /** Why the headers are refused, if they are. */
   mismatch?: string;
+  /** Whether the body is a JSON array: a batch (revisions before 2026-07-28). */
+  batch: boolean;
 }
 
 /** The request metadata headers of a POST. */
@@ -80,10 +84,12 @@ export function inspectPost(body: Uint8Array, headers: MetadataHeaders): McpPost
     return {
       messages: parsed.map((message) => describe(message)),
       protocolVersion: headers.protocolVersion ?? undefined,
+      mismatch: batchMismatch(parsed, headers),
+      batch: true,
     };
   }
   if (!isObject(parsed)) {
-    return { messages: [], protocolVersion: headers.protocolVersion ?? undefined };
+    return { messages: [], protocolVersion: headers.protocolVersion ?? undefined, batch: false };
   }
   const message = describe(parsed);
   const claimed = claimedRevision(parsed);
@@ -91,7 +97,24 @@ export function inspectPost(body: Uint8Array, headers: MetadataHeaders): McpPost
     messages: [message],
     protocolVersion: headers.protocolVersion ?? claimed,
     mismatch: headerMismatch(parsed, message, claimed, headers),
+    batch: false,
   };
+}
+
+/**
+ * Why a batch's headers are refused: no revision with batches sends request metadata headers,
+ * and 2026-07-28 takes one message per POST, so a batch with either would tell whatever reads
+ * the headers one thing and the body another.
+ */
+function batchMismatch(batch: unknown[], headers: MetadataHeaders): string | undefined {
+  if (headers.method !== null || headers.name !== null) {
+    return "a batch cannot carry the Mcp-Method or Mcp-Name header";
+  }
+  const modern = hasRequestHeaders(headers.protocolVersion ?? undefined) ||
+    batch.some((message) => isObject(message) && hasRequestHeaders(claimedRevision(message)));
+  return modern
+    ? "revision 2026-07-28 takes one JSON-RPC message per POST, not a batch"
+    : undefined;
 }
 
 /** The JSON-RPC error body of a refused request: 400, `HeaderMismatch`. */
@@ -108,7 +131,7 @@ export function headerMismatchResponse(id: McpMessage["id"], reason: string): Re
 }
 
 /** Whether `version` is a revision with request metadata headers (dates compare as text). */
-export function hasRequestHeaders(version: string | undefined): boolean {
+function hasRequestHeaders(version: string | undefined): boolean {
   return version !== undefined && version >= FIRST_HEADER_REVISION;
 }
 
@@ -174,12 +197,12 @@ function headerMismatch(
     return "the required MCP-Protocol-Version header is absent";
   }
   if (headers.method === null) {
-    return modern && isRequest ? "the required Mcp-Method header is absent" : undefined;
-  }
-  if (headers.method !== method) {
+    if (modern && isRequest) return "the required Mcp-Method header is absent";
+  } else if (headers.method !== method) {
     return `the Mcp-Method header names ${headers.method} but the body ${method}`;
   }
   const field = Object.hasOwn(NAME_SOURCE, method) ? NAME_SOURCE[method] : undefined;
+  // A stray Mcp-Name on a method without a name mirrors nothing (the SDKs ignore it too).
   if (field === undefined) return undefined;
   if (headers.name === null) {
     return modern && isRequest && message.name !== undefined
@@ -187,16 +210,22 @@ function headerMismatch(
       : undefined;
   }
   const named = decodeSentinel(headers.name);
-  if (named === undefined) return "the Mcp-Name header carries an invalid Base64 value";
+  if (named === undefined) return "the Mcp-Name header carries an invalid value";
   if (message.name !== undefined && named !== message.name) {
     return `the Mcp-Name header does not match params.${field}`;
   }
   return undefined;
 }
 
-/** A header value with its `=?base64?…?=` form decoded; undefined when that form is broken. */
+/**
+ * A header value with its `=?base64?…?=` form decoded; undefined when that form is broken, or
+ * when a plain value holds what only the Base64 form may carry (anything but visible ASCII,
+ * space and tab: a client must encode it).
+ */
 export function decodeSentinel(value: string): string | undefined {
-  if (!value.startsWith(SENTINEL_PREFIX) || !value.endsWith(SENTINEL_SUFFIX)) return value;
+  if (!value.startsWith(SENTINEL_PREFIX) || !value.endsWith(SENTINEL_SUFFIX)) {
+    return PLAIN_VALUE.test(value) ? value : undefined;
+  }
   const encoded = value.slice(SENTINEL_PREFIX.length, value.length - SENTINEL_SUFFIX.length);
   if (!CANONICAL_BASE64.test(encoded)) return undefined;
   try {

@@ -1,9 +1,10 @@
 /**
  * Gateway mode (MCP_UPSTREAM_URL set): every request to the MCP resource path is authenticated
  * with the resource guard and forwarded to the MCP server with the user's upstream token in place
- * of ours. Bodies stream both ways, so Server-Sent Events reach the client event by event. Only
- * allow-listed headers pass either way (headers.ts), and an `Mcp-Session-Id` works only
- * with the session it was handed to.
+ * of ours. A request's body is read whole first (bounded: its JSON-RPC message is checked and
+ * decided before anything goes on); answers stream back, so Server-Sent Events reach the client
+ * event by event. Only allow-listed headers pass either way (headers.ts), and an
+ * `Mcp-Session-Id` works only with the session it was handed to.
  *
  * @see MCP spec "Streamable HTTP", "Authorization" and security best practices ("Session
  *   Hijacking")
@@ -26,7 +27,6 @@ import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import { createDeadlines, type Deadline, type Deadlines } from "./deadlines.ts";
 import { type Audit, type AuditContext, createAudit } from "./audit.ts";
 import {
-  hasRequestHeaders,
   headerMismatchResponse,
   inspectPost,
   type McpMessage,
@@ -143,7 +143,7 @@ async function handleGatewayRequest(
   let body: Uint8Array<ArrayBuffer> | null = null;
   let post: McpPost | undefined;
   try {
-    if (readsBody(ctx.request.method, headers, policy !== undefined)) {
+    if (readsBody(ctx.request.method)) {
       body = await readBoundedBody(ctx.request, headers["content-length"], deadline);
     }
   } catch (error) {
@@ -165,12 +165,12 @@ async function handleGatewayRequest(
   if (post?.mismatch !== undefined) {
     deadline.done();
     gateway.audit.record(audit, { status: 400 });
-    return headerMismatchResponse(post.messages[0]?.id, post.mismatch);
+    return headerMismatchResponse(post.batch ? null : post.messages[0]?.id, post.mismatch);
   }
   const caller = policy && callerOf(auth, listedGroupsOf(ctx));
   if (policy && caller && post && decideMessages(policy, caller, post.messages)) {
     deadline.done();
-    return refuseCall(ctx, gateway, audit, post, body);
+    return refuseCall(ctx, gateway, audit, post);
   }
   const lists = policy && caller && post ? listRequestsOf(post.messages) : undefined;
   const permits: Permits | undefined = policy && caller &&
@@ -178,8 +178,7 @@ async function handleGatewayRequest(
   let upstream: Response;
   let upstreamHeaders: HeaderSnapshot;
   try {
-    const sent = body ?? streamedBody(ctx.request);
-    upstream = await forward(ctx, auth, gateway, headers, sent, deadline);
+    upstream = await forward(ctx, auth, gateway, headers, body, deadline);
     upstreamHeaders = snapshotHeaders(upstream.headers);
     const issued = upstreamHeaders["mcp-session-id"];
     const tracking = trackMcpSession(ctx, auth, mcpSessionId, issued, upstream.ok);
@@ -228,20 +227,11 @@ function refuseCall(
   gateway: Gateway,
   audit: AuditContext,
   post: McpPost,
-  body: Uint8Array | null,
 ): Response {
-  const response = refusedCallResponse(post.messages, isBatch(body));
+  const response = refusedCallResponse(post.messages, post.batch);
   gateway.audit.record(audit, { status: response.status, rpcError: response.status === 200 });
   countMessages(ctx, post.messages, "denied");
   return response;
-}
-
-/** Whether a body is a JSON array (a batch, before 2026-07-28). */
-function isBatch(body: Uint8Array | null): boolean {
-  const first = body?.find((byte) =>
-    byte !== 0x20 && byte !== 0x09 && byte !== 0x0a && byte !== 0x0d
-  );
-  return first === 0x5b;
 }
 
 /** The group paths of ALLOWED_GITLAB_GROUPS: what a session's record asked by default. */
@@ -250,21 +240,13 @@ function listedGroupsOf(ctx: OAuthRequestContext): string[] {
 }
 
 /**
- * Whether the body is read before it is forwarded: always but (without MCP_POLICY_FILE) for an
- * upload of unknown length
- * from a client of a revision before 2026-07-28 that sent no request metadata header (no MCP
- * SDK sends one; a client streaming its body keeps it streaming, unread).
+ * Whether the request has a body to read before it is forwarded: every one but a GET's or a
+ * HEAD's. A POST's JSON-RPC message is read whatever its revision and framing (an upload of
+ * unknown length too): its headers are checked against it, a policy decides from it, and the
+ * audit line names it.
  */
-function readsBody(method: string, headers: HeaderSnapshot, policyInForce: boolean): boolean {
-  if (method === "GET" || method === "HEAD") return false;
-  // A policy decides from the body: nothing it has not read goes through.
-  if (policyInForce || headers["content-length"] !== undefined || method !== "POST") return true;
-  return headers["mcp-method"] !== undefined || headers["mcp-name"] !== undefined ||
-    hasRequestHeaders(headers["mcp-protocol-version"]);
-}
-
-function streamedBody(request: Request): ReadableStream<Uint8Array> | null {
-  return request.method === "GET" || request.method === "HEAD" ? null : request.body;
+function readsBody(method: string): boolean {
+  return method !== "GET" && method !== "HEAD";
 }
 
 /**
