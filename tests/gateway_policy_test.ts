@@ -176,6 +176,44 @@ Deno.test("policy: a refused call never reaches the MCP server; 200 with a JSON-
   }
 });
 
+Deno.test("policy: what it cannot read never passes: a body that is not JSON to us, a call in a PUT", async () => {
+  const p = await policyGateway(ISSUE_POLICY, "grace", { "acme/maintainers": 30 });
+  try {
+    const send = (method: string, body: string) =>
+      fetch(p.gateway.mcpUrl, {
+        method,
+        headers: { Authorization: `Bearer ${p.accessToken}`, "Content-Type": "application/json" },
+        body,
+      });
+    // A Python MCP server's parser takes NaN: it would find the refused call in this body.
+    const nan = await send(
+      "POST",
+      '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"delete_project","arguments":{"n":NaN}}}',
+    );
+    assert.equal(nan.status, 400);
+    assert.deepEqual(await nan.json(), {
+      jsonrpc: "2.0",
+      id: null,
+      error: { code: -32700, message: "Parse error: MCP_POLICY_FILE decides only JSON" },
+    });
+    const put = await send(
+      "PUT",
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 2,
+        method: "tools/call",
+        params: { name: "delete_project" },
+      }),
+    );
+    assert.equal(put.status, 200);
+    assert.equal((await put.json()).error.code, -32003);
+    assert.equal(p.upstream.requests.length, 0);
+    assert.deepEqual(auditLines(p.gateway.lines).map((line) => line.status), [400, 200]);
+  } finally {
+    await p.close();
+  }
+});
+
 Deno.test("policy: a deny rule refuses whom it names and lets the others on to the default", async () => {
   const mallory = await policyGateway(ISSUE_POLICY, "Mallory");
   try {

@@ -22,6 +22,8 @@ import type { McpMessage } from "./mcp_message.ts";
 
 /** JSON-RPC error code of a call the policy refuses (implementation-defined server range). */
 export const POLICY_REFUSED = -32003;
+/** JSON-RPC's parse error. */
+const PARSE_ERROR = -32700;
 
 /** What is called in each target, for the refusal's message. */
 const TARGET_WORDS: Readonly<Record<Target, string>> = {
@@ -67,6 +69,23 @@ export function refusedCallResponse(messages: McpMessage[], batch: boolean): Res
   if (body === null) return new Response(null, { status: 202 });
   return new Response(JSON.stringify(body), {
     status: 200,
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+  });
+}
+
+/**
+ * The answer to a body that is not JSON while a policy is in force: 400 with a JSON-RPC parse
+ * error, as an MCP server answers one. It is not forwarded, since the policy cannot read what it
+ * would call (a parser that takes `NaN` could find a refused call in it).
+ */
+export function unreadableBodyResponse(): Response {
+  const body = {
+    jsonrpc: "2.0",
+    id: null,
+    error: { code: PARSE_ERROR, message: "Parse error: MCP_POLICY_FILE decides only JSON" },
+  };
+  return new Response(JSON.stringify(body), {
+    status: 400,
     headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
   });
 }

@@ -58,6 +58,11 @@ export interface McpPost {
   mismatch?: string;
   /** Whether the body is a JSON array: a batch (revisions before 2026-07-28). */
   batch: boolean;
+  /**
+   * A body that is not JSON to us: nothing in it can be checked or decided, though a more
+   * lenient parser behind us (one taking `NaN`) might still find a call in it.
+   */
+  unreadable?: true;
 }
 
 /** The request metadata headers of a POST. */
@@ -79,6 +84,14 @@ export function metadataHeaders(headers: HeaderSnapshot): MetadataHeaders {
 /** Reads a POST's body (already within the size limit) and checks its headers against it. */
 export function inspectPost(body: Uint8Array, headers: MetadataHeaders): McpPost {
   const parsed = parseJson(body);
+  if (parsed === UNREADABLE) {
+    return {
+      messages: [],
+      protocolVersion: headers.protocolVersion ?? undefined,
+      batch: false,
+      unreadable: true,
+    };
+  }
   if (Array.isArray(parsed)) {
     // Batches exist only before 2026-07-28: carried as today, described message by message.
     return {
@@ -135,13 +148,17 @@ function hasRequestHeaders(version: string | undefined): boolean {
   return version !== undefined && version >= FIRST_HEADER_REVISION;
 }
 
+/** What parseJson answers for a body that is not JSON. */
+const UNREADABLE = Symbol("unreadable");
+
+/** The body's JSON (undefined when empty), or UNREADABLE. */
 function parseJson(body: Uint8Array): unknown {
   if (body.byteLength === 0) return undefined;
   try {
     return JSON.parse(UTF8.decode(body));
   } catch {
-    // Not JSON: the MCP server answers it as it would (a parse error).
-    return undefined;
+    // Not JSON: without a policy the MCP server answers it as it would (a parse error).
+    return UNREADABLE;
   }
 }
 

@@ -35,7 +35,12 @@ import {
 } from "./mcp_message.ts";
 import { readBoundedBody } from "./request_body.ts";
 import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
-import { callerOf, decideMessages, refusedCallResponse } from "./call_check.ts";
+import {
+  callerOf,
+  decideMessages,
+  refusedCallResponse,
+  unreadableBodyResponse,
+} from "./call_check.ts";
 import { listRequestsOf, type Permits } from "./list_filter.ts";
 import { decideCall } from "../access/call_policy.ts";
 import { accessPolicyOf } from "../config/mod.ts";
@@ -150,9 +155,8 @@ async function handleGatewayRequest(
     deadline.done();
     throw error;
   }
-  if (ctx.request.method === "POST" && body !== null) {
-    post = inspectPost(body, metadataHeaders(headers));
-  }
+  // Any method's body: what a PUT carries is decided as a POST's would be.
+  if (body !== null) post = inspectPost(body, metadataHeaders(headers));
   const audit: AuditContext = {
     requestId: ctx.requestId,
     auth,
@@ -166,6 +170,12 @@ async function handleGatewayRequest(
     deadline.done();
     gateway.audit.record(audit, { status: 400 });
     return headerMismatchResponse(post.batch ? null : post.messages[0]?.id, post.mismatch);
+  }
+  if (policy && post?.unreadable) {
+    deadline.done();
+    gateway.audit.record(audit, { status: 400 });
+    countMessages(ctx, audit.messages, "denied");
+    return unreadableBodyResponse();
   }
   const caller = policy && callerOf(auth, listedGroupsOf(ctx));
   if (policy && caller && post && decideMessages(policy, caller, post.messages)) {
