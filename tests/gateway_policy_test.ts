@@ -34,8 +34,13 @@ function mcpServer(options: { sse: boolean } = { sse: false }) {
   const scripted = startScripted(async (request) => {
     const message = await request.json();
     methods.push(message.method);
+    // 2026-07-28's caching hints: the same list for everyone, as the MCP server sees it.
     const result = message.method === "tools/list"
-      ? { tools: [...TOOLS.map((name) => ({ name, inputSchema: { type: "object" } })), {}] }
+      ? {
+        tools: [...TOOLS.map((name) => ({ name, inputSchema: { type: "object" } })), {}],
+        ttlMs: 60_000,
+        cacheScope: "public",
+      }
       : message.method === "resources/list"
       ? {
         resources: [{ uri: "gitlab://secrets/key", name: "k" }, { uri: "gitlab://x", name: "x" }],
@@ -272,6 +277,8 @@ Deno.test("policy: tools/list answers only what the account may call (JSON)", as
     const { response, body, text } = await rpc(p, "tools/list");
     assert.equal(response.status, 200);
     assert.deepEqual(body.result.tools.map((tool: { name: string }) => tool.name), ["read_file"]);
+    // What this account may call is its own: no shared cache may hand it to another.
+    assert.deepEqual([body.result.cacheScope, body.result.ttlMs], ["private", 60_000]);
     // The length is the filtered body's, not the MCP server's.
     assert.equal(
       response.headers.get("content-length"),
@@ -310,6 +317,7 @@ Deno.test("policy: tools/list answers only what the account may call (event stre
       body.result.tools.map((tool: { name: string }) => tool.name),
       ["delete_project", "merge_request", "read_file"],
     );
+    assert.equal(body.result.cacheScope, "private", "a list that could have been cut is per user");
     // Other events pass as they came; the answer keeps its event name and id.
     assert.ok(text.startsWith('event: message\ndata: {"jsonrpc":"2.0","method":"notifications'));
     assert.match(text, /event: message\nid: 7\ndata: /);
@@ -331,7 +339,8 @@ Deno.test("policy: without MCP_POLICY_FILE every call passes and lists are untou
   try {
     const p = { gateway, accessToken: gateway.accessToken } as PolicyGateway;
     assert.equal((await callTool(p, "delete_project")).body.result !== undefined, true);
-    assert.equal((await rpc(p, "tools/list")).body.result.tools.length, 4);
+    const { result } = (await rpc(p, "tools/list")).body;
+    assert.deepEqual([result.tools.length, result.cacheScope], [4, "public"]);
     assert.equal(auditLines(gateway.lines)[0].policy, undefined);
   } finally {
     await gateway.close();

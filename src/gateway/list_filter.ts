@@ -70,7 +70,10 @@ function filterMessage(message: unknown, lists: ListRequests, permits: Permits):
     // An item without a name cannot be checked: it is not shown.
     return typeof name === "string" && permits(list.target, name);
   });
-  return { ...message, result: { ...result, [list.field]: kept } };
+  const filtered: Record<string, unknown> = { ...result, [list.field]: kept };
+  // The list is this account's (2026-07-28 caching): a shared cache must not serve it to another.
+  if ("cacheScope" in result) filtered.cacheScope = "private";
+  return { ...message, result: filtered };
 }
 
 /** Largest event held whole while looking for a list answer. */
