@@ -110,27 +110,59 @@ export function isJsonRpcError(text: string): boolean {
   }
 }
 
+/** An event not mentioning `"error"` is held no longer than this while its end is awaited. */
+const QUIET_EVENT_CHARS = 64 * 1024;
+/** Largest event held to be looked at; a larger one goes unread (it is relayed all the same). */
+const MAX_WATCHED_EVENT_CHARS = 1024 * 1024;
+
 /**
- * Watches an event stream's bytes for a JSON-RPC error response among its events, without
- * holding more than the event being read.
+ * Watches an event stream's bytes for a JSON-RPC error response among its events, holding at
+ * most the event being read (up to MAX_WATCHED_EVENT_CHARS), and looking at each byte a bounded
+ * number of times: a stream of any size costs time in proportion to it.
  */
 export function sseErrorWatcher(): { feed(chunk: Uint8Array): void; sawError(): boolean } {
   const decoder = new TextDecoder();
+  const boundary = /\r?\n\r?\n/g;
+  /** The event being read; while `skipping`, only the last characters (a boundary may straddle). */
   let pending = "";
+  let mentionsError = false;
+  /** In an event too large to hold: waiting for its end. */
+  let skipping = false;
   let sawError = false;
+  const endAfter = (from: number) => {
+    boundary.lastIndex = from;
+    return boundary.exec(pending);
+  };
   return {
     feed(chunk) {
       if (sawError) return;
+      // The new text, and the three characters before it a boundary could begin with.
+      const from = Math.max(0, pending.length - 3);
       pending += decoder.decode(chunk, { stream: true });
-      // Only events that mention an error are parsed; the rest are dropped as they complete.
-      let boundary = pending.search(/\r?\n\r?\n/);
-      while (boundary !== -1) {
-        const event = pending.slice(0, boundary);
-        pending = pending.slice(boundary).replace(/^\r?\n\r?\n/, "");
-        if (event.includes('"error"') && isJsonRpcError(eventData(event))) sawError = true;
-        boundary = pending.search(/\r?\n\r?\n/);
+      let start = 0;
+      for (let end = endAfter(from); end !== null; end = endAfter(start)) {
+        const event = pending.slice(start, end.index);
+        if (!skipping && event.includes('"error"') && isJsonRpcError(eventData(event))) {
+          sawError = true;
+          pending = "";
+          return;
+        }
+        skipping = false;
+        start = end.index + end[0].length;
       }
-      if (!pending.includes('"error"') && pending.length > 64 * 1024) pending = "";
+      pending = pending.slice(start);
+      if (skipping) {
+        pending = pending.slice(-3);
+        return;
+      }
+      mentionsError = start > 0
+        ? pending.includes('"error"')
+        : mentionsError || pending.includes('"error"', Math.max(0, from - 6));
+      if (pending.length > (mentionsError ? MAX_WATCHED_EVENT_CHARS : QUIET_EVENT_CHARS)) {
+        skipping = true;
+        mentionsError = false;
+        pending = pending.slice(-3);
+      }
     },
     sawError: () => sawError,
   };

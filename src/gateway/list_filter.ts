@@ -90,15 +90,21 @@ export function filterEventStream(
 ): ReadableStream<Uint8Array> {
   const decoder = new TextDecoder();
   const encoder = new TextEncoder();
+  const boundary = /\r\n\r\n|\n\n|\r\r/g;
   let pending = "";
+  /** Where the next boundary may begin: what was searched before holds none. */
+  let searchFrom = 0;
   const flushEvents = (controller: TransformStreamDefaultController<Uint8Array>) => {
-    let match = pending.match(/\r\n\r\n|\n\n|\r\r/);
-    while (match?.index !== undefined) {
+    let start = 0;
+    boundary.lastIndex = searchFrom;
+    for (let match = boundary.exec(pending); match !== null; match = boundary.exec(pending)) {
       const end = match.index + match[0].length;
-      controller.enqueue(encoder.encode(filterEvent(pending.slice(0, end), lists, permits)));
-      pending = pending.slice(end);
-      match = pending.match(/\r\n\r\n|\n\n|\r\r/);
+      controller.enqueue(encoder.encode(filterEvent(pending.slice(start, end), lists, permits)));
+      start = end;
     }
+    pending = pending.slice(start);
+    // A boundary may begin in the last three characters and end in the next chunk.
+    searchFrom = Math.max(0, pending.length - 3);
     if (pending.length > MAX_EVENT_CHARS) {
       throw new UnfilterableList("an event of the MCP server's stream is too large to filter");
     }
