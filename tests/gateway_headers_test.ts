@@ -119,6 +119,58 @@ Deno.test("gateway: a compressed upstream body reaches the client decoded, witho
   }
 });
 
+Deno.test("gateway: a small gzip answer that decodes to megabytes is relayed as a stream, not held whole", async () => {
+  const decoded = `{"jsonrpc":"2.0","id":1,"result":{"text":"${"a".repeat(4 * 1024 * 1024)}"}}`;
+  const gzipped = await new Response(
+    new Response(decoded).body!.pipeThrough(new CompressionStream("gzip")),
+  ).bytes();
+  assert.ok(gzipped.length < 64 * 1024, "its Content-Length is far under the 1 MiB read whole");
+  const upstream = startScripted(() =>
+    new Response(gzipped, {
+      headers: { "Content-Encoding": "gzip", "Content-Type": "application/json" },
+    })
+  );
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    const response = await mcpRequest(t, accessToken, { body: "{}" });
+    const reader = response.body!.getReader();
+    const first = await reader.read();
+    assert.ok((first.value?.length ?? 0) <= 1024 * 1024 + 64 * 1024, `${first.value?.length}`);
+    let text = new TextDecoder().decode(first.value, { stream: true });
+    for (let part = await reader.read(); !part.done; part = await reader.read()) {
+      text += new TextDecoder().decode(part.value, { stream: true });
+    }
+    assert.equal(text.length, decoded.length, "and reaches the client whole");
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
+Deno.test("gateway: an answer the MCP server breaks off is 502, never a server error", async () => {
+  // Promises 1,000 bytes of JSON and closes after a few.
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const serving = (async () => {
+    for await (const conn of listener) {
+      await conn.read(new Uint8Array(64 * 1024));
+      const head =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+      await conn.write(new TextEncoder().encode(`${head}{"jsonrpc":"2.0",`));
+      conn.close();
+    }
+  })();
+  const { t, accessToken } = await gatewayApp(`http://127.0.0.1:${listener.addr.port}/mcp`);
+  try {
+    const response = await mcpRequest(t, accessToken, { body: "{}" });
+    assert.equal(response.status, 502);
+    assert.equal((await response.json()).error, "bad_gateway");
+  } finally {
+    t.close();
+    listener.close();
+    await serving.catch(() => {});
+  }
+});
+
 Deno.test("gateway: a header MCP_UPSTREAM_FORWARD_HEADERS names twice, or passed anyway, goes once", async () => {
   const upstream = startScripted((request) => Response.json(Object.fromEntries(request.headers)));
   const { t, accessToken } = await gatewayApp(upstream.url, {

@@ -64,13 +64,70 @@ export async function relayResponse(
   }
   const length = Number(upstreamHeaders["content-length"] ?? NaN);
   if (upstream.body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
-    const bytes = await upstream.bytes();
-    const rpcError = auditor.enabled ? isJsonRpcError(UTF8.decode(bytes)) : undefined;
-    auditor.record(audit, { status: upstream.status, rpcError });
-    return responseWithHeaders(bytes, init, headers);
+    // An encoded answer's length is the encoded one: fetch may decode it to far more.
+    const read = upstreamHeaders["content-encoding"] === undefined
+      ? await fromAnswer(upstream.bytes(), auditor, audit)
+      : await atMost(upstream.body, MAX_INSPECTED_JSON_BYTES, auditor, audit);
+    if (read instanceof Uint8Array) {
+      const rpcError = auditor.enabled ? isJsonRpcError(UTF8.decode(read)) : undefined;
+      auditor.record(audit, { status: upstream.status, rpcError });
+      return responseWithHeaders(read, init, headers);
+    }
+    auditor.record(audit, { status: upstream.status });
+    return responseWithHeaders(read, init, headers);
   }
   auditor.record(audit, { status: upstream.status });
   return responseWithHeaders(upstream.body, init, headers);
+}
+
+/** A read of the answer; one the MCP server breaks off is a 502, not the service's failure. */
+async function fromAnswer<T>(reading: Promise<T>, auditor: Audit, audit: AuditContext): Promise<T> {
+  try {
+    return await reading;
+  } catch {
+    auditor.record(audit, { status: 502 });
+    throw new OAuthError(502, "bad_gateway", "The MCP server's answer broke off");
+  }
+}
+
+/**
+ * The body's bytes when it holds at most `max`; else a stream of all of it, starting with what
+ * was read (held no further).
+ */
+async function atMost(
+  body: ReadableStream<Uint8Array>,
+  max: number,
+  auditor: Audit,
+  audit: AuditContext,
+): Promise<Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array>> {
+  const reader = body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await fromAnswer(reader.read(), auditor, audit);
+    if (done) return joinChunks(chunks, size);
+    chunks.push(value);
+    size += value.byteLength;
+    if (size > max) return resumed(chunks, reader);
+  }
+}
+
+/** The chunks already read, then the rest of `reader`. */
+function resumed(
+  chunks: Uint8Array[],
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+): ReadableStream<Uint8Array> {
+  return new ReadableStream<Uint8Array>({
+    start(controller) {
+      for (const chunk of chunks.splice(0)) controller.enqueue(chunk);
+    },
+    async pull(controller) {
+      const { done, value } = await reader.read();
+      if (done) controller.close();
+      else controller.enqueue(value);
+    },
+    cancel: (reason) => reader.cancel(reason),
+  });
 }
 
 /** A POST's list requests, and what the account may call: the lists answered are cut to it. */
