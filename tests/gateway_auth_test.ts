@@ -104,6 +104,32 @@ Deno.test("gateway: the Bearer scheme in any case, after spaces or a tab, is acc
   }
 });
 
+Deno.test("gateway: a token with whitespace inside is 401 invalid_token, and never one more remembered token", async () => {
+  const upstream = startScripted(echo);
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    const [header, payload, signature] = accessToken.split(".");
+    for (let i = 1; i <= 5; i++) {
+      // jose's decoder drops the space: the signature would still verify.
+      const variant = `${header}.${payload}.${signature.slice(0, i)} ${signature.slice(i)}`;
+      const response = await t.app(
+        new Request(MCP, {
+          method: "POST",
+          headers: { Authorization: `Bearer ${variant}` },
+          body: "{}",
+        }),
+      );
+      assert.equal(response.status, 401);
+      assert.match(response.headers.get("www-authenticate") ?? "", /error="invalid_token"/);
+      await response.body?.cancel();
+    }
+    assert.equal(upstream.requests.length, 0);
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gateway: forged, expired, wrong-issuer, alg none and malformed tokens → 401 invalid_token", async () => {
   const upstream = startScripted(echo);
   const { t, accessToken } = await gatewayApp(upstream.url);

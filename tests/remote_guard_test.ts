@@ -164,6 +164,10 @@ Deno.test("guard { introspection }: accepts live tokens, caches briefly, then ho
     );
     assert.equal(requests.count("/introspect"), 2);
     assert.match(await refusal(await guard.authenticate(withBearer("garbage"))), /invalid_token/);
+    // A space inside: refused before anyone is asked (each variant would be a new cache entry).
+    const spaced = `${issued.access_token.slice(0, -4)} ${issued.access_token.slice(-4)}`;
+    assert.match(await refusal(await guard.authenticate(withBearer(spaced))), /invalid_token/);
+    assert.equal(requests.count("/introspect"), 3, "garbage was asked about; the spaced one not");
 
     const wrongCaller = createResourceGuard({
       introspection: { url: `${service.url}/introspect`, token: CALLER.replace("a-", "b-") },

@@ -17,6 +17,7 @@ import type { Store, Versioned } from "../store/mod.ts";
 import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
 import { BearerChallengeError } from "./challenges.ts";
+import { isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { sameResource } from "./resource.ts";
 import type { VerifiedToken, VerifiedTokens } from "./verified_tokens.ts";
 
@@ -131,6 +132,10 @@ async function verifyAndRemember(
   token: string,
   target: GuardTarget,
 ): Promise<VerifiedToken> {
+  // Before the first verification only: a token read from memory passed it.
+  if (!isBearerTokenSyntax(token)) {
+    throw BearerChallengeError.invalidToken(target.resource, "The access token is malformed");
+  }
   const claims = await verifyToken(deps, token, target);
   requireResource(claims, target.resource);
   const session = await liveSession(deps, claims, target.resource);

@@ -12,6 +12,7 @@ import type { Clock } from "../clock.ts";
 import { sha256Base64Url } from "../crypto.ts";
 import { OAuthError } from "../http/errors.ts";
 import { BearerChallengeError } from "./challenges.ts";
+import { isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { createRemoteKeySet, KeySetUnavailable, type RemoteKeySet } from "./remote_keys.ts";
 import { sameResource } from "./resource.ts";
 
@@ -71,7 +72,11 @@ export async function authenticateRemotely(
   const { resource } = settings;
   const token = request.headers.get("authorization")?.match(/^Bearer(?:[ \t]+(.*))?$/i);
   if (!token) throw BearerChallengeError.authenticationRequired(resource);
-  const claims = await claimsOf((token[1] ?? "").trim());
+  const value = (token[1] ?? "").trim();
+  if (!isBearerTokenSyntax(value)) {
+    throw BearerChallengeError.invalidToken(resource, "The access token is malformed");
+  }
+  const claims = await claimsOf(value);
   const bound = claims.resource;
   if (bound !== undefined && (typeof bound !== "string" || !sameResource(bound, resource))) {
     throw BearerChallengeError.invalidToken(

@@ -3,6 +3,7 @@
  * whose session is alive, and `{active: false}` for anything else, never why.
  */
 
+import { isBearerTokenSyntax } from "../http/bearer_token.ts";
 import type { Clock } from "../clock.ts";
 import type { AccessTokenClaims, TokenSigner } from "../jwt.ts";
 import type { Store } from "../store/mod.ts";
@@ -46,6 +47,7 @@ export async function introspect(
   token: string,
 ): Promise<ActiveToken | InactiveToken> {
   if (token.length > 8192 || token.split(".").length !== 3) return INACTIVE;
+  if (!isBearerTokenSyntax(token)) return INACTIVE;
   const claims = await deps.signer.readSigned(token) as Partial<ClaimsWithTimes> | null;
   if (!claims || !isComplete(claims)) return INACTIVE;
   if (claims.exp * 1000 <= deps.clock.now()) return INACTIVE;
