@@ -130,6 +130,47 @@ Deno.test("gateway: a token with whitespace inside is 401 invalid_token, and nev
   }
 });
 
+Deno.test("gateway: a session revoked while its token is being checked is not remembered as accepted", async () => {
+  const upstream = startScripted(echo);
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    // The first check waits in the middle (after reading the session) until the revocation.
+    const { promise: revoked, resolve: revocationDone } = Promise.withResolvers<void>();
+    const { promise: waiting, resolve: checkWaits } = Promise.withResolvers<void>();
+    const open = t.store.openUpstreamTokens.bind(t.store);
+    let first = true;
+    t.store.openUpstreamTokens = async (session) => {
+      if (first) {
+        first = false;
+        checkWaits();
+        await revoked;
+      }
+      return await open(session);
+    };
+    const call = () =>
+      t.app(
+        new Request(MCP, {
+          method: "POST",
+          headers: { Authorization: `Bearer ${accessToken}` },
+          body: "{}",
+        }),
+      );
+    const during = call();
+    await waiting;
+    const { sid } = decodeJwt(accessToken);
+    await t.store.deleteSession(String(sid));
+    t.deps.verifiedTokens.forgetSession(String(sid));
+    revocationDone();
+    await (await during).body?.cancel();
+    const after = await call();
+    assert.equal(after.status, 401, "refused at once in the process that ended the session");
+    await after.body?.cancel();
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gateway: forged, expired, wrong-issuer, alg none and malformed tokens → 401 invalid_token", async () => {
   const upstream = startScripted(echo);
   const { t, accessToken } = await gatewayApp(upstream.url);

@@ -38,7 +38,10 @@ export interface VerifiedTokens {
   get(token: string, issuer: string, nowMs: number): VerifiedToken | undefined;
   /** Remembers an accepted token, unless it or its GitLab token is about to need a check. */
   remember(token: string, found: VerifiedToken, nowMs: number): void;
-  /** Forgets every token (and MCP session binding) of a session that just ended. */
+  /**
+   * Forgets every token (and MCP session binding) of a session that just ended, and never
+   * remembers one of it again (a check that read the session before it ended may finish after).
+   */
   forgetSession(sessionId: string): void;
   /** The session `mcpSessionId` was found bound to less than the TTL ago, if any. */
   mcpSessionOwner(mcpSessionId: string, nowMs: number): string | undefined;
@@ -56,6 +59,8 @@ interface Entry extends VerifiedToken {
 export function createVerifiedTokens(ttlMs = VERIFIED_TOKEN_TTL_MS): VerifiedTokens {
   const entries = new Map<string, Entry>();
   const owners = new Map<string, { sessionId: string; untilMs: number }>();
+  /** Sessions that ended in this process, newest last (ids are random: one never comes back). */
+  const ended = new Set<string>();
   return {
     get(token, issuer, nowMs) {
       const entry = entries.get(token);
@@ -68,6 +73,7 @@ export function createVerifiedTokens(ttlMs = VERIFIED_TOKEN_TTL_MS): VerifiedTok
       return entry.claims.iss === issuer ? entry : undefined;
     },
     remember(token, found, nowMs) {
+      if (ended.has(found.session.id)) return;
       const untilMs = Math.min(
         nowMs + ttlMs,
         // The token's and the session's own ends, and the moment the GitLab token must be
@@ -82,6 +88,8 @@ export function createVerifiedTokens(ttlMs = VERIFIED_TOKEN_TTL_MS): VerifiedTok
       entries.set(token, { ...found, untilMs });
     },
     forgetSession(sessionId) {
+      ended.add(sessionId);
+      if (ended.size > MAX_ENTRIES) ended.delete(ended.values().next().value ?? "");
       for (const [token, entry] of entries) {
         if (entry.session.id === sessionId) entries.delete(token);
       }
