@@ -294,6 +294,41 @@ Deno.test("policy: tools/list answers only what the account may call (JSON)", as
   }
 });
 
+Deno.test("policy: a list answered under another content type is filtered all the same, or refused", async () => {
+  const policyPath = await writePolicy(ISSUE_POLICY);
+  for (const type of ["text/plain", "application/vnd.example+json", "text/html"]) {
+    const upstream = startScripted(async (request) => {
+      const { id } = await request.json();
+      const body = type === "text/html" ? "<p>tools</p>" : JSON.stringify({
+        jsonrpc: "2.0",
+        id,
+        result: { tools: TOOLS.map((name) => ({ name })) },
+      });
+      return new Response(body, { headers: { "Content-Type": type } });
+    });
+    const gateway = await startGateway(upstream.url, {
+      env: { MCP_POLICY_FILE: policyPath },
+      signIn: false,
+    });
+    gateway.t.upstream.user = { id: 77, username: "grace" };
+    const { access_token } = await issueTokens(gateway.t);
+    try {
+      const p = { gateway, accessToken: access_token } as PolicyGateway;
+      const { response, text } = await rpc(p, "tools/list");
+      if (type === "text/html") {
+        assert.equal(response.status, 502, text);
+      } else {
+        assert.equal(response.status, 200, type);
+        assert.deepEqual(JSON.parse(text).result.tools, [{ name: "read_file" }], type);
+      }
+    } finally {
+      await gateway.close();
+      await upstream.close();
+    }
+  }
+  await Deno.remove(policyPath);
+});
+
 Deno.test("policy: a filtered JSON list carries the MCP server's Content-Type alone", async () => {
   const p = await policyGateway(ISSUE_POLICY, "grace");
   try {

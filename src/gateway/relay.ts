@@ -59,7 +59,10 @@ export async function relayResponse(
     });
     return responseWithHeaders(body, init, headers);
   }
-  if (filter && upstream.body && type.startsWith("application/json")) {
+  // Whatever type a successful answer claims (an MCP server may send JSON as text/plain), a list
+  // answer that is not an event stream is read as JSON and filtered, or refused (502), never
+  // passed uncut; a failure's own text (a 2025 session's 404) passes as it came.
+  if (filter && upstream.body && (upstream.ok || type.startsWith("application/json"))) {
     return await relayFilteredJson(upstream.body, init, headers, auditor, audit, filter);
   }
   const length = Number(upstreamHeaders["content-length"] ?? NaN);
