@@ -92,7 +92,9 @@ export function redact(token: string | undefined): string {
  * (`setImmediate`: no timer, no millisecond's wait): a busy gateway logs a line per request, and
  * a write per line cost it about a tenth of its CPU.
  * Warnings and errors are written at once, with the lines gathered before them, so a line that
- * precedes an exit is never lost; a `kill -9` may lose the request lines of the last turn.
+ * precedes an exit is never lost; a `kill -9` may lose the request lines of the last turn. At most
+ * PENDING_LIMIT characters wait: one request may write many lines (an audit line per message of
+ * a batch), and they must not all be held at once.
  */
 function stdoutLines(): LineWriter {
   if (typeof Deno.stdout?.writeSync !== "function") {
@@ -112,6 +114,9 @@ function stdoutLines(): LineWriter {
   return (line, urgent) => {
     if (pending === "" && !urgent) setImmediate(flush);
     pending += `${line}\n`;
-    if (urgent) flush();
+    if (urgent || pending.length > PENDING_LIMIT) flush();
   };
 }
+
+/** Characters of gathered lines that make the logger write them before the turn ends. */
+const PENDING_LIMIT = 1024 * 1024;

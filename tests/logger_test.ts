@@ -184,6 +184,27 @@ Deno.test("no log line carries a secret", async (t) => {
   }
 });
 
+Deno.test("createLogger on stdout: lines gathered in one turn are written once they pass 1 MiB", async () => {
+  // 20,000 lines of about 130 bytes in one turn, then an exit before the turn ends: what was
+  // gathered past the limit has been written, what came after it is lost with the exit.
+  const script = `
+    import { createLogger } from ${
+    JSON.stringify(new URL("../src/logger.ts", import.meta.url).href)
+  };
+    const logger = createLogger();
+    for (let i = 0; i < 20000; i++) logger.info("mcp", { i, pad: "x".repeat(64) });
+    Deno.exit(0);
+  `;
+  const { stdout } = await new Deno.Command(Deno.execPath(), {
+    args: ["eval", "--quiet", script],
+    stdout: "piped",
+    stderr: "inherit",
+  }).output();
+  const written = new TextDecoder().decode(stdout).split("\n").filter((line) => line !== "");
+  assert.ok(written.length >= 20000 - 9000, `${written.length} lines written before the exit`);
+  assert.deepEqual(JSON.parse(written.at(-1)!).i, written.length - 1, "in order, whole lines");
+});
+
 Deno.test("createLogger on stdout: request lines are gathered, a warning or an error writes them at once", async () => {
   const script = `
     import { createLogger } from ${
