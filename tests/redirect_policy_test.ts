@@ -166,16 +166,29 @@ Deno.test("registered policy: the sole registered redirect URI may be omitted an
     const body = await (await poll(t, flowState)).json();
     assert.equal(body.status, "complete");
     assert.equal(body.redirect_uri, "https://app.example/cb");
-    // The code is bound to that URI: the exchange must name it (RFC 6749 §4.1.3).
-    const exchanged = await token(t, {
-      grant_type: "authorization_code",
-      code: body.code,
-      code_verifier: PKCE.verifier,
-      redirect_uri: "https://app.example/cb",
-      client_id: clientId,
-    });
-    assert.equal(exchanged.status, 200, await exchanged.clone().text());
-    await exchanged.body?.cancel();
+    // /authorize named none, so the exchange need not (spec: "required only if one was given
+    // to /authorize"; RFC 6749 §4.1.3); one it names must be the URI the code went to.
+    const exchange = (code: string, redirectUri?: string) =>
+      token(t, {
+        grant_type: "authorization_code",
+        code,
+        code_verifier: PKCE.verifier,
+        ...(redirectUri === undefined ? {} : { redirect_uri: redirectUri }),
+        client_id: clientId,
+      });
+    const leftOut = await exchange(body.code);
+    assert.equal(leftOut.status, 200, await leftOut.clone().text());
+    await leftOut.body?.cancel();
+
+    const again = await startFlow(t, { client_id: clientId, redirect_uri: null });
+    t.upstream.approve();
+    const { code } = await (await poll(t, again)).json();
+    const wrong = await exchange(code, "https://app.example/other");
+    assert.equal(wrong.status, 400);
+    assert.equal((await wrong.json()).error, "invalid_grant");
+    const named = await exchange(code, "https://app.example/cb");
+    assert.equal(named.status, 200, await named.clone().text());
+    await named.body?.cancel();
   }));
 
 Deno.test("registered policy: redirect_uri omitted with several registered → 400 invalid_request", () =>

@@ -56,7 +56,12 @@ export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Respons
   if (ctx.deps.config.upstream.signIn === "redirect") {
     return await answerRedirectSignIn(
       ctx,
-      { ...request, redirectUri: client.redirectUri, resource },
+      {
+        ...request,
+        redirectUri: client.redirectUri,
+        ...impliedRedirect(request, client),
+        resource,
+      },
       { ...client, registered: client.registration !== undefined },
     );
   }
@@ -232,6 +237,17 @@ function flowRecord(
     codeChallengeMethod: PKCE_METHOD,
     state: request.state,
     redirectUri: client.redirectUri,
+    ...impliedRedirect(request, client),
     resource,
   };
+}
+
+/** Marks a redirect URI the client did not name (its sole registered one). */
+function impliedRedirect(
+  request: AuthorizationRequest,
+  client: IdentifiedClient,
+): { redirectUriImplied?: true } {
+  return request.redirectUri === undefined && client.redirectUri !== undefined
+    ? { redirectUriImplied: true }
+    : {};
 }

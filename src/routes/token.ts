@@ -81,11 +81,14 @@ async function exchangeCode(
     await store.deleteCode(code);
     throw invalidGrant("Authorization code expired");
   }
-  const { codeChallenge, codeChallengeMethod, redirectUri } = code.value;
+  const { codeChallenge, codeChallengeMethod, redirectUri, redirectUriImplied } = code.value;
   if (!verifyPkce(verifier, codeChallenge, codeChallengeMethod)) {
     throw invalidGrant("Invalid code_verifier");
   }
-  if (redirectUri !== undefined && params.get("redirect_uri") !== redirectUri) {
+  // Required when /authorize named it; when it was implied, may be left out, else must match.
+  const sent = params.get("redirect_uri");
+  const leftOut = redirectUriImplied === true && sent === undefined;
+  if (redirectUri !== undefined && !leftOut && sent !== redirectUri) {
     throw invalidGrant("redirect_uri does not match the authorization request");
   }
   if (!session) throw invalidGrant("Session not found");

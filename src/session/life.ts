@@ -26,7 +26,12 @@ const RACED_TRANSITION_ATTEMPTS = 5;
 /** What an authorization request asked that its code must remember. */
 export type SignInRequest = Pick<
   FlowRecord,
-  "clientId" | "codeChallenge" | "codeChallengeMethod" | "redirectUri" | "resource"
+  | "clientId"
+  | "codeChallenge"
+  | "codeChallengeMethod"
+  | "redirectUri"
+  | "redirectUriImplied"
+  | "resource"
 >;
 
 /** The upstream side of a sign-in: the user's tokens, sealed, and when they expire. */
@@ -99,7 +104,7 @@ export function newSignIn(
     CODE_TTL_MS / 1000,
     request.resource,
   );
-  const { clientId, codeChallenge, codeChallengeMethod, redirectUri } = request;
+  const { clientId, codeChallenge, codeChallengeMethod, redirectUri, redirectUriImplied } = request;
   return {
     code: newSessionToken(session.id),
     codeRecord: {
@@ -108,6 +113,7 @@ export function newSignIn(
       codeChallenge,
       codeChallengeMethod,
       redirectUri,
+      ...(redirectUriImplied ? { redirectUriImplied } : {}),
       expiresAt: session.expiresAt,
     },
     session,

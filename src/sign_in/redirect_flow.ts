@@ -34,6 +34,8 @@ export interface RedirectSignInRequest {
   codeChallenge: string;
   state: string;
   redirectUri?: string;
+  /** The client named none: `redirectUri` is its sole registered one. */
+  redirectUriImplied?: true;
   /** The protected resource the tokens will be bound to (RFC 8707). */
   resource: string;
 }
@@ -73,6 +75,7 @@ export async function answerRedirectSignIn(
     codeChallengeMethod: PKCE_METHOD,
     state: request.state,
     redirectUri,
+    ...(request.redirectUriImplied ? { redirectUriImplied: true } : {}),
     resource: request.resource,
     browserHash: sha256Base64Url(browser),
     expiresAt: clock.now() + SIGN_IN_STEP_TTL_MS,

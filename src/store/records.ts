@@ -46,6 +46,11 @@ export interface FlowRecord {
   /** Empty string when `/authorize` had none. */
   state: string;
   redirectUri?: string;
+  /**
+   * The client named no redirect_uri and its sole registered one was used: `/token` need not
+   * name it (spec: required only if one was given to `/authorize`).
+   */
+  redirectUriImplied?: true;
   /** The MCP server the client asked a token for (RFC 8707); absent in flows from before. */
   resource?: string;
   /** The hash of the `/authorize` request that started it, when identical ones may share it. */
@@ -73,6 +78,11 @@ export interface SignInRecord {
   /** Empty string when `/authorize` had none. */
   state: string;
   redirectUri: string;
+  /**
+   * The client named no redirect_uri and its sole registered one was used: `/token` need not
+   * name it (spec: required only if one was given to `/authorize`).
+   */
+  redirectUriImplied?: true;
   /** The protected resource the tokens will be bound to (RFC 8707). */
   resource?: string;
   /** SHA-256 of the browser cookie the sign-in is bound to (login CSRF). */
@@ -92,6 +102,11 @@ export interface CodeRecord {
   codeChallenge: string;
   codeChallengeMethod: string;
   redirectUri?: string;
+  /**
+   * The client named no redirect_uri and its sole registered one was used: `/token` need not
+   * name it (spec: required only if one was given to `/authorize`).
+   */
+  redirectUriImplied?: true;
   /** Epoch ms: creation plus 10 minutes. */
   expiresAt: number;
   /** Set when REVOKE_ON_CODE_REPLAY keeps a redeemed code to recognise its replay. */
