@@ -26,8 +26,15 @@ Deno.test("redirect allow-list: dot segments are refused before matching, raw or
       "http://127.0.0.1:8080/..",
       "http://127.0.0.1:8080/%2E%2E#frag",
       "cursor://..",
+      // A URL parser drops a tab or line break anywhere, and spaces or controls at the ends.
+      "https://app.example/callback/.\t.",
+      "https://app.example/callback/.\n.",
+      "https://app.example/callback/\r..",
+      "https://app.example/callback/.. ",
+      "https://app.example/callback/..\x00",
+      "https://app.example/callback/a b",
     ]
-  ) assert.equal(isAllowedRedirect(uri, PATTERNS), false, uri);
+  ) assert.equal(isAllowedRedirect(uri, PATTERNS), false, JSON.stringify(uri));
 });
 
 Deno.test("redirect allow-list: dots inside a segment or in the query still match", () => {

@@ -33,9 +33,14 @@ export function redirectPatternProblem(pattern: string): string | undefined {
  * browser resolves to a path outside the one the operator allowed.
  */
 export function isAllowedRedirect(redirectUri: string, patterns: readonly string[]): boolean {
-  if (hasDotSegment(redirectUri)) return false;
+  // A URL parser drops tabs and line breaks anywhere, and controls and spaces at either end:
+  // `/callback/.\t.` would pass the dot check and then be `/callback/..`. No URI holds them raw.
+  if (CONTROL_OR_SPACE.test(redirectUri) || hasDotSegment(redirectUri)) return false;
   return patterns.some((pattern) => patternRegExp(pattern).test(redirectUri));
 }
+
+/** What a URI never holds unencoded (RFC 3986 §2), and URL parsers strip or drop. */
+const CONTROL_OR_SPACE = /[\x00-\x20\x7f]/;
 
 /** A path segment of `.` or `..`, any of the dots written `%2e` (RFC 3986 §5.2.4, §6.2.2.2). */
 const DOT_SEGMENT = /^(?:\.|%2e){1,2}$/i;
