@@ -30,6 +30,8 @@ export interface PostgresBackend extends KvBackend {
 
 const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
 const SWEEP_BATCH = 1_000;
+/** Batches one sweep may run: 100,000 rows a minute per process at most. */
+const SWEEP_BATCHES_PER_ROUND = 100;
 const DEFAULT_PAGE = 500;
 /** The expression of an entry that is not expired. */
 const LIVE = "(expires_at IS NULL OR expires_at > kv_now())";
@@ -50,7 +52,7 @@ function createBackend(sql: Sql, sweepIntervalMs: number): PostgresBackend {
   const sweep = (limit = SWEEP_BATCH) => unavailableOnFailure(() => sweepExpired(sql, limit));
   const timer = sweepIntervalMs > 0
     ? setInterval(
-      () => sweep().catch(() => {/* tried again at the next interval */}),
+      () => sweepRound(sweep).catch(() => {/* tried again at the next interval */}),
       sweepIntervalMs,
     )
     : undefined;
@@ -178,13 +180,26 @@ async function commit(sql: Sql, write: PlannedWrite): Promise<CommitOutcome> {
 }
 
 async function sweepExpired(sql: Sql, limit: number): Promise<number> {
+  // Checked again on the row deleted: one rewritten live (a lease taken anew) while the sweep
+  // waited for it is the new row, and under READ COMMITTED only this condition is re-read.
   const result = await sql.unsafe(
     `DELETE FROM kv WHERE key IN (
        SELECT key FROM kv WHERE expires_at <= kv_now() ORDER BY expires_at LIMIT $1
-     )`,
+     ) AND expires_at <= kv_now()`,
     [limit],
   );
   return result.count;
+}
+
+/**
+ * One sweep: batches until one finds fewer than a batch of expired rows, at most
+ * SWEEP_BATCHES_PER_ROUND of them, so that a backlog is worked off rather than outgrowing a
+ * batch a minute.
+ */
+async function sweepRound(sweep: (limit?: number) => Promise<number>): Promise<void> {
+  for (let i = 0; i < SWEEP_BATCHES_PER_ROUND; i++) {
+    if (await sweep() < SWEEP_BATCH) return;
+  }
 }
 
 /** The advisory lock of a key (hex of its encoding): 64 bits of its SHA-256, signed. */

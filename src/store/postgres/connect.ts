@@ -40,6 +40,9 @@ export function connect(options: PostgresOptions): Sql {
     connection: {
       application_name: "gitlab-mcp-auth",
       statement_timeout: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+      // kv_commit's checks read what committed before its advisory locks were granted: a
+      // database or role defaulting to repeatable read would have them read an older snapshot.
+      default_transaction_isolation: "read committed",
     },
   });
 }
