@@ -81,6 +81,8 @@ export interface GuardDeps {
   requiredScope: string;
   /** Tokens accepted within the last second, so a burst of calls is checked once. */
   verifiedTokens: VerifiedTokens;
+  /** UPSTREAM_TIMEOUT_MS, which the GitLab token refresh's lease outlasts. */
+  upstreamTimeoutMs?: number;
 }
 
 /**

@@ -164,6 +164,7 @@ function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
     ),
     requiredScope: options.requiredScope ?? MCP_TOOLS_SCOPE,
     verifiedTokens: createVerifiedTokens(),
+    upstreamTimeoutMs: options.gitlab?.timeoutMs ?? DEFAULT_GITLAB_TIMEOUT_MS,
   };
   const target = { issuer, resource };
   return {

@@ -118,6 +118,7 @@ function guardDeps(ctx: OAuthRequestContext): GuardDeps {
     signer: ctx.oauth.signer,
     clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
     accessTokenTtlSeconds: ctx.deps.config.accessTokenTtlSeconds,
+    upstreamTimeoutMs: ctx.deps.config.upstreamTimeoutMs,
     requiredScope: MCP_TOOLS_SCOPE,
     verifiedTokens,
   };

@@ -137,7 +137,12 @@ async function refresh(ctx: OAuthRequestContext, params: Map<string, string>): P
 
   let session: Versioned<SessionRecord> | null;
   try {
-    session = await ensureFreshUpstreamToken({ store, clock, upstream: ctx.oauth.upstream }, found);
+    session = await ensureFreshUpstreamToken({
+      store,
+      clock,
+      upstream: ctx.oauth.upstream,
+      upstreamTimeoutMs: ctx.deps.config.upstreamTimeoutMs,
+    }, found);
   } catch (error) {
     if (!(error instanceof UpstreamRefreshFailed)) throw error;
     logger.warn("upstream refresh failed", {

@@ -14,10 +14,14 @@ import type { Upstream } from "../upstream/types.ts";
 /** Refresh the upstream token when it expires within this (spec §8). */
 export const UPSTREAM_REFRESH_BUFFER_MS = 5 * 60 * 1000;
 
-/** How long one instance may hold a session's upstream-refresh lease. */
-const REFRESH_LEASE_MS = 30_000;
-/** How long a caller waits for another instance's refresh of the same session. */
-const REFRESH_WAIT_MS = 35_000;
+/**
+ * The shortest a session's upstream-refresh lease is held; longer when the upstream's time
+ * limit is: the lease must outlast the refresh call, or a second instance would take it and
+ * spend the same refresh token.
+ */
+const MIN_REFRESH_LEASE_MS = 30_000;
+/** What a caller waits beyond a lease for another instance's refresh of the same session. */
+const REFRESH_WAIT_MARGIN_MS = 5_000;
 const REFRESH_WAIT_STEP_MS = 25;
 const SAVE_ATTEMPTS = 5;
 
@@ -26,6 +30,13 @@ export interface RefreshDeps {
   store: Store;
   clock: Clock;
   upstream: Upstream;
+  /** UPSTREAM_TIMEOUT_MS: how long one upstream call may take (the lease outlasts it). */
+  upstreamTimeoutMs?: number;
+}
+
+/** How long a refresh lease is held: twice the upstream's time limit and a margin, or more. */
+function refreshLeaseMs(upstreamTimeoutMs: number | undefined): number {
+  return Math.max(MIN_REFRESH_LEASE_MS, 2 * (upstreamTimeoutMs ?? 0) + 5_000);
 }
 
 /** The upstream token could not be refreshed (spec: `Failed to refresh underlying upstream token`). */
@@ -56,9 +67,10 @@ export async function ensureFreshUpstreamToken(
   const { store, clock } = deps;
   if (!upstreamExpiring(session.value, clock.now())) return session;
   const id = session.value.id;
-  const deadline = Date.now() + REFRESH_WAIT_MS;
+  const leaseMs = refreshLeaseMs(deps.upstreamTimeoutMs);
+  const deadline = Date.now() + leaseMs + REFRESH_WAIT_MARGIN_MS;
   while (Date.now() < deadline) {
-    const lease = await store.tryLease("upstream-refresh", id, REFRESH_LEASE_MS);
+    const lease = await store.tryLease("upstream-refresh", id, leaseMs);
     if (!lease) {
       // Another caller is refreshing: wait, then take what it stored if it is done.
       await new Promise((resolve) => setTimeout(resolve, REFRESH_WAIT_STEP_MS));
