@@ -159,6 +159,21 @@ Deno.test("loadConfig rejects bad values with a one-line ConfigError", async (t)
     assertRejected({ GITLAB_URL: "not a url" }, "GITLAB_URL");
     assertRejected({ GITLAB_URL: "ftp://x" }, "GITLAB_URL");
   });
+  await t.step("a URL with a user name or password, never echoed", () => {
+    for (const name of ["GITLAB_URL", "BASE_URL", "MCP_UPSTREAM_URL"]) {
+      for (
+        const url of ["https://deploy-bot:glpat-SECRET@gitlab.example.com", "https://bot@x.example"]
+      ) {
+        assert.throws(
+          () => loadConfig({ [name]: url }),
+          (error: Error) =>
+            error instanceof ConfigError && error.message.includes(name) &&
+            !error.message.includes("SECRET") && !error.message.includes("bot"),
+          `${name}=${url}`,
+        );
+      }
+    }
+  });
   await t.step("BASE_URL malformed", () => {
     assertRejected({ BASE_URL: "auth.example.org" }, "BASE_URL");
     assertRejected({ BASE_URL: "http://" }, "BASE_URL");

@@ -125,6 +125,10 @@ export function parseHttpUrlWithQuery(name: string, raw: string): URL {
   if (!url) throw new ConfigError(name, `is not a valid URL: ${JSON.stringify(raw)}`);
   if (!isWebUrl(url)) throw new ConfigError(name, "must be an http or https URL");
   if (url.hash) throw new ConfigError(name, "must not have a query or fragment");
+  // fetch refuses such a URL, and logs and pages would show its password: never echoed here.
+  if (url.username || url.password) {
+    throw new ConfigError(name, "must not carry a user name or password");
+  }
   return url;
 }
 
