@@ -8,7 +8,12 @@ import assert from "node:assert/strict";
 import { ConfigError, loadConfig } from "../src/config/mod.ts";
 import { connect } from "../src/store/postgres/connect.ts";
 import { openDatabase } from "../src/store/open.ts";
-import { ignorePostgresTests, type PostgresCluster, startPostgres } from "./_postgres.ts";
+import {
+  ignorePostgresTests,
+  type PostgresCluster,
+  sharedPostgres,
+  startPostgres,
+} from "./_postgres.ts";
 import { denoRunArgs, runAdminCli } from "./_service.ts";
 import { generateCertificates, type TestCertificates, testCertificates } from "./_tls.ts";
 import { TEST_SECRET } from "./_helpers.ts";
@@ -147,9 +152,21 @@ test("an unreadable sslrootcert stops start-up in one line", () =>
     assert.match(message, /sslrootcert \/nonexistent\/root\.crt cannot be read/);
   }));
 
+test("ssl=require, the drivers' spelling, is sslmode=require: a server without TLS is refused", async () => {
+  const plain = await (await sharedPostgres()).createDatabase();
+  for (const spelling of ["ssl=require", "ssl=true", "ssl=verify-full"]) {
+    const config = loadConfig({ DATABASE_URL: `${plain}?${spelling}` });
+    await assert.rejects(() => openDatabase(config), Error, spelling);
+  }
+  const opened = await openDatabase(loadConfig({ DATABASE_URL: `${plain}?ssl=false` }));
+  await opened.close();
+});
+
 Deno.test("postgres TLS: an unknown sslmode is a configuration error in one line", async () => {
   for (
     const url of [
+      "postgres://u:secret@db:5432/auth?ssl=maybe",
+      "postgres://u:secret@db:5432/auth?sslmode=disable&ssl=require",
       "postgres://u:secret@db:5432/auth?sslmode=verify_full",
       "postgres://u:secret@db:5432/auth?sslmode=allow",
       "postgres://u:secret@db:5432/auth?sslmode=",
@@ -161,7 +178,7 @@ Deno.test("postgres TLS: an unknown sslmode is a configuration error in one line
       () => loadConfig({ DATABASE_URL: url }),
       (error) => {
         assert.ok(error instanceof ConfigError, String(error));
-        assert.match(error.message, /^DATABASE_URL: (sslmode|sslrootcert)/);
+        assert.match(error.message, /^DATABASE_URL: (sslmode|sslrootcert|ssl )/);
         assert.ok(!error.message.includes("secret"), "the password is not echoed");
         assertOneLine(error.message);
         return true;

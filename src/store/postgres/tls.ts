@@ -22,6 +22,7 @@ export function withoutTlsParameters(url: URL): string {
   const stripped = new URL(url);
   stripped.searchParams.delete("sslmode");
   stripped.searchParams.delete("sslrootcert");
+  stripped.searchParams.delete("ssl");
   return stripped.href;
 }
 

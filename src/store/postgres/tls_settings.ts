@@ -18,9 +18,28 @@ export interface TlsSettings {
   rootCert?: string;
 }
 
-/** Reads `sslmode` and `sslrootcert`; throws a one-line Error when they make no sense. */
+/**
+ * The drivers' own spelling, `ssl=…` (node-postgres, postgres.js), as the `sslmode` it means:
+ * read rather than left to the driver, which ignores it beside our TLS settings (so that
+ * `ssl=require` silently became `prefer`, plaintext when the server offers no TLS).
+ */
+const SSL_PARAMETER_MODES: Readonly<Record<string, SslMode>> = {
+  true: "require",
+  require: "require",
+  "verify-full": "verify-full",
+  prefer: "prefer",
+  false: "disable",
+  disable: "disable",
+};
+
+/** Reads `sslmode` (or `ssl`) and `sslrootcert`; throws a one-line Error when they make no sense. */
 export function tlsSettingsOf(url: URL): TlsSettings {
-  const raw = url.searchParams.get("sslmode") ?? DEFAULT_SSL_MODE;
+  const named = url.searchParams.get("sslmode");
+  const spelled = sslParameterMode(url);
+  if (named !== null && spelled !== undefined && named !== spelled) {
+    throw new Error(`sslmode=${named.slice(0, 40)} and ssl (${spelled}) disagree`);
+  }
+  const raw = named ?? spelled ?? DEFAULT_SSL_MODE;
   if (!(SSL_MODES as readonly string[]).includes(raw)) {
     throw new Error(
       `sslmode must be one of ${SSL_MODES.join(", ")}, got ${JSON.stringify(raw.slice(0, 40))}`,
@@ -40,4 +59,19 @@ export function tlsSettingsOf(url: URL): TlsSettings {
     throw new Error("sslmode=verify-ca needs sslrootcert=<file of the CA certificates>");
   }
   return { mode, rootCert };
+}
+
+/** The mode `ssl=…` names, if it is given; throws when it names none. */
+function sslParameterMode(url: URL): SslMode | undefined {
+  const raw = url.searchParams.get("ssl");
+  if (raw === null) return undefined;
+  const mode = Object.hasOwn(SSL_PARAMETER_MODES, raw) ? SSL_PARAMETER_MODES[raw] : undefined;
+  if (mode === undefined) {
+    throw new Error(
+      `ssl must be one of ${Object.keys(SSL_PARAMETER_MODES).join(", ")}, got ${
+        JSON.stringify(raw.slice(0, 40))
+      }`,
+    );
+  }
+  return mode;
 }
