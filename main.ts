@@ -95,7 +95,7 @@ export async function startService(
     }, app);
   } catch (error) {
     await closeKv();
-    throw error instanceof Deno.errors.AddrInUse ? portInUse(config) : error;
+    throw error instanceof Deno.errors.AddrInUse ? portInUse(config) : cannotListen(config, error);
   }
   let stopping: Promise<void> | undefined;
   return {
@@ -117,6 +117,16 @@ export async function startService(
       return stopping;
     },
   };
+}
+
+/** Any other failure to listen: an address that is none, or one this host does not have. */
+function cannotListen(config: Config, error: unknown): ConfigError {
+  const reason = error instanceof Error ? error.message : String(error);
+  const variable = error instanceof Deno.errors.PermissionDenied ? "PORT" : "HOST";
+  return new ConfigError(
+    variable,
+    `cannot listen on ${listenHostname(config)} port ${config.port}: ${reason.split("\n")[0]}`,
+  );
 }
 
 function portInUse(config: Config): ConfigError {

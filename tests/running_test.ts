@@ -121,6 +121,18 @@ Deno.test("PORT already in use: one line naming the port and PORT, exit 1, no st
   });
 });
 
+Deno.test("HOST that is no address of this host: one line naming HOST, exit 1, no stack trace", async () => {
+  for (const host of ["exa mple", "256.1.1.1", "no-such-host.invalid"]) {
+    const env = { PORT: "0", HOST: host, KV_PATH: ":memory:", JWT_SECRET: TEST_SECRET };
+    const output = await runToExit(["run", "--allow-all", MAIN, "start"], env);
+    assert.equal(output.code, 1, host);
+    const lines = output.lines.filter((line) => !line.includes('"warn"'));
+    assert.equal(lines.length, 1, lines.join("\n"));
+    assert.match(lines[0], /configuration error: HOST: cannot listen on /, host);
+    assert.doesNotMatch(lines[0], /\bat \S+:\d+/, "no stack trace");
+  }
+});
+
 Deno.test("KV_PATH in a folder that does not exist: one line naming KV_PATH and the folder, exit 1", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "kv-folder-" });
   const folder = `${dir}/not-created`;
