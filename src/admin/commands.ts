@@ -211,7 +211,12 @@ async function revokeSession(
   return 0;
 }
 
-/** A client's registration goes, and with it every session signed in through it. */
+/**
+ * A client's registration goes, and with it every session signed in through it. A client with
+ * no registration (any client id may sign in under REDIRECT_URI_POLICY=any; a registration
+ * lapses while refreshes keep its sessions) still has its sessions ended; exit 1 only when there
+ * is neither.
+ */
 async function deleteClient(
   clientId: string,
   keepGitLabTokens: boolean,
@@ -219,7 +224,7 @@ async function deleteClient(
 ): Promise<number> {
   const revoker = gitLabRevoker(keepGitLabTokens, deps);
   const ending = await openAll(await deps.store.listSessions({ clientId }), revoker, deps);
-  if (!await deps.store.deleteClient(clientId)) {
+  if (!await deps.store.deleteClient(clientId) && ending.length === 0) {
     deps.logger.warn("no such client", { action: "clients delete", clientId });
     return 1;
   }
