@@ -130,6 +130,28 @@ test("admin migrate applies the migrations without starting the service", async 
   ]);
 });
 
+test("admin commands refuse a database without the store, and leave it untouched", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const lines: string[] = [];
+  const output = {
+    out: (line: string) => lines.push(line),
+    err: (line: string) => lines.push(line),
+  };
+  const env = { DATABASE_URL: url, JWT_SECRET: TEST_SECRET };
+  const revoke = ["sessions", "revoke", "--user", "alice", "--keep-gitlab-tokens"];
+  // A mistyped database: "no session of alice" there would tell the operator alice is out.
+  assert.equal(await runAdmin(revoke, env, output), 1);
+  assert.match(lines.join("\n"), /holds no store of the service/);
+  const sql = connect({ url, poolSize: 1 });
+  const [{ tables }] =
+    await sql`SELECT count(*)::int AS tables FROM pg_tables WHERE schemaname = 'public'`;
+  await sql.end();
+  assert.equal(tables, 0, "nothing created in it");
+  // Once it is the service's (migrated), the same command runs.
+  assert.equal(await runAdmin(["migrate"], { DATABASE_URL: url }, output), 0);
+  assert.equal(await runAdmin(revoke, env, output), 3, "no session of that user");
+});
+
 Deno.test("postgres: DATABASE_URL and KV_PATH together are refused in one line", () => {
   assert.throws(
     () => loadConfig({ DATABASE_URL: "postgres://u:p@db:5432/auth", KV_PATH: "/tmp/kv.sqlite" }),

@@ -93,7 +93,8 @@ export async function runAdmin(
   }
   let opened: OpenDatabase;
   try {
-    opened = await openDatabase(config);
+    // An operator's command works on the service's store: a database without one is refused.
+    opened = await openDatabase(config, { existingOnly: true });
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     output.err(`admin: configuration error: ${error.message}`);

@@ -18,6 +18,7 @@ export interface OpenDatabase {
 /** Opens the configured database; throws when it cannot be opened or migrated. */
 export async function openDatabase(
   config: Pick<Config, "databaseUrl" | "databasePoolSize" | "kvPath">,
+  options: { existingOnly?: boolean } = {},
 ): Promise<OpenDatabase> {
   if (config.databaseUrl !== undefined) {
     // Loaded only when configured: a KV deployment never loads the driver.
@@ -27,6 +28,7 @@ export async function openDatabase(
       backend = await openPostgresBackend({
         url: config.databaseUrl,
         poolSize: config.databasePoolSize,
+        existingOnly: options.existingOnly,
       });
     } catch (error) {
       // One line at start-up, without the URL (it may hold a password).

@@ -40,6 +40,7 @@ const LIVE = "(expires_at IS NULL OR expires_at > kv_now())";
 export async function openPostgresBackend(options: PostgresOptions): Promise<PostgresBackend> {
   const sql = connect(options);
   try {
+    if (options.existingOnly) await requireStore(sql);
     await unavailableOnFailure(() => migrate(sql));
   } catch (error) {
     await sql.end({ timeout: 1 });
@@ -177,6 +178,21 @@ async function commit(sql: Sql, write: PlannedWrite): Promise<CommitOutcome> {
     ] as never,
   );
   return stamp === null ? { ok: false } : { ok: true, versionstamp: stamp };
+}
+
+/** Throws when the database has no store of ours (no migration was ever applied to it). */
+async function requireStore(sql: Sql): Promise<void> {
+  const [{ found }] = await unavailableOnFailure(() =>
+    sql.unsafe<{ found: boolean }[]>(
+      "SELECT to_regclass('schema_migrations') IS NOT NULL AND to_regclass('kv') IS NOT NULL AS found",
+    )
+  );
+  if (!found) {
+    throw new Error(
+      "this database holds no store of the service (no kv table): point DATABASE_URL at the " +
+        "service's database, or run `admin migrate` to set up a new one",
+    );
+  }
 }
 
 async function sweepExpired(sql: Sql, limit: number): Promise<number> {

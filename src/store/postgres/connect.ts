@@ -23,6 +23,11 @@ export interface PostgresOptions {
   connectTimeoutSeconds?: number;
   /** How often expired rows are deleted (the backend's sweep); 0: never. */
   sweepIntervalMs?: number;
+  /**
+   * Open only a database the service has already set up (the operator's commands): one without
+   * the store's tables is refused, not migrated into one.
+   */
+  existingOnly?: boolean;
 }
 
 /**
