@@ -40,6 +40,7 @@ export function isAllowedRedirect(redirectUri: string, patterns: readonly string
 }
 
 /** What a URI never holds unencoded (RFC 3986 §2), and URL parsers strip or drop. */
+// deno-lint-ignore no-control-regex -- control characters are what it looks for
 const CONTROL_OR_SPACE = /[\x00-\x20\x7f]/;
 
 /** A path segment of `.` or `..`, any of the dots written `%2e` (RFC 3986 §5.2.4, §6.2.2.2). */
