@@ -325,6 +325,7 @@ export function createSimulatedGitLabHandler(
       username: user.username,
       name: user.name,
       state: "active",
+      membership_state: "active",
       access_level: level,
       web_url: new URL(`/${encodeURIComponent(user.username)}`, url).href,
     });

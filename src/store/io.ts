@@ -73,9 +73,18 @@ export function createStoreIo(
     async commit(op) {
       return (await op.commit()).ok;
     },
-    ttlUntil: (expiresAt) => Math.max(1, expiresAt - clock.now()),
+    ttlUntil: (expiresAt) => expireInOf(expiresAt - clock.now()),
     isLive: (record) => clock.now() <= record.expiresAt,
   };
+}
+
+/** Longest `expireIn` given to the store: ten years (its own limit is far above, but finite). */
+const MAX_EXPIRE_IN_MS = 10 * 366 * 24 * 3600 * 1000;
+
+/** `expireIn` for what is left of a record's life: whole milliseconds, at least 1, bounded. */
+function expireInOf(leftMs: number): number {
+  if (!(leftMs < MAX_EXPIRE_IN_MS)) return MAX_EXPIRE_IN_MS;
+  return Math.max(1, Math.ceil(leftMs));
 }
 
 /** `commit`, telling `observe` how long each call took (failed ones too). */

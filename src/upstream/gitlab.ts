@@ -208,7 +208,10 @@ export async function processGitLabMemberResponse(response: Response): Promise<n
   const json = parseJsonObject(body, "member");
   const level = json.access_level;
   if (typeof level !== "number" || !Number.isSafeInteger(level)) throw malformed("member");
+  // `state` is the user's account; `membership_state` the membership's ("awaiting" while a
+  // user cap or seat approval holds it back).
   if (json.state !== undefined && json.state !== "active") return null;
+  if (json.membership_state !== undefined && json.membership_state !== "active") return null;
   return level;
 }
 

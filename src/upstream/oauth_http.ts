@@ -47,6 +47,10 @@ export {
 export const DEVICE_CODE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
 /** RFC 8628 §3.2: the interval to use when the provider names none. */
 const DEFAULT_INTERVAL_SECONDS = 5;
+/** Longest device flow taken from `expires_in` (GitLab's last five minutes). */
+const MAX_DEVICE_FLOW_SECONDS = 3600;
+/** Longest poll interval taken from `interval`. */
+const MAX_POLL_INTERVAL_SECONDS = 300;
 /**
  * The shape of the OAuth error codes we classify and report (RFC 6749 §5.2, RFC 8628 §3.5): lower
  * case words joined by `_`. Anything else (which could be a token echoed back) is not repeated.
@@ -236,10 +240,15 @@ export async function processDeviceAuthorizationResponse(
     ...(verificationUriComplete === undefined ? {} : {
       verificationUriComplete: requireHttpUrl(verificationUriComplete, "device authorization"),
     }),
-    expiresInSeconds: requirePositiveNumber(json.expires_in, "device authorization"),
-    intervalSeconds: interval === undefined
-      ? DEFAULT_INTERVAL_SECONDS
-      : requireNonNegativeNumber(interval, "device authorization"),
+    // Whole seconds within sane bounds: a flow kept for centuries, or never polled, is no flow.
+    expiresInSeconds: Math.min(
+      Math.max(1, Math.floor(requirePositiveNumber(json.expires_in, "device authorization"))),
+      MAX_DEVICE_FLOW_SECONDS,
+    ),
+    intervalSeconds: interval === undefined ? DEFAULT_INTERVAL_SECONDS : Math.min(
+      Math.ceil(requireNonNegativeNumber(interval, "device authorization")),
+      MAX_POLL_INTERVAL_SECONDS,
+    ),
   };
 }
 

@@ -4,6 +4,7 @@
  * with a fixed description of ours; nothing of the body is repeated.
  */
 
+import { joinChunks } from "../http/bytes.ts";
 import type { UpstreamTokens } from "./types.ts";
 import { UpstreamError } from "./types.ts";
 
@@ -24,13 +25,41 @@ export function transportError(error: unknown): UpstreamError {
   return new UpstreamError("transient", "network", "upstream could not be reached");
 }
 
-/** The whole body; a failure while reading is a transport error. */
+/** Largest upstream answer read: GitLab's are a few hundred bytes; a larger one is refused. */
+export const MAX_UPSTREAM_BODY_BYTES = 1024 * 1024;
+/** Longest lifetime taken from an upstream token's `expires_in` (GitLab's are two hours). */
+const MAX_TOKEN_LIFETIME_SECONDS = 366 * 24 * 3600;
+
+/**
+ * The whole body, up to MAX_UPSTREAM_BODY_BYTES (a hostile or broken upstream could otherwise
+ * fill the memory); a failure while reading is a transport error.
+ */
 export async function readBody(response: Response): Promise<string> {
   try {
-    return await response.text();
+    if (Number(response.headers.get("content-length") ?? 0) > MAX_UPSTREAM_BODY_BYTES) {
+      await response.body?.cancel();
+      throw tooLarge();
+    }
+    if (!response.body) return "";
+    const reader = response.body.getReader();
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    for (let part = await reader.read(); !part.done; part = await reader.read()) {
+      size += part.value.byteLength;
+      if (size > MAX_UPSTREAM_BODY_BYTES) {
+        await reader.cancel();
+        throw tooLarge();
+      }
+      chunks.push(part.value);
+    }
+    return new TextDecoder().decode(joinChunks(chunks, size));
   } catch (error) {
     throw transportError(error);
   }
+}
+
+function tooLarge(): UpstreamError {
+  return new UpstreamError("transient", "malformed", "upstream response is too large");
 }
 
 export function parseJson(body: string): unknown {
@@ -64,9 +93,13 @@ export function parseTokens(body: string): UpstreamTokens {
   return {
     accessToken,
     refreshToken: refreshToken ?? "",
-    ...(expiresIn === undefined
-      ? {}
-      : { expiresInSeconds: requireNonNegativeNumber(expiresIn, "token") }),
+    ...(expiresIn === undefined ? {} : {
+      // A lifetime of centuries would never be refreshed: taken as at most a year.
+      expiresInSeconds: Math.min(
+        requireNonNegativeNumber(expiresIn, "token"),
+        MAX_TOKEN_LIFETIME_SECONDS,
+      ),
+    }),
   };
 }
 
