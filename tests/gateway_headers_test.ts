@@ -159,15 +159,29 @@ Deno.test("gateway: an answer the MCP server breaks off is 502, never a server e
       conn.close();
     }
   })();
-  const { t, accessToken } = await gatewayApp(`http://127.0.0.1:${listener.addr.port}/mcp`);
+  const policy = await Deno.makeTempFile({ suffix: ".json" });
+  await Deno.writeTextFile(policy, JSON.stringify({ default: "allow", rules: [] }));
+  const url = `http://127.0.0.1:${listener.addr.port}/mcp`;
+  const plain = await gatewayApp(url);
+  // With a policy, a list answer is read whole to be cut: broken off there too.
+  const filtering = await gatewayApp(url, { MCP_POLICY_FILE: policy });
   try {
-    const response = await mcpRequest(t, accessToken, { body: "{}" });
-    assert.equal(response.status, 502);
-    assert.equal((await response.json()).error, "bad_gateway");
+    const answers = [
+      await mcpRequest(plain.t, plain.accessToken, { body: "{}" }),
+      await mcpRequest(filtering.t, filtering.accessToken, {
+        body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+      }),
+    ];
+    for (const response of answers) {
+      assert.equal(response.status, 502);
+      assert.equal((await response.json()).error, "bad_gateway");
+    }
   } finally {
-    t.close();
+    plain.t.close();
+    filtering.t.close();
     listener.close();
     await serving.catch(() => {});
+    await Deno.remove(policy);
   }
 });
 

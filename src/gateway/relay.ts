@@ -4,7 +4,7 @@
  * call.
  */
 
-import { joinChunks, UTF8 } from "../http/bytes.ts";
+import { readUpTo, UTF8 } from "../http/bytes.ts";
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
@@ -70,7 +70,7 @@ export async function relayResponse(
     // An encoded answer's length is the encoded one: fetch may decode it to far more.
     const read = upstreamHeaders["content-encoding"] === undefined
       ? await fromAnswer(upstream.bytes(), auditor, audit)
-      : await atMost(upstream.body, MAX_INSPECTED_JSON_BYTES, auditor, audit);
+      : await fromAnswer(readUpTo(upstream.body, MAX_INSPECTED_JSON_BYTES), auditor, audit);
     if (read instanceof Uint8Array) {
       const rpcError = auditor.enabled ? isJsonRpcError(UTF8.decode(read)) : undefined;
       auditor.record(audit, { status: upstream.status, rpcError });
@@ -91,46 +91,6 @@ async function fromAnswer<T>(reading: Promise<T>, auditor: Audit, audit: AuditCo
     auditor.record(audit, { status: 502 });
     throw new OAuthError(502, "bad_gateway", "The MCP server's answer broke off");
   }
-}
-
-/**
- * The body's bytes when it holds at most `max`; else a stream of all of it, starting with what
- * was read (held no further).
- */
-async function atMost(
-  body: ReadableStream<Uint8Array>,
-  max: number,
-  auditor: Audit,
-  audit: AuditContext,
-): Promise<Uint8Array<ArrayBuffer> | ReadableStream<Uint8Array>> {
-  const reader = body.getReader();
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await fromAnswer(reader.read(), auditor, audit);
-    if (done) return joinChunks(chunks, size);
-    chunks.push(value);
-    size += value.byteLength;
-    if (size > max) return resumed(chunks, reader);
-  }
-}
-
-/** The chunks already read, then the rest of `reader`. */
-function resumed(
-  chunks: Uint8Array[],
-  reader: ReadableStreamDefaultReader<Uint8Array>,
-): ReadableStream<Uint8Array> {
-  return new ReadableStream<Uint8Array>({
-    start(controller) {
-      for (const chunk of chunks.splice(0)) controller.enqueue(chunk);
-    },
-    async pull(controller) {
-      const { done, value } = await reader.read();
-      if (done) controller.close();
-      else controller.enqueue(value);
-    },
-    cancel: (reason) => reader.cancel(reason),
-  });
 }
 
 /** A POST's list requests, and what the account may call: the lists answered are cut to it. */
@@ -156,8 +116,12 @@ async function relayFilteredJson(
 ): Promise<Response> {
   let text: string;
   try {
-    const bytes = await readAtMost(body, MAX_FILTERED_JSON_BYTES);
-    text = filterJsonBody(UTF8.decode(bytes), filter.lists, filter.permits);
+    const read = await fromAnswer(readUpTo(body, MAX_FILTERED_JSON_BYTES), auditor, audit);
+    if (!(read instanceof Uint8Array)) {
+      await read.cancel();
+      throw new UnfilterableList("the MCP server's list answer is too large to filter");
+    }
+    text = filterJsonBody(UTF8.decode(read), filter.lists, filter.permits);
   } catch (error) {
     if (!(error instanceof UnfilterableList)) throw error;
     auditor.record(audit, { status: 502 });
@@ -167,21 +131,6 @@ async function relayFilteredJson(
   auditor.record(audit, { status: init.status, rpcError });
   const kept = headers.filter(([name]) => name !== "content-length");
   return responseWithHeaders(text, init, kept);
-}
-
-/** A body's bytes, or UnfilterableList when it holds more than `max`. */
-async function readAtMost(body: ReadableStream<Uint8Array>, max: number): Promise<Uint8Array> {
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += chunk.byteLength;
-    if (size > max) {
-      await body.cancel().catch(() => {});
-      throw new UnfilterableList("the MCP server's list answer is too large to filter");
-    }
-    chunks.push(chunk);
-  }
-  return joinChunks(chunks, size);
 }
 
 /**

@@ -4,7 +4,7 @@
  * with a fixed description of ours; nothing of the body is repeated.
  */
 
-import { joinChunks } from "../http/bytes.ts";
+import { readUpTo, UTF8 } from "../http/bytes.ts";
 import type { UpstreamTokens } from "./types.ts";
 import { UpstreamError } from "./types.ts";
 
@@ -41,18 +41,10 @@ export async function readBody(response: Response): Promise<string> {
       throw tooLarge();
     }
     if (!response.body) return "";
-    const reader = response.body.getReader();
-    const chunks: Uint8Array[] = [];
-    let size = 0;
-    for (let part = await reader.read(); !part.done; part = await reader.read()) {
-      size += part.value.byteLength;
-      if (size > MAX_UPSTREAM_BODY_BYTES) {
-        await reader.cancel();
-        throw tooLarge();
-      }
-      chunks.push(part.value);
-    }
-    return new TextDecoder().decode(joinChunks(chunks, size));
+    const read = await readUpTo(response.body, MAX_UPSTREAM_BODY_BYTES);
+    if (read instanceof Uint8Array) return UTF8.decode(read);
+    await read.cancel();
+    throw tooLarge();
   } catch (error) {
     throw transportError(error);
   }
