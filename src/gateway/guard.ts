@@ -17,7 +17,7 @@ import type { Store, Versioned } from "../store/mod.ts";
 import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
 import { BearerChallengeError } from "./challenges.ts";
-import { isBearerTokenSyntax } from "../http/bearer_token.ts";
+import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { sameResource } from "./resource.ts";
 import type { VerifiedToken, VerifiedTokens } from "./verified_tokens.ts";
 
@@ -57,6 +57,8 @@ export interface AuthenticatedRequest {
 export interface GatewayRequest extends AuthenticatedRequest {
   /** The session's group levels from sign-in and re-check, for MCP_POLICY_FILE. */
   access?: SessionAccess;
+  /** When the access token expires (its verified `exp`): a stream it opened ends then. */
+  tokenExpiresAtMs: number;
 }
 
 /** Whose tokens are accepted, and which protected resource the challenges point at. */
@@ -95,7 +97,11 @@ export async function authenticate(
   target: GuardTarget,
 ): Promise<AuthenticatedRequest> {
   const authorization = request.headers.get("authorization");
-  const { access: _access, ...auth } = await authenticateForGateway(deps, authorization, target);
+  const { access: _access, tokenExpiresAtMs: _expires, ...auth } = await authenticateForGateway(
+    deps,
+    authorization,
+    target,
+  );
   return auth;
 }
 
@@ -159,17 +165,6 @@ async function verifyAndRemember(
 function expiryOf(claims: AccessTokenClaims): number {
   const { exp } = claims as { exp?: unknown };
   return typeof exp === "number" ? exp * 1000 : 0;
-}
-
-/** The token of `Authorization: Bearer <token>`; undefined when no bearer token was sent. */
-function bearerToken(header: string | null): string | undefined {
-  if (header === null) return undefined;
-  // The form every client sends, read without running a regular expression over the token.
-  if (header.startsWith("Bearer ") && header[7] !== " " && header[7] !== "\t") {
-    return header.slice(7).trim();
-  }
-  const match = header.match(/^Bearer(?:[ \t]+(.*))?$/i);
-  return match ? (match[1] ?? "").trim() : undefined;
 }
 
 async function verifyToken(
@@ -310,7 +305,9 @@ function refreshFailed(
   );
 }
 
-function authenticated({ claims, session, upstreamToken }: VerifiedToken): GatewayRequest {
+function authenticated(
+  { claims, session, upstreamToken, expiresAtMs }: VerifiedToken,
+): GatewayRequest {
   return {
     user: { id: session.upstreamUserId, username: session.upstreamUsername },
     scopes: claims.scope.split(" ").filter((scope) => scope !== ""),
@@ -318,6 +315,7 @@ function authenticated({ claims, session, upstreamToken }: VerifiedToken): Gatew
     sessionId: session.id,
     gitlabToken: upstreamToken,
     access: session.access,
+    tokenExpiresAtMs: expiresAtMs,
   };
 }
 

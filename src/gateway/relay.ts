@@ -8,7 +8,7 @@ import { readUpTo, UTF8 } from "../http/bytes.ts";
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
-import type { AuthenticatedRequest } from "./guard.ts";
+import type { GatewayRequest } from "./guard.ts";
 import { type HeaderList, type HeaderSnapshot, relayedResponseHeaders } from "./headers.ts";
 import { responseWithHeaders } from "../http/responses.ts";
 import {
@@ -32,7 +32,7 @@ export async function relayResponse(
   ctx: OAuthRequestContext,
   upstream: Response,
   upstreamHeaders: HeaderSnapshot,
-  auth: AuthenticatedRequest,
+  auth: GatewayRequest,
   auditor: Audit,
   audit: AuditContext,
   filter?: ListFilter,
@@ -51,7 +51,7 @@ export async function relayResponse(
       : upstream.body;
     const body = ctx.deps.openStreams.hold(events, {
       sessionId: auth.sessionId,
-      expiresAtMs: accessTokenExpiry(ctx.request),
+      expiresAtMs: auth.tokenExpiresAtMs,
     }, {
       see: watcher?.feed,
       finished: () =>
@@ -131,28 +131,6 @@ async function relayFilteredJson(
   auditor.record(audit, { status: init.status, rpcError });
   const kept = headers.filter(([name]) => name !== "content-length");
   return responseWithHeaders(text, init, kept);
-}
-
-/**
- * When the request's access token expires: its `exp`, read again only for a stream (the guard
- * has verified the token; a token without `exp` is never accepted, so 0 is never reached).
- */
-function accessTokenExpiry(request: Request): number {
-  const token = request.headers.get("authorization")?.replace(/^Bearer[ \t]+/i, "") ?? "";
-  try {
-    const payload = token.split(".")[1] ?? "";
-    const { exp } = JSON.parse(
-      UTF8.decode(Uint8Array.from(atob(base64(payload)), (c) => c.charCodeAt(0))),
-    );
-    return typeof exp === "number" ? exp * 1000 : 0;
-  } catch {
-    return 0;
-  }
-}
-
-function base64(base64url: string): string {
-  const plain = base64url.replace(/-/g, "+").replace(/_/g, "/");
-  return plain + "=".repeat((4 - plain.length % 4) % 4);
 }
 
 function setHeader(headers: [string, string][], name: string, value: string): void {

@@ -12,7 +12,7 @@ import type { Clock } from "../clock.ts";
 import { sha256Base64Url } from "../crypto.ts";
 import { OAuthError } from "../http/errors.ts";
 import { BearerChallengeError } from "./challenges.ts";
-import { isBearerTokenSyntax } from "../http/bearer_token.ts";
+import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { createRemoteKeySet, KeySetUnavailable, type RemoteKeySet } from "./remote_keys.ts";
 import { sameResource } from "./resource.ts";
 
@@ -70,9 +70,8 @@ export async function authenticateRemotely(
   request: Request,
 ): Promise<VerifiedAccess> {
   const { resource } = settings;
-  const token = request.headers.get("authorization")?.match(/^Bearer(?:[ \t]+(.*))?$/i);
-  if (!token) throw BearerChallengeError.authenticationRequired(resource);
-  const value = (token[1] ?? "").trim();
+  const value = bearerToken(request.headers.get("authorization"));
+  if (value === undefined) throw BearerChallengeError.authenticationRequired(resource);
   if (!isBearerTokenSyntax(value)) {
     throw BearerChallengeError.invalidToken(resource, "The access token is malformed");
   }
