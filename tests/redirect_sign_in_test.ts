@@ -18,10 +18,13 @@ import {
   exchange,
   kvText,
   makeTestApp,
+  PKCE,
   register,
+  registerClient,
   TEST_BASE,
   TEST_REDIRECT,
   type TestApp,
+  token,
   withApp,
 } from "./_helpers.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
@@ -168,6 +171,26 @@ Deno.test("redirect mode: Continue → GitLab with our client, callback, state a
     assert.equal((await tokens.json()).token_type, "Bearer");
     assert.equal(await countRecords(t.kv, "signin"), 0, "no step is left behind");
   });
+});
+
+Deno.test("redirect mode: a sole registered redirect URI /authorize was not given need not be named at /token", async () => {
+  await withRedirectApp(async (t) => {
+    const clientId = await registerClient(t, ["https://app.example/cb"]);
+    const jar = new CookieJar();
+    const gitlab = await continueToGitLab(t, jar, { client_id: clientId, redirect_uri: null });
+    const state = gitlab.searchParams.get("state") ?? "";
+    const back = await callback(t, jar, { code: "gl-code", state });
+    const code = clientLocation(back, "https://app.example/cb").get("code") ?? "";
+    // Spec: redirect_uri at /token is "required only if one was given to /authorize".
+    const tokens = await token(t, {
+      grant_type: "authorization_code",
+      code,
+      code_verifier: PKCE.verifier,
+      client_id: clientId,
+    });
+    assert.equal(tokens.status, 200, await tokens.clone().text());
+    await tokens.body?.cancel();
+  }, { REDIRECT_URI_POLICY: "registered" });
 });
 
 Deno.test("redirect mode: an unredeemed code leaves no session behind; the next callback revokes its GitLab token", async () => {
