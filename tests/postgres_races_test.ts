@@ -25,6 +25,21 @@ function lockId(keyHex: string): bigint {
   return new DataView(digest.buffer, digest.byteOffset, 8).getBigInt64(0);
 }
 
+/**
+ * Runs one kv_commit on `sql` in a transaction held open after it: `ran` resolves with its
+ * versionstamp once it ran (its locks taken, its rows written), `commit()` ends the transaction.
+ */
+function heldCommit(sql: ReturnType<typeof connect>, statement: string, params: unknown[]) {
+  const { promise: released, resolve: commit } = Promise.withResolvers<void>();
+  const { promise: ran, resolve: hasRun } = Promise.withResolvers<unknown>();
+  const committed = sql.begin(async (tx) => {
+    const [row] = await tx.unsafe(statement, params as never);
+    hasRun(row?.stamp);
+    await released;
+  });
+  return { ran, commit: async () => (commit(), await committed) };
+}
+
 const test = (name: string, fn: () => Promise<void>) =>
   Deno.test({
     name: `postgres: ${name}`,
@@ -108,20 +123,13 @@ for (const isolation of ["repeatable read", "serializable"]) {
       assert.ok(written.ok);
       const [read] = await backend.getMany([key]);
       // Instance A revokes the session: its kv_commit holds the key's lock until its COMMIT.
-      let commitRevocation!: () => void;
-      const held = new Promise<void>((r) => commitRevocation = r);
-      let revoking!: () => void;
-      const locked = new Promise<void>((r) => revoking = r);
-      const revocation = revoker.begin(async (tx) => {
-        const k = hex(encodeKey(key));
-        await tx.unsafe(
-          "SELECT kv_commit($1::bigint[], '{}', '{}', $2::text[], '{}', '{}', '{}')",
-          [[String(lockId(k))], [k]] as never,
-        );
-        revoking();
-        await held;
-      });
-      await locked;
+      const k = hex(encodeKey(key));
+      const revocation = heldCommit(
+        revoker,
+        "SELECT kv_commit($1::bigint[], '{}', '{}', $2::text[], '{}', '{}', '{}')",
+        [[String(lockId(k))], [k]],
+      );
+      await revocation.ran;
       // Instance B saves the session it read before the revocation (a rotation, an upstream refresh).
       const save = backend.commit({
         checks: [{ key, versionstamp: read.versionstamp }],
@@ -129,8 +137,7 @@ for (const isolation of ["repeatable read", "serializable"]) {
       })
         .catch((e) => ({ ok: false, error: String(e) }));
       await new Promise((r) => setTimeout(r, 300)); // B has taken its snapshot and waits on the lock
-      commitRevocation();
-      await revocation;
+      await revocation.commit();
       const outcome = await save;
       const [after] = await backend.getMany([key]);
       assert.equal(
@@ -161,27 +168,18 @@ test("the expiry sweep never deletes a row rewritten live while it waited for it
     });
     await new Promise((r) => setTimeout(r, 20));
     // Another instance takes the lease again: kv_commit treats the expired row as absent and upserts it.
-    let finish!: () => void;
-    const hold = new Promise<void>((r) => finish = r);
-    let written!: () => void;
-    const inFlight = new Promise<void>((r) => written = r);
     const k = hex(encodeKey(key));
-    const take = writer.begin(async (tx) => {
-      const [{ stamp }] = await tx.unsafe(
-        "SELECT kv_commit($1::bigint[], $2::text[], $3::text[], '{}', $2::text[], $4::text[], $5::bigint[]) AS stamp",
-        [[String(lockId(k))], [k], [null], [hex(encodeValue({ expiresAt: Date.now() + 30_000 }))], [
-          "30000",
-        ]] as never,
-      );
-      assert.ok(stamp, "the lease was taken");
-      written();
-      await hold; // the commit of this statement's transaction is a moment away
-    });
-    await inFlight;
+    const take = heldCommit(
+      writer,
+      "SELECT kv_commit($1::bigint[], $2::text[], $3::text[], '{}', $2::text[], $4::text[], $5::bigint[]) AS stamp",
+      [[String(lockId(k))], [k], [null], [hex(encodeValue({ expiresAt: Date.now() + 30_000 }))], [
+        "30000",
+      ]],
+    );
+    assert.ok(await take.ran, "the lease was taken");
     const sweeping = backend.sweepExpired(); // selects the old, expired version
     await new Promise((r) => setTimeout(r, 300));
-    finish();
-    await take;
+    await take.commit(); // the commit of the lease's transaction came a moment later
     const swept = await sweeping;
     const [after] = await backend.getMany([key]);
     assert.notEqual(
