@@ -5,6 +5,8 @@
  * a scripted upstream).
  */
 
+import { mcpClientFor } from "./gateway/mcp_client/for_url.ts";
+import type { McpClient } from "./gateway/mcp_client/types.ts";
 import {
   type ClientMetadataFetcher,
   createClientMetadataFetcher,
@@ -47,6 +49,8 @@ export interface Resources {
   templates: Templates;
   upstream?: Upstream;
   clientMetadataFetcher?: ClientMetadataFetcher;
+  /** Reaches the MCP server; by default the client for MCP_UPSTREAM_URL's scheme. */
+  mcpClient?: McpClient;
 }
 
 /** The app's dependencies; `oauth` only when GITLAB_CLIENT_ID and JWT_SECRET are both set. */
@@ -93,6 +97,8 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       consentSigner: createConsentSigner(jwtSecrets(settings, config)),
     },
     callPolicy,
+    mcpClient: resources.mcpClient ??
+      (config.mcpUpstreamUrl ? mcpClientFor(config.mcpUpstreamUrl) : undefined),
   };
 }
 

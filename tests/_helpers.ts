@@ -196,7 +196,14 @@ export async function makeTestAppOn<D extends StoreDatabase>(
     upstream: base.upstream,
     clientMetadataFetcher: options.clientMetadataFetcher ?? OFFLINE_METADATA_FETCHER,
   });
-  return { ...base, app: createApp(deps), kv: database, store: deps.store, deps, close: () => {} };
+  return {
+    ...base,
+    app: createApp(deps),
+    kv: database,
+    store: deps.store,
+    deps,
+    close: () => deps.mcpClient?.close(),
+  };
 }
 
 /**
@@ -250,7 +257,10 @@ export async function makeTestApp(
     upstream,
     config,
     deps,
-    close: () => kv.close(),
+    close: () => {
+      deps.mcpClient?.close();
+      kv.close();
+    },
   };
 }
 

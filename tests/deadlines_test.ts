@@ -1,35 +1,6 @@
 import assert from "node:assert/strict";
-import { createDeadlines, type Timers } from "../src/gateway/deadlines.ts";
-
-/** Timers on a hand-moved clock: `advance` fires what is due, in order. */
-function manualTimers() {
-  let now = 1_000_000;
-  let nextId = 1;
-  const pending = new Map<number, { at: number; run: () => void }>();
-  const timers: Timers = {
-    now: () => now,
-    setTimeout(run, ms) {
-      const id = nextId++;
-      pending.set(id, { at: now + ms, run });
-      return id;
-    },
-    clearTimeout(id) {
-      pending.delete(id as number);
-    },
-  };
-  return {
-    timers,
-    pending,
-    advance(ms: number) {
-      now += ms;
-      for (const [id, timer] of [...pending].sort((a, b) => a[1].at - b[1].at)) {
-        if (timer.at > now) continue;
-        pending.delete(id);
-        timer.run();
-      }
-    },
-  };
-}
+import { createDeadlines } from "../src/gateway/deadlines.ts";
+import { manualTimers } from "./_timers.ts";
 
 Deno.test("deadlines: waits started within one tick share one timer", () => {
   const clock = manualTimers();

@@ -1,7 +1,7 @@
 /** Running the service: graceful shutdown, the demo, structured logs. */
 
 import assert from "node:assert/strict";
-import { spawnService, spawnWithGitLab, waitFor } from "./_service.ts";
+import { signInOverHttp, spawnService, spawnWithGitLab, waitFor } from "./_service.ts";
 
 Deno.test("SIGTERM: a request in flight finishes, then the process exits 0", async () => {
   const { gitlab, service, close } = await spawnWithGitLab("ops-app", {
@@ -22,6 +22,36 @@ Deno.test("SIGTERM: a request in flight finishes, then the process exits 0", asy
     assert.ok(service.logs.some((line) => line.includes('"shutting down"')));
   } finally {
     await close();
+  }
+});
+
+Deno.test("SIGTERM: connections kept open to the MCP server do not hold the process", async () => {
+  const mcp = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    () => Response.json({ jsonrpc: "2.0", id: 1, result: {} }),
+  );
+  const { gitlab, service, close } = await spawnWithGitLab("ops-gateway-app", {
+    MCP_UPSTREAM_URL: `http://127.0.0.1:${mcp.addr.port}/mcp`,
+  });
+  try {
+    const { access_token } = await signInOverHttp(service.url, gitlab);
+    for (let i = 0; i < 3; i++) {
+      const response = await fetch(`${service.url}/mcp`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${access_token}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }),
+      });
+      assert.equal(response.status, 200, await response.text());
+    }
+    // The pooled connection to the MCP server is still open (idle for under a second).
+    assert.equal(await service.stop(), 0);
+  } finally {
+    await close();
+    await mcp.shutdown();
   }
 });
 

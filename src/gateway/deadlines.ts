@@ -43,7 +43,8 @@ export interface Timers {
   clearTimeout(timer: unknown): void;
 }
 
-const SYSTEM_TIMERS: Timers = {
+/** The process's clock and timers. */
+export const SYSTEM_TIMERS: Timers = {
   now: () => Date.now(),
   setTimeout: (run, ms) => setTimeout(run, ms),
   clearTimeout: (timer) => clearTimeout(timer as ReturnType<typeof setTimeout>),

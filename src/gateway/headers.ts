@@ -14,6 +14,8 @@
  * these, every `Mcp-Param-*` header (MCP_PARAM_PREFIX): revision 2026-07-28 has intermediaries
  * forward the ones they do not recognise, and the gateway recognises none.
  */
+import { DECODED_ENCODINGS } from "./mcp_client/types.ts";
+
 const FORWARDED_REQUEST_HEADERS: ReadonlySet<string> = new Set([
   "accept",
   "content-type",
@@ -66,9 +68,6 @@ export const NEVER_FORWARDED_HEADERS: ReadonlySet<string> = new Set([
   "expect",
 ]);
 
-/** Encodings Deno's fetch decodes by itself (it asks for exactly these when we do not). */
-const DECODED_BY_FETCH = new Set(["gzip", "br"]);
-
 /**
  * The headers sent to the MCP server: the allowed client headers, the operator's extra ones,
  * and the user's GitLab token in `tokenHeader` (`Authorization: Bearer` or `PRIVATE-TOKEN`).
@@ -104,8 +103,8 @@ export function relayedResponseHeaders(upstream: HeaderSnapshot, status: number)
   const headers = pick(upstream, RETURNED_RESPONSE_HEADERS);
   if (status === 405) headers.push(...pick(upstream, ["allow"]));
   const encoding = upstream["content-encoding"]?.trim().toLowerCase();
-  // fetch has decoded these already: the client gets the plain body.
-  if (encoding && DECODED_BY_FETCH.has(encoding)) {
+  // The MCP client has decoded these already: the client gets the plain body.
+  if (encoding && DECODED_ENCODINGS.has(encoding)) {
     return headers.filter(([name]) => name !== "content-encoding");
   }
   return headers;

@@ -14,6 +14,7 @@ import type { AppDeps, OAuthRequestContext } from "../http/context.ts";
 import { MCP_CORS } from "../http/cors.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type HeaderSnapshot, snapshotHeaders, upstreamRequestHeaders } from "./headers.ts";
+import type { McpAnswer, McpClient } from "./mcp_client/types.ts";
 import { BearerChallengeError } from "./challenges.ts";
 import {
   type AuthenticatedRequest,
@@ -64,9 +65,11 @@ const FORWARDED_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"] as c
 /** The gateway over `deps`, or undefined when MCP_UPSTREAM_URL is not configured. */
 export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
   const upstreamUrl = deps.config.mcpUpstreamUrl;
-  if (!upstreamUrl) return undefined;
+  const client = deps.mcpClient;
+  if (!upstreamUrl || !client) return undefined;
   const gateway: Gateway = {
     upstreamUrl,
+    client,
     guard: undefined,
     deadlines: createDeadlines(deps.config.mcpUpstreamTimeoutMs),
     resourceFor: lastValueMemo((baseUrl) => mcpResourceUrl(deps.config, baseUrl)),
@@ -87,6 +90,7 @@ export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
 /** What every gateway request shares: where to, the guard's dependencies, the time limits. */
 interface Gateway {
   upstreamUrl: URL;
+  client: McpClient;
   /** Built on the first request, from the OAuth dependencies only a configured service has. */
   guard: GuardDeps | undefined;
   deadlines: Deadlines;
@@ -186,15 +190,15 @@ async function handleGatewayRequest(
   const lists = policy && caller && post ? listRequestsOf(post.messages) : undefined;
   const permits: Permits | undefined = policy && caller &&
     ((target, name) => decideCall(policy, caller, target, name).effect === "allow");
-  let upstream: Response;
-  let upstreamHeaders: HeaderSnapshot;
+  let upstream: McpAnswer | undefined;
   try {
     upstream = await forward(ctx, auth, gateway, headers, body, deadline);
-    upstreamHeaders = snapshotHeaders(upstream.headers);
-    const issued = upstreamHeaders["mcp-session-id"];
+    const issued = upstream.headers["mcp-session-id"];
     const tracking = trackMcpSession(ctx, auth, mcpSessionId, issued, upstream.ok);
     if (tracking) await tracking;
   } catch (error) {
+    // An answer that came but is not relayed gives up its connection.
+    await upstream?.cancel();
     gateway.audit.record(audit, { status: error instanceof OAuthError ? error.status : 500 });
     countMessages(ctx, audit.messages, "upstream_error");
     throw error;
@@ -202,7 +206,7 @@ async function handleGatewayRequest(
   countMessages(ctx, audit.messages, "allowed");
   if (upstream.status === 401) {
     // Its challenge would send the client to someone else's authorization server.
-    await upstream.body?.cancel();
+    await upstream.cancel();
     gateway.audit.record(audit, { status: 401 });
     throw BearerChallengeError.invalidToken(
       resource,
@@ -210,7 +214,7 @@ async function handleGatewayRequest(
     );
   }
   const filter = lists && permits && lists.size > 0 ? { lists, permits } : undefined;
-  return await relayResponse(ctx, upstream, upstreamHeaders, auth, gateway.audit, audit, filter);
+  return await relayResponse(ctx, upstream, auth, gateway.audit, audit, filter);
 }
 
 /** Counts each message of a request (one unparsed message for a body the gateway did not read). */
@@ -263,20 +267,21 @@ function readsBody(method: string): boolean {
 /**
  * Sends the request on (to MCP_UPSTREAM_URL as configured: the client's query string is never
  * passed, since MCP sends none and a stray `private_token` or `sudo` must not reach a
- * GitLab-backed server) and answers the MCP server's response as it came; `deadline` covers
- * only the wait for response headers, so an open stream is never cut by it.
+ * GitLab-backed server) and hands back the MCP server's answer as it came; `deadline` covers
+ * only the wait for its headers, so an open stream is never cut by it.
  */
 async function forward(
   ctx: OAuthRequestContext,
   auth: AuthenticatedRequest,
   gateway: Gateway,
   headers: HeaderSnapshot,
-  body: BodyInit | null,
+  body: Uint8Array<ArrayBuffer> | null,
   deadline: Deadline,
-): Promise<Response> {
+): Promise<McpAnswer> {
   const { request, deps } = ctx;
   try {
-    const response = await fetch(gateway.upstreamUrl, {
+    const answer = await gateway.client.send({
+      url: gateway.upstreamUrl,
       method: request.method,
       headers: upstreamRequestHeaders(
         headers,
@@ -287,13 +292,12 @@ async function forward(
         },
       ),
       body,
-      redirect: "manual",
       // Not request.signal: Deno.serve aborts it after every response. A client that leaves
       // mid-stream cancels the relayed body, which closes the upstream exchange too.
-      signal: deadline.signal,
+      deadline,
     });
-    deps.metrics.mcpUpstreamResponses.inc({ status: String(response.status) });
-    return response;
+    deps.metrics.mcpUpstreamResponses.inc({ status: String(answer.status) });
+    return answer;
   } catch (error) {
     throw upstreamFailure(ctx, auth, error, deadline.signal.aborted);
   } finally {

@@ -9,7 +9,8 @@ import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
 import type { GatewayRequest } from "./guard.ts";
-import { type HeaderList, type HeaderSnapshot, relayedResponseHeaders } from "./headers.ts";
+import { type HeaderList, relayedResponseHeaders } from "./headers.ts";
+import type { McpAnswer } from "./mcp_client/types.ts";
 import { responseWithHeaders } from "../http/responses.ts";
 import {
   filterEventStream,
@@ -30,26 +31,27 @@ const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
  */
 export async function relayResponse(
   ctx: OAuthRequestContext,
-  upstream: Response,
-  upstreamHeaders: HeaderSnapshot,
+  upstream: McpAnswer,
   auth: GatewayRequest,
   auditor: Audit,
   audit: AuditContext,
   filter?: ListFilter,
 ): Promise<Response> {
+  const upstreamHeaders = upstream.headers;
   const headers: HeaderList = [
     ...relayedResponseHeaders(upstreamHeaders, upstream.status),
     ...ctx.standardHeaders(),
   ];
   const init = { status: upstream.status, statusText: upstream.statusText };
   const type = upstreamHeaders["content-type"]?.toLowerCase() ?? "";
-  if (upstream.body && type.startsWith("text/event-stream")) {
+  const body = upstream.body;
+  if (body && type.startsWith("text/event-stream")) {
     setHeader(headers, "x-accel-buffering", "no");
     const watcher = auditor.enabled ? sseErrorWatcher() : undefined;
     const events = filter
-      ? filterEventStream(upstream.body, filter.lists, filter.permits)
-      : upstream.body;
-    const body = ctx.deps.openStreams.hold(events, {
+      ? filterEventStream(body.stream(), filter.lists, filter.permits)
+      : body.stream();
+    const held = ctx.deps.openStreams.hold(events, {
       sessionId: auth.sessionId,
       expiresAtMs: auth.tokenExpiresAtMs,
     }, {
@@ -57,20 +59,20 @@ export async function relayResponse(
       finished: () =>
         auditor.record(audit, { status: upstream.status, rpcError: watcher?.sawError() }),
     });
-    return responseWithHeaders(body, init, headers);
+    return responseWithHeaders(held, init, headers);
   }
   // Whatever type a successful answer claims (an MCP server may send JSON as text/plain), a list
   // answer that is not an event stream is read as JSON and filtered, or refused (502), never
   // passed uncut; a failure's own text (a 2025 session's 404) passes as it came.
-  if (filter && upstream.body && (upstream.ok || type.startsWith("application/json"))) {
-    return await relayFilteredJson(upstream.body, init, headers, auditor, audit, filter);
+  if (filter && body && (upstream.ok || type.startsWith("application/json"))) {
+    return await relayFilteredJson(body.stream(), init, headers, auditor, audit, filter);
   }
   const length = Number(upstreamHeaders["content-length"] ?? NaN);
-  if (upstream.body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
-    // An encoded answer's length is the encoded one: fetch may decode it to far more.
+  if (body && type.startsWith("application/json") && length <= MAX_INSPECTED_JSON_BYTES) {
+    // An encoded answer's length is the encoded one: decoded, it may be far more.
     const read = upstreamHeaders["content-encoding"] === undefined
-      ? await fromAnswer(upstream.bytes(), auditor, audit)
-      : await fromAnswer(readUpTo(upstream.body, MAX_INSPECTED_JSON_BYTES), auditor, audit);
+      ? await fromAnswer(body.bytes(), auditor, audit)
+      : await fromAnswer(readUpTo(body.stream(), MAX_INSPECTED_JSON_BYTES), auditor, audit);
     if (read instanceof Uint8Array) {
       const rpcError = auditor.enabled ? isJsonRpcError(UTF8.decode(read)) : undefined;
       auditor.record(audit, { status: upstream.status, rpcError });
@@ -80,7 +82,7 @@ export async function relayResponse(
     return responseWithHeaders(read, init, headers);
   }
   auditor.record(audit, { status: upstream.status });
-  return responseWithHeaders(upstream.body, init, headers);
+  return responseWithHeaders(body?.stream() ?? null, init, headers);
 }
 
 /** A read of the answer; one the MCP server breaks off is a 502, not the service's failure. */

@@ -1,5 +1,6 @@
 /** The dependencies a request handler works with, and what each request knows of itself. */
 
+import type { McpClient } from "../gateway/mcp_client/types.ts";
 import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { Clock } from "../clock.ts";
 import type { Config } from "../config/mod.ts";
@@ -47,6 +48,8 @@ export interface AppDeps {
   oauth?: OAuthDeps;
   /** MCP_POLICY_FILE's policy in force (reloaded on SIGHUP); holds none when it is unset. */
   callPolicy: CallPolicyHolder;
+  /** Reaches the MCP server behind the gateway; absent when MCP_UPSTREAM_URL is not set. */
+  mcpClient?: McpClient;
 }
 
 /** A request to a route that needs OAuth configuration: its dependencies are never missing. */

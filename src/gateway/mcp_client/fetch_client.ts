@@ -1,0 +1,35 @@
+/**
+ * The MCP server reached with Deno's `fetch`: for `https:` MCP_UPSTREAM_URLs, where it brings
+ * the runtime's TLS settings (DENO_CERT, the system's certificates), HTTP/2 and HTTPS_PROXY.
+ */
+
+import { snapshotHeaders } from "../headers.ts";
+import type { McpAnswer, McpClient, McpExchange } from "./types.ts";
+
+/** A client sending every exchange with `fetch` (which pools connections itself). */
+export function createFetchClient(): McpClient {
+  return { send, close() {} };
+}
+
+async function send({ url, method, headers, body, deadline }: McpExchange): Promise<McpAnswer> {
+  const response = await fetch(url, {
+    method,
+    headers,
+    body,
+    redirect: "manual",
+    signal: deadline.signal,
+  });
+  return {
+    status: response.status,
+    statusText: response.statusText,
+    ok: response.ok,
+    headers: snapshotHeaders(response.headers),
+    body: response.body && { stream: () => bodyOf(response), bytes: () => response.bytes() },
+    cancel: async () => await response.body?.cancel(),
+  };
+}
+
+function bodyOf(response: Response): ReadableStream<Uint8Array> {
+  if (response.body === null) throw new TypeError("the answer has no body");
+  return response.body;
+}
