@@ -185,6 +185,28 @@ Deno.test("gateway: an answer the MCP server breaks off is 502, never a server e
   }
 });
 
+Deno.test("gateway: an MCP server that switches protocols (101) is 502, never a server error or a hang", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const serving = (async () => {
+    for await (const conn of listener) {
+      await conn.read(new Uint8Array(64 * 1024));
+      const head =
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+      await conn.write(new TextEncoder().encode(head)).catch(() => {});
+    }
+  })();
+  const { t, accessToken } = await gatewayApp(`http://127.0.0.1:${listener.addr.port}/mcp`);
+  try {
+    const response = await mcpRequest(t, accessToken, { body: "{}" });
+    assert.equal(response.status, 502);
+    assert.equal((await response.json()).error, "bad_gateway");
+  } finally {
+    t.close();
+    listener.close();
+    await serving.catch(() => {});
+  }
+});
+
 Deno.test("gateway: a header MCP_UPSTREAM_FORWARD_HEADERS names twice, or passed anyway, goes once", async () => {
   const upstream = startScripted((request) => Response.json(Object.fromEntries(request.headers)));
   const { t, accessToken } = await gatewayApp(upstream.url, {

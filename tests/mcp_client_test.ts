@@ -12,6 +12,7 @@ import { createFetchClient } from "../src/gateway/mcp_client/fetch_client.ts";
 import { mcpClientFor } from "../src/gateway/mcp_client/for_url.ts";
 import { createNodeHttpClient } from "../src/gateway/mcp_client/node_http_client.ts";
 import type { McpAnswer, McpClient, McpExchange } from "../src/gateway/mcp_client/types.ts";
+import { within } from "./_gateway_mcp.ts";
 import { manualTimers } from "./_timers.ts";
 
 interface Seen {
@@ -196,6 +197,30 @@ for (const [name, makeClient] of CLIENTS) {
       await assert.rejects(whole.body!.bytes());
       const streamed = await send(client, post(url));
       await assert.rejects(new Response(streamed.body?.stream()).text());
+    } finally {
+      client.close();
+      listener.close();
+      await serving.catch(() => {});
+    }
+  });
+
+  Deno.test(`mcp client (${name}): an MCP server switching protocols (101) is refused at once`, async () => {
+    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const serving = (async () => {
+      for await (const conn of listener) {
+        await conn.read(new Uint8Array(64 * 1024));
+        const head =
+          "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        await conn.write(new TextEncoder().encode(head)).catch(() => {});
+      }
+    })();
+    const client = makeClient();
+    // A deadline that never passes: only the client itself may end the exchange.
+    const deadlines = createDeadlines(5_000, manualTimers().timers);
+    try {
+      const url = new URL(`http://127.0.0.1:${listener.addr.port}/mcp`);
+      const sending = send(client, post(url), deadlines);
+      await assert.rejects(within(sending, 5_000, "a 101 answer"), /switched protocols/);
     } finally {
       client.close();
       listener.close();

@@ -19,6 +19,10 @@ async function send({ url, method, headers, body, deadline }: McpExchange): Prom
     redirect: "manual",
     signal: deadline.signal,
   });
+  if (response.status === 101) {
+    await response.body?.cancel();
+    throw new Error("the MCP server switched protocols");
+  }
   return {
     status: response.status,
     statusText: response.statusText,

@@ -95,7 +95,15 @@ function send(agent: Agent, exchange: McpExchange): Promise<McpAnswer> {
     }, (incoming) => resolve(answerFrom(incoming, method)));
     // Also after the answer came: an 'error' nobody listens to would end the process.
     outgoing.on("error", reject);
-    deadline.whenExpired(() => outgoing.destroy(deadline.signal.reason));
+    // A 101 hands the connection over and answers nothing: the gateway speaks HTTP only.
+    outgoing.on("upgrade", (_answer, socket: Socket) => {
+      socket.destroy();
+      reject(new Error("the MCP server switched protocols"));
+    });
+    deadline.whenExpired(() => {
+      outgoing.destroy(deadline.signal.reason);
+      reject(deadline.signal.reason); // destroy() reports nothing once the socket is gone
+    });
     outgoing.end(body ?? undefined);
   });
 }
