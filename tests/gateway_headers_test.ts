@@ -4,6 +4,7 @@
  * included) and compressed bodies.
  */
 
+import { BROKEN_OFF_ANSWER, startRawServer, SWITCHING_PROTOCOLS_ANSWER } from "./_raw_http.ts";
 import assert from "node:assert/strict";
 import { echo, gatewayApp, MCP, mcpRequest, startScripted } from "./_gateway.ts";
 
@@ -148,20 +149,10 @@ Deno.test("gateway: a small gzip answer that decodes to megabytes is relayed as 
 });
 
 Deno.test("gateway: an answer the MCP server breaks off is 502, never a server error", async () => {
-  // Promises 1,000 bytes of JSON and closes after a few.
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const serving = (async () => {
-    for await (const conn of listener) {
-      await conn.read(new Uint8Array(64 * 1024));
-      const head =
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
-      await conn.write(new TextEncoder().encode(`${head}{"jsonrpc":"2.0",`));
-      conn.close();
-    }
-  })();
+  const server = startRawServer(BROKEN_OFF_ANSWER, "close");
   const policy = await Deno.makeTempFile({ suffix: ".json" });
   await Deno.writeTextFile(policy, JSON.stringify({ default: "allow", rules: [] }));
-  const url = `http://127.0.0.1:${listener.addr.port}/mcp`;
+  const url = server.url.href;
   const plain = await gatewayApp(url);
   // With a policy, a list answer is read whole to be cut: broken off there too.
   const filtering = await gatewayApp(url, { MCP_POLICY_FILE: policy });
@@ -179,31 +170,21 @@ Deno.test("gateway: an answer the MCP server breaks off is 502, never a server e
   } finally {
     plain.t.close();
     filtering.t.close();
-    listener.close();
-    await serving.catch(() => {});
+    await server.close();
     await Deno.remove(policy);
   }
 });
 
 Deno.test("gateway: an MCP server that switches protocols (101) is 502, never a server error or a hang", async () => {
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const serving = (async () => {
-    for await (const conn of listener) {
-      await conn.read(new Uint8Array(64 * 1024));
-      const head =
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
-      await conn.write(new TextEncoder().encode(head)).catch(() => {});
-    }
-  })();
-  const { t, accessToken } = await gatewayApp(`http://127.0.0.1:${listener.addr.port}/mcp`);
+  const server = startRawServer(SWITCHING_PROTOCOLS_ANSWER, "hold");
+  const { t, accessToken } = await gatewayApp(server.url.href);
   try {
     const response = await mcpRequest(t, accessToken, { body: "{}" });
     assert.equal(response.status, 502);
     assert.equal((await response.json()).error, "bad_gateway");
   } finally {
     t.close();
-    listener.close();
-    await serving.catch(() => {});
+    await server.close();
   }
 });
 

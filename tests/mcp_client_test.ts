@@ -13,6 +13,7 @@ import { mcpClientFor } from "../src/gateway/mcp_client/for_url.ts";
 import { createNodeHttpClient } from "../src/gateway/mcp_client/node_http_client.ts";
 import type { McpAnswer, McpClient, McpExchange } from "../src/gateway/mcp_client/types.ts";
 import { within } from "./_gateway_mcp.ts";
+import { BROKEN_OFF_ANSWER, startRawServer, SWITCHING_PROTOCOLS_ANSWER } from "./_raw_http.ts";
 import { manualTimers } from "./_timers.ts";
 
 interface Seen {
@@ -179,18 +180,8 @@ for (const [name, makeClient] of CLIENTS) {
   }
 
   Deno.test(`mcp client (${name}): an answer broken off rejects whole and errors streamed`, async () => {
-    // Promises 1,000 bytes of JSON and closes after a few.
-    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    const serving = (async () => {
-      for await (const conn of listener) {
-        await conn.read(new Uint8Array(64 * 1024));
-        const head =
-          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
-        await conn.write(new TextEncoder().encode(`${head}{"jsonrpc":"2.0",`));
-        conn.close();
-      }
-    })();
-    const url = new URL(`http://127.0.0.1:${listener.addr.port}/mcp`);
+    const server = startRawServer(BROKEN_OFF_ANSWER, "close");
+    const url = server.url;
     const client = makeClient();
     try {
       const whole = await send(client, post(url));
@@ -199,32 +190,21 @@ for (const [name, makeClient] of CLIENTS) {
       await assert.rejects(new Response(streamed.body?.stream()).text());
     } finally {
       client.close();
-      listener.close();
-      await serving.catch(() => {});
+      await server.close();
     }
   });
 
   Deno.test(`mcp client (${name}): an MCP server switching protocols (101) is refused at once`, async () => {
-    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    const serving = (async () => {
-      for await (const conn of listener) {
-        await conn.read(new Uint8Array(64 * 1024));
-        const head =
-          "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
-        await conn.write(new TextEncoder().encode(head)).catch(() => {});
-      }
-    })();
+    const server = startRawServer(SWITCHING_PROTOCOLS_ANSWER, "hold");
     const client = makeClient();
     // A deadline that never passes: only the client itself may end the exchange.
     const deadlines = createDeadlines(5_000, manualTimers().timers);
     try {
-      const url = new URL(`http://127.0.0.1:${listener.addr.port}/mcp`);
-      const sending = send(client, post(url), deadlines);
+      const sending = send(client, post(server.url), deadlines);
       await assert.rejects(within(sending, 5_000, "a 101 answer"), /switched protocols/);
     } finally {
       client.close();
-      listener.close();
-      await serving.catch(() => {});
+      await server.close();
     }
   });
 
