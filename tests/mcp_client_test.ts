@@ -260,6 +260,24 @@ for (const [name, makeClient] of CLIENTS) {
     }
   });
 
+  Deno.test(`mcp client (${name}): a server closing every connection after its answer, saying so or not`, async () => {
+    const body = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n";
+    for (const answer of [`${body}Connection: close\r\n\r\n{}`, `${body}\r\n{}`]) {
+      const server = startRawServer(answer, "close");
+      const client = makeClient();
+      try {
+        // One after another, as fast as they come: none may go out on the closed connection.
+        for (let i = 0; i < 20; i++) {
+          const whole = await send(client, post(server.url));
+          assert.equal(new TextDecoder().decode(await whole.body?.bytes()), "{}");
+        }
+      } finally {
+        client.close();
+        await server.close();
+      }
+    }
+  });
+
   Deno.test(`mcp client (${name}): an MCP server that is not there rejects`, async () => {
     const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     const url = new URL(`http://127.0.0.1:${listener.addr.port}/mcp`);
