@@ -144,6 +144,12 @@ Deno.test("GET /metrics: 404 without METRICS_TOKEN, 401 without its bearer, 200 
       assert.equal((await response.json()).error, "invalid_token");
       assert.match(response.headers.get("www-authenticate") ?? "", /^Bearer /);
     }
+    // The credential is read as every Bearer credential of the service is (bearer_token.ts).
+    for (const authorization of [`bearer ${METRICS_TOKEN}`, `Bearer\t${METRICS_TOKEN}`]) {
+      const response = await s.get("/metrics", { Authorization: authorization });
+      assert.equal(response.status, 200, authorization);
+      await response.body?.cancel();
+    }
     const response = await scrape(s.get);
     assert.equal(response.status, 200);
     assert.equal(response.headers.get("content-type"), "text/plain; version=0.0.4; charset=utf-8");

@@ -6,6 +6,7 @@
  * @see RFC 7662 §2
  */
 
+import { bearerToken } from "../http/bearer_token.ts";
 import type { OAuthRequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
@@ -42,8 +43,7 @@ export async function handleIntrospect(ctx: OAuthRequestContext): Promise<Respon
 }
 
 function authenticatedCaller(ctx: OAuthRequestContext): string | undefined {
-  const header = ctx.request.headers.get("authorization") ?? "";
-  const presented = header.match(/^Bearer[ \t]+(\S+)[ \t]*$/i)?.[1];
-  if (presented === undefined) return undefined;
+  const presented = bearerToken(ctx.request.headers.get("authorization"));
+  if (!presented) return undefined;
   return createCallerCheck(ctx.deps.config.introspectionTokens ?? [])(presented);
 }

@@ -3,6 +3,7 @@
  * format, for a scraper presenting `Authorization: Bearer <METRICS_TOKEN>`; 401 otherwise.
  */
 
+import { bearerToken } from "../http/bearer_token.ts";
 import { timingSafeEqual } from "../crypto.ts";
 import type { RequestContext } from "../http/context.ts";
 import { OAuthError } from "../http/errors.ts";
@@ -25,6 +26,6 @@ export async function handleMetrics(ctx: RequestContext): Promise<Response> {
 
 /** Whether the request's `Authorization` is `Bearer <token>` (compared in constant time). */
 function presentsToken(request: Request, token: string): boolean {
-  const match = request.headers.get("authorization")?.match(/^Bearer +(\S+) *$/i);
-  return match !== null && match !== undefined && timingSafeEqual(match[1], token);
+  const presented = bearerToken(request.headers.get("authorization"));
+  return presented !== undefined && timingSafeEqual(presented, token);
 }
