@@ -10,12 +10,16 @@
  */
 
 /**
+ * Encodings the MCP client decodes (the ones Deno's fetch decodes by itself): such an answer
+ * reaches the client plain, without its `Content-Encoding`.
+ */
+export const DECODED_ENCODINGS: ReadonlySet<string> = new Set(["gzip", "br"]);
+
+/**
  * Client headers always passed on (the MCP transport's own, and content negotiation). Besides
  * these, every `Mcp-Param-*` header (MCP_PARAM_PREFIX): revision 2026-07-28 has intermediaries
  * forward the ones they do not recognise, and the gateway recognises none.
  */
-import { DECODED_ENCODINGS } from "./mcp_client/types.ts";
-
 const FORWARDED_REQUEST_HEADERS: ReadonlySet<string> = new Set([
   "accept",
   "content-type",
@@ -71,7 +75,7 @@ export const NEVER_FORWARDED_HEADERS: ReadonlySet<string> = new Set([
 /**
  * The headers sent to the MCP server: the allowed client headers, the operator's extra ones,
  * and the user's GitLab token in `tokenHeader` (`Authorization: Bearer` or `PRIVATE-TOKEN`).
- * `Accept-Encoding` is the gateway's own: Deno's fetch negotiates gzip and br and decodes them.
+ * `Accept-Encoding` is the MCP client's own (mcp_client/): it decodes DECODED_ENCODINGS.
  */
 export function upstreamRequestHeaders(
   incoming: HeaderSnapshot,

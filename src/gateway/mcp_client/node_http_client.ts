@@ -24,7 +24,7 @@ import { hasNoBody, type McpAnswer, type McpClient, type McpExchange } from "./t
  */
 export const IDLE_CONNECTION_MS = 1_000;
 
-/** What the MCP server's answer is decoded with, by its `Content-Encoding` (DECODED_ENCODINGS). */
+/** What an answer is decoded with, by its `Content-Encoding` (headers.ts's DECODED_ENCODINGS). */
 const DECODERS: ReadonlyMap<string, () => NodeJS.ReadWriteStream> = new Map([
   ["gzip", createGunzip],
   ["br", createBrotliDecompress],

@@ -19,8 +19,8 @@ export interface McpExchange {
 
 /**
  * The MCP server's answer; `cancel()` gives it up (and the connection it came on). Bodies come
- * decoded when the MCP server sent them in one of DECODED_ENCODINGS (`Content-Encoding` still
- * says how they travelled).
+ * decoded when the MCP server sent them in one of DECODED_ENCODINGS (headers.ts;
+ * `Content-Encoding` still says how they travelled).
  */
 export interface McpAnswer {
   status: number;
@@ -47,9 +47,6 @@ export interface McpClient {
   send(exchange: McpExchange): Promise<McpAnswer>;
   close(): void;
 }
-
-/** Encodings an answer arrives decoded from (the ones Deno's fetch decodes by itself). */
-export const DECODED_ENCODINGS: ReadonlySet<string> = new Set(["gzip", "br"]);
 
 /** Statuses whose answers have no body (the Fetch standard's null body statuses). */
 export function hasNoBody(status: number, method: string): boolean {
