@@ -23,17 +23,13 @@ async function send({ url, method, headers, body, deadline }: McpExchange): Prom
     await response.body?.cancel();
     throw new Error("the MCP server switched protocols");
   }
+  const stream = response.body;
   return {
     status: response.status,
     statusText: response.statusText,
     ok: response.ok,
     headers: snapshotHeaders(response.headers),
-    body: response.body && { stream: () => bodyOf(response), bytes: () => response.bytes() },
-    cancel: async () => await response.body?.cancel(),
+    body: stream && { stream: () => stream, bytes: () => response.bytes() },
+    cancel: async () => await stream?.cancel(),
   };
-}
-
-function bodyOf(response: Response): ReadableStream<Uint8Array> {
-  if (response.body === null) throw new TypeError("the answer has no body");
-  return response.body;
 }

@@ -47,9 +47,3 @@ export interface McpClient {
   send(exchange: McpExchange): Promise<McpAnswer>;
   close(): void;
 }
-
-/** Statuses whose answers have no body (the Fetch standard's null body statuses). */
-export function hasNoBody(status: number, method: string): boolean {
-  return method === "HEAD" || status === 101 || status === 103 || status === 204 ||
-    status === 205 || status === 304;
-}
