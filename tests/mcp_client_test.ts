@@ -278,6 +278,40 @@ for (const [name, makeClient] of CLIENTS) {
     }
   });
 
+  Deno.test(`mcp client (${name}): an answer framed two ways is refused or read as chunked`, async () => {
+    // A smuggling attempt: refused, or read by Transfer-Encoding alone (RFC 9112 §6.3); either
+    // way the gateway frames what it relays itself.
+    const server = startRawServer(
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 40\r\n" +
+        "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+      "close",
+    );
+    const client = makeClient();
+    try {
+      const read = await send(client, post(server.url))
+        .then(async (answer) => new TextDecoder().decode(await answer.body?.bytes()))
+        .catch(() => "refused");
+      assert.ok(read === "refused" || read === "{}", `read ${read}`);
+    } finally {
+      client.close();
+      await server.close();
+    }
+  });
+
+  Deno.test(`mcp client (${name}): an answer with a megabyte of headers is refused`, async () => {
+    const server = startRawServer(
+      `HTTP/1.1 200 OK\r\nX-Pad: ${"a".repeat(1024 * 1024)}\r\nContent-Length: 2\r\n\r\n{}`,
+      "close",
+    );
+    const client = makeClient();
+    try {
+      await assert.rejects(send(client, post(server.url)));
+    } finally {
+      client.close();
+      await server.close();
+    }
+  });
+
   Deno.test(`mcp client (${name}): an MCP server that is not there rejects`, async () => {
     const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     const url = new URL(`http://127.0.0.1:${listener.addr.port}/mcp`);
