@@ -343,6 +343,21 @@ Deno.test("mcp client (node:http): asks for the body uncompressed, unless a head
   }
 });
 
+Deno.test("mcp client (node:http): no pool and no sweep before the first exchange", async () => {
+  const server = startServer(() => new Response("{}"));
+  const clock = manualTimers();
+  const client = createNodeHttpClient({ timers: clock.timers });
+  try {
+    assert.equal(clock.pending.size, 0, "a process that never proxies runs no timer");
+    await (await send(client, post(server.url("/mcp")))).body?.bytes();
+    assert.equal(clock.pending.size, 1, "one sweep timer for the pool");
+  } finally {
+    client.close();
+    await server.close();
+  }
+  assert.equal(clock.pending.size, 0, "and none once closed");
+});
+
 Deno.test("mcp client (node:http): reuses a connection, and closes it once idle", async () => {
   const server = startServer(() => new Response("{}"));
   const clock = manualTimers();

@@ -40,21 +40,26 @@ const BACKGROUND_TIMERS: Timers = {
   },
 };
 
-/** A client on one connection pool; `close()` ends the pool's connections. */
+/**
+ * A client on one connection pool, opened with the first exchange (a process that never proxies,
+ * the operator's CLI for one, runs no sweep); `close()` ends the pool's connections.
+ */
 export function createNodeHttpClient(
   options: { idleConnectionMs?: number; timers?: Timers } = {},
 ): McpClient {
-  const agent = new Agent({ keepAlive: true });
-  const stopSweeping = sweepIdleConnections(
-    agent,
-    options.idleConnectionMs ?? IDLE_CONNECTION_MS,
-    options.timers ?? BACKGROUND_TIMERS,
-  );
+  let pool: { agent: Agent; stopSweeping: () => void } | undefined;
+  const open = () => {
+    const agent = new Agent({ keepAlive: true });
+    const idleMs = options.idleConnectionMs ?? IDLE_CONNECTION_MS;
+    const stopSweeping = sweepIdleConnections(agent, idleMs, options.timers ?? BACKGROUND_TIMERS);
+    return { agent, stopSweeping };
+  };
   return {
-    send: (exchange) => send(agent, exchange),
+    send: (exchange) => send((pool ??= open()).agent, exchange),
     close: () => {
-      stopSweeping();
-      agent.destroy();
+      pool?.stopSweeping();
+      pool?.agent.destroy();
+      pool = undefined;
     },
   };
 }
