@@ -253,6 +253,23 @@ export async function fetchJson(url: string, init?: RequestInit): Promise<HttpRe
   return { status: response.status, body };
 }
 
+/** POST one JSON-RPC `message` to `{serviceUrl}/mcp` as a Streamable HTTP client does. */
+export function postMcpOverHttp(
+  serviceUrl: string,
+  accessToken: string,
+  message: Record<string, unknown>,
+): Promise<HttpResult> {
+  return fetchJson(`${serviceUrl}/mcp`, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${accessToken}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, ...message }),
+  });
+}
+
 /** POST `{serviceUrl}/token`, form-encoded. */
 export function postToken(serviceUrl: string, form: Record<string, string>): Promise<HttpResult> {
   return fetchJson(`${serviceUrl}/token`, {

@@ -15,7 +15,7 @@ import {
   oauthSettings,
 } from "../src/config/mod.ts";
 import { TEST_SECRET } from "./_helpers.ts";
-import { signInOverHttp, spawnWithGitLab } from "./_service.ts";
+import { postMcpOverHttp, signInOverHttp, spawnWithGitLab } from "./_service.ts";
 
 const DEPLOY = new URL("../deploy/", import.meta.url);
 const KNOWN = new Set(listConfigVariables().map((variable) => variable.name));
@@ -191,22 +191,12 @@ Deno.test("compose's example MCP server answers whoami through the real gateway"
   gitlabUrl.resolve(gitlab.url);
   try {
     const { access_token } = await signInOverHttp(service.url, gitlab);
-    const response = await fetch(`${service.url}/mcp`, {
-      method: "POST",
-      headers: {
-        Authorization: `Bearer ${access_token}`,
-        "Content-Type": "application/json",
-        Accept: "application/json, text/event-stream",
-      },
-      body: JSON.stringify({
-        jsonrpc: "2.0",
-        id: 1,
-        method: "tools/call",
-        params: { name: "whoami", arguments: {} },
-      }),
+    const answer = await postMcpOverHttp(service.url, access_token, {
+      method: "tools/call",
+      params: { name: "whoami", arguments: {} },
     });
-    assert.equal(response.status, 200);
-    const { result } = await response.json();
+    assert.equal(answer.status, 200);
+    const { result } = answer.body;
     assert.equal(result.isError, undefined, JSON.stringify(result));
     const user = JSON.parse(result.content[0].text);
     assert.equal(typeof user.id, "number");

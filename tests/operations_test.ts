@@ -1,7 +1,13 @@
 /** Running the service: graceful shutdown, the demo, structured logs. */
 
 import assert from "node:assert/strict";
-import { signInOverHttp, spawnService, spawnWithGitLab, waitFor } from "./_service.ts";
+import {
+  postMcpOverHttp,
+  signInOverHttp,
+  spawnService,
+  spawnWithGitLab,
+  waitFor,
+} from "./_service.ts";
 
 Deno.test("SIGTERM: a request in flight finishes, then the process exits 0", async () => {
   const { gitlab, service, close } = await spawnWithGitLab("ops-app", {
@@ -36,16 +42,8 @@ Deno.test("SIGTERM: connections kept open to the MCP server do not hold the proc
   try {
     const { access_token } = await signInOverHttp(service.url, gitlab);
     for (let i = 0; i < 3; i++) {
-      const response = await fetch(`${service.url}/mcp`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${access_token}`,
-          "Content-Type": "application/json",
-          Accept: "application/json, text/event-stream",
-        },
-        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }),
-      });
-      assert.equal(response.status, 200, await response.text());
+      const answer = await postMcpOverHttp(service.url, access_token, { method: "tools/list" });
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
     }
     // The pooled connection to the MCP server is still open (idle for under a second).
     assert.equal(await service.stop(), 0);
