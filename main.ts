@@ -26,6 +26,7 @@ import {
   signInReason,
 } from "./src/config/mod.ts";
 import { createAppDeps } from "./src/deps.ts";
+import { mcpClientFor } from "./src/gateway/mcp_client/for_url.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";
 import type { StoreDatabase } from "./src/store/mod.ts";
@@ -72,6 +73,8 @@ export async function composeService(env: Env, logger: Logger): Promise<Composit
     clock: systemClock,
     logger,
     templates: await loadTemplates(),
+    // The runtime's proxy variables decide how the MCP server is reached.
+    mcpClient: config.mcpUpstreamUrl && mcpClientFor(config.mcpUpstreamUrl, env),
   });
   return { app: createApp(deps), config, kv, closeKv, callPolicy: deps.callPolicy };
 }
