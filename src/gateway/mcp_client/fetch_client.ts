@@ -1,6 +1,8 @@
 /**
  * The MCP server reached with Deno's `fetch`: for `https:` MCP_UPSTREAM_URLs, where it brings
- * the runtime's TLS settings (DENO_CERT, the system's certificates), HTTP/2 and HTTPS_PROXY.
+ * the runtime's TLS settings (DENO_CERT, the system's certificates), HTTP/2 and HTTPS_PROXY, and
+ * for `http:` ones when a proxy variable is set (for_url.ts), since it applies HTTP_PROXY and
+ * NO_PROXY.
  */
 
 import { snapshotHeaders } from "../headers.ts";
