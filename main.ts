@@ -13,7 +13,7 @@
  * is what tells them apart; imported (by the demo, the tests), this module does nothing.
  */
 
-import { createApp, type FetchHandler } from "./src/http/app.ts";
+import { createApp, type FetchHandler } from "./src/app/app.ts";
 import { systemClock } from "./src/clock.ts";
 import {
   type Config,
@@ -25,7 +25,7 @@ import {
   missingOAuthSettings,
   signInReason,
 } from "./src/config/mod.ts";
-import { createAppDeps } from "./src/deps.ts";
+import { createAppDeps } from "./src/app/deps.ts";
 import { mcpClientFor } from "./src/gateway/mcp_client/for_url.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";

@@ -34,7 +34,7 @@ import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import type { FlowRecord } from "../src/store/records.ts";
 import { newSessionToken } from "../src/store/session_tokens.ts";
 import { newSession } from "../src/session/life.ts";
-import { createAppDeps } from "../src/deps.ts";
+import { createAppDeps } from "../src/app/deps.ts";
 import { silentLogger } from "../src/logger.ts";
 import type { Store } from "../src/store/mod.ts";
 import { loadTemplates } from "../src/pages/mod.ts";

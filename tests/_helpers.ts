@@ -4,13 +4,13 @@
  */
 
 import assert from "node:assert/strict";
-import { createAppDeps } from "../src/deps.ts";
-import { createApp, type FetchHandler } from "../src/http/app.ts";
+import { createAppDeps } from "../src/app/deps.ts";
+import { createApp, type FetchHandler } from "../src/app/app.ts";
 import type { Clock } from "../src/clock.ts";
 import { type Config, loadConfig } from "../src/config/mod.ts";
 import { ClientMetadataError } from "../src/client_metadata/document.ts";
 import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
-import type { AppDeps } from "../src/http/context.ts";
+import type { AppDeps } from "../src/app/context.ts";
 import { type Logger, silentLogger } from "../src/logger.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../src/store/records.ts";
 import type { Store, StoreDatabase } from "../src/store/mod.ts";

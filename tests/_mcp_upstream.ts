@@ -7,7 +7,7 @@
 // @ts-types="@modelcontextprotocol/sdk/server/mcp"
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { serveMcp, toolRequestHeaders } from "../dev/mcp_http.ts";
-import type { FetchHandler } from "../src/http/app.ts";
+import type { FetchHandler } from "../src/app/app.ts";
 
 /** What the `whoami` tool answers (as JSON text). */
 export interface WhoAmI {

@@ -92,7 +92,7 @@ Deno.test("access config: start-up warns once when anyone on gitlab.com may sign
 });
 
 Deno.test("access config: group lists are refused at start-up for a provider without memberships", async () => {
-  const { createAppDeps } = await import("../src/deps.ts");
+  const { createAppDeps } = await import("../src/app/deps.ts");
   const { createGenericUpstream } = await import("./_generic_upstream.ts");
   const { loadTemplates } = await import("../src/pages/mod.ts");
   const { silentLogger } = await import("../src/logger.ts");

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { createApp } from "../src/http/app.ts";
+import { createApp } from "../src/app/app.ts";
 import {
   createClientMetadataFetcher,
   type FetcherOptions,
@@ -15,7 +15,7 @@ import {
 } from "../src/client_metadata/fetcher.ts";
 import { isPublicAddress } from "../src/client_metadata/address.ts";
 import { loadConfig } from "../src/config/mod.ts";
-import { createAppDeps } from "../src/deps.ts";
+import { createAppDeps } from "../src/app/deps.ts";
 import { silentLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
 import {

@@ -6,8 +6,8 @@
 
 import assert from "node:assert/strict";
 import { decodeJwt, SignJWT } from "jose";
-import { createApp, type FetchHandler } from "../src/http/app.ts";
-import { createAppDeps } from "../src/deps.ts";
+import { createApp, type FetchHandler } from "../src/app/app.ts";
+import { createAppDeps } from "../src/app/deps.ts";
 import { silentLogger } from "../src/logger.ts";
 import { VERIFIED_TOKEN_TTL_MS } from "../src/gateway/verified_tokens.ts";
 import { loadTemplates } from "../src/pages/mod.ts";

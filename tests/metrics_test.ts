@@ -8,8 +8,8 @@
 
 import assert from "node:assert/strict";
 import parsePrometheusText from "parse-prometheus-text-format";
-import { createAppDeps } from "../src/deps.ts";
-import { createApp } from "../src/http/app.ts";
+import { createAppDeps } from "../src/app/deps.ts";
+import { createApp } from "../src/app/app.ts";
 import { loadConfig } from "../src/config/mod.ts";
 import { silentLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";

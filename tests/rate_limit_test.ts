@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { recordsOf } from "../src/store/keys.ts";
-import { createApp, type FetchHandler } from "../src/http/app.ts";
+import { createApp, type FetchHandler } from "../src/app/app.ts";
 import { createSecretBoxFromConfig } from "../src/secret_box.ts";
 import { createStore } from "../src/store/mod.ts";
 import {

@@ -11,8 +11,8 @@
 import assert from "node:assert/strict";
 import { type SimulatedGitLab, startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { loadConfig } from "../src/config/mod.ts";
-import { createAppDeps } from "../src/deps.ts";
-import { createApp } from "../src/http/app.ts";
+import { createAppDeps } from "../src/app/deps.ts";
+import { createApp } from "../src/app/app.ts";
 import { createLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
 import { createGenericUpstream } from "./_generic_upstream.ts";

@@ -6,12 +6,12 @@
  * one rotated without it ends them with invalid_grant, never a 500.
  */
 
-import { createAppDeps } from "../src/deps.ts";
+import { createAppDeps } from "../src/app/deps.ts";
 import { findSessionByRefreshToken } from "../src/session/life.ts";
 import assert from "node:assert/strict";
 import { jwtVerify } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { createApp, type FetchHandler } from "../src/http/app.ts";
+import { createApp, type FetchHandler } from "../src/app/app.ts";
 import { loadConfig } from "../src/config/mod.ts";
 import { silentLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";

@@ -6,7 +6,7 @@
  * on. Nothing else ever answers 500, and nothing is logged as an unhandled error.
  */
 
-import { createAppDeps } from "../src/deps.ts";
+import { createAppDeps } from "../src/app/deps.ts";
 import { findSessionByRefreshToken } from "../src/session/life.ts";
 import assert from "node:assert/strict";
 import {
@@ -14,7 +14,7 @@ import {
   type SimulatedGitLab,
   startSimulatedGitLab,
 } from "../dev/simulated_gitlab.ts";
-import { createApp, type FetchHandler } from "../src/http/app.ts";
+import { createApp, type FetchHandler } from "../src/app/app.ts";
 import { loadConfig } from "../src/config/mod.ts";
 import { createLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";

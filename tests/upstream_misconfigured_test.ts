@@ -7,8 +7,8 @@
 import assert from "node:assert/strict";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { loadConfig } from "../src/config/mod.ts";
-import { createAppDeps } from "../src/deps.ts";
-import { createApp } from "../src/http/app.ts";
+import { createAppDeps } from "../src/app/deps.ts";
+import { createApp } from "../src/app/app.ts";
 import { createLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
 import { authorizeQuery, FakeClock, TEST_BASE, TEST_SECRET } from "./_helpers.ts";

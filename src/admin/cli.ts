@@ -15,7 +15,7 @@
 import { systemClock } from "../clock.ts";
 import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
 import { randomToken } from "../crypto.ts";
-import { configuredUpstream, createAppDeps } from "../deps.ts";
+import { configuredUpstream, createAppDeps } from "../app/deps.ts";
 import { existingStoreProblem, kvLocation } from "../store/kv_open.ts";
 import { type OpenDatabase, openDatabase } from "../store/open.ts";
 import { createLogger, type Logger } from "../logger.ts";

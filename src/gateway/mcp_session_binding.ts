@@ -4,7 +4,7 @@
  * client sees it, and a request carrying one works only with that session.
  */
 
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { Store } from "../store/mod.ts";
 import type { AuthenticatedRequest } from "./guard.ts";

@@ -10,7 +10,7 @@
  *   Hijacking")
  */
 
-import type { AppDeps, OAuthRequestContext } from "../http/context.ts";
+import type { AppDeps, OAuthRequestContext } from "../app/context.ts";
 import { MCP_CORS } from "../http/cors.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type HeaderSnapshot, snapshotHeaders, upstreamRequestHeaders } from "./headers.ts";
@@ -23,7 +23,7 @@ import {
   type GuardDeps,
 } from "./guard.ts";
 import { mcpResourceUrl } from "./resource.ts";
-import type { Route } from "../http/router.ts";
+import type { Route } from "../app/router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import { createDeadlines, type Deadline, type Deadlines } from "./deadlines.ts";
 import { type Audit, type AuditContext, createAudit } from "./audit.ts";

@@ -5,7 +5,7 @@
  */
 
 import { readUpTo, UTF8 } from "../http/bytes.ts";
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
 import type { GatewayRequest } from "./guard.ts";

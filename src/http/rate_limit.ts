@@ -4,7 +4,7 @@
  */
 
 import type { RateLimits } from "../config/mod.ts";
-import type { AppDeps } from "./context.ts";
+import type { AppDeps } from "../app/context.ts";
 import { OAuthError } from "./errors.ts";
 import { isLoopbackIp, rateLimitSubject } from "./ip_address.ts";
 

@@ -4,7 +4,7 @@
  * did. Never the request's path, whose values have no bound.
  */
 
-import type { Route, Routes } from "../http/router.ts";
+import type { Route, Routes } from "../app/router.ts";
 import { MCP_ROUTE, UNKNOWN_ROUTE } from "./catalog.ts";
 
 /** The labeller for the routes of `routes`; any other route is the gateway's. */

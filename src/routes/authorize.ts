@@ -11,7 +11,7 @@ import { PATHS } from "../http/paths.ts";
 import { ClientMetadataError, isClientMetadataUrl } from "../client_metadata/document.ts";
 import { resolveClientMetadata } from "../client_metadata/resolver.ts";
 import { matchesRegisteredRedirect } from "../clients/registration.ts";
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
 import { PKCE_METHOD } from "../sign_in/pkce.ts";

@@ -9,7 +9,7 @@
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
 
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
 import { admitSignIn } from "../sign_in/admission.ts";

@@ -7,7 +7,7 @@
  * @see RFC 6749 §4.1.2.1 and §10.12, MCP security best practices (per-client consent)
  */
 
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { readParams } from "../http/params.ts";
 import {
   alreadyUsed,

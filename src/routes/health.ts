@@ -6,7 +6,7 @@
  * @see README.md "Health probes"
  */
 
-import type { RequestContext } from "../http/context.ts";
+import type { RequestContext } from "../app/context.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 
 /** A load balancer gives up after about 2 s: an unanswered ping is "unreachable" before that. */

@@ -1,6 +1,6 @@
 /** `GET /`: a short human-readable description (metadata's `service_documentation`). */
 
-import type { RequestContext } from "../http/context.ts";
+import type { RequestContext } from "../app/context.ts";
 
 /** Serves the static home page. */
 export function handleHome(ctx: RequestContext): Promise<Response> {

@@ -7,7 +7,7 @@
  */
 
 import { bearerToken } from "../http/bearer_token.ts";
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { enforceRateLimit, enforceSubjectRateLimit } from "../http/rate_limit.ts";

@@ -4,7 +4,7 @@
  * publish: an empty key set.
  */
 
-import type { RequestContext } from "../http/context.ts";
+import type { RequestContext } from "../app/context.ts";
 import { json } from "../http/responses.ts";
 
 /** As long as a resource server may keep the set; rotation waits this long (README). */

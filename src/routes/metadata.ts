@@ -4,11 +4,11 @@
  */
 
 import type { Config } from "../config/mod.ts";
-import type { RequestContext } from "../http/context.ts";
+import type { RequestContext } from "../app/context.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { mcpResourceUrl, pathOf } from "../gateway/resource.ts";
 import { PATHS } from "../http/paths.ts";
-import { notFound } from "../http/router.ts";
+import { notFound } from "../app/router.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };

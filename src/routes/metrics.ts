@@ -5,7 +5,7 @@
 
 import { bearerToken } from "../http/bearer_token.ts";
 import { timingSafeEqual } from "../crypto.ts";
-import type { RequestContext } from "../http/context.ts";
+import type { RequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 
 /** The exposition format's content type. */

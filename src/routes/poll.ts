@@ -5,7 +5,7 @@
  * @see spec §3.1, §4.2, RFC 8628 §3.4–3.5
  */
 
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { type PollBody, pollFlow } from "../sign_in/device.ts";
 

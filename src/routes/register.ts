@@ -5,7 +5,7 @@
  */
 
 import { parseClientMetadata } from "../clients/registration.ts";
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readJson } from "../http/params.ts";

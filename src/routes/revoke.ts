@@ -5,7 +5,7 @@
  * @see RFC 7009 §2
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../http/context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { NO_STORE } from "../http/responses.ts";

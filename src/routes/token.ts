@@ -5,7 +5,7 @@
  * @see spec §4.3, RFC 6749 §4.1.3 and §6, RFC 7636 §4.6
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../http/context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";

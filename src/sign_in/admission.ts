@@ -11,7 +11,7 @@ import { decideAccess } from "../access/admission.ts";
 import { heldPolicyGroups } from "../access/call_policy_file.ts";
 import { admits, isRestricted, refusalReason } from "../access/policy.ts";
 import { accessPolicyOf } from "../config/mod.ts";
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { redact } from "../logger.ts";
 import type { SessionAccess, UpstreamTokenSet } from "../store/records.ts";
 import type { UpstreamProfile, UpstreamUser } from "../upstream/types.ts";

@@ -6,7 +6,7 @@
  * @see spec §4.2 (on success) and §3.3
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../http/context.ts";
+import { endDepsOf, type OAuthRequestContext } from "../app/context.ts";
 import { redact } from "../logger.ts";
 import { admittedBy } from "../access/policy.ts";
 import { sweepAbandonedSignIns } from "../session/end.ts";

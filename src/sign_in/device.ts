@@ -13,7 +13,7 @@
  * @see spec §3.1, §4.1, §4.2, RFC 8628 §3.1–3.5, README "Where the spec is silent"
  */
 
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { randomToken, sha256Base64Url } from "../crypto.ts";
 import type { RepeatRecord, Versioned } from "../store/mod.ts";
 import {

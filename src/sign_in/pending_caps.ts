@@ -8,7 +8,7 @@
  * @see README "Abuse limits"
  */
 
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { clientPrefix, isLoopbackIp } from "../http/ip_address.ts";
 

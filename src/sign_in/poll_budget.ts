@@ -12,7 +12,7 @@
  * @see README "Poll economy (device mode)", "Abuse limits"
  */
 
-import type { OAuthRequestContext } from "../http/context.ts";
+import type { OAuthRequestContext } from "../app/context.ts";
 import type { BudgetCut, PollBudgetState, PollDecision } from "../store/mod.ts";
 import type { ActivePrefixes } from "../store/poll_budget.ts";
 import type { FlowRecord } from "../store/records.ts";

@@ -10,7 +10,7 @@
  */
 
 import { PATHS } from "../http/paths.ts";
-import type { OAuthRequestContext, RequestContext } from "../http/context.ts";
+import type { OAuthRequestContext, RequestContext } from "../app/context.ts";
 import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
 import { PKCE_METHOD } from "./pkce.ts";
 import type { Versioned } from "../store/mod.ts";

@@ -12,7 +12,7 @@
  *    answered with HTTP 200) and its profile; tests/_generic_upstream.ts is a complete one;
  * 2. `src/config/variables.ts`: a variable in the `upstream` group choosing the provider (and
  *    its README row); URL, client id, secret and scopes are the group's existing variables;
- * 3. `src/deps.ts`: one branch in `configuredUpstream`, and the profile shown while OAuth is
+ * 3. `src/app/deps.ts`: one branch in `configuredUpstream`, and the profile shown while OAuth is
  *    not configured.
  * What still says GitLab, on purpose: the `gitlab_user` claim (fixed by the spec), the
  * variables' names (`GITLAB_*`, kept for compatibility), and the library's `gitlab` options

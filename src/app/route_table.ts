@@ -7,20 +7,23 @@
 import type { Config } from "../config/mod.ts";
 import { OAUTH_CORS } from "../http/cors.ts";
 import { PATHS } from "../http/paths.ts";
-import type { Routes } from "../http/router.ts";
-import { handleAuthorize } from "./authorize.ts";
-import { handleCallback } from "./callback.ts";
-import { handleConsent } from "./consent.ts";
-import { handleLiveness, handleReadiness } from "./health.ts";
-import { handleHome } from "./home.ts";
-import { handleIntrospect } from "./introspect.ts";
-import { handleJwks } from "./jwks.ts";
-import { handleMetrics } from "./metrics.ts";
-import { handleAuthorizationServerMetadata, handleProtectedResourceMetadata } from "./metadata.ts";
-import { handlePoll } from "./poll.ts";
-import { handleRegister } from "./register.ts";
-import { handleRevoke } from "./revoke.ts";
-import { handleToken } from "./token.ts";
+import type { Routes } from "./router.ts";
+import { handleAuthorize } from "../routes/authorize.ts";
+import { handleCallback } from "../routes/callback.ts";
+import { handleConsent } from "../routes/consent.ts";
+import { handleLiveness, handleReadiness } from "../routes/health.ts";
+import { handleHome } from "../routes/home.ts";
+import { handleIntrospect } from "../routes/introspect.ts";
+import { handleJwks } from "../routes/jwks.ts";
+import { handleMetrics } from "../routes/metrics.ts";
+import {
+  handleAuthorizationServerMetadata,
+  handleProtectedResourceMetadata,
+} from "../routes/metadata.ts";
+import { handlePoll } from "../routes/poll.ts";
+import { handleRegister } from "../routes/register.ts";
+import { handleRevoke } from "../routes/revoke.ts";
+import { handleToken } from "../routes/token.ts";
 
 const authorizationServerMetadata = {
   methods: { GET: handleAuthorizationServerMetadata },

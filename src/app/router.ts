@@ -6,9 +6,9 @@
 
 import type { Config } from "../config/mod.ts";
 import type { OAuthRequestContext, RequestContext } from "./context.ts";
-import type { CorsPolicy } from "./cors.ts";
-import { OAuthError } from "./errors.ts";
-import type { RateLimitBucket } from "./rate_limit.ts";
+import type { CorsPolicy } from "../http/cors.ts";
+import { OAuthError } from "../http/errors.ts";
+import type { RateLimitBucket } from "../http/rate_limit.ts";
 
 /** A route handler. */
 export type Handler<C> = (ctx: C) => Promise<Response>;

@@ -5,13 +5,13 @@
  * a scripted upstream).
  */
 
-import { mcpClientFor } from "./gateway/mcp_client/for_url.ts";
-import type { McpClient } from "./gateway/mcp_client/types.ts";
+import { mcpClientFor } from "../gateway/mcp_client/for_url.ts";
+import type { McpClient } from "../gateway/mcp_client/types.ts";
 import {
   type ClientMetadataFetcher,
   createClientMetadataFetcher,
-} from "./client_metadata/fetcher.ts";
-import type { Clock } from "./clock.ts";
+} from "../client_metadata/fetcher.ts";
+import type { Clock } from "../clock.ts";
 import {
   accessPolicyOf,
   type Config,
@@ -20,22 +20,22 @@ import {
   jwtSecrets,
   oauthSettings,
   requireMembershipScope,
-} from "./config/mod.ts";
-import { type CallPolicy, policyGroups } from "./access/call_policy.ts";
-import { createCallPolicyHolder } from "./access/call_policy_file.ts";
-import type { AppDeps } from "./http/context.ts";
-import type { Logger } from "./logger.ts";
-import { createMetrics, type Metrics } from "./metrics/catalog.ts";
-import { createSecretBoxFromConfig } from "./secret_box.ts";
-import { createVerifiedTokens } from "./gateway/verified_tokens.ts";
-import { createOpenStreams, endingStreamsWithSessions } from "./gateway/open_streams.ts";
-import { createConfiguredTokenSigner } from "./keys/token_signer.ts";
-import { createConsentSigner } from "./sign_in/consent_signer.ts";
-import { createStore, type StoreDatabase } from "./store/mod.ts";
-import type { Templates } from "./pages/mod.ts";
-import { createGitLabUpstream, gitLabProfile } from "./upstream/gitlab.ts";
-import type { MisconfigurationHints } from "./upstream/oauth_http.ts";
-import type { Upstream } from "./upstream/types.ts";
+} from "../config/mod.ts";
+import { type CallPolicy, policyGroups } from "../access/call_policy.ts";
+import { createCallPolicyHolder } from "../access/call_policy_file.ts";
+import type { AppDeps } from "./context.ts";
+import type { Logger } from "../logger.ts";
+import { createMetrics, type Metrics } from "../metrics/catalog.ts";
+import { createSecretBoxFromConfig } from "../secret_box.ts";
+import { createVerifiedTokens } from "../gateway/verified_tokens.ts";
+import { createOpenStreams, endingStreamsWithSessions } from "../gateway/open_streams.ts";
+import { createConfiguredTokenSigner } from "../keys/token_signer.ts";
+import { createConsentSigner } from "../sign_in/consent_signer.ts";
+import { createStore, type StoreDatabase } from "../store/mod.ts";
+import type { Templates } from "../pages/mod.ts";
+import { createGitLabUpstream, gitLabProfile } from "../upstream/gitlab.ts";
+import type { MisconfigurationHints } from "../upstream/oauth_http.ts";
+import type { Upstream } from "../upstream/types.ts";
 
 /**
  * What the process provides; `upstream` replaces the configured client and

@@ -4,16 +4,16 @@
  * headers and writes one log line per request.
  */
 
-import { clientIp, createProxyTrust, peerAddress } from "./client_ip.ts";
+import { clientIp, createProxyTrust, peerAddress } from "../http/client_ip.ts";
 import { strictTransportSecurity } from "../config/mod.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
-import { crossOriginHeaders, preflight } from "./cors.ts";
-import { notConfiguredError, OAuthError, storeUnavailableError } from "./errors.ts";
-import { errorResponse, json, NO_STORE } from "./responses.ts";
+import { crossOriginHeaders, preflight } from "../http/cors.ts";
+import { notConfiguredError, OAuthError, storeUnavailableError } from "../http/errors.ts";
+import { errorResponse, json, NO_STORE } from "../http/responses.ts";
 import type { LogFields } from "../logger.ts";
-import { enforceRateLimit } from "./rate_limit.ts";
-import { createRequestOrigin } from "./request_origin.ts";
-import { createUnconfiguredProxyWarning } from "./proxy_warning.ts";
+import { enforceRateLimit } from "../http/rate_limit.ts";
+import { createRequestOrigin } from "../http/request_origin.ts";
+import { createUnconfiguredProxyWarning } from "../http/proxy_warning.ts";
 import {
   findRoute,
   type Handler,
@@ -24,7 +24,7 @@ import {
   routesFor,
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
-import { ROUTES } from "../routes/table.ts";
+import { ROUTES } from "./route_table.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
 import { routeLabels } from "../metrics/route_label.ts";
 
