@@ -9,7 +9,7 @@ import { testGuard } from "./_guard.ts";
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
 import { createTokenSigner } from "../src/jwt.ts";
-import { sameResource } from "../src/gateway/resource.ts";
+import { sameResource } from "../src/http/resource.ts";
 import {
   assertError,
   authorize,

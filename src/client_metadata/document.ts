@@ -20,13 +20,6 @@ export class ClientMetadataError extends Error {
   }
 }
 
-/** Whether a client id is a metadata document URL: an `https` URL with a path. */
-export function isClientMetadataUrl(clientId: string): boolean {
-  if (!/^https:\/\//i.test(clientId)) return false;
-  const url = URL.parse(clientId);
-  return url !== null && url.pathname !== "/";
-}
-
 /**
  * The document URL of a client id that is one, checked as the draft asks (no fragment, no
  * credentials, no dot segments, in normal form, so that the string comparison with the

@@ -9,6 +9,7 @@ import { OAuthError } from "../http/errors.ts";
 import type { ClientMetadata } from "../store/records.ts";
 import { parseUrl, parseWebUrl } from "../http/web_url.ts";
 import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
+import { REGISTRABLE_GRANT_TYPES } from "../grants/registry.ts";
 
 const MAX_REDIRECT_URIS = 20;
 const MAX_URI_LENGTH = 2000;
@@ -16,7 +17,6 @@ const MAX_TEXT_LENGTH = 500;
 const MAX_CONTACTS = 5;
 /** More than any list we support has distinct values; repeats beyond it are abuse. */
 const MAX_LIST_ENTRIES = 10;
-const SUPPORTED_GRANTS = ["authorization_code", "refresh_token"];
 /** Host names of loopback redirect URIs, whose port may vary (RFC 8252 §7.3). */
 export const LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "localhost"];
 const TEXT_FIELDS = ["client_name", "scope", "software_id", "software_version"] as const;
@@ -31,8 +31,8 @@ export function parseClientMetadata(body: unknown): ClientMetadata {
   const metadata: ClientMetadata = {
     redirect_uris: parseRedirectUris(input.redirect_uris),
     token_endpoint_auth_method: parseAuthMethod(input.token_endpoint_auth_method),
-    grant_types: parseList(input, "grant_types", SUPPORTED_GRANTS) ??
-      [...SUPPORTED_GRANTS],
+    grant_types: parseList(input, "grant_types", REGISTRABLE_GRANT_TYPES) ??
+      [...REGISTRABLE_GRANT_TYPES],
     response_types: parseList(input, "response_types", ["code"]) ?? ["code"],
   };
   if (!metadata.grant_types.includes("authorization_code")) {
@@ -110,7 +110,7 @@ function parseAuthMethod(value: unknown): "none" {
 function parseList(
   input: Record<string, unknown>,
   field: string,
-  supported: string[],
+  supported: readonly string[],
 ): string[] | undefined {
   const value = input[field];
   if (value === undefined) return undefined;

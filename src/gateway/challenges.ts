@@ -7,7 +7,7 @@
  */
 
 import { OAuthError } from "../http/errors.ts";
-import { protectedResourceMetadataUrl } from "./resource.ts";
+import { protectedResourceMetadataUrl } from "../http/resource.ts";
 
 /** What a challenge says beyond where the resource's metadata is. */
 type ChallengeKind =

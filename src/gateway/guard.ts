@@ -18,7 +18,7 @@ import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
 import { BearerChallengeError } from "./challenges.ts";
 import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
-import { sameResource } from "./resource.ts";
+import { sameResource } from "../http/resource.ts";
 import type { VerifiedToken, VerifiedTokens } from "./verified_tokens.ts";
 
 /** Leeway on `exp` for clocks that disagree a little. */

@@ -22,7 +22,7 @@ import {
   CLOCK_TOLERANCE_SECONDS,
   type GuardDeps,
 } from "./guard.ts";
-import { mcpResourceUrl } from "./resource.ts";
+import { mcpResourceUrl } from "../http/resource.ts";
 import type { Route } from "../app/router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import { createDeadlines, type Deadline, type Deadlines } from "./deadlines.ts";

@@ -14,7 +14,7 @@ import { OAuthError } from "../http/errors.ts";
 import { BearerChallengeError } from "./challenges.ts";
 import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { createRemoteKeySet, KeySetUnavailable, type RemoteKeySet } from "./remote_keys.ts";
-import { sameResource } from "./resource.ts";
+import { sameResource } from "../http/resource.ts";
 
 /** What a token verified without the service's KV tells about the request. */
 export interface VerifiedAccess {

@@ -56,7 +56,8 @@ export type SignInMode = "device" | "redirect";
 export type SignInOutcome = "completed" | "denied" | "failed" | "expired" | "refused";
 /** `issued`, or the OAuth error code the token endpoint answered. */
 export type GrantOutcome = "issued" | OAuthError["code"];
-export type GrantTypeLabel = "authorization_code" | "refresh_token" | "other";
+/** A served `grant_type` (src/grants/registry.ts), or `other`. */
+export type GrantTypeLabel = string;
 /**
  * A rotated refresh token presented again: answered from the grace window (`grace`), its session
  * ended (`session_ended`, REVOKE_ON_REFRESH_REPLAY) or only refused (`refused`).
@@ -88,8 +89,11 @@ export interface Metrics {
   signInsStarted: Counter<{ mode: SignInMode }>;
   signInsFinished: Counter<{ mode: SignInMode; outcome: SignInOutcome }>;
   tokenGrants: Counter<{ grant_type: GrantTypeLabel; outcome: GrantOutcome }>;
-  /** Runs one token grant and counts its outcome: `issued`, or the error it threw. */
-  countGrant(grantType: string | undefined, run: () => Promise<Response>): Promise<Response>;
+  /**
+   * Runs one token grant and counts its outcome: `issued`, or the error it threw.
+   * `servedGrantType` is the grant that runs, undefined for one the service does not serve.
+   */
+  countGrant(servedGrantType: string | undefined, run: () => Promise<Response>): Promise<Response>;
   refreshReplays: Counter<{ outcome: RefreshReplayOutcome }>;
   revocations: Counter<{ outcome: RevocationOutcome }>;
   gatewayMessages: GatewayMessages;
@@ -244,6 +248,6 @@ export function signInFailure(code: string | undefined): "denied" | "expired" | 
   return code === "expired_token" ? "expired" : "failed";
 }
 
-function grantTypeLabel(grantType: string | undefined): GrantTypeLabel {
-  return grantType === "authorization_code" || grantType === "refresh_token" ? grantType : "other";
+function grantTypeLabel(servedGrantType: string | undefined): GrantTypeLabel {
+  return servedGrantType ?? "other";
 }

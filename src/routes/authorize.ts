@@ -8,7 +8,8 @@
  */
 
 import { PATHS } from "../http/paths.ts";
-import { ClientMetadataError, isClientMetadataUrl } from "../client_metadata/document.ts";
+import { ClientMetadataError } from "../client_metadata/document.ts";
+import { isClientMetadataUrl } from "../client_metadata/client_id.ts";
 import { resolveClientMetadata } from "../client_metadata/resolver.ts";
 import { matchesRegisteredRedirect } from "../clients/registration.ts";
 import type { OAuthRequestContext } from "../app/context.ts";
@@ -16,7 +17,7 @@ import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
 import { PKCE_METHOD } from "../sign_in/pkce.ts";
 import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
-import { mcpResourceUrl, requireProtectedResource } from "../gateway/resource.ts";
+import { mcpResourceUrl, requireProtectedResource } from "../http/resource.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
 import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";

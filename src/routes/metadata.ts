@@ -6,10 +6,12 @@
 import type { Config } from "../config/mod.ts";
 import type { RequestContext } from "../app/context.ts";
 import { json, NO_STORE } from "../http/responses.ts";
-import { mcpResourceUrl, pathOf } from "../gateway/resource.ts";
+import { mcpResourceUrl, pathOf } from "../http/resource.ts";
 import { PATHS } from "../http/paths.ts";
 import { notFound } from "../app/router.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
+import { GRANT_TYPES } from "../grants/registry.ts";
+import { CLIENT_AUTH_METHOD_NAMES } from "../clients/authentication.ts";
 
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };
 
@@ -34,9 +36,9 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
       revocation_endpoint: `${issuer}${PATHS.revoke}`,
       response_types_supported: ["code"],
       response_modes_supported: ["query"],
-      grant_types_supported: ["authorization_code", "refresh_token"],
+      grant_types_supported: [...GRANT_TYPES],
       code_challenge_methods_supported: ["S256"],
-      token_endpoint_auth_methods_supported: ["none"],
+      token_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHOD_NAMES],
       revocation_endpoint_auth_methods_supported: ["none"],
       scopes_supported: [...GRANTED_SCOPES],
       authorization_response_iss_parameter_supported: true,

@@ -233,7 +233,7 @@ export function refreshGraceFor(
 export async function takeRefreshGrace(
   { store, clock, config }: GraceDeps,
   token: string,
-): Promise<TokenResponseBody | null> {
+): Promise<{ body: TokenResponseBody; session: SessionRecord } | null> {
   if (config.refreshGraceSeconds === 0) return null;
   const hash = refreshTokenHash(token);
   // Retried only when something else (an upstream refresh by the gateway) saved the session in
@@ -243,7 +243,7 @@ export async function takeRefreshGrace(
     const grace = session?.value.previousRefresh;
     if (!session || grace?.hash !== hash || clock.now() > grace.untilMs) return null;
     const taken = await store.takeRefreshGrace(session);
-    if (taken.kind === "taken") return JSON.parse(taken.response);
+    if (taken.kind === "taken") return { body: JSON.parse(taken.response), session: session.value };
     if (taken.kind === "unusable") return null;
   }
   return null;

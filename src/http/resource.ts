@@ -7,12 +7,11 @@
  * @see RFC 9728 §3.1, RFC 8707 §2, MCP authorization spec ("Resource Parameter Implementation")
  */
 
-import type { Config } from "../config/mod.ts";
-import { OAuthError } from "../http/errors.ts";
-import { PATHS } from "../http/paths.ts";
+import { OAuthError } from "./errors.ts";
+import { PATHS } from "./paths.ts";
 
 /** The protected MCP resource: MCP_RESOURCE_URL, or `{base}/mcp`. */
-export function mcpResourceUrl(config: Pick<Config, "mcpResourceUrl">, baseUrl: string): string {
+export function mcpResourceUrl(config: { mcpResourceUrl?: string }, baseUrl: string): string {
   return config.mcpResourceUrl ?? `${baseUrl}/mcp`;
 }
 

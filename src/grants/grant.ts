@@ -1,0 +1,66 @@
+/**
+ * What a grant type is to `POST /token`: a module that turns the request's parameters into
+ * issued tokens. The token endpoint reads the form, authenticates the client and hands the
+ * request to the grant the registry (`registry.ts`) names for its `grant_type`.
+ *
+ * @see RFC 6749 §4 and §5.1
+ */
+
+import type { AuthenticatedClient } from "../clients/authentication.ts";
+import type { Clock } from "../clock.ts";
+import type { Config } from "../config/mod.ts";
+import type { TokenSigner } from "../jwt.ts";
+import type { LogFields } from "../logger.ts";
+import type { Metrics } from "../metrics/catalog.ts";
+import type { EndDeps } from "../session/end.ts";
+import type { Upstream } from "../upstream/types.ts";
+
+/**
+ * Whom an access token speaks for: a user's session (signed in through the provider), or a
+ * client acting for itself (grants that issue to machines).
+ */
+export type Subject =
+  | { kind: "user"; sessionId: string; clientId: string }
+  | { kind: "client"; clientId: string };
+
+/** The service's parts a grant may use. */
+export interface GrantDeps extends EndDeps {
+  clock: Clock;
+  config: Config;
+  metrics: Pick<Metrics, "refreshReplays">;
+  signer: Pick<TokenSigner, "sign">;
+  /** The provider: refreshes and re-checks the user's access. */
+  upstream: Upstream;
+  /** The groups MCP_POLICY_FILE names now (learnt when access is re-checked). */
+  policyGroups(): string[];
+}
+
+/** One token request as a grant sees it. */
+export interface GrantRequest {
+  /** The form's parameters (each at most once). */
+  params: ReadonlyMap<string, string>;
+  /** The client, as `clients/authentication.ts` identified it. */
+  client: AuthenticatedClient;
+  /** The issuer (the service's base URL, without a trailing slash). */
+  issuer: string;
+  /** Correlates the grant's log lines with the request's. */
+  requestId: string;
+}
+
+/** What a grant issued: the token response's body, whom it speaks for, what to log. */
+export interface Issued {
+  body: object;
+  subject: Subject;
+  /** Added to the request's one log line (never a secret in clear). */
+  logFields: LogFields;
+}
+
+/** A grant type of the token endpoint. */
+export interface Grant {
+  /** The `grant_type` value (RFC 6749 §4, or an extension's URI). */
+  readonly type: string;
+  /** Whether a client registering itself (RFC 7591) may list it in `grant_types`. */
+  readonly registrable: boolean;
+  /** Checks the request in the order its specification gives, and issues; throws OAuthError. */
+  issue(deps: GrantDeps, request: GrantRequest): Promise<Issued>;
+}
