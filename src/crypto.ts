@@ -30,6 +30,11 @@ export function sha256Base64Url(text: string): string {
   return base64Url(sha256(encoder.encode(text)));
 }
 
+/** SHA-256 of a UTF-8 string as lowercase hex (a digest an operator compares by eye). */
+export function sha256Hex(text: string): string {
+  return sha256(encoder.encode(text)).toHex();
+}
+
 /**
  * HMAC-SHA256 under `key`, as base64url, for many messages: the key's padded blocks are hashed
  * once, and each message continues from a copy of that state.

@@ -81,7 +81,7 @@ export async function startGateway(
 
 /** The audit lines among `lines`. */
 export function auditLines(lines: Record<string, unknown>[]): Record<string, unknown>[] {
-  return lines.filter((line) => line.msg === "mcp");
+  return lines.filter((line) => line.message === "mcp");
 }
 
 /** Revokes `refreshToken` at the app (RFC 7009), which ends its session. */

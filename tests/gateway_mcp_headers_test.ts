@@ -550,7 +550,8 @@ Deno.test("gateway audit: one mcp line per message with who, what and how, and n
     assert.equal(lines.length, 5);
     const [ok, failed, mismatch, first, second] = lines;
     for (const line of lines) {
-      assert.equal(line.msg, "mcp");
+      assert.equal(line.message, "mcp");
+      assert.equal(line.msg, undefined, "one message field");
       assert.equal(line.level, "info");
       assert.equal(typeof line.time, "string");
       assert.equal(typeof line.requestId, "string");

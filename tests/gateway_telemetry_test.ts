@@ -97,7 +97,7 @@ Deno.test({
         collector.spans.find((span) => attributesOf(span)["mcp.name"] === "echo");
       await waitFor(() => audited() !== undefined, 10_000);
       const attributes = attributesOf(audited()!);
-      const auditLine = JSON.parse(service.logs.find((line) => line.includes('"msg":"mcp"'))!);
+      const auditLine = JSON.parse(service.logs.find((line) => line.includes('"message":"mcp"'))!);
       assert.deepEqual(
         {
           "enduser.id": attributes["enduser.id"],

@@ -340,6 +340,7 @@ Deno.test("sessions_alive is counted at most once a minute, by the injected cloc
   const metrics = createMetrics({
     clock,
     countLiveSessions: () => Promise.resolve((counts++, alive)),
+    takeOperatorRevocations: () => Promise.resolve(0),
   });
   const read = async () => parseWhole(await metrics.render()).value(`${PREFIX}sessions_alive`);
   assert.equal(await read(), 3);
@@ -388,6 +389,7 @@ Deno.test("label values are escaped and bounded; histograms are cumulative", asy
   const metrics = createMetrics({
     clock: new FakeClock(),
     countLiveSessions: () => Promise.resolve(0),
+    takeOperatorRevocations: () => Promise.resolve(0),
   });
   for (let i = 0; i < 150; i++) {
     metrics.gatewayMessages.inc({ method: "tools/call", outcome: "allowed", tool: `tool-${i}` });

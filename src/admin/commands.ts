@@ -308,6 +308,7 @@ async function endSessions(
   deps: AdminDeps,
 ): Promise<void> {
   await deps.store.deleteSessions(ending.map(({ session }) => session.id));
+  await countForMetrics(ending.length, named, deps);
   let gitlabTokensRevoked = 0;
   if (revoker) {
     let next = 0;
@@ -334,6 +335,25 @@ async function endSessions(
     gitlabRevocationsFailed: revoker ? ending.length - gitlabTokensRevoked : 0,
     ...(revoker ? {} : { gitlabTokensKept: ending.length }),
   });
+}
+
+/**
+ * Leaves the count of sessions ended for the service's `revocations_total{outcome="operator"}`;
+ * the sessions are ended whether or not it could be written.
+ */
+async function countForMetrics(
+  sessions: number,
+  named: LogFields & { action: string },
+  deps: AdminDeps,
+): Promise<void> {
+  try {
+    await deps.store.countOperatorRevocations(sessions);
+  } catch (error) {
+    deps.logger.warn("the sessions ended are not counted in the service's metrics", {
+      ...named,
+      error: error instanceof Error ? error.message : String(error),
+    });
+  }
 }
 
 function iso(epochMs: number): string {

@@ -60,6 +60,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const metrics = createMetrics({
     clock,
     countLiveSessions: () => store.countLiveSessions(),
+    takeOperatorRevocations: () => store.takeOperatorRevocations(),
   });
   const store = createStore(
     kv,

@@ -95,6 +95,12 @@ export const ABUSE_VARIABLES = {
       parseRateLimit,
       "per introspection caller (its token), for `/introspect`",
     ),
+    mcp: variable(
+      "RATE_LIMIT_MCP",
+      "600/60",
+      parseRateLimit,
+      "gateway: MCP messages / seconds per sign-in session, loopback too ([why](#abuse-limits))",
+    ),
   },
   /**
    * GitLab device-token polls per second, all instances together, shared fairly among client

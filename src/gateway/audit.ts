@@ -1,15 +1,24 @@
 /**
- * The gateway's audit of what crosses it: one log line per MCP message (`"msg":"mcp"`), with who
- * sent it, what it called and how it ended, and the same fields on the request's OpenTelemetry
- * span. Never arguments, results or tokens: the name of a tool, resource or prompt is the most
- * of a message that is written down.
+ * The gateway's audit of what crosses it: one log line per MCP message (`"message":"mcp"`), with
+ * who sent it, what it called and how it ended, and the same fields on the request's
+ * OpenTelemetry span. Never arguments, results or tokens: the name of a tool, resource or prompt
+ * is the most of a message that is written down, and no more than AUDITED_CHARS of it.
  */
 
+import { sha256Hex } from "../crypto.ts";
 import type { Logger } from "../logger.ts";
 import { setSpanAttributes } from "../http/telemetry.ts";
 import type { AuthenticatedRequest } from "./guard.ts";
 import type { McpMessage } from "./mcp_message.ts";
 import { auditedDecision } from "./call_check.ts";
+
+/**
+ * The most characters of a client's string (method, name, id, revision, MCP session id) an audit
+ * line or a span carries; a longer one is cut there and followed by `…sha256:` and the first 16
+ * hex digits of its whole value's SHA-256, so one request cannot write megabytes to the log and
+ * two long values can still be told apart.
+ */
+export const AUDITED_CHARS = 256;
 
 /** What one request's audit lines share. */
 export interface AuditContext {
@@ -21,6 +30,15 @@ export interface AuditContext {
   messages: McpMessage[];
   /** `performance.now()` when the request arrived. */
   startedMs: number;
+  /** The size of a batch refused for having more than MAX_BATCH_MESSAGES messages. */
+  batchSize?: number;
+}
+
+/** What the audit knows of a request refused before it was authenticated. */
+export interface UnauthenticatedContext {
+  requestId: string;
+  startedMs: number;
+  protocolVersion?: string;
 }
 
 /** How the exchange ended, as far as the audit says. */
@@ -28,6 +46,8 @@ export interface AuditOutcome {
   status: number;
   /** Whether the MCP server answered a JSON-RPC error; undefined when not known. */
   rpcError?: boolean;
+  /** The OAuth error code of a refusal by the gateway (`invalid_token`, …), when it has one. */
+  error?: string;
 }
 
 /** Writes the audit lines of an exchange; `enabled` false writes none. */
@@ -37,6 +57,8 @@ export interface Audit {
   annotate(context: AuditContext): void;
   /** One line per message of the request. */
   record(context: AuditContext, outcome: AuditOutcome): void;
+  /** One line for a request refused before anyone was authenticated (a 401, 403 or 503). */
+  recordUnauthenticated(context: UnauthenticatedContext, outcome: AuditOutcome): void;
 }
 
 /** The audit over `logger`. */
@@ -51,45 +73,83 @@ export function createAudit(logger: Logger, enabled: boolean): Audit {
           "gitlab.username": context.auth.user.username,
           "oauth.client.id": context.auth.clientId,
           "session.id": context.auth.sessionId,
-          "mcp.session.id": context.mcpSessionId ?? undefined,
-          "mcp.protocol.version": context.protocolVersion,
-          "mcp.method.name": first?.method,
-          "mcp.name": first?.name,
+          "mcp.session.id": bounded(context.mcpSessionId ?? undefined),
+          "mcp.protocol.version": bounded(context.protocolVersion),
+          "mcp.method.name": bounded(first?.method),
+          "mcp.name": bounded(first?.name),
           "jsonrpc.request.id": first?.id === undefined || first.id === null
             ? undefined
-            : String(first.id),
+            : bounded(String(first.id)),
         };
       });
     },
     record(context, outcome) {
-      const ms = Math.round((performance.now() - context.startedMs) * 10) / 10;
-      setSpanAttributes(() => ({
-        "http.response.status_code": outcome.status,
-        "mcp.rpc_error": outcome.rpcError,
-      }));
+      const ms = elapsedMs(context.startedMs);
+      setOutcomeAttributes(outcome);
       if (!enabled) return;
       const messages: McpMessage[] = context.messages.length > 0 ? context.messages : [{}];
+      const mcpSessionId = bounded(context.mcpSessionId ?? undefined);
+      const protocolVersion = bounded(context.protocolVersion);
       for (const message of messages) {
         logger.info("mcp", {
-          msg: "mcp",
           requestId: context.requestId,
           userId: context.auth.user.id,
           username: context.auth.user.username,
           clientId: context.auth.clientId,
           sessionId: context.auth.sessionId,
-          mcpSessionId: context.mcpSessionId ?? undefined,
-          protocolVersion: context.protocolVersion,
-          method: message.method,
-          name: message.name,
-          rpcId: message.id === undefined || message.id === null ? undefined : message.id,
+          mcpSessionId,
+          protocolVersion,
+          method: bounded(message.method),
+          name: bounded(message.name),
+          rpcId: typeof message.id === "string" ? bounded(message.id) : message.id ?? undefined,
+          batchSize: context.batchSize,
           status: outcome.status,
           rpcError: outcome.rpcError,
+          error: outcome.error,
           ...auditedDecision(message.policy),
           ms,
         });
       }
     },
+    recordUnauthenticated(context, outcome) {
+      setOutcomeAttributes(outcome);
+      if (!enabled) return;
+      logger.info("mcp", {
+        requestId: context.requestId,
+        protocolVersion: bounded(context.protocolVersion),
+        status: outcome.status,
+        error: outcome.error,
+        ms: elapsedMs(context.startedMs),
+      });
+    },
   };
+}
+
+/**
+ * `value` as an audit line or a span carries it: as it is up to AUDITED_CHARS characters, else
+ * cut there (never inside a surrogate pair) and followed by `…sha256:<16 hex>` of the whole.
+ */
+export function bounded(value: string | undefined): string | undefined {
+  if (value === undefined || value.length <= AUDITED_CHARS) return value;
+  const cut = isHighSurrogate(value.charCodeAt(AUDITED_CHARS - 1))
+    ? AUDITED_CHARS - 1
+    : AUDITED_CHARS;
+  return `${value.slice(0, cut)}…sha256:${sha256Hex(value).slice(0, 16)}`;
+}
+
+function isHighSurrogate(code: number): boolean {
+  return code >= 0xd800 && code <= 0xdbff;
+}
+
+function setOutcomeAttributes(outcome: AuditOutcome): void {
+  setSpanAttributes(() => ({
+    "http.response.status_code": outcome.status,
+    "mcp.rpc_error": outcome.rpcError,
+  }));
+}
+
+function elapsedMs(startedMs: number): number {
+  return Math.round((performance.now() - startedMs) * 10) / 10;
 }
 
 /**

@@ -19,6 +19,14 @@ export const FIRST_HEADER_REVISION = "2026-07-28";
 /** JSON-RPC error code of a header that is missing or disagrees with the body. */
 export const HEADER_MISMATCH = -32020;
 
+/**
+ * The most messages a batch may carry: each is decided, counted and audited on its own, so a
+ * 4 MiB body of `{"method":"a"}` would otherwise write 100,000 audit lines.
+ */
+export const MAX_BATCH_MESSAGES = 100;
+/** JSON-RPC's "Invalid Request": what a batch over MAX_BATCH_MESSAGES is answered. */
+export const INVALID_REQUEST = -32600;
+
 /** Where a 2026-07-28 request names its revision in the body. */
 const PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion";
 
@@ -58,6 +66,8 @@ export interface McpPost {
   mismatch?: string;
   /** Whether the body is a JSON array: a batch (revisions before 2026-07-28). */
   batch: boolean;
+  /** A batch of more than MAX_BATCH_MESSAGES messages: its size (none of it is described). */
+  oversized?: number;
   /**
    * A body that is not JSON to us: nothing in it can be checked or decided, though a more
    * lenient parser behind us (one taking `NaN`) might still find a call in it.
@@ -90,6 +100,14 @@ export function inspectPost(body: Uint8Array, headers: MetadataHeaders): McpPost
       protocolVersion: headers.protocolVersion ?? undefined,
       batch: false,
       unreadable: true,
+    };
+  }
+  if (Array.isArray(parsed) && parsed.length > MAX_BATCH_MESSAGES) {
+    return {
+      messages: [],
+      protocolVersion: headers.protocolVersion ?? undefined,
+      batch: true,
+      oversized: parsed.length,
     };
   }
   if (Array.isArray(parsed)) {
@@ -136,6 +154,23 @@ export function headerMismatchResponse(id: McpMessage["id"], reason: string): Re
     jsonrpc: "2.0",
     id: id ?? null,
     error: { code: HEADER_MISMATCH, message: `Header mismatch: ${reason}` },
+  };
+  return new Response(JSON.stringify(body), {
+    status: 400,
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+  });
+}
+
+/** The answer to a batch over MAX_BATCH_MESSAGES: 400, one JSON-RPC `Invalid Request`. */
+export function oversizedBatchResponse(size: number): Response {
+  const body = {
+    jsonrpc: "2.0",
+    id: null,
+    error: {
+      code: INVALID_REQUEST,
+      message:
+        `Invalid Request: a batch carries at most ${MAX_BATCH_MESSAGES} messages, not ${size}`,
+    },
   };
   return new Response(JSON.stringify(body), {
     status: 400,

@@ -20,20 +20,24 @@ import {
   type AuthenticatedRequest,
   authenticateForGateway,
   CLOCK_TOLERANCE_SECONDS,
+  type GatewayRequest,
   type GuardDeps,
 } from "./guard.ts";
 import { mcpResourceUrl } from "../http/resource.ts";
 import type { Route } from "../app/router.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import { createDeadlines, type Deadline, type Deadlines } from "./deadlines.ts";
-import { type Audit, type AuditContext, createAudit } from "./audit.ts";
+import { type Audit, type AuditContext, type AuditOutcome, createAudit } from "./audit.ts";
 import {
   headerMismatchResponse,
   inspectPost,
   type McpMessage,
   type McpPost,
   metadataHeaders,
+  oversizedBatchResponse,
 } from "./mcp_message.ts";
+import { StoreUnavailableError } from "../store/backend.ts";
+import { createSessionRateLimit, type SessionRateLimit } from "./session_rate_limit.ts";
 import { readBoundedBody } from "./request_body.ts";
 import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
 import {
@@ -74,6 +78,7 @@ export function createMcpGateway(deps: AppDeps): McpGateway | undefined {
     deadlines: createDeadlines(deps.config.mcpUpstreamTimeoutMs),
     resourceFor: lastValueMemo((baseUrl) => mcpResourceUrl(deps.config, baseUrl)),
     audit: createAudit(deps.logger, deps.config.auditLog),
+    rateLimit: createSessionRateLimit(deps, deps.config.rateLimits.mcp),
   };
   const handler = (ctx: OAuthRequestContext) => handleGatewayRequest(ctx, gateway);
   const route: Route = {
@@ -95,6 +100,8 @@ interface Gateway {
   guard: GuardDeps | undefined;
   deadlines: Deadlines;
   audit: Audit;
+  /** RATE_LIMIT_MCP; undefined when `off`. */
+  rateLimit: SessionRateLimit | undefined;
   /** The MCP resource URL for a base URL (the same string for every request to one host). */
   resourceFor(baseUrl: string): string;
 }
@@ -140,37 +147,62 @@ async function handleGatewayRequest(
   const deps = mcpSessionId === null || owner.read
     ? guard
     : { ...guard, store: storeReadingOwner(ctx.deps.store, mcpSessionId, owner) };
-  const authenticating = authenticateForGateway(deps, headers["authorization"] ?? null, {
-    issuer: ctx.baseUrl,
-    resource,
-  });
+  const authenticating = authenticated(ctx, gateway, deps, headers, resource);
   const auth = authenticating instanceof Promise ? await authenticating : authenticating;
+  const audit: AuditContext = {
+    requestId: ctx.requestId,
+    auth,
+    mcpSessionId,
+    protocolVersion: headers["mcp-protocol-version"],
+    messages: [],
+    startedMs: ctx.startedMs,
+  };
   // Read once: a SIGHUP mid-request does not change this request's decisions.
   const policy = ctx.deps.callPolicy.current();
-  if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
+  try {
+    const taking = gateway.rateLimit?.take(auth.sessionId, 1);
+    if (taking) await taking;
+    if (mcpSessionId !== null) await requireOwnMcpSession(ctx, auth, mcpSessionId, owner);
+  } catch (error) {
+    gateway.audit.record(audit, refusalOutcome(error));
+    throw error;
+  }
   // One time limit from here to the MCP server's response headers, body upload included.
   const deadline = gateway.deadlines.start();
   let body: Uint8Array<ArrayBuffer> | null = null;
-  let post: McpPost | undefined;
   try {
     if (readsBody(ctx.request.method)) {
       body = await readBoundedBody(ctx.request, headers["content-length"], deadline);
     }
   } catch (error) {
     deadline.done();
+    gateway.audit.record(audit, refusalOutcome(error));
     throw error;
   }
   // Any method's body: what a PUT carries is decided as a POST's would be.
-  if (body !== null) post = inspectPost(body, metadataHeaders(headers));
-  const audit: AuditContext = {
-    requestId: ctx.requestId,
-    auth,
-    mcpSessionId,
-    protocolVersion: post?.protocolVersion ?? headers["mcp-protocol-version"],
-    messages: post?.messages ?? [],
-    startedMs: ctx.startedMs,
-  };
+  const post = body === null ? undefined : inspectPost(body, metadataHeaders(headers));
+  if (post) {
+    audit.protocolVersion = post.protocolVersion ?? audit.protocolVersion;
+    audit.messages = post.messages;
+  }
   gateway.audit.annotate(audit);
+  if (post?.oversized !== undefined) {
+    deadline.done();
+    audit.batchSize = post.oversized;
+    gateway.audit.record(audit, { status: 400 });
+    countMessages(ctx, audit.messages, "denied");
+    return oversizedBatchResponse(post.oversized);
+  }
+  if (post && post.messages.length > 1 && gateway.rateLimit) {
+    try {
+      // The first message was counted on arrival; a batch counts each of the others too.
+      await gateway.rateLimit.take(auth.sessionId, post.messages.length - 1);
+    } catch (error) {
+      deadline.done();
+      gateway.audit.record(audit, refusalOutcome(error));
+      throw error;
+    }
+  }
   if (post?.mismatch !== undefined) {
     deadline.done();
     gateway.audit.record(audit, { status: 400 });
@@ -215,6 +247,43 @@ async function handleGatewayRequest(
   }
   const filter = lists && permits && lists.size > 0 ? { lists, permits } : undefined;
   return await relayResponse(ctx, upstream, auth, gateway.audit, audit, filter);
+}
+
+/**
+ * The request's authentication; a refusal (401 or 403 with its challenge, 503 when GitLab could
+ * not renew an expired token) writes its audit line before it is answered.
+ */
+function authenticated(
+  ctx: OAuthRequestContext,
+  gateway: Gateway,
+  deps: GuardDeps,
+  headers: HeaderSnapshot,
+  resource: string,
+): GatewayRequest | Promise<GatewayRequest> {
+  const refused = (error: unknown): never => {
+    const context = {
+      requestId: ctx.requestId,
+      startedMs: ctx.startedMs,
+      protocolVersion: headers["mcp-protocol-version"],
+    };
+    gateway.audit.recordUnauthenticated(context, refusalOutcome(error));
+    throw error;
+  };
+  try {
+    const authenticating = authenticateForGateway(deps, headers["authorization"] ?? null, {
+      issuer: ctx.baseUrl,
+      resource,
+    });
+    return authenticating instanceof Promise ? authenticating.catch(refused) : authenticating;
+  } catch (error) {
+    return refused(error);
+  }
+}
+
+/** How a thrown refusal ends the exchange, for its audit line. */
+function refusalOutcome(error: unknown): AuditOutcome {
+  if (error instanceof OAuthError) return { status: error.status, error: error.code };
+  return { status: error instanceof StoreUnavailableError ? 503 : 500 };
 }
 
 /** Counts each message of a request (one unparsed message for a body the gateway did not read). */

@@ -39,8 +39,13 @@ export async function enforceSubjectRateLimit(
   const count = await store.countRequest(bucket, subject, limit.limit, windowMs);
   if (count <= limit.limit) return;
   metrics.rateLimitRefusals.inc({ bucket });
-  const retryAfter = String(Math.ceil((windowMs - (clock.now() % windowMs)) / 1000));
-  throw new OAuthError(
+  throw tooManyRequests(Math.ceil((windowMs - (clock.now() % windowMs)) / 1000));
+}
+
+/** The 429 of every rate limit: `temporarily_unavailable`, with `Retry-After` in seconds. */
+export function tooManyRequests(retryAfterSeconds: number): OAuthError {
+  const retryAfter = String(retryAfterSeconds);
+  return new OAuthError(
     429,
     "temporarily_unavailable",
     `Too many requests; try again in at most ${retryAfter} seconds`,

@@ -10,9 +10,11 @@
  */
 
 import type { Clock } from "../clock.ts";
+import type { Config } from "../config/mod.ts";
 import { OAuthError } from "../http/errors.ts";
 import { BoundedLabel, type Counter, type Histogram, NO_LABELS, Registry } from "./registry.ts";
 import { createSessionsAlive } from "./sessions_alive.ts";
+import { createOperatorRevocations } from "./operator_revocations.ts";
 
 const PREFIX = "gitlab_mcp_auth_";
 
@@ -47,33 +49,101 @@ export const UNPARSED_METHOD = "unparsed";
 /** The tool label of a gateway message that calls no tool. */
 export const NO_TOOL = "none";
 
-export type SignInMode = "device" | "redirect";
+export const SIGN_IN_MODES = ["device", "redirect"] as const;
+export type SignInMode = (typeof SIGN_IN_MODES)[number];
 /**
  * How a sign-in ended: `completed` (session and code stored), `denied` (the user said no, on our
  * consent page or upstream), `failed` (the upstream failed it), `expired` (the device code ran
  * out), `refused` (the user is not on the sign-in allow-list, issue 23 §1).
  */
-export type SignInOutcome = "completed" | "denied" | "failed" | "expired" | "refused";
+export const SIGN_IN_OUTCOMES = ["completed", "denied", "failed", "expired", "refused"] as const;
+export type SignInOutcome = (typeof SIGN_IN_OUTCOMES)[number];
 /** `issued`, or the OAuth error code the token endpoint answered. */
 export type GrantOutcome = "issued" | OAuthError["code"];
-/** A served `grant_type` (src/grants/registry.ts), or `other`. */
+/** A served `grant_type` (src/grants/registry.ts, whose list README names too), or `other`. */
 export type GrantTypeLabel = string;
+/** The grant label of a `grant_type` the service does not serve. */
+export const OTHER_GRANT_TYPE = "other";
+/** What the token endpoint answers: `issued`, or one of its error codes. */
+export const GRANT_OUTCOMES = [
+  "issued",
+  "invalid_request",
+  "invalid_client",
+  "invalid_grant",
+  "unsupported_grant_type",
+  "invalid_target",
+  "server_error",
+  "temporarily_unavailable",
+] as const satisfies readonly GrantOutcome[];
 /**
  * A rotated refresh token presented again: answered from the grace window (`grace`), its session
  * ended (`session_ended`, REVOKE_ON_REFRESH_REPLAY) or only refused (`refused`).
  */
-export type RefreshReplayOutcome = "grace" | "session_ended" | "refused";
-/** What `POST /revoke` did: ended a session, or found none for the token. */
-export type RevocationOutcome = "session_ended" | "no_session";
+export const REFRESH_REPLAY_OUTCOMES = ["grace", "session_ended", "refused"] as const;
+export type RefreshReplayOutcome = (typeof REFRESH_REPLAY_OUTCOMES)[number];
+/**
+ * What `POST /revoke` did (ended a session, or found none for the token), and `operator`: the
+ * sessions the operator's CLI ended, counted in the store by the CLI's process.
+ */
+export const REVOCATION_OUTCOMES = ["session_ended", "no_session", "operator"] as const;
+export type RevocationOutcome = (typeof REVOCATION_OUTCOMES)[number];
 /**
  * A gateway message: forwarded (`allowed`), refused by the gateway's policy (`denied`), or
  * forwarded but the MCP server could not be reached or timed out (`upstream_error`).
  */
-export type GatewayOutcome = "allowed" | "denied" | "upstream_error";
+export const GATEWAY_OUTCOMES = ["allowed", "denied", "upstream_error"] as const;
+export type GatewayOutcome = (typeof GATEWAY_OUTCOMES)[number];
+/** Why an HTTP call has no status. */
+export const CALL_FAILURES = ["timeout", "network"] as const;
 /** An HTTP call's status, or why it has none. */
-export type CallResult = number | "timeout" | "network";
+export type CallResult = number | (typeof CALL_FAILURES)[number];
+/**
+ * The GitLab endpoints the service calls: `membership` is a group member lookup (its 404 means
+ * "not a member"), `other` a URL none of the others (none today).
+ */
+export const GITLAB_ENDPOINTS = [
+  "device_authorization",
+  "token",
+  "user",
+  "revoke",
+  "membership",
+  "other",
+] as const;
+export type GitLabEndpoint = (typeof GITLAB_ENDPOINTS)[number];
 /** The rate-limit buckets (`RateLimitBucket`). */
-export type BucketLabel = "authorize" | "poll" | "token" | "register" | "introspect";
+export const RATE_LIMIT_BUCKETS = [
+  "authorize",
+  "poll",
+  "token",
+  "register",
+  "introspect",
+  "mcp",
+] as const satisfies readonly (keyof Config["rateLimits"])[];
+export type BucketLabel = (typeof RATE_LIMIT_BUCKETS)[number];
+
+/**
+ * Every label value the service itself chooses, by metric (without the prefix) and label: all
+ * values of the labels enumerated above, and the words that stand beside values from outside
+ * (route paths, methods, tools, statuses). README "Metrics" names each one, and
+ * tests/metrics_test.ts compares the two.
+ */
+export const LABEL_WORDS: Readonly<Record<string, Readonly<Record<string, readonly string[]>>>> = {
+  http_requests_total: { route: [MCP_ROUTE, UNKNOWN_ROUTE] },
+  http_request_duration_seconds: { route: [MCP_ROUTE, UNKNOWN_ROUTE] },
+  sign_ins_started_total: { mode: SIGN_IN_MODES },
+  sign_ins_finished_total: { mode: SIGN_IN_MODES, outcome: SIGN_IN_OUTCOMES },
+  token_grants_total: { grant_type: [OTHER_GRANT_TYPE], outcome: GRANT_OUTCOMES },
+  refresh_replays_total: { outcome: REFRESH_REPLAY_OUTCOMES },
+  revocations_total: { outcome: REVOCATION_OUTCOMES },
+  gateway_messages_total: {
+    method: [UNPARSED_METHOD, "other"],
+    outcome: GATEWAY_OUTCOMES,
+    tool: [NO_TOOL, "other"],
+  },
+  gateway_upstream_responses_total: { status: CALL_FAILURES },
+  gitlab_requests_total: { endpoint: GITLAB_ENDPOINTS, status: CALL_FAILURES },
+  rate_limit_refusals_total: { bucket: RATE_LIMIT_BUCKETS },
+};
 
 /** The gateway's messages, with method and tool names bounded. */
 export interface GatewayMessages {
@@ -100,8 +170,8 @@ export interface Metrics {
   /** The MCP server's answers to forwarded requests, by status (or timeout, network). */
   mcpUpstreamResponses: Counter<{ status: string }>;
   /** One call to GitLab: which endpoint, and its status (or timeout, network). */
-  observeGitLabCall(endpoint: string, result: CallResult): void;
-  gitlabRequests: Counter<{ endpoint: string; status: string }>;
+  observeGitLabCall(endpoint: GitLabEndpoint, result: CallResult): void;
+  gitlabRequests: Counter<{ endpoint: GitLabEndpoint; status: string }>;
   rateLimitRefusals: Counter<{ bucket: BucketLabel }>;
   /** One KV commit's duration in milliseconds. */
   observeStoreCommit(ms: number): void;
@@ -110,10 +180,14 @@ export interface Metrics {
   render(): Promise<string>;
 }
 
-/** What the metrics read: the clock, and how many sessions are alive (read at most once a minute). */
+/**
+ * What the metrics read from the store: how many sessions are alive (at most once a minute),
+ * and the sessions the operator's CLI ended (taken at a scrape, at most every few seconds).
+ */
 export interface MetricsSources {
   clock: Clock;
   countLiveSessions(): Promise<number>;
+  takeOperatorRevocations(): Promise<number>;
 }
 
 /** The service's metrics, in a registry of their own. */
@@ -153,10 +227,15 @@ export function createMetrics(sources: MetricsSources): Metrics {
   });
   const revocations = registry.counter<{ outcome: RevocationOutcome }>({
     name: `${PREFIX}revocations_total`,
-    help: "POST /revoke requests: a session ended, or no session for the token.",
+    help:
+      "POST /revoke requests (a session ended, or no session for the token), and sessions ended by the operator's CLI.",
     labelNames: ["outcome"],
-    initial: [{ outcome: "session_ended" }, { outcome: "no_session" }],
+    initial: REVOCATION_OUTCOMES.map((outcome) => ({ outcome })),
   });
+  const operatorRevocations = createOperatorRevocations(
+    sources,
+    (sessions) => revocations.inc({ outcome: "operator" }, sessions),
+  );
   const gatewayCounter = registry.counter<
     { method: string; outcome: GatewayOutcome; tool: string }
   >({
@@ -170,18 +249,17 @@ export function createMetrics(sources: MetricsSources): Metrics {
     help: "The MCP server's answers to forwarded requests, by status (or timeout, network).",
     labelNames: ["status"],
   });
-  const gitlabRequests = registry.counter<{ endpoint: string; status: string }>({
+  const gitlabRequests = registry.counter<{ endpoint: GitLabEndpoint; status: string }>({
     name: `${PREFIX}gitlab_requests_total`,
-    help: "Calls to GitLab by endpoint and status (or timeout, network).",
+    help:
+      "Calls to GitLab by endpoint (membership: a group member lookup) and status (or timeout, network).",
     labelNames: ["endpoint", "status"],
   });
   const rateLimitRefusals = registry.counter<{ bucket: BucketLabel }>({
     name: `${PREFIX}rate_limit_refusals_total`,
-    help: "Requests refused with 429 by the per-client-IP limits, by bucket.",
+    help: "Requests refused with 429 by the rate limits, by bucket.",
     labelNames: ["bucket"],
-    initial: [{ bucket: "authorize" }, { bucket: "poll" }, { bucket: "token" }, {
-      bucket: "register",
-    }],
+    initial: RATE_LIMIT_BUCKETS.map((bucket) => ({ bucket })),
   });
   const storeCommitDuration = registry.histogram<Record<never, string>>({
     name: `${PREFIX}store_commit_duration_seconds`,
@@ -238,7 +316,10 @@ export function createMetrics(sources: MetricsSources): Metrics {
       storeCommitDuration.observe(NO_LABELS, ms / 1000);
     },
     storeCommitDuration,
-    render: () => registry.render(),
+    async render() {
+      await operatorRevocations.take();
+      return await registry.render();
+    },
   };
 }
 
@@ -249,5 +330,5 @@ export function signInFailure(code: string | undefined): "denied" | "expired" | 
 }
 
 function grantTypeLabel(servedGrantType: string | undefined): GrantTypeLabel {
-  return servedGrantType ?? "other";
+  return servedGrantType ?? OTHER_GRANT_TYPE;
 }

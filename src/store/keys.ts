@@ -20,6 +20,7 @@
  * | ["budget", "window", second]        | PollWindow        | a minute                      |
  * | ["budget", "active"]                | ActivePrefixes    | a minute after the last poll  |
  * | ["budget", "cut"]                   | BudgetCut         | until the budget recovered    |
+ * | ["count", "operator_revocations"]   | sessions (number) | until taken (GC: 30 days)     |
  *
  * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
@@ -43,6 +44,7 @@ export const RECORD_KINDS = [
   "pause",
   "repeat",
   "budget",
+  "count",
 ] as const;
 
 /** One kind of record. */
@@ -122,6 +124,11 @@ export function activePrefixesKey(): Deno.KvKey {
 /** The key of the poll budget's cut after GitLab's 429. */
 export function budgetCutKey(): Deno.KvKey {
   return ["budget", "cut"];
+}
+
+/** The key of the sessions the operator's CLI ended that no service process has counted yet. */
+export function operatorRevocationsKey(): Deno.KvKey {
+  return ["count", "operator_revocations"];
 }
 
 /** The key of a recent `/authorize` request, by the hash of its whole query. */

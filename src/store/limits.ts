@@ -1,4 +1,4 @@
-/** Rate-limit counters: one per bucket, client address and fixed window. */
+/** Rate-limit counters: one per bucket, subject (client address, caller, session) and fixed window. */
 
 import type { StoreIo } from "./io.ts";
 import { rateKey } from "./keys.ts";
@@ -10,6 +10,17 @@ export interface LimitStore {
    * including this one (requests over the limit are not counted further).
    */
   countRequest(bucket: string, ip: string, limit: number, windowMs: number): Promise<number>;
+  /**
+   * Claims up to `wanted` requests of `subject`'s allowance in the current fixed window of
+   * `bucket`, never past `limit` in all; returns how many were granted (0 when none are left).
+   */
+  claimRequests(
+    bucket: string,
+    subject: string,
+    wanted: number,
+    limit: number,
+    windowMs: number,
+  ): Promise<number>;
 }
 
 const RATE_COUNT_ATTEMPTS = 5;
@@ -36,6 +47,25 @@ export function createLimitStore(io: StoreIo): LimitStore {
         await new Promise((resolve) => setTimeout(resolve, Math.random() * 2));
       }
       return limit + 1;
+    },
+    async claimRequests(bucket, subject, wanted, limit, windowMs) {
+      const now = io.clock.now();
+      const window = Math.floor(now / windowMs);
+      const key = rateKey(bucket, subject, window);
+      const expireIn = (window + 1) * windowMs - now + 1000;
+      // As above: a lost race means another claim was granted, so at most `limit` of them.
+      for (let attempt = 0; attempt < limit + RATE_COUNT_ATTEMPTS; attempt++) {
+        const current = await io.read<number>(key);
+        const used = current?.value ?? 0;
+        const granted = Math.min(wanted, limit - used);
+        if (granted <= 0) return 0;
+        const op = io.atomic()
+          .check({ key, versionstamp: current?.versionstamp ?? null })
+          .set(key, used + granted, { expireIn });
+        if (await io.commit(op)) return granted;
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 2));
+      }
+      return 0;
     },
   };
 }

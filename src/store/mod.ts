@@ -25,6 +25,7 @@ import { createLimitStore, type LimitStore } from "./limits.ts";
 import { createMcpSessionStore, type McpSessionStore } from "./mcp_sessions.ts";
 import { createPollBudgetStore, type PollBudgetStore } from "./poll_budget.ts";
 import { createOperatorStore, type OperatorStore } from "./operators.ts";
+import { createOperatorCountStore, type OperatorCountStore } from "./operator_counts.ts";
 import { createRepeatStore, type RepeatStore } from "./repeats.ts";
 import { createSessionRecords, type SessionStore } from "./sessions.ts";
 import { createUnredeemedStore, type UnredeemedStore } from "./unredeemed.ts";
@@ -54,6 +55,7 @@ export interface Store
     LeaseStore,
     McpSessionStore,
     OperatorStore,
+    OperatorCountStore,
     UpstreamPauseStore,
     PollBudgetStore,
     RepeatStore,
@@ -86,6 +88,7 @@ export function createStore(
     ...createLeaseStore(io),
     ...createMcpSessionStore(io, sessions),
     ...createOperatorStore(io),
+    ...createOperatorCountStore(io),
     ...createUpstreamPauseStore(io),
     ...createPollBudgetStore(io),
     ...createRepeatStore(io, secrets),

@@ -7,6 +7,7 @@
  * @see https://docs.gitlab.com/api/oauth2/#device-authorization-grant-flow
  */
 
+import type { GitLabEndpoint } from "../metrics/catalog.ts";
 import {
   authorizationUrl,
   createOAuthHttpClient,
@@ -62,10 +63,10 @@ export interface GitLabUpstreamOptions {
   /** The settings to name when GitLab refuses the application (`GITLAB_CLIENT_ID`, ...). */
   hints?: MisconfigurationHints;
   /**
-   * Told each call's endpoint (`device_authorization`, `token`, `user`, `revoke`) and status,
-   * or `timeout` or `network` when none came (metrics).
+   * Told each call's endpoint (`device_authorization`, `token`, `user`, `revoke`,
+   * `membership`) and status, or `timeout` or `network` when none came (metrics).
    */
-  observeCall?: (endpoint: string, result: number | "timeout" | "network") => void;
+  observeCall?: (endpoint: GitLabEndpoint, result: number | "timeout" | "network") => void;
 }
 
 /** Creates the GitLab upstream client; throws TypeError/RangeError on unusable options. */
@@ -82,7 +83,8 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
   };
   const { send, postForm, call } = createOAuthHttpClient({
     ...options,
-    onResponse: options.observeCall && observeByEndpoint(endpoints, options.observeCall),
+    onResponse: options.observeCall &&
+      observeByEndpoint(options.gitlabUrl, endpoints, options.observeCall),
   });
 
   return {
@@ -158,24 +160,34 @@ export function createGitLabUpstream(options: GitLabUpstreamOptions): Upstream {
   };
 }
 
-/** The metric names of the endpoints the service calls. */
+/** The metric names of the endpoints the service calls at one URL each. */
 const ENDPOINT_NAMES = {
   authorizeDevice: "device_authorization",
   token: "token",
   user: "user",
   revoke: "revoke",
-} as const;
+} as const satisfies Record<string, GitLabEndpoint>;
 
-/** An observer of calls by URL, telling `observe` the endpoint's name instead. */
+/**
+ * An observer of calls by URL, telling `observe` the endpoint's name instead; a group member
+ * lookup (one URL per group and user) is `membership`.
+ */
 function observeByEndpoint(
+  gitlabUrl: URL,
   endpoints: Record<keyof typeof ENDPOINT_NAMES, URL>,
   observe: NonNullable<GitLabUpstreamOptions["observeCall"]>,
 ): NonNullable<OAuthHttpOptions["onResponse"]> {
-  const names = new Map<string, string>();
+  const names = new Map<string, GitLabEndpoint>();
   for (const [key, name] of Object.entries(ENDPOINT_NAMES)) {
     names.set(endpoints[key as keyof typeof ENDPOINT_NAMES].href, name);
   }
-  return (url, result) => observe(names.get(url.href) ?? "other", result);
+  const groups = endpointBelow(gitlabUrl, "api/v4/groups/").href;
+  const named = (url: URL): GitLabEndpoint =>
+    names.get(url.href) ??
+      (url.href.startsWith(groups) && url.pathname.includes("/members/all/")
+        ? "membership"
+        : "other");
+  return (url, result) => observe(named(url), result);
 }
 
 /** How a GitLab instance at `url` presents itself, asked for `scopes`. */
