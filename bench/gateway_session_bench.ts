@@ -18,7 +18,7 @@ const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, asy
   return new Response('{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}', { headers });
 });
 const t = await makeTestApp({
-  env: { MCP_UPSTREAM_URL: `http://127.0.0.1:${server.addr.port}/mcp` },
+  env: { MCP_UPSTREAM_URL: `http://127.0.0.1:${server.addr.port}/mcp`, RATE_LIMIT_MCP: "off" },
 });
 const { access_token } = await issueTokens(t);
 

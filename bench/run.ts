@@ -563,7 +563,8 @@ async function gateway(
     : (await copyKv(run.files.golden, run.files.runKv), { kvPath: run.files.runKv });
   const refreshTokens = on === "postgres" ? run.files.pgRefreshTokens : run.files.refreshTokens;
   const mcp = await run.servers.mcpServer(1, mcpPort);
-  const env = { MCP_UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp` };
+  // RATE_LIMIT_MCP off: wrk drives a few sessions at thousands of calls a second.
+  const env = { MCP_UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp`, RATE_LIMIT_MCP: "off" };
   const server = workers > 1
     ? await run.servers.parallelService(name, workers, store, CLOSED_GITLAB, env)
     : await run.servers.service(name, store, CLOSED_GITLAB, env);

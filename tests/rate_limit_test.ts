@@ -20,6 +20,8 @@ import {
   withEnv,
 } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
+import { auditLines, type GatewayServer, startGateway, startScripted } from "./_gateway_mcp.ts";
+import { FakeClock, issueTokens } from "./_helpers.ts";
 
 const CLIENT = "203.0.113.9";
 const OTHER = "198.51.100.7";
@@ -485,5 +487,82 @@ Deno.test("rate limit: two service processes on one KV file share the count", as
     await second.stop();
     await gitlab.close();
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** A JSON-RPC POST to a gateway served on loopback, with `token` as the bearer. */
+async function mcpPost(g: GatewayServer, token: string, body: unknown): Promise<Answer> {
+  const response = await fetch(g.mcpUrl, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+    },
+    body: JSON.stringify(body),
+  });
+  return { status: response.status, headers: response.headers, body: await response.text() };
+}
+
+const PING = { jsonrpc: "2.0", id: 1, method: "ping" };
+
+Deno.test("RATE_LIMIT_MCP: messages per sign-in session, shared by two instances, loopback too; 429 with Retry-After", async () => {
+  const dir = await Deno.makeTempDir();
+  const kvPath = `${dir}/kv.sqlite3`;
+  const clock = new FakeClock(Date.parse("2026-01-01T00:00:15Z"));
+  const upstream = startScripted(() => Response.json({ jsonrpc: "2.0", id: 1, result: {} }));
+  // RATE_LIMIT_LOOPBACK=exempt (the default) exempts loopback from the per-address limits only.
+  const env = { RATE_LIMIT_MCP: "4/60" };
+  const one = await startGateway(upstream.url, { env, kvPath, clock });
+  const two = await startGateway(upstream.url, { env, kvPath, clock, signIn: false });
+  try {
+    const ada = one.accessToken;
+    assert.equal((await mcpPost(one, ada, PING)).status, 200);
+    assert.equal((await mcpPost(two, ada, PING)).status, 200);
+    // A batch counts each of its messages.
+    assert.equal((await mcpPost(one, ada, [PING, { ...PING, id: 2 }])).status, 200);
+    const retryAfter = assertLimited(await mcpPost(two, ada, PING));
+    assert.equal(retryAfter, 45, "until the window (a minute) ends");
+    assertLimited(await mcpPost(one, ada, PING));
+    assert.equal(upstream.requests.length, 3, "the MCP server saw only the allowed requests");
+
+    const refused = auditLines(two.lines).filter((line) => line.status === 429);
+    assert.equal(refused.length, 1, "a 429 is audited");
+    assert.equal(refused[0].error, "temporarily_unavailable");
+    assert.equal(refused[0].username, "ada");
+
+    // Another session of the same user has its own count.
+    const other = await issueTokens(one.t);
+    assert.equal((await mcpPost(two, other.access_token, PING)).status, 200);
+
+    clock.advance(45_000);
+    assert.equal((await mcpPost(two, ada, PING)).status, 200, "the next window");
+  } finally {
+    await one.close();
+    await two.close();
+    await upstream.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("RATE_LIMIT_MCP: a busy session claims its allowance from the store a slice at a time", async () => {
+  const clock = new FakeClock();
+  const upstream = startScripted(() => Response.json({ jsonrpc: "2.0", id: 1, result: {} }));
+  const g = await startGateway(upstream.url, { env: { RATE_LIMIT_MCP: "100/60" }, clock });
+  try {
+    const counted = async () => {
+      const [entry] = await recordsOf<number>(g.t.kv, "rate");
+      return entry?.value;
+    };
+    assert.equal((await mcpPost(g, g.accessToken, PING)).status, 200);
+    assert.equal(await counted(), 5, "one slice: a twentieth of the limit");
+    for (let i = 0; i < 4; i++) await mcpPost(g, g.accessToken, PING);
+    assert.equal(await counted(), 5, "spent in memory");
+    for (let i = 0; i < 95; i++) assert.equal((await mcpPost(g, g.accessToken, PING)).status, 200);
+    assert.equal(await counted(), 100);
+    assertLimited(await mcpPost(g, g.accessToken, PING));
+  } finally {
+    await g.close();
+    await upstream.close();
   }
 });
