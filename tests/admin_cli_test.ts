@@ -37,6 +37,19 @@ import {
 
 const GRACE = { id: 77, username: "grace", name: "Grace Hopper" };
 
+const METRICS_TOKEN = "metrics-token-that-is-at-least-32-bytes!";
+
+/** The service's `revocations_total{outcome="operator"}`, scraped from its `/metrics`. */
+async function operatorRevocations(serviceUrl: string): Promise<number> {
+  const response = await fetch(`${serviceUrl}/metrics`, {
+    headers: { Authorization: `Bearer ${METRICS_TOKEN}` },
+  });
+  const text = await response.text();
+  const sample = text.match(/^gitlab_mcp_auth_revocations_total\{outcome="operator"\} (\d+)$/m);
+  assert.ok(sample, text);
+  return Number(sample[1]);
+}
+
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
 }
@@ -84,13 +97,14 @@ async function withLiveService(
 
 Deno.test({
   name:
-    "admin: sessions revoke --user ends a live service's sessions (the gateway's too within 1 s), GitLab tokens too",
+    "admin: sessions revoke --user ends a live service's sessions (the gateway's too within 1 s), GitLab tokens too, counted in its metrics",
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
     const mcp = startMcpUpstream();
     try {
-      await withLiveService({ MCP_UPSTREAM_URL: mcp.url }, async ({ gitlab, service, admin }) => {
+      const env = { MCP_UPSTREAM_URL: mcp.url, METRICS_TOKEN };
+      await withLiveService(env, async ({ gitlab, service, admin }) => {
         gitlab.users.push(GRACE);
         const adaTokens = [
           await signInOverHttp(service.url, gitlab),
@@ -132,6 +146,7 @@ Deno.test({
           { action: "sessions revoke", user: "ada", sessions: 2, revoked: 2 },
         );
         assert.equal(gitlab.revokedTokens.size, revokedBefore + 2, "both GitLab tokens revoked");
+        assert.equal(await operatorRevocations(service.url), 2, "the service counts the CLI's");
 
         for (const tokens of adaTokens) {
           const refreshed = await postToken(service.url, {
@@ -162,6 +177,14 @@ Deno.test({
         assert.equal(await gatewayStatus(service.url, graceRefresh.body.access_token), 401);
         const again = await admin(["sessions", "revoke", "--id", graceSession.id]);
         assert.equal(again.code, 1, "an ended session is not there to end");
+        const revokedOne = Date.now();
+        let counted = 0;
+        while ((counted = await operatorRevocations(service.url)) < 3) {
+          if (Date.now() - revokedOne > 10_000) break;
+          await delay(250);
+        }
+        assert.equal(counted, 3);
+        assert.ok(Date.now() - revokedOne < 10_000, "the count arrives within 10 s");
 
         const stats = await admin(["stats", "--json"]);
         assert.equal(stats.code, 0, stats.stderr);

@@ -320,4 +320,38 @@ for (const kind of STORE_KINDS) {
         Array.from({ length: 40 }, (_, i) => i + 1),
       );
     }));
+
+  test("rate-limit claims are shared: two store instances never grant past the limit", () =>
+    withDatabase(kind, async (database, again) => {
+      const secrets = createSecretBox([TEST_SECRET]);
+      const stores = [createStore(database, systemClock, secrets)];
+      stores.push(createStore(await again(), systemClock, secrets));
+      const granted = await Promise.all(
+        Array.from(
+          { length: 20 },
+          (_, i) => stores[i % 2].claimRequests("mcp", "session:s", 3, 50, 3_600_000),
+        ),
+      );
+      assert.equal(granted.reduce((sum, one) => sum + one, 0), 50);
+      assert.equal(await stores[0].claimRequests("mcp", "session:s", 3, 50, 3_600_000), 0);
+      assert.equal(await stores[1].claimRequests("mcp", "session:t", 3, 50, 3_600_000), 3);
+    }));
+
+  test("operator revocations travel through the store: counted by one process, taken once", () =>
+    withDatabase(kind, async (database, again) => {
+      const secrets = createSecretBox([TEST_SECRET]);
+      const cli = createStore(database, systemClock, secrets);
+      const services = [
+        createStore(await again(), systemClock, secrets),
+        createStore(await again(), systemClock, secrets),
+      ];
+      assert.equal(await services[0].takeOperatorRevocations(), 0);
+      await cli.countOperatorRevocations(2);
+      await cli.countOperatorRevocations(3);
+      const taken = await Promise.all(services.map((store) => store.takeOperatorRevocations()));
+      assert.deepEqual(taken.toSorted((a, b) => a - b), [0, 5], "taken by one process only");
+      assert.equal(await services[1].takeOperatorRevocations(), 0);
+      await cli.countOperatorRevocations(1);
+      assert.equal(await services[1].takeOperatorRevocations(), 1);
+    }));
 }
