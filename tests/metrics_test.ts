@@ -13,7 +13,8 @@ import { createApp } from "../src/app/app.ts";
 import { loadConfig } from "../src/config/mod.ts";
 import { silentLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
-import { createMetrics } from "../src/metrics/catalog.ts";
+import { createMetrics, LABEL_WORDS } from "../src/metrics/catalog.ts";
+import { OPERATOR_COUNT_TTL_MS } from "../src/metrics/operator_revocations.ts";
 import { BoundedLabel, Registry } from "../src/metrics/registry.ts";
 import {
   type AppLike,
@@ -65,6 +66,8 @@ function startFakeGitLab() {
         return Response.json({ id: 7, username: "ada" });
       case "/oauth/revoke":
         return Response.json({});
+      case "/api/v4/groups/team/members/all/7":
+        return Response.json({ access_level: 30, state: "active" });
       default:
         return Response.json({ message: "Not Found" }, { status: 404 });
     }
@@ -173,6 +176,7 @@ Deno.test("every family is there after the service's work, with the values it di
     MCP_UPSTREAM_URL: mcp.url,
     RATE_LIMIT_REGISTER: "1/3600",
     RATE_LIMIT_LOOPBACK: "limit",
+    ALLOWED_GITLAB_GROUPS: "team",
   });
   try {
     const before = parseWhole(await (await scrape(s.get)).text());
@@ -311,6 +315,16 @@ Deno.test("every family is there after the service's work, with the values it di
     assert.equal(v("gitlab_requests_total", { endpoint: "token", status: "200" }), 1);
     assert.equal(v("gitlab_requests_total", { endpoint: "user", status: "200" }), 1);
     assert.equal(v("gitlab_requests_total", { endpoint: "revoke", status: "200" }), 1);
+    assert.equal(
+      v("gitlab_requests_total", { endpoint: "membership", status: "200" }),
+      1,
+      "a group member lookup has its own endpoint label",
+    );
+    assert.equal(
+      gitlabEndpoints(after).filter((endpoint) => endpoint === "other").length,
+      0,
+      "no call is `other`",
+    );
     assert.equal(v("rate_limit_refusals_total", { bucket: "register" }), 1);
     assert.equal(v("rate_limit_refusals_total", { bucket: "token" }), 0);
     assert.ok((after.histogramCount(`${PREFIX}store_commit_duration_seconds`) ?? 0) > 0);
@@ -402,6 +416,76 @@ Deno.test("label values are escaped and bounded; histograms are cumulative", asy
   );
 });
 
+Deno.test("every label value of the catalog is named in README's metrics table, and every family has a row", async () => {
+  const readme = await Deno.readTextFile(new URL("../README.md", import.meta.url));
+  const section = readme.slice(readme.indexOf("### Metrics"), readme.indexOf("## Operator's CLI"));
+  const rows = new Map<string, string>();
+  for (const line of section.split("\n")) {
+    const row = line.match(/^\| `gitlab_mcp_auth_([a-z_]+)` +\|(.*)$/);
+    if (row) rows.set(row[1], row[2]);
+  }
+  const metrics = createMetrics({
+    clock: new FakeClock(),
+    countLiveSessions: () => Promise.resolve(0),
+    takeOperatorRevocations: () => Promise.resolve(0),
+  });
+  const families = parseWhole(await metrics.render()).names();
+  assert.deepEqual(
+    [...rows.keys()].toSorted(),
+    families.map((name) => name.slice(PREFIX.length)).toSorted(),
+    "one row per family",
+  );
+  const missing: string[] = [];
+  for (const [metric, labels] of Object.entries(LABEL_WORDS)) {
+    const row = rows.get(metric);
+    assert.ok(row !== undefined, `${metric} has a row`);
+    for (const [label, values] of Object.entries(labels)) {
+      if (!row.includes(`\`${label}\``)) missing.push(`${metric}: label ${label}`);
+      for (const value of values) {
+        if (!row.includes(`\`${value}\``)) missing.push(`${metric}: ${label}=${value}`);
+      }
+    }
+  }
+  assert.deepEqual(missing, [], "every value is documented");
+});
+
+Deno.test("the operator's revocations are taken from the store at a scrape, at most every 5 s", async () => {
+  const clock = new FakeClock();
+  let stored = 0;
+  let takes = 0;
+  const metrics = createMetrics({
+    clock,
+    countLiveSessions: () => Promise.resolve(0),
+    takeOperatorRevocations: () => {
+      takes++;
+      const taken = stored;
+      stored = 0;
+      return Promise.resolve(taken);
+    },
+  });
+  const operator = async () =>
+    parseWhole(await metrics.render()).value(`${PREFIX}revocations_total`, {
+      outcome: "operator",
+    });
+  assert.equal(await operator(), 0);
+  stored = 2;
+  clock.advance(OPERATOR_COUNT_TTL_MS - 1);
+  assert.equal(await operator(), 0, "a scrape right after a take does not read the store");
+  clock.advance(1);
+  assert.equal(await operator(), 2);
+  stored = 3;
+  clock.advance(OPERATOR_COUNT_TTL_MS);
+  assert.equal(await operator(), 5, "added to what was taken before");
+  assert.equal(takes, 3);
+  assert.ok(OPERATOR_COUNT_TTL_MS < 10_000, "a CLI revocation shows within 10 s");
+});
+
+/** The endpoint label of every gitlab_requests_total sample. */
+function gitlabEndpoints(parsed: ReturnType<typeof parseWhole>): string[] {
+  return (parsed.family(`${PREFIX}gitlab_requests_total`)?.metrics ?? [])
+    .map((sample) => sample.labels?.endpoint ?? "");
+}
+
 /**
  * The whole exposition read by parse-prometheus-text-format (which throws on a malformed line),
  * and checked line by line as Prometheus reads it: each family's HELP and TYPE once, before its
@@ -465,6 +549,7 @@ function parseWhole(text: string) {
   }
   return {
     family: (name: string) => families.find((family) => family.name === name),
+    names: () => families.map((family) => family.name),
     /** The sample of `name` with exactly `labels` (0 when the family has no such sample). */
     value(name: string, labels: Record<string, string> = {}): number | undefined {
       const family = families.find((f) => f.name === name);
