@@ -5,6 +5,8 @@
  */
 
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { AUDITED_CHARS } from "../src/gateway/audit.ts";
 import { modernBody } from "./_gateway_mcp.ts";
 import { signInOverHttp, spawnWithGitLab, waitFor } from "./_service.ts";
 
@@ -125,6 +127,33 @@ Deno.test({
       const written = JSON.stringify(audited());
       assert.ok(!written.includes(secretArgument), "no argument on the span");
       assert.ok(!written.includes(tokens.access_token), "no token on the span");
+
+      // A client's long name and id are cut on the span as in the audit line (issue 33 §1.2).
+      const longName = `echo${"x".repeat(100_000)}`;
+      const longId = "i".repeat(1000);
+      const long = await fetch(`${service.url}/mcp`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${tokens.access_token}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+        },
+        body: JSON.stringify({
+          jsonrpc: "2.0",
+          id: longId,
+          method: "tools/call",
+          params: { name: longName },
+        }),
+      });
+      await long.body?.cancel();
+      const cut = (value: string) =>
+        `${value.slice(0, AUDITED_CHARS)}…sha256:${
+          createHash("sha256").update(value).digest("hex").slice(0, 16)
+        }`;
+      const bounded = () =>
+        collector.spans.find((span) => attributesOf(span)["mcp.name"] === cut(longName));
+      await waitFor(() => bounded() !== undefined, 10_000);
+      assert.equal(attributesOf(bounded()!)["jsonrpc.request.id"], cut(longId));
     } finally {
       await close();
       await mcp.shutdown();
