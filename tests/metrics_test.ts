@@ -14,6 +14,7 @@ import { loadConfig } from "../src/config/mod.ts";
 import { silentLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
 import { createMetrics, LABEL_WORDS } from "../src/metrics/catalog.ts";
+import { GRANT_TYPES } from "../src/grants/registry.ts";
 import { OPERATOR_COUNT_TTL_MS } from "../src/metrics/operator_revocations.ts";
 import { BoundedLabel, Registry } from "../src/metrics/registry.ts";
 import {
@@ -436,7 +437,14 @@ Deno.test("every label value of the catalog is named in README's metrics table, 
     "one row per family",
   );
   const missing: string[] = [];
-  for (const [metric, labels] of Object.entries(LABEL_WORDS)) {
+  const words = {
+    ...LABEL_WORDS,
+    token_grants_total: {
+      ...LABEL_WORDS.token_grants_total,
+      grant_type: [...GRANT_TYPES, ...LABEL_WORDS.token_grants_total.grant_type],
+    },
+  };
+  for (const [metric, labels] of Object.entries(words)) {
     const row = rows.get(metric);
     assert.ok(row !== undefined, `${metric} has a row`);
     for (const [label, values] of Object.entries(labels)) {
