@@ -4,6 +4,7 @@
  */
 
 import assert from "node:assert/strict";
+import { gitLabProfile } from "../src/upstream/gitlab.ts";
 import { createAppDeps } from "../src/app/deps.ts";
 import { createApp, type FetchHandler } from "../src/app/app.ts";
 import type { Clock } from "../src/clock.ts";
@@ -23,6 +24,7 @@ import {
   type DevicePollResult,
   type Upstream,
   UpstreamError,
+  type UpstreamProfile,
   type UpstreamTokens,
   type UpstreamUser,
 } from "../src/upstream/types.ts";
@@ -56,7 +58,7 @@ type Scripted<T> = T | UpstreamError | (() => Promise<T>);
 
 /** An in-process GitLab whose next answers the test queues. */
 export class FakeUpstream implements Upstream {
-  profile = { displayName: "GitLab", url: new URL("https://gitlab.test"), scopes: "api" };
+  profile: UpstreamProfile = gitLabProfile(new URL("https://gitlab.test"), "api");
   calls = { start: 0, poll: 0, refresh: 0, user: 0, revoke: 0, exchange: 0 };
   revokedTokens: string[] = [];
   device: DeviceAuthorization = {
@@ -267,11 +269,7 @@ export async function makeTestApp(
 /** A FakeUpstream presenting itself with the configured URL and scopes, as the real one does. */
 function fakeUpstreamAsConfigured(config: Config): FakeUpstream {
   const upstream = new FakeUpstream();
-  upstream.profile = {
-    ...upstream.profile,
-    url: config.upstream.url,
-    scopes: config.upstream.scopes,
-  };
+  upstream.profile = gitLabProfile(config.upstream.url, config.upstream.scopes);
   return upstream;
 }
 

@@ -93,18 +93,20 @@ Deno.test("access config: start-up warns once when anyone on gitlab.com may sign
 
 Deno.test("access config: group lists are refused at start-up for a provider without memberships", async () => {
   const { createAppDeps } = await import("../src/app/deps.ts");
-  const { createGenericUpstream } = await import("./_generic_upstream.ts");
+  const { forgeProvider } = await import("./_generic_upstream.ts");
   const { loadTemplates } = await import("../src/pages/mod.ts");
   const { silentLogger } = await import("../src/logger.ts");
   const { FakeClock } = await import("./_helpers.ts");
-  const upstream = createGenericUpstream({
-    displayName: "Forge",
-    baseUrl: new URL("http://127.0.0.1:9"),
-    endpoints: { deviceAuthorization: "d", authorize: "a", token: "t", user: "u", revoke: "r" },
-    clientId: "forge-app",
-    scopes: "read_user",
-    userFields: { id: "id", username: "login" },
-  });
+  const providers = {
+    forge: forgeProvider({
+      deviceAuthorization: "d",
+      authorize: "a",
+      token: "t",
+      user: "u",
+      revoke: "r",
+    }),
+  };
+  const forge = { UPSTREAM_PROVIDER: "forge", GITLAB_URL: "http://127.0.0.1:9" };
   const kv = await Deno.openKv(":memory:");
   try {
     const resources = {
@@ -112,9 +114,9 @@ Deno.test("access config: group lists are refused at start-up for a provider wit
       clock: new FakeClock(),
       logger: silentLogger,
       templates: await loadTemplates(),
-      upstream,
+      providers,
     };
-    const withGroups = loadConfig({ ...CONFIGURED, ALLOWED_GITLAB_GROUPS: "acme" });
+    const withGroups = loadConfig({ ...CONFIGURED, ...forge, ALLOWED_GITLAB_GROUPS: "acme" });
     assert.throws(
       () => createAppDeps(withGroups, resources),
       (error: unknown) =>
@@ -122,7 +124,7 @@ Deno.test("access config: group lists are refused at start-up for a provider wit
         /Forge/.test(error.message),
     );
     // A user list needs nothing but the user the provider names.
-    createAppDeps(loadConfig({ ...CONFIGURED, ALLOWED_GITLAB_USERS: "ada" }), resources);
+    createAppDeps(loadConfig({ ...CONFIGURED, ...forge, ALLOWED_GITLAB_USERS: "ada" }), resources);
   } finally {
     kv.close();
   }

@@ -15,7 +15,7 @@ import { createAppDeps } from "../src/app/deps.ts";
 import { createApp } from "../src/app/app.ts";
 import { createLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
-import { createGenericUpstream } from "./_generic_upstream.ts";
+import { forgeProvider } from "./_generic_upstream.ts";
 import { FakeClock, TEST_SECRET } from "./_helpers.ts";
 import {
   assertFlowComplete,
@@ -107,27 +107,22 @@ async function withForge(fn: (s: ForgeSetup) => Promise<void>): Promise<void> {
     return Response.json({ jsonrpc: "2.0", id: 1, result: {} });
   });
   const config = loadConfig({
+    UPSTREAM_PROVIDER: "forge",
+    GITLAB_URL: forge.url.href,
+    GITLAB_SCOPES: "read_user",
     GITLAB_CLIENT_ID: "forge-app",
     JWT_SECRET: TEST_SECRET,
     MCP_UPSTREAM_URL: `http://127.0.0.1:${mcp.addr.port}/mcp`,
     // Our tokens outlive Forge's (two hours), so the guard has Forge's to renew.
     ACCESS_TOKEN_TTL: String(86_400),
   });
-  const upstream = createGenericUpstream({
-    displayName: "Forge",
-    baseUrl: forge.url,
-    endpoints: {
-      deviceAuthorization: "login/device/code",
-      authorize: "login/oauth/authorize",
-      token: "login/oauth/access_token",
-      user: "api/user",
-      revoke: "login/oauth/revoke",
-    },
-    clientId: "forge-app",
-    scopes: "read_user",
-    userFields: { id: "id", username: "login" },
-    quirks: { errorsWithStatus200: true },
-  });
+  const forgeDescription = forgeProvider({
+    deviceAuthorization: "login/device/code",
+    authorize: "login/oauth/authorize",
+    token: "login/oauth/access_token",
+    user: "api/user",
+    revoke: "login/oauth/revoke",
+  }, { errorsWithStatus200: true });
   const kv = await Deno.openKv(":memory:");
   const logs: string[] = [];
   const clock = new FakeClock(Date.now());
@@ -136,7 +131,7 @@ async function withForge(fn: (s: ForgeSetup) => Promise<void>): Promise<void> {
     clock,
     logger: createLogger((line) => logs.push(line)),
     templates: await loadTemplates(),
-    upstream,
+    providers: { forge: forgeDescription },
   });
   const server = Deno.serve(
     { hostname: "127.0.0.1", port: 0, onListen() {} },

@@ -33,7 +33,12 @@ import { createConfiguredTokenSigner } from "../keys/token_signer.ts";
 import { createConsentSigner } from "../sign_in/consent_signer.ts";
 import { createStore, type StoreDatabase } from "../store/mod.ts";
 import type { Templates } from "../pages/mod.ts";
-import { createGitLabUpstream, gitLabProfile } from "../upstream/gitlab.ts";
+import {
+  createOAuthProvider,
+  type ProviderDescription,
+  providerProfile,
+} from "../upstream/oauth_provider.ts";
+import { PROVIDERS } from "../upstream/providers.ts";
 import type { MisconfigurationHints } from "../upstream/oauth_http.ts";
 import type { Upstream } from "../upstream/types.ts";
 
@@ -49,6 +54,11 @@ export interface Resources {
   templates: Templates;
   upstream?: Upstream;
   clientMetadataFetcher?: ClientMetadataFetcher;
+  /**
+   * The providers UPSTREAM_PROVIDER chooses from; by default `src/upstream/providers.ts`'s
+   * (a test adds one here as a new provider module would be added there).
+   */
+  providers?: Readonly<Record<string, ProviderDescription>>;
   /** Reaches the MCP server; by default the client for MCP_UPSTREAM_URL's scheme. */
   mcpClient?: McpClient;
 }
@@ -69,8 +79,9 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     metrics.observeStoreCommit,
   );
   const openStreams = createOpenStreams({ store, clock, logger });
+  const provider = configuredProvider(config, resources.providers);
   const upstream = resources.upstream ??
-    (settings && configuredUpstream(config, settings.gitlabClientId, logger, metrics));
+    (settings && configuredUpstream(config, settings.gitlabClientId, logger, metrics, provider));
   if (upstream) requireMemberships(config, upstream);
   const callPolicy = createCallPolicyHolder(
     config.mcpPolicyFile,
@@ -86,7 +97,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     logger,
     metrics,
     upstreamProfile: upstream?.profile ??
-      gitLabProfile(config.upstream.url, config.upstream.scopes),
+      providerProfile(provider, config.upstream.url, config.upstream.scopes),
     // A session that ends in this process ends its open streams at once.
     verifiedTokens: endingStreamsWithSessions(createVerifiedTokens(), openStreams),
     openStreams,
@@ -103,19 +114,30 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   };
 }
 
-/**
- * The upstream the configuration describes. A second provider is one more branch here, on a
- * variable of `CONFIG_VARIABLES.upstream` choosing it.
- */
+/** The provider UPSTREAM_PROVIDER names, among `providers`; throws ConfigError. */
+export function configuredProvider(
+  config: Config,
+  providers: Readonly<Record<string, ProviderDescription>> = PROVIDERS,
+): ProviderDescription {
+  const name = config.upstream.provider;
+  if (Object.hasOwn(providers, name)) return providers[name];
+  throw new ConfigError(
+    CONFIG_VARIABLES.upstream.provider.name,
+    `no provider named ${name} (known: ${Object.keys(providers).join(", ")})`,
+  );
+}
+
+/** The upstream the configuration describes, of `provider` (by default UPSTREAM_PROVIDER's). */
 export function configuredUpstream(
   config: Config,
   clientId: string,
   logger: Logger,
   metrics?: Metrics,
+  provider: ProviderDescription = configuredProvider(config),
 ): Upstream {
   const { url, scopes, clientSecret } = config.upstream;
-  return createGitLabUpstream({
-    gitlabUrl: url,
+  return createOAuthProvider(provider, {
+    baseUrl: url,
     clientId,
     clientSecret,
     scopes,

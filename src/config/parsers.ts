@@ -46,6 +46,14 @@ export function oneOf<T extends string>(...choices: T[]): Parser<T> {
   return (name, raw) => parseChoice(name, raw, choices);
 }
 
+/** A provider's name as `src/upstream/providers.ts` keys it: lower case, digits, `_` and `-`. */
+export function providerName(name: string, raw: string): string {
+  if (!/^[a-z][a-z0-9_-]{0,31}$/.test(raw)) {
+    throw new ConfigError(name, "must be a provider's name, e.g. gitlab");
+  }
+  return raw;
+}
+
 export function caseInsensitive<T>(parse: Parser<T>): Parser<T> {
   return (name, raw) => parse(name, raw.toLowerCase());
 }

@@ -17,6 +17,7 @@ import {
   parseRedirectPatterns,
   parseSecret,
   parseTrustProxy,
+  providerName,
   text,
   unbracketed,
   urlWithoutTrailingSlash,
@@ -51,6 +52,13 @@ export const CONFIG_VARIABLES = {
       "GitLab instance (self-hosted too, with or without a sub-path)",
     ),
     scopes: variable("GITLAB_SCOPES", "api", text, "scopes asked of GitLab"),
+    /** Which provider of `src/upstream/providers.ts` signs users in. */
+    provider: variable(
+      "UPSTREAM_PROVIDER",
+      "gitlab",
+      providerName,
+      "the identity provider (`gitlab`; [adding one](#adding-another-identity-provider-eg-github))",
+    ),
     /** `device`: the spec's device flow; `redirect`: consent page and the provider's sign-in. */
     signIn: variable(
       "GITLAB_SIGN_IN",

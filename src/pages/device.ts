@@ -33,7 +33,7 @@ export interface DevicePageValues extends ShownClient {
   /** When set, the page adds `iss` to the redirect (RFC 9207). */
   issuer?: string;
   /** How the upstream presents itself: its name and the scopes every sign-in asks for. */
-  upstream: Pick<UpstreamProfile, "displayName" | "scopes">;
+  upstream: Pick<UpstreamProfile, "displayName" | "scopes" | "scopeWords">;
 }
 
 /** The page's timings in milliseconds (spec §8), handed to its script in the data block. */
@@ -109,7 +109,7 @@ export function deviceSlots(values: DevicePageValues, nonce: string): DeviceSlot
     returnHost: values.redirectUri ? returnTarget(values.redirectUri) : "",
     expiresIn: `${Math.floor(seconds / 60)}:${String(seconds % 60).padStart(2, "0")}`,
     upstreamName: values.upstream.displayName,
-    scopeWords: scopeWords(values.upstream.scopes),
+    scopeWords: scopeWords(values.upstream.scopes, values.upstream.scopeWords),
     scopes: values.upstream.scopes,
     deniedReturnUrl: deniedReturnUrl(values),
     flowDataJson: jsonForScript(flowData),

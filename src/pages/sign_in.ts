@@ -113,7 +113,7 @@ function consentSlots(values: ConsentPageValues, nonce: string): SignInSlots {
     returnHost: returnTarget(values.redirectUri),
     upstreamName: displayName,
     scopes: values.upstream.scopes,
-    scopeWords: scopeWords(values.upstream.scopes),
+    scopeWords: scopeWords(values.upstream.scopes, values.upstream.scopeWords),
     signInId: values.signInId,
     csrfToken: values.csrfToken,
     actionUrl: values.actionUrl,

@@ -5,15 +5,10 @@
  *
  * `oauth_http.ts` is the provider-neutral half (sending with a time limit, transport errors,
  * RFC 6749 / RFC 8628 answers classified into `UpstreamError` and `DevicePollResult`, backoff
- * headers, the operator's hints on a refused application); `gitlab.ts` is GitLab's endpoints and
- * user API on top of it. Adding a provider (GitHub, Keycloak, any RFC 8628 server) takes:
- * 1. `src/upstream/<provider>.ts`: `create<Provider>Upstream(options): Upstream` with its
- *    endpoints, its user API mapped onto `UpstreamUser`, its `OAuthQuirks` (GitHub: errors
- *    answered with HTTP 200) and its profile; tests/_generic_upstream.ts is a complete one;
- * 2. `src/config/variables.ts`: a variable in the `upstream` group choosing the provider (and
- *    its README row); URL, client id, secret and scopes are the group's existing variables;
- * 3. `src/app/deps.ts`: one branch in `configuredUpstream`, and the profile shown while OAuth is
- *    not configured.
+ * headers, the operator's hints on a refused application); `oauth_provider.ts` turns a
+ * provider's description (endpoints, user API, quirks, scopes in words, memberships) into an
+ * `Upstream`; `gitlab.ts` is GitLab's description. Adding a provider takes a description in a
+ * module of this folder and one line in `providers.ts`; UPSTREAM_PROVIDER chooses it.
  * What still says GitLab, on purpose: the `gitlab_user` claim (fixed by the spec), the
  * variables' names (`GITLAB_*`, kept for compatibility), and the library's `gitlab` options
  * and `gitlabToken` field (its public API).
@@ -147,6 +142,8 @@ export interface UpstreamProfile {
   url: URL;
   /** Space-separated provider scopes every sign-in asks for. */
   scopes: string;
+  /** The provider's scopes in words, for the pages (a scope not here is shown by its name). */
+  scopeWords?: Readonly<Record<string, string>>;
 }
 
 /** What the service needs of the upstream identity provider. */
