@@ -6,14 +6,7 @@
  * @see https://docs.gitlab.com/api/oauth2/#device-authorization-grant-flow
  */
 
-import {
-  endpointBelow,
-  httpFailure,
-  malformed,
-  parseJsonObject,
-  readBody,
-  requireNonEmptyString,
-} from "./oauth_http.ts";
+import { endpointBelow, httpFailure, malformed, parseJsonObject, readBody } from "./oauth_http.ts";
 import {
   createOAuthProvider,
   type ProviderConnection,
