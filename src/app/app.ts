@@ -8,7 +8,7 @@ import { clientIp, createProxyTrust, peerAddress } from "../http/client_ip.ts";
 import { strictTransportSecurity } from "../config/mod.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
 import { crossOriginHeaders, preflight } from "../http/cors.ts";
-import { notConfiguredError, OAuthError, storeUnavailableError } from "../http/errors.ts";
+import { notConfiguredError, notFound, OAuthError, storeUnavailableError } from "../http/errors.ts";
 import { errorResponse, json, NO_STORE } from "../http/responses.ts";
 import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "../http/rate_limit.ts";
@@ -19,14 +19,13 @@ import {
   type Handler,
   methodNotAllowed,
   type Methods,
-  notFound,
   type Route,
   routesFor,
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
 import { ROUTES } from "./route_table.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
-import { routeLabels } from "../metrics/route_label.ts";
+import { routeLabels } from "./route_label.ts";
 
 /** The handler `Deno.serve` runs. */
 export type FetchHandler = (request: Request, info?: Deno.ServeHandlerInfo) => Promise<Response>;

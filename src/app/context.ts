@@ -5,7 +5,8 @@ import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { Clock } from "../clock.ts";
 import type { Config } from "../config/mod.ts";
 import type { TokenSigner } from "../jwt.ts";
-import type { LogFields, Logger } from "../logger.ts";
+import type { Logger } from "../logger.ts";
+import type { RequestContext as HttpRequestContext } from "../http/request_context.ts";
 import type { Metrics } from "../metrics/catalog.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
@@ -52,34 +53,12 @@ export interface AppDeps {
   mcpClient?: McpClient;
 }
 
+/** One request as a route sees it, with the whole service as its dependencies. */
+export type RequestContext = HttpRequestContext<AppDeps>;
+
 /** A request to a route that needs OAuth configuration: its dependencies are never missing. */
 export interface OAuthRequestContext extends RequestContext {
   oauth: OAuthDeps;
-}
-
-/** One request as a route sees it. */
-export interface RequestContext {
-  request: Request;
-  /** The request's URL, parsed once for every request to the same URL: read it, never change it. */
-  url: URL;
-  /** The service's base URL and token issuer, without a trailing slash. */
-  baseUrl: string;
-  deps: AppDeps;
-  /** Correlates this request's log lines. */
-  requestId: string;
-  /** `performance.now()` when the request arrived (what its log line's `ms` counts from). */
-  startedMs: number;
-  /** Fields a route adds to the request's one log line (what it issued, to whom). */
-  logFields: LogFields;
-  /** The client's address as the rate limits count it (TRUST_PROXY applied, canonical). */
-  clientAddress(): string;
-  /**
-   * The headers the app puts on every answer to this request (security headers, HSTS,
-   * `X-Request-Id`, CORS). A route that builds its answer from a header list may include them:
-   * the app then finds its request id there and adds nothing (the gateway saves a dozen header
-   * operations per call); without them the app adds them as usual.
-   */
-  standardHeaders(): [string, string][];
 }
 
 /** What a route holds of what ending a session needs (`session/end.ts`). */

@@ -4,11 +4,13 @@
  * 404, and 405 with `Allow`.
  */
 
-import type { Config } from "../config/mod.ts";
 import type { OAuthRequestContext, RequestContext } from "./context.ts";
 import type { CorsPolicy } from "../http/cors.ts";
 import { OAuthError } from "../http/errors.ts";
-import type { RateLimitBucket } from "../http/rate_limit.ts";
+import type { Config, RateLimits } from "../config/mod.ts";
+
+/** Which limit a route counts against (the route table says). */
+export type RateLimitBucket = keyof RateLimits;
 
 /** A route handler. */
 export type Handler<C> = (ctx: C) => Promise<Response>;
@@ -70,9 +72,4 @@ export function methodNotAllowed(route: Route, method: string): OAuthError {
   return new OAuthError(405, "invalid_request", `Method ${method} not allowed; use ${allow}`, {
     Allow: allow,
   });
-}
-
-/** The 404 for a path no route serves. */
-export function notFound(pathname: string): OAuthError {
-  return new OAuthError(404, "invalid_request", `No endpoint at ${pathname}`);
 }

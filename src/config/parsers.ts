@@ -11,11 +11,9 @@ import { isWebUrl, parseUrl } from "../http/web_url.ts";
 import { tlsSettingsOf } from "../store/postgres/tls_settings.ts";
 import { ConfigError, type Parser } from "./variable.ts";
 
-/** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
-export interface RateLimit {
-  limit: number;
-  windowSeconds: number;
-}
+import type { RateLimit } from "../http/rate_limit.ts";
+
+export type { RateLimit };
 
 /** The one rule for every secret and key: at least this many bytes (256 bits of text). */
 export const MIN_SECRET_BYTES = 32;

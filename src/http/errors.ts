@@ -69,3 +69,8 @@ export function storeUnavailableError(): OAuthError {
     "Retry-After": STORE_RETRY_AFTER_SECONDS,
   });
 }
+
+/** The 404 for a path no route serves. */
+export function notFound(pathname: string): OAuthError {
+  return new OAuthError(404, "invalid_request", `No endpoint at ${pathname}`);
+}

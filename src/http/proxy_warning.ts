@@ -8,7 +8,6 @@
  * @see README "Abuse limits", RFC 7239
  */
 
-import type { Logger } from "../logger.ts";
 import { isLoopbackIp } from "./ip_address.ts";
 
 /** Looks at a request's socket peer and headers; warns at most once. */
@@ -17,7 +16,7 @@ export type ProxyWarning = (headers: Headers, peer: () => string) => void;
 /** The check for an app; a no-op when TRUST_PROXY is set. */
 export function createUnconfiguredProxyWarning(
   trustsProxies: boolean,
-  logger: Logger,
+  logger: { warn(message: string): void },
 ): ProxyWarning {
   let warned = trustsProxies;
   let seen = 0;

@@ -3,21 +3,37 @@
  * rate limits; over a limit we answer 429 before any other work (and any upstream call).
  */
 
-import type { RateLimits } from "../config/mod.ts";
-import type { AppDeps } from "../app/context.ts";
 import { OAuthError } from "./errors.ts";
 import { isLoopbackIp, rateLimitSubject } from "./ip_address.ts";
 
-/** Which limit a route counts against (the route table says). */
-export type RateLimitBucket = keyof RateLimits;
+/** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
+export interface RateLimit {
+  limit: number;
+  windowSeconds: number;
+}
+
+/** What counting against the limits of the buckets `B` needs. */
+export interface RateLimitDeps<B extends string> {
+  /** Counts one request of `subject` in the window (shared by every instance). */
+  store: {
+    countRequest(bucket: B, subject: string, limit: number, windowMs: number): Promise<number>;
+  };
+  config: {
+    rateLimits: Readonly<Partial<Record<B, RateLimit>>>;
+    /** `exempt`: loopback clients are never limited. */
+    rateLimitLoopback: "exempt" | "limit";
+  };
+  clock: { now(): number };
+  metrics: { rateLimitRefusals: { inc(labels: { bucket: B }): void } };
+}
 
 /**
  * Throws a 429 OAuthError when the canonical client address `ip` is over the limit of `bucket`;
  * an IPv6 client is counted by its /64.
  */
-export async function enforceRateLimit(
-  { store, config, clock, metrics }: Pick<AppDeps, "store" | "config" | "clock" | "metrics">,
-  bucket: RateLimitBucket,
+export async function enforceRateLimit<B extends string>(
+  { store, config, clock, metrics }: RateLimitDeps<B>,
+  bucket: B,
   ip: string,
 ): Promise<void> {
   if (config.rateLimitLoopback === "exempt" && isLoopbackIp(ip)) return;
@@ -28,9 +44,9 @@ export async function enforceRateLimit(
  * Throws a 429 OAuthError when `subject` (a client address as rateLimitSubject gives it, or an
  * authenticated caller's name) is over the limit of `bucket`.
  */
-export async function enforceSubjectRateLimit(
-  { store, config, clock, metrics }: Pick<AppDeps, "store" | "config" | "clock" | "metrics">,
-  bucket: RateLimitBucket,
+export async function enforceSubjectRateLimit<B extends string>(
+  { store, config, clock, metrics }: RateLimitDeps<B>,
+  bucket: B,
   subject: string,
 ): Promise<void> {
   const limit = config.rateLimits[bucket];

@@ -6,7 +6,16 @@
  * @see README.md "Health probes"
  */
 
-import type { RequestContext } from "../app/context.ts";
+import type { RequestContext } from "../http/request_context.ts";
+import type { Logger } from "../logger.ts";
+import type { Store } from "../store/mod.ts";
+
+/** What the health checks use: the store, whether OAuth is configured, the logger. */
+interface HealthDeps {
+  store: Pick<Store, "ping">;
+  oauth?: unknown;
+  logger: Pick<Logger, "error">;
+}
 import { json, NO_STORE } from "../http/responses.ts";
 
 /** A load balancer gives up after about 2 s: an unanswered ping is "unreachable" before that. */
@@ -26,12 +35,12 @@ async function withinDeadline<T>(work: Promise<T>, ms: number): Promise<T> {
 }
 
 /** 200 whenever the process answers, configured or not: restarting would not help. */
-export function handleLiveness(_ctx: RequestContext): Promise<Response> {
+export function handleLiveness(_ctx: RequestContext<unknown>): Promise<Response> {
   return Promise.resolve(json({ status: "ok" }, 200, NO_STORE));
 }
 
 /** 200 when KV answers and OAuth is configured, else 503 naming the failing check. */
-export async function handleReadiness(ctx: RequestContext): Promise<Response> {
+export async function handleReadiness(ctx: RequestContext<HealthDeps>): Promise<Response> {
   const { store, oauth, logger } = ctx.deps;
   let kv = "ok";
   try {

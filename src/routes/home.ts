@@ -1,9 +1,12 @@
 /** `GET /`: a short human-readable description (metadata's `service_documentation`). */
 
-import type { RequestContext } from "../app/context.ts";
+import type { RequestContext } from "../http/request_context.ts";
+import type { Templates } from "../pages/mod.ts";
 
 /** Serves the static home page. */
-export function handleHome(ctx: RequestContext): Promise<Response> {
+export function handleHome(
+  ctx: RequestContext<{ templates: Pick<Templates, "homePage"> }>,
+): Promise<Response> {
   const page = ctx.deps.templates.homePage;
   return Promise.resolve(
     new Response(page.html, {

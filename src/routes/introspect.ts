@@ -7,7 +7,11 @@
  */
 
 import { bearerToken } from "../http/bearer_token.ts";
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { Config } from "../config/mod.ts";
+import type { TokenSigner } from "../jwt.ts";
+import type { RequestContext } from "../http/request_context.ts";
+import type { RateLimitDeps } from "../http/rate_limit.ts";
+import type { IntrospectDeps } from "../introspection/introspect.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { enforceRateLimit, enforceSubjectRateLimit } from "../http/rate_limit.ts";
@@ -15,8 +19,17 @@ import { json, NO_STORE } from "../http/responses.ts";
 import { createCallerCheck } from "../introspection/callers.ts";
 import { introspect } from "../introspection/introspect.ts";
 
+/** What introspection uses: its callers, its rate limit, the sessions and the signer. */
+type IntrospectContext =
+  & RequestContext<
+    & RateLimitDeps<"introspect">
+    & Pick<IntrospectDeps, "store" | "clock">
+    & { config: Pick<Config, "requestBodyTimeoutMs" | "introspectionTokens"> }
+  >
+  & { oauth: { signer: TokenSigner } };
+
 /** Introspects the form's `token`; `token_type_hint` is accepted and not needed. */
-export async function handleIntrospect(ctx: OAuthRequestContext): Promise<Response> {
+export async function handleIntrospect(ctx: IntrospectContext): Promise<Response> {
   const { deps } = ctx;
   const caller = authenticatedCaller(ctx);
   if (caller === undefined) {
@@ -42,7 +55,7 @@ export async function handleIntrospect(ctx: OAuthRequestContext): Promise<Respon
   return json(answer, 200, NO_STORE);
 }
 
-function authenticatedCaller(ctx: OAuthRequestContext): string | undefined {
+function authenticatedCaller(ctx: IntrospectContext): string | undefined {
   const presented = bearerToken(ctx.request.headers.get("authorization"));
   if (!presented) return undefined;
   return createCallerCheck(ctx.deps.config.introspectionTokens ?? [])(presented);

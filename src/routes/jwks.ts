@@ -4,14 +4,17 @@
  * publish: an empty key set.
  */
 
-import type { RequestContext } from "../app/context.ts";
+import type { RequestContext } from "../http/request_context.ts";
+import type { TokenSigner } from "../jwt.ts";
 import { json } from "../http/responses.ts";
 
 /** As long as a resource server may keep the set; rotation waits this long (README). */
 export const JWKS_MAX_AGE_SECONDS = 300;
 
 /** The public keys, never a private part. */
-export function handleJwks(ctx: RequestContext): Promise<Response> {
+export function handleJwks(
+  ctx: RequestContext<{ oauth?: { signer: Pick<TokenSigner, "publicKeys"> } }>,
+): Promise<Response> {
   const keys = ctx.deps.oauth?.signer.publicKeys ?? [];
   return Promise.resolve(
     json({ keys }, 200, { "Cache-Control": `public, max-age=${JWKS_MAX_AGE_SECONDS}` }),

@@ -4,11 +4,21 @@
  */
 
 import type { Config } from "../config/mod.ts";
-import type { RequestContext } from "../app/context.ts";
+import type { RequestContext } from "../http/request_context.ts";
+import { notFound } from "../http/errors.ts";
+import type { UpstreamProfile } from "../upstream/types.ts";
+
+/** What the discovery documents read: settings, and how the provider presents itself. */
+interface MetadataDeps {
+  config: Pick<
+    Config,
+    "baseUrl" | "accessTokenAlg" | "introspectionTokens" | "mcpResourceUrl"
+  >;
+  upstreamProfile: Pick<UpstreamProfile, "displayName">;
+}
 import { json, NO_STORE } from "../http/responses.ts";
 import { mcpResourceUrl, pathOf } from "../http/resource.ts";
 import { PATHS } from "../http/paths.ts";
-import { notFound } from "../app/router.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import { GRANT_TYPES } from "../grants/registry.ts";
 import { CLIENT_AUTH_METHOD_NAMES } from "../clients/authentication.ts";
@@ -19,12 +29,14 @@ const CACHEABLE = { "Cache-Control": "public, max-age=300" };
  * Without BASE_URL the documents name whatever host the request named, so no cache may keep
  * one and hand it to a request for another host.
  */
-function cachingOf(ctx: RequestContext): HeadersInit {
+function cachingOf(ctx: RequestContext<MetadataDeps>): HeadersInit {
   return ctx.deps.config.baseUrl ? CACHEABLE : NO_STORE;
 }
 
 /** Authorization server metadata. @see RFC 8414 §2, §3 (path-inserted well-known URI) */
-export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<Response> {
+export function handleAuthorizationServerMetadata(
+  ctx: RequestContext<MetadataDeps>,
+): Promise<Response> {
   const issuer = ctx.baseUrl;
   requireSuffix(ctx.url.pathname, PATHS.authorizationServerMetadata, pathOf(issuer));
   return Promise.resolve(json(
@@ -52,7 +64,10 @@ export function handleAuthorizationServerMetadata(ctx: RequestContext): Promise<
 }
 
 /** The opt-in endpoints: the JWKS under ES256/EdDSA, introspection when it has callers. */
-function optionalEndpoints(config: Config, issuer: string): Record<string, string> {
+function optionalEndpoints(
+  config: MetadataDeps["config"],
+  issuer: string,
+): Record<string, string> {
   return {
     ...(config.accessTokenAlg === "HS256" ? {} : { jwks_uri: `${issuer}${PATHS.jwks}` }),
     ...(config.introspectionTokens === undefined
@@ -62,7 +77,9 @@ function optionalEndpoints(config: Config, issuer: string): Record<string, strin
 }
 
 /** Protected resource metadata for the MCP server. @see RFC 9728 §2, §3.1 */
-export function handleProtectedResourceMetadata(ctx: RequestContext): Promise<Response> {
+export function handleProtectedResourceMetadata(
+  ctx: RequestContext<MetadataDeps>,
+): Promise<Response> {
   const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
   requireSuffix(ctx.url.pathname, PATHS.protectedResourceMetadata, pathOf(resource));
   return Promise.resolve(json(

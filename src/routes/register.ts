@@ -5,7 +5,11 @@
  */
 
 import { parseClientMetadata } from "../clients/registration.ts";
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { Clock } from "../clock.ts";
+import type { Config } from "../config/mod.ts";
+import type { RequestContext } from "../http/request_context.ts";
+import type { Logger } from "../logger.ts";
+import type { Store } from "../store/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readJson } from "../http/params.ts";
@@ -19,8 +23,16 @@ import type { ClientMetadata, ClientRecord } from "../store/records.ts";
  */
 export const MAX_REGISTRATION_BYTES = 4096;
 
+/** What registration uses of the service. */
+interface RegisterDeps {
+  store: Pick<Store, "registerClient">;
+  clock: Clock;
+  logger: Logger;
+  config: Pick<Config, "requestBodyTimeoutMs" | "allowedRedirectUris">;
+}
+
 /** Handles `POST /register`; answers 201 with the client id and the metadata echoed. */
-export async function handleRegister(ctx: OAuthRequestContext): Promise<Response> {
+export async function handleRegister(ctx: RequestContext<RegisterDeps>): Promise<Response> {
   const { store, clock, logger } = ctx.deps;
   const metadata = parseClientMetadata(
     await readJson(ctx.request, ctx.deps.config.requestBodyTimeoutMs),
@@ -65,7 +77,10 @@ function requireStorableSize(metadata: ClientMetadata): void {
 }
 
 /** ALLOWED_REDIRECT_URIS, when set: a registration may carry only allowed redirect URIs. */
-function requireAllowedRedirects(ctx: OAuthRequestContext, redirectUris: string[]): void {
+function requireAllowedRedirects(
+  ctx: RequestContext<RegisterDeps>,
+  redirectUris: string[],
+): void {
   const patterns = ctx.deps.config.allowedRedirectUris;
   if (!patterns) return;
   const refused = redirectUris.find((uri) => !isAllowedRedirect(uri, patterns));

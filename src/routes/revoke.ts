@@ -5,7 +5,13 @@
  * @see RFC 7009 §2
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../app/context.ts";
+import type { Clock } from "../clock.ts";
+import type { Config } from "../config/mod.ts";
+import type { RequestContext } from "../http/request_context.ts";
+import type { TokenSigner } from "../jwt.ts";
+import type { Metrics } from "../metrics/catalog.ts";
+import type { EndDeps } from "../session/end.ts";
+import type { Upstream } from "../upstream/types.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { NO_STORE } from "../http/responses.ts";
@@ -13,8 +19,20 @@ import { endSession } from "../session/end.ts";
 import { findSessionByRefreshToken } from "../session/life.ts";
 import type { SessionRecord } from "../store/records.ts";
 
+/** What revocation uses: the sessions, the signer that reads access tokens, and how sessions end. */
+type RevokeContext =
+  & RequestContext<
+    & Omit<EndDeps, "upstream">
+    & {
+      clock: Clock;
+      config: Pick<Config, "requestBodyTimeoutMs">;
+      metrics: Pick<Metrics, "revocations">;
+    }
+  >
+  & { oauth: { signer: Pick<TokenSigner, "readSigned">; upstream: Upstream } };
+
 /** Handles `POST /revoke`; 200 for known and unknown tokens alike (RFC 7009 §2.2). */
-export async function handleRevoke(ctx: OAuthRequestContext): Promise<Response> {
+export async function handleRevoke(ctx: RevokeContext): Promise<Response> {
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const token = params.get("token");
   if (!token) throw new OAuthError(400, "invalid_request", "token is required");
@@ -23,14 +41,16 @@ export async function handleRevoke(ctx: OAuthRequestContext): Promise<Response> 
   ctx.deps.metrics.revocations.inc({ outcome: session ? "session_ended" : "no_session" });
   if (session) {
     ctx.deps.logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
-    await endSession(endDepsOf(ctx), session, { requestId: ctx.requestId });
+    await endSession({ ...ctx.deps, upstream: ctx.oauth.upstream }, session, {
+      requestId: ctx.requestId,
+    });
   }
   return new Response(null, { status: 200, headers: NO_STORE });
 }
 
 /** The session a token names; the hint only decides which kind is tried first. */
 async function findSession(
-  ctx: OAuthRequestContext,
+  ctx: RevokeContext,
   token: string,
   hint: string | undefined,
 ): Promise<SessionRecord | null> {
@@ -44,7 +64,7 @@ async function findSession(
 }
 
 async function bySignedAccessToken(
-  ctx: OAuthRequestContext,
+  ctx: RevokeContext,
   token: string,
 ): Promise<SessionRecord | null> {
   if (token.split(".").length !== 3) return null;
@@ -56,7 +76,7 @@ async function bySignedAccessToken(
 }
 
 async function byRefreshToken(
-  ctx: OAuthRequestContext,
+  ctx: RevokeContext,
   token: string,
 ): Promise<SessionRecord | null> {
   return (await findSessionByRefreshToken(ctx.deps.store, token))?.value ?? null;

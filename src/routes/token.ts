@@ -6,8 +6,9 @@
  * @see spec §4.3, RFC 6749 §3.2 and §5
  */
 
-import type { OAuthRequestContext } from "../app/context.ts";
-import { heldPolicyGroups } from "../access/call_policy_file.ts";
+import { type CallPolicyHolder, heldPolicyGroups } from "../access/call_policy_file.ts";
+import type { RequestContext } from "../http/request_context.ts";
+import type { Metrics } from "../metrics/catalog.ts";
 import { authenticateClient } from "../clients/authentication.ts";
 import type { GrantDeps, Issued } from "../grants/grant.ts";
 import { grantFor } from "../grants/registry.ts";
@@ -15,8 +16,16 @@ import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 
+/** What the token endpoint uses: what its grants use, and the policy file's groups. */
+type TokenContext =
+  & RequestContext<
+    & Omit<GrantDeps, "signer" | "upstream" | "policyGroups" | "metrics">
+    & { callPolicy: CallPolicyHolder; metrics: Pick<Metrics, "refreshReplays" | "countGrant"> }
+  >
+  & { oauth: Pick<GrantDeps, "signer" | "upstream"> };
+
 /** Handles `POST /token`. */
-export async function handleToken(ctx: OAuthRequestContext): Promise<Response> {
+export async function handleToken(ctx: TokenContext): Promise<Response> {
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const grantType = params.get("grant_type");
   const grant = grantFor(grantType);
@@ -42,7 +51,7 @@ function unsupportedGrantType(grantType: string | undefined): OAuthError {
 }
 
 /** The service's parts the grants use. */
-function grantDeps(ctx: OAuthRequestContext): GrantDeps {
+function grantDeps(ctx: TokenContext): GrantDeps {
   const { store, clock, config, logger, metrics, verifiedTokens, callPolicy } = ctx.deps;
   return {
     store,
@@ -61,7 +70,7 @@ function grantDeps(ctx: OAuthRequestContext): GrantDeps {
  * The token response; what was issued goes on the request's log line (one line per request,
  * even under load).
  */
-function issuedResponse(ctx: OAuthRequestContext, grant: string, issued: Issued): Response {
+function issuedResponse(ctx: TokenContext, grant: string, issued: Issued): Response {
   const { subject } = issued;
   Object.assign(ctx.logFields, {
     grant,

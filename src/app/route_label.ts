@@ -4,8 +4,8 @@
  * did. Never the request's path, whose values have no bound.
  */
 
-import type { Route, Routes } from "../app/router.ts";
-import { MCP_ROUTE, UNKNOWN_ROUTE } from "./catalog.ts";
+import type { Route, Routes } from "./router.ts";
+import { MCP_ROUTE, UNKNOWN_ROUTE } from "../metrics/catalog.ts";
 
 /** The labeller for the routes of `routes`; any other route is the gateway's. */
 export function routeLabels(routes: Routes): (route: Route | undefined) => string {
