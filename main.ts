@@ -24,7 +24,7 @@ import {
   loadConfig,
   missingOAuthSettings,
   signInReason,
-} from "./src/config/mod.ts";
+} from "./src/app/config.ts";
 import { createAppDeps } from "./src/app/deps.ts";
 import { mcpClientFor } from "./src/gateway/mcp_client/for_url.ts";
 import { createLogger, type Logger } from "./src/logger.ts";

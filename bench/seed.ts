@@ -29,7 +29,7 @@
  */
 
 import { systemClock } from "../src/clock.ts";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import type { FlowRecord } from "../src/store/records.ts";
 import { newSessionToken } from "../src/store/session_tokens.ts";

@@ -8,7 +8,7 @@
  */
 
 import { type RunningService, startService } from "../main.ts";
-import { ConfigError } from "../src/config/mod.ts";
+import { ConfigError } from "../src/app/config.ts";
 import { unbracketed } from "../src/config/parsers.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import { createLogger } from "../src/logger.ts";

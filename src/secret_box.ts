@@ -4,7 +4,6 @@
  * readable so rotating one does not log everyone out.
  */
 
-import type { Config } from "./config/mod.ts";
 import { randomToken, sha256Base64Url } from "./crypto.ts";
 
 /** Seals and opens strings. */
@@ -67,12 +66,19 @@ export function createSecretBox(secrets: readonly string[]): SecretBox {
   };
 }
 
+/** The settings that key the box: ENCRYPTION_KEY, else the JWT secrets. */
+export interface SealingSettings {
+  encryptionKey?: string;
+  jwtSecret?: string;
+  jwtSecretPrevious?: string;
+}
+
 /**
  * The secrets upstream tokens are sealed with: ENCRYPTION_KEY when set, else JWT_SECRET (and
  * JWT_SECRET_PREVIOUS, which still opens). Empty without either.
  */
 export function sealingSecrets(
-  settings: Pick<Config, "encryptionKey" | "jwtSecret" | "jwtSecretPrevious">,
+  settings: SealingSettings,
 ): string[] {
   const { encryptionKey, jwtSecret, jwtSecretPrevious } = settings;
   if (encryptionKey) return [encryptionKey];
@@ -81,7 +87,7 @@ export function sealingSecrets(
 }
 
 /** The box the service uses; without OAuth settings nothing secret is stored: a throwaway key. */
-export function createSecretBoxFromConfig(config: Config): SecretBox {
+export function createSecretBoxFromConfig(config: SealingSettings): SecretBox {
   const secrets = sealingSecrets(config);
   return createSecretBox(secrets.length > 0 ? secrets : [randomToken(32)]);
 }

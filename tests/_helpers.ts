@@ -8,7 +8,7 @@ import { gitLabProfile } from "../src/upstream/gitlab.ts";
 import { createAppDeps } from "../src/app/deps.ts";
 import { createApp, type FetchHandler } from "../src/app/app.ts";
 import type { Clock } from "../src/clock.ts";
-import { type Config, loadConfig } from "../src/config/mod.ts";
+import { type Config, loadConfig } from "../src/app/config.ts";
 import { ClientMetadataError } from "../src/client_metadata/document.ts";
 import type { ClientMetadataFetcher } from "../src/client_metadata/fetcher.ts";
 import type { AppDeps } from "../src/app/context.ts";

@@ -4,8 +4,8 @@
  */
 
 import assert from "node:assert/strict";
-import { ConfigError, loadConfig } from "../src/config/mod.ts";
-import { accessPolicyOf } from "../src/config/mod.ts";
+import { ConfigError, loadConfig } from "../src/app/config.ts";
+import { accessPolicyOf } from "../src/access/config.ts";
 import { spawnService } from "./_service.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { VERIFIED_TOKEN_TTL_MS } from "../src/gateway/verified_tokens.ts";
 import { runStoreCommand } from "../src/admin/commands.ts";
 import { silentLogger } from "../src/logger.ts";

@@ -14,7 +14,7 @@ import {
   MAX_DOCUMENT_BYTES,
 } from "../src/client_metadata/fetcher.ts";
 import { isPublicAddress } from "../src/client_metadata/address.ts";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { createAppDeps } from "../src/app/deps.ts";
 import { silentLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";

@@ -6,7 +6,7 @@ import {
   loadConfig,
   missingOAuthSettings,
   oauthSettings,
-} from "../src/config/mod.ts";
+} from "../src/app/config.ts";
 
 const SECRET = "config-test-secret-value-of-at-least-32-bytes";
 const CONFIGURED = { GITLAB_CLIENT_ID: "gitlab-app-id", JWT_SECRET: SECRET };

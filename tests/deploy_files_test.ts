@@ -13,7 +13,7 @@ import {
   listenHostname,
   loadConfig,
   oauthSettings,
-} from "../src/config/mod.ts";
+} from "../src/app/config.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 import { postMcpOverHttp, signInOverHttp, spawnWithGitLab } from "./_service.ts";
 

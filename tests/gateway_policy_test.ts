@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { auditLines, type GatewayServer, startGateway, startScripted } from "./_gateway_mcp.ts";
 import { issueTokens } from "./_helpers.ts";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 import { spawnService, waitFor } from "./_service.ts";
 

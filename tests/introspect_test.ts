@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { ConfigError, loadConfig } from "../src/config/mod.ts";
+import { ConfigError, loadConfig } from "../src/app/config.ts";
 import { timingSafeEqual } from "../src/crypto.ts";
 import { CALLER_TOKEN_EQUALS, createCallerCheck } from "../src/introspection/callers.ts";
 import { createTokenSigner } from "../src/jwt.ts";

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import parsePrometheusText from "parse-prometheus-text-format";
 import { createAppDeps } from "../src/app/deps.ts";
 import { createApp } from "../src/app/app.ts";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { silentLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
 import { createMetrics, LABEL_WORDS } from "../src/metrics/catalog.ts";

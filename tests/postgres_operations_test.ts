@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { runAdmin } from "../src/admin/cli.ts";
-import { ConfigError, loadConfig } from "../src/config/mod.ts";
+import { ConfigError, loadConfig } from "../src/app/config.ts";
 import { connect } from "../src/store/postgres/connect.ts";
 import { openDatabase } from "../src/store/open.ts";
 import { exchange, issueCode, makeTestAppOn, refresh, TEST_BASE, TEST_SECRET } from "./_helpers.ts";

@@ -8,8 +8,8 @@
 import assert from "node:assert/strict";
 import { dirname } from "node:path";
 import { isAllowedRedirect } from "../src/clients/redirect_allow_list.ts";
-import { loadConfig, oauthSettings } from "../src/config/mod.ts";
-import { parseRedirectPatterns } from "../src/config/parsers.ts";
+import { loadConfig, oauthSettings } from "../src/app/config.ts";
+import { parseRedirectPatterns } from "../src/clients/config.ts";
 import { TEST_BASE, TEST_SECRET, withEnv } from "./_helpers.ts";
 
 const README = new URL("../README.md", import.meta.url);

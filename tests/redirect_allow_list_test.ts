@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { ConfigError, loadConfig } from "../src/config/mod.ts";
+import { ConfigError, loadConfig } from "../src/app/config.ts";
 import { isAllowedRedirect } from "../src/clients/redirect_allow_list.ts";
 import {
   assertError,

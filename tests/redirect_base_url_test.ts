@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { ConfigError, loadConfig } from "../src/config/mod.ts";
+import { ConfigError, loadConfig } from "../src/app/config.ts";
 
 Deno.test("config: GITLAB_SIGN_IN=redirect without BASE_URL is a ConfigError naming BASE_URL", () => {
   let caught: unknown;

@@ -12,7 +12,7 @@ import assert from "node:assert/strict";
 import { jwtVerify } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createApp, type FetchHandler } from "../src/app/app.ts";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { silentLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import { loadTemplates } from "../src/pages/mod.ts";

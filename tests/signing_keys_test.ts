@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { ConfigError, loadConfig } from "../src/config/mod.ts";
+import { ConfigError, loadConfig } from "../src/app/config.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 import { runAdminCli } from "./_service.ts";
 import { freshKeys, signingEnv } from "./_signing_keys.ts";

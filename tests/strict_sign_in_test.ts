@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { authorizeQuery, TEST_BASE, withEnv } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
 

@@ -15,7 +15,7 @@ import {
   startSimulatedGitLab,
 } from "../dev/simulated_gitlab.ts";
 import { createApp, type FetchHandler } from "../src/app/app.ts";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { createLogger } from "../src/logger.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
 import type { Store } from "../src/store/mod.ts";

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { loadConfig } from "../src/config/mod.ts";
+import { loadConfig } from "../src/app/config.ts";
 import { createAppDeps } from "../src/app/deps.ts";
 import { createApp } from "../src/app/app.ts";
 import { createLogger } from "../src/logger.ts";

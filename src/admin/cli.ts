@@ -13,7 +13,7 @@
  */
 
 import { systemClock } from "../clock.ts";
-import { type Config, ConfigError, loadConfig } from "../config/mod.ts";
+import { type Config, ConfigError, loadConfig } from "../app/config.ts";
 import { randomToken } from "../crypto.ts";
 import { configuredUpstream, createAppDeps } from "../app/deps.ts";
 import { existingStoreProblem, kvLocation } from "../store/kv_open.ts";

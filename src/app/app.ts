@@ -5,7 +5,7 @@
  */
 
 import { clientIp, createProxyTrust, peerAddress } from "../http/client_ip.ts";
-import { strictTransportSecurity } from "../config/mod.ts";
+import { strictTransportSecurity } from "./config.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
 import { crossOriginHeaders, preflight } from "../http/cors.ts";
 import { notConfiguredError, notFound, OAuthError, storeUnavailableError } from "../http/errors.ts";

@@ -3,7 +3,7 @@
 import type { McpClient } from "../gateway/mcp_client/types.ts";
 import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { Clock } from "../clock.ts";
-import type { Config } from "../config/mod.ts";
+import type { Config } from "./config.ts";
 import type { TokenSigner } from "../jwt.ts";
 import type { Logger } from "../logger.ts";
 import type { RequestContext as HttpRequestContext } from "../http/request_context.ts";

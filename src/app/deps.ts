@@ -12,15 +12,10 @@ import {
   createClientMetadataFetcher,
 } from "../client_metadata/fetcher.ts";
 import type { Clock } from "../clock.ts";
-import {
-  accessPolicyOf,
-  type Config,
-  CONFIG_VARIABLES,
-  ConfigError,
-  jwtSecrets,
-  oauthSettings,
-  requireMembershipScope,
-} from "../config/mod.ts";
+import { accessPolicyOf } from "../access/config.ts";
+import { type Config, CONFIG_VARIABLES, ConfigError, oauthSettings } from "./config.ts";
+import { jwtSecrets } from "../keys/config.ts";
+import { requireMembershipScope } from "../upstream/config.ts";
 import { type CallPolicy, policyGroups } from "../access/call_policy.ts";
 import { createCallPolicyHolder } from "../access/call_policy_file.ts";
 import type { AppDeps } from "./context.ts";
@@ -105,8 +100,8 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       createClientMetadataFetcher({ allowPrivate: config.clientMetadataAllowPrivate }),
     oauth: settings && upstream && {
       upstream,
-      signer: createConfiguredTokenSigner(config, jwtSecrets(settings, config)),
-      consentSigner: createConsentSigner(jwtSecrets(settings, config)),
+      signer: createConfiguredTokenSigner(config, jwtSecrets(settings.jwtSecret, config)),
+      consentSigner: createConsentSigner(jwtSecrets(settings.jwtSecret, config)),
     },
     callPolicy,
     mcpClient: resources.mcpClient ??

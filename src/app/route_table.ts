@@ -4,7 +4,7 @@
  * (derived per request) is matched before these (see `gateway/proxy.ts`).
  */
 
-import type { Config } from "../config/mod.ts";
+import type { Config } from "./config.ts";
 import { OAUTH_CORS } from "../http/cors.ts";
 import { PATHS } from "../http/paths.ts";
 import type { Routes } from "./router.ts";

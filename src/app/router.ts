@@ -7,7 +7,7 @@
 import type { OAuthRequestContext, RequestContext } from "./context.ts";
 import type { CorsPolicy } from "../http/cors.ts";
 import { OAuthError } from "../http/errors.ts";
-import type { Config, RateLimits } from "../config/mod.ts";
+import type { Config, RateLimits } from "./config.ts";
 
 /** Which limit a route counts against (the route table says). */
 export type RateLimitBucket = keyof RateLimits;

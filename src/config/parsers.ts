@@ -4,11 +4,8 @@
  * share them.
  */
 
-import { NEVER_FORWARDED_HEADERS } from "../gateway/headers.ts";
 import { parseCidr } from "../http/ip_address.ts";
-import { redirectPatternProblem } from "../clients/redirect_allow_list.ts";
 import { isWebUrl, parseUrl } from "../http/web_url.ts";
-import { tlsSettingsOf } from "../store/postgres/tls_settings.ts";
 import { ConfigError, type Parser } from "./variable.ts";
 
 import type { RateLimit } from "../http/rate_limit.ts";
@@ -42,14 +39,6 @@ export function decimalAbove(min: number, max: number): Parser<number> {
 
 export function oneOf<T extends string>(...choices: T[]): Parser<T> {
   return (name, raw) => parseChoice(name, raw, choices);
-}
-
-/** A provider's name as `src/upstream/providers.ts` keys it: lower case, digits, `_` and `-`. */
-export function providerName(name: string, raw: string): string {
-  if (!/^[a-z][a-z0-9_-]{0,31}$/.test(raw)) {
-    throw new ConfigError(name, "must be a provider's name, e.g. gitlab");
-  }
-  return raw;
 }
 
 export function caseInsensitive<T>(parse: Parser<T>): Parser<T> {
@@ -155,55 +144,9 @@ export function parseTrustProxy(name: string, raw: string): readonly string[] {
   });
 }
 
-/** Header names only; no header that carries a credential or frames the message. */
-export function parseForwardHeaders(name: string, raw: string): readonly string[] {
-  return raw.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry)
-    .map((header) => {
-      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(header)) {
-        throw new ConfigError(name, `${JSON.stringify(header)} is not a header name`);
-      }
-      if (NEVER_FORWARDED_HEADERS.has(header) || header.startsWith("proxy-")) {
-        throw new ConfigError(name, `must not name ${header}: the gateway never forwards it`);
-      }
-      return header;
-    });
-}
-
-export function parseRedirectPatterns(name: string, raw: string): string[] {
-  const patterns = raw.split(",").map((item) => item.trim()).filter((item) => item !== "");
-  for (const pattern of patterns) {
-    const problem = redirectPatternProblem(pattern);
-    if (problem) throw new ConfigError(name, `${JSON.stringify(pattern)}: ${problem}`);
-  }
-  if (patterns.length === 0) throw new ConfigError(name, "lists no redirect URI");
-  return patterns;
-}
-
 export function parseBoolean(name: string, raw: string): boolean {
   const lower = raw.toLowerCase();
   if (["1", "true", "yes", "on"].includes(lower)) return true;
   if (["0", "false", "no", "off"].includes(lower)) return false;
   throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
-}
-
-/**
- * A `postgres://` or `postgresql://` URL naming a host, with TLS parameters that make sense
- * (src/store/postgres/tls_settings.ts); the value is never echoed (it may hold a password).
- */
-export function parseDatabaseUrl(name: string, raw: string): string {
-  let url: URL | undefined;
-  try {
-    url = new URL(raw);
-  } catch {
-    // Answered below without the value.
-  }
-  if (!url || !/^postgres(ql)?:$/.test(url.protocol) || url.hostname === "") {
-    throw new ConfigError(name, "must be a postgres://user:password@host:port/database URL");
-  }
-  try {
-    tlsSettingsOf(url);
-  } catch (error) {
-    throw new ConfigError(name, (error as Error).message);
-  }
-  return raw;
 }

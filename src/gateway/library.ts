@@ -5,7 +5,7 @@
  */
 
 import type { Clock } from "../clock.ts";
-import { CONFIG_VARIABLES } from "../config/variables.ts";
+import { UPSTREAM_VARIABLES } from "../upstream/config.ts";
 import { parseHttpUrl, parseSecret, urlWithoutTrailingSlash } from "../config/parsers.ts";
 import { systemClock } from "../clock.ts";
 import { OAuthError, storeUnavailableError } from "../http/errors.ts";
@@ -190,7 +190,7 @@ function gitLabUpstream(gitlab: GuardGitLabOptions | undefined, logger: Logger):
     gitlabUrl: option(
       parseHttpUrl,
       "gitlab.url",
-      String(gitlab.url ?? CONFIG_VARIABLES.upstream.url.defaultValue),
+      String(gitlab.url ?? UPSTREAM_VARIABLES.upstream.url.defaultValue),
     ),
     clientId: gitlab.clientId,
     // Scopes matter only when starting a device flow, which a guard never does.

@@ -48,7 +48,7 @@ import {
 } from "./call_check.ts";
 import { listRequestsOf, type Permits } from "./list_filter.ts";
 import { decideCall } from "../access/call_policy.ts";
-import { accessPolicyOf } from "../config/mod.ts";
+import { accessPolicyOf } from "../access/config.ts";
 import {
   rememberedOwner,
   requireOwnMcpSession,

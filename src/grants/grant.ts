@@ -8,7 +8,11 @@
 
 import type { AuthenticatedClient } from "../clients/authentication.ts";
 import type { Clock } from "../clock.ts";
-import type { Config } from "../config/mod.ts";
+import type { ClientsConfig } from "../clients/config.ts";
+import type { GatewayConfig } from "../gateway/config.ts";
+import type { RecheckDeps } from "../session/access_recheck.ts";
+import type { IssueDeps, ReplayDeps } from "../session/life.ts";
+import type { UpstreamConfig } from "../upstream/config.ts";
 import type { TokenSigner } from "../jwt.ts";
 import type { LogFields } from "../logger.ts";
 import type { Metrics } from "../metrics/catalog.ts";
@@ -26,7 +30,14 @@ export type Subject =
 /** The service's parts a grant may use. */
 export interface GrantDeps extends EndDeps {
   clock: Clock;
-  config: Config;
+  config:
+    & IssueDeps["config"]
+    & ReplayDeps["config"]
+    & RecheckDeps["config"]
+    & Pick<ClientsConfig, "redirectUriPolicy">
+    & Pick<UpstreamConfig, "upstreamTimeoutMs">
+    & Pick<GatewayConfig, "mcpResourceUrl">
+    & { revokeOnCodeReplay: boolean };
   metrics: Pick<Metrics, "refreshReplays">;
   signer: Pick<TokenSigner, "sign">;
   /** The provider: refreshes and re-checks the user's access. */

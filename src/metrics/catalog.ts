@@ -10,7 +10,6 @@
  */
 
 import type { Clock } from "../clock.ts";
-import type { Config } from "../config/mod.ts";
 import { OAuthError } from "../http/errors.ts";
 import { BoundedLabel, type Counter, type Histogram, NO_LABELS, Registry } from "./registry.ts";
 import { createSessionsAlive } from "./sessions_alive.ts";
@@ -118,7 +117,7 @@ export const RATE_LIMIT_BUCKETS = [
   "register",
   "introspect",
   "mcp",
-] as const satisfies readonly (keyof Config["rateLimits"])[];
+] as const;
 export type BucketLabel = (typeof RATE_LIMIT_BUCKETS)[number];
 
 /**

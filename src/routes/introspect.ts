@@ -7,7 +7,7 @@
  */
 
 import { bearerToken } from "../http/bearer_token.ts";
-import type { Config } from "../config/mod.ts";
+import type { IntrospectionConfig } from "../introspection/config.ts";
 import type { TokenSigner } from "../jwt.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import type { RateLimitDeps } from "../http/rate_limit.ts";
@@ -24,7 +24,7 @@ type IntrospectContext =
   & RequestContext<
     & RateLimitDeps<"introspect">
     & Pick<IntrospectDeps, "store" | "clock">
-    & { config: Pick<Config, "requestBodyTimeoutMs" | "introspectionTokens"> }
+    & { config: IntrospectionConfig & { requestBodyTimeoutMs: number } }
   >
   & { oauth: { signer: TokenSigner } };
 

@@ -3,17 +3,20 @@
  * metadata of the MCP server this service protects (RFC 9728).
  */
 
-import type { Config } from "../config/mod.ts";
+import type { GatewayConfig } from "../gateway/config.ts";
+import type { IntrospectionConfig } from "../introspection/config.ts";
+import type { KeysConfig } from "../keys/config.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import { notFound } from "../http/errors.ts";
 import type { UpstreamProfile } from "../upstream/types.ts";
 
 /** What the discovery documents read: settings, and how the provider presents itself. */
 interface MetadataDeps {
-  config: Pick<
-    Config,
-    "baseUrl" | "accessTokenAlg" | "introspectionTokens" | "mcpResourceUrl"
-  >;
+  config:
+    & Pick<KeysConfig, "accessTokenAlg">
+    & IntrospectionConfig
+    & Pick<GatewayConfig, "mcpResourceUrl">
+    & { baseUrl?: string };
   upstreamProfile: Pick<UpstreamProfile, "displayName">;
 }
 import { json, NO_STORE } from "../http/responses.ts";

@@ -6,7 +6,7 @@
 
 import { parseClientMetadata } from "../clients/registration.ts";
 import type { Clock } from "../clock.ts";
-import type { Config } from "../config/mod.ts";
+import type { ClientsConfig } from "../clients/config.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import type { Logger } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
@@ -28,7 +28,7 @@ interface RegisterDeps {
   store: Pick<Store, "registerClient">;
   clock: Clock;
   logger: Logger;
-  config: Pick<Config, "requestBodyTimeoutMs" | "allowedRedirectUris">;
+  config: Pick<ClientsConfig, "allowedRedirectUris"> & { requestBodyTimeoutMs: number };
 }
 
 /** Handles `POST /register`; answers 201 with the client id and the metadata echoed. */

@@ -6,7 +6,6 @@
  */
 
 import type { Clock } from "../clock.ts";
-import type { Config } from "../config/mod.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import type { TokenSigner } from "../jwt.ts";
 import type { Metrics } from "../metrics/catalog.ts";
@@ -25,7 +24,7 @@ type RevokeContext =
     & Omit<EndDeps, "upstream">
     & {
       clock: Clock;
-      config: Pick<Config, "requestBodyTimeoutMs">;
+      config: { requestBodyTimeoutMs: number };
       metrics: Pick<Metrics, "revocations">;
     }
   >

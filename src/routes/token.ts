@@ -20,7 +20,11 @@ import { json, NO_STORE } from "../http/responses.ts";
 type TokenContext =
   & RequestContext<
     & Omit<GrantDeps, "signer" | "upstream" | "policyGroups" | "metrics">
-    & { callPolicy: CallPolicyHolder; metrics: Pick<Metrics, "refreshReplays" | "countGrant"> }
+    & {
+      callPolicy: CallPolicyHolder;
+      metrics: Pick<Metrics, "refreshReplays" | "countGrant">;
+      config: { requestBodyTimeoutMs: number };
+    }
   >
   & { oauth: Pick<GrantDeps, "signer" | "upstream"> };
 

@@ -10,7 +10,7 @@
 import { decideAccess, groupsToAsk } from "../access/admission.ts";
 import { admits, isRestricted, refusalReason } from "../access/policy.ts";
 import type { Clock } from "../clock.ts";
-import { accessPolicyOf, type Config } from "../config/mod.ts";
+import { type AccessConfig, accessPolicyOf } from "../access/config.ts";
 import type { Store } from "../store/mod.ts";
 import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
@@ -23,7 +23,7 @@ export interface RecheckDeps {
   store: Store;
   clock: Clock;
   upstream: Upstream;
-  config: Config;
+  config: Pick<AccessConfig, "access">;
   /** The groups MCP_POLICY_FILE names now: learnt too, and at once if never asked. */
   policyGroups?: string[];
 }

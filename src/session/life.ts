@@ -9,7 +9,7 @@
  */
 
 import type { Clock } from "../clock.ts";
-import type { Config } from "../config/mod.ts";
+import type { SessionConfig } from "./config.ts";
 import type { TokenSigner } from "../jwt.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import type { FlowCompletion, RefreshGrace, Store, Versioned } from "../store/mod.ts";
@@ -64,7 +64,7 @@ export interface IssueDeps {
   signer: Pick<TokenSigner, "sign">;
   clock: Clock;
   config: Pick<
-    Config,
+    SessionConfig,
     | "accessTokenTtlSeconds"
     | "sessionIdleTtlSeconds"
     | "accessTokenAudience"
@@ -76,14 +76,14 @@ export interface IssueDeps {
 export interface ReplayDeps {
   store: Store;
   clock: Clock;
-  config: Pick<Config, "revokeOnRefreshReplay" | "refreshGraceSeconds">;
+  config: Pick<SessionConfig, "revokeOnRefreshReplay" | "refreshGraceSeconds">;
 }
 
 /** What the refresh grace needs. */
 export interface GraceDeps {
   store: Store;
   clock: Clock;
-  config: Pick<Config, "refreshGraceSeconds">;
+  config: Pick<SessionConfig, "refreshGraceSeconds">;
 }
 
 /**
@@ -287,7 +287,7 @@ function isReplayedRefreshToken(
   session: SessionRecord,
   token: string,
   nowMs: number,
-  config: Pick<Config, "refreshGraceSeconds">,
+  config: Pick<SessionConfig, "refreshGraceSeconds">,
 ): boolean {
   const replaced = session.replacedRefresh;
   if (replaced === undefined || replaced.hash !== refreshTokenHash(token)) return false;

@@ -10,7 +10,7 @@
 import { decideAccess } from "../access/admission.ts";
 import { heldPolicyGroups } from "../access/call_policy_file.ts";
 import { admits, isRestricted, refusalReason } from "../access/policy.ts";
-import { accessPolicyOf } from "../config/mod.ts";
+import { accessPolicyOf } from "../access/config.ts";
 import type { OAuthRequestContext } from "../app/context.ts";
 import { redact } from "../logger.ts";
 import type { SessionAccess, UpstreamTokenSet } from "../store/records.ts";

@@ -5,7 +5,7 @@
  */
 
 import { dirname, resolve } from "node:path";
-import { ConfigError } from "../config/mod.ts";
+import { ConfigError } from "../config/variable.ts";
 
 /**
  * What KV_PATH names: Deno's default location (unset), a store of this process alone

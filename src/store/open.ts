@@ -3,7 +3,8 @@
  * on the way), else Deno KV at KV_PATH (Deno's default location when unset).
  */
 
-import { type Config, ConfigError } from "../config/mod.ts";
+import { ConfigError } from "../config/variable.ts";
+import type { StoreConfig } from "./config.ts";
 import type { StoreDatabase } from "./backend.ts";
 import { openKv } from "./kv_open.ts";
 
@@ -17,7 +18,7 @@ export interface OpenDatabase {
 
 /** Opens the configured database; throws when it cannot be opened or migrated. */
 export async function openDatabase(
-  config: Pick<Config, "databaseUrl" | "databasePoolSize" | "kvPath">,
+  config: Pick<StoreConfig, "databaseUrl" | "databasePoolSize" | "kvPath">,
   options: { existingOnly?: boolean } = {},
 ): Promise<OpenDatabase> {
   if (config.databaseUrl !== undefined) {

@@ -1,0 +1,50 @@
+/**
+ * Who may sign in (ALLOWED_GITLAB_GROUPS, ALLOWED_GITLAB_USERS, ALLOW_ANY_GITLAB_USER) and how
+ * often it is asked again.
+ */
+
+import { integerBetween, parseBoolean } from "../config/parsers.ts";
+import { type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
+import { type AccessPolicy, parseAllowedGroups, parseAllowedUsers } from "./policy.ts";
+
+export const ACCESS_VARIABLES = {
+  /** Who may sign in; both lists unset: every account the upstream signs in (the spec). */
+  access: {
+    groups: variable(
+      "ALLOWED_GITLAB_GROUPS",
+      undefined,
+      parseAllowedGroups,
+      "group full paths whose members may sign in, each with an optional `:role`",
+      "anyone",
+    ),
+    users: variable(
+      "ALLOWED_GITLAB_USERS",
+      undefined,
+      parseAllowedUsers,
+      "usernames who may sign in too, comma-separated",
+      "anyone",
+    ),
+    /** How often a refresh asks GitLab again whether the session's user is still admitted. */
+    recheckSeconds: variable(
+      "ACCESS_RECHECK_SECONDS",
+      "900",
+      integerBetween(1, 86_400),
+      "the refresh grant re-checks the lists at most this often per session",
+    ),
+    /** Under SECURITY_PROFILE=strict on gitlab.com: no list, on purpose. */
+    allowAnyUser: variable(
+      "ALLOW_ANY_GITLAB_USER",
+      "false",
+      parseBoolean,
+      "`true`: no list on gitlab.com on purpose (strict refuses to start otherwise)",
+    ),
+  },
+} satisfies ConfigTable;
+
+/** What ACCESS_VARIABLES reads to. */
+export type AccessConfig = ValuesOf<typeof ACCESS_VARIABLES>;
+
+/** Who may sign in, as ALLOWED_GITLAB_GROUPS and ALLOWED_GITLAB_USERS say (both empty: anyone). */
+export function accessPolicyOf(config: Pick<AccessConfig, "access">): AccessPolicy {
+  return { groups: config.access.groups ?? [], users: config.access.users ?? [] };
+}

@@ -1,0 +1,92 @@
+/**
+ * The gateway in front of an MCP server: where it forwards (MCP_UPSTREAM_*), the resource it
+ * protects (MCP_RESOURCE_URL), who may call what (MCP_POLICY_FILE) and its audit line.
+ */
+
+import {
+  caseInsensitive,
+  integerBetween,
+  oneOf,
+  parseBoolean,
+  parseHttpUrlWithQuery,
+  urlWithoutTrailingSlash,
+} from "../config/parsers.ts";
+import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
+import { parsePolicyFile } from "../access/call_policy_file.ts";
+import { NEVER_FORWARDED_HEADERS } from "./headers.ts";
+
+/** Header names only; no header that carries a credential or frames the message. */
+export function parseForwardHeaders(name: string, raw: string): readonly string[] {
+  return raw.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry)
+    .map((header) => {
+      if (!/^[!#$%&'*+.^_`|~0-9a-z-]+$/.test(header)) {
+        throw new ConfigError(name, `${JSON.stringify(header)} is not a header name`);
+      }
+      if (NEVER_FORWARDED_HEADERS.has(header) || header.startsWith("proxy-")) {
+        throw new ConfigError(name, `must not name ${header}: the gateway never forwards it`);
+      }
+      return header;
+    });
+}
+
+export const GATEWAY_VARIABLES = {
+  /**
+   * The protected MCP resource (RFC 9728 `resource`), without a trailing slash. Undefined:
+   * `{base}/mcp`, derived like the issuer.
+   */
+  mcpResourceUrl: variable(
+    "MCP_RESOURCE_URL",
+    undefined,
+    urlWithoutTrailingSlash,
+    "the protected MCP server (RFC 9728 `resource`)",
+    "`{base}/mcp`",
+  ),
+  /** Gateway mode: where authenticated MCP requests are forwarded. Undefined: no gateway. */
+  mcpUpstreamUrl: variable(
+    "MCP_UPSTREAM_URL",
+    undefined,
+    parseHttpUrlWithQuery,
+    "gateway mode: where authenticated MCP requests go",
+  ),
+  /** How the gateway hands the MCP server the user's GitLab token. */
+  mcpUpstreamTokenHeader: variable(
+    "MCP_UPSTREAM_TOKEN_HEADER",
+    "authorization",
+    caseInsensitive(oneOf("authorization", "private-token")),
+    "gateway: `private-token` sends `PRIVATE-TOKEN` instead of a Bearer",
+  ),
+  /**
+   * Client headers the gateway passes on beyond its own list (lower case); never a credential.
+   * Undefined: none.
+   */
+  mcpUpstreamForwardHeaders: variable(
+    "MCP_UPSTREAM_FORWARD_HEADERS",
+    undefined,
+    parseForwardHeaders,
+    "gateway: more client headers to pass on, comma-separated ([which](#the-gateways-headers))",
+  ),
+  /** How long the gateway waits for the MCP server's response headers. */
+  mcpUpstreamTimeoutMs: variable(
+    "MCP_UPSTREAM_TIMEOUT_MS",
+    "30000",
+    integerBetween(1, 3_600_000),
+    "gateway: time limit for the MCP server's response headers",
+  ),
+  /** Gateway: what each account may call; read at start-up, again on SIGHUP. Undefined: all. */
+  mcpPolicyFile: variable(
+    "MCP_POLICY_FILE",
+    undefined,
+    parsePolicyFile,
+    "gateway: JSON rules of who may call what ([policy](#what-they-may-call))",
+  ),
+  /** The gateway's audit line per MCP message. */
+  auditLog: variable(
+    "AUDIT_LOG",
+    "on",
+    parseBoolean,
+    "gateway: `off` drops the audit line written per MCP message",
+  ),
+} satisfies ConfigTable;
+
+/** What GATEWAY_VARIABLES reads to. */
+export type GatewayConfig = ValuesOf<typeof GATEWAY_VARIABLES>;

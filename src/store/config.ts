@@ -1,0 +1,76 @@
+/**
+ * Where records live (KV_PATH, or DATABASE_URL for PostgreSQL) and the key that seals GitLab
+ * tokens at rest.
+ */
+
+import { integerBetween, MIN_SECRET_BYTES, parseSecret, text } from "../config/parsers.ts";
+import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
+import { tlsSettingsOf } from "./postgres/tls_settings.ts";
+
+/**
+ * A `postgres://` or `postgresql://` URL naming a host, with TLS parameters that make sense
+ * (src/store/postgres/tls_settings.ts); the value is never echoed (it may hold a password).
+ */
+function parseDatabaseUrl(name: string, raw: string): string {
+  let url: URL | undefined;
+  try {
+    url = new URL(raw);
+  } catch {
+    // Answered below without the value.
+  }
+  if (!url || !/^postgres(ql)?:$/.test(url.protocol) || url.hostname === "") {
+    throw new ConfigError(name, "must be a postgres://user:password@host:port/database URL");
+  }
+  try {
+    tlsSettingsOf(url);
+  } catch (error) {
+    throw new ConfigError(name, (error as Error).message);
+  }
+  return raw;
+}
+
+export const STORE_VARIABLES = {
+  /** Undefined: Deno's default KV location. */
+  kvPath: variable(
+    "KV_PATH",
+    undefined,
+    text,
+    "file path, `:memory:`, or a KV Connect URL",
+    "Deno's default `Deno.openKv()`",
+  ),
+  /** PostgreSQL instead of Deno KV (src/store/postgres/); a secret when it holds a password. */
+  databaseUrl: variable(
+    "DATABASE_URL",
+    undefined,
+    parseDatabaseUrl,
+    "PostgreSQL store: `postgres://user:pass@host:5432/db?sslmode=require`; not with `KV_PATH`",
+    "unset: Deno KV",
+  ),
+  databasePoolSize: variable(
+    "DATABASE_POOL_SIZE",
+    "10",
+    integerBetween(1, 1000),
+    "connections to PostgreSQL per process",
+  ),
+  /** Key for GitLab tokens at rest (AES-GCM); undefined: derived from JWT_SECRET with HKDF. */
+  encryptionKey: variable(
+    "ENCRYPTION_KEY",
+    undefined,
+    parseSecret,
+    `key (≥ ${MIN_SECRET_BYTES} bytes) for GitLab tokens at rest`,
+    "derived from `JWT_SECRET`",
+  ),
+} satisfies ConfigTable;
+
+/** What STORE_VARIABLES reads to. */
+export type StoreConfig = ValuesOf<typeof STORE_VARIABLES>;
+
+/** KV_PATH and DATABASE_URL each choose the store; both set is a mistake, not a preference. */
+export function requireOneStore(config: Pick<StoreConfig, "databaseUrl" | "kvPath">): void {
+  if (config.databaseUrl !== undefined && config.kvPath !== undefined) {
+    throw new ConfigError(
+      "DATABASE_URL",
+      "cannot be set together with KV_PATH: unset one (DATABASE_URL: PostgreSQL, KV_PATH: Deno KV)",
+    );
+  }
+}
