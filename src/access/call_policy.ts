@@ -9,6 +9,7 @@
 
 import { type AllowedGroup, parseAllowedGroups, parseAllowedUsers } from "./policy.ts";
 import { meetsRole, type SessionAccess } from "./policy.ts";
+import { isNormalUri, normalUriPattern } from "./resource_uri.ts";
 
 /** What a rule names, and the MCP methods that act on it. */
 export type Target = "tools" | "resources" | "prompts";
@@ -54,6 +55,8 @@ export interface Caller {
 export interface CallDecision {
   effect: Effect;
   rule?: number;
+  /** A resource URI refused because it is not in normal form (resource_uri.ts). */
+  notNormal?: true;
 }
 
 /** Thrown with the problem of a policy that cannot be used. */
@@ -68,6 +71,8 @@ const EFFECTS: readonly Effect[] = ["allow", "deny"];
 const CALL_TARGETS: Readonly<Record<string, Target>> = {
   "tools/call": "tools",
   "resources/read": "resources",
+  // A subscription tells its subscriber when the resource changes: decided as reading it.
+  "resources/subscribe": "resources",
   "prompts/get": "prompts",
 };
 
@@ -111,14 +116,17 @@ function parseRule(raw: unknown, index: number): CallRule {
   if (effects.length !== 1) throw new PolicyError(`${where} must have either "allow" or "deny"`);
   const [target] = targets;
   const [effect] = effects;
-  const patterns = rule[target];
-  if (!Array.isArray(patterns) || patterns.length === 0) {
+  const written = rule[target];
+  if (!Array.isArray(written) || written.length === 0) {
     throw new PolicyError(`${where}: "${target}" must be a non-empty array of patterns`);
   }
+  const patterns = written.map((pattern) => checkedPattern(pattern, where));
   return {
     target,
-    patterns: patterns.map((pattern) => checkedPattern(pattern, where)),
-    matchers: patterns.map((pattern) => patternMatcher(pattern)),
+    patterns,
+    matchers: patterns.map((pattern) =>
+      patternMatcher(target === "resources" ? resourcePattern(pattern, where) : pattern)
+    ),
     effect,
     accounts: parseAccounts(rule[effect], `${where} "${effect}"`),
   };
@@ -153,6 +161,21 @@ function checkedPattern(pattern: unknown, where: string): string {
     );
   }
   return pattern;
+}
+
+/**
+ * A resource pattern in normal form, which is what requests are matched in (resource_uri.ts);
+ * one that does not parse as a URL cannot match anything a request may name, so it is refused.
+ */
+function resourcePattern(pattern: string, where: string): string {
+  const normal = normalUriPattern(pattern);
+  if (normal === undefined) {
+    throw new PolicyError(
+      `${where}: resource pattern ${JSON.stringify(pattern)} is not a URI (with * wildcards), ` +
+        `or * alone`,
+    );
+  }
+  return normal;
 }
 
 /** The whole-name matcher of a pattern: `*` stands for any run of characters, `/` included. */
@@ -198,6 +221,8 @@ export function decideCall(
   target: Target,
   name: string,
 ): CallDecision {
+  // A resource URI the MCP server would read as another: no rule is asked about it.
+  if (target === "resources" && !isNormalUri(name)) return { effect: "deny", notNormal: true };
   for (const [index, rule] of policy.rules.entries()) {
     if (rule.target !== target || !rule.matchers.some((matcher) => matcher.test(name))) continue;
     const named = names(rule.accounts, caller);

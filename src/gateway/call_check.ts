@@ -24,6 +24,8 @@ import type { McpMessage } from "./mcp_message.ts";
 export const POLICY_REFUSED = -32003;
 /** JSON-RPC's parse error. */
 const PARSE_ERROR = -32700;
+/** JSON-RPC's invalid params: a resource URI that is not in normal form. */
+export const INVALID_PARAMS = -32602;
 
 /** What is called in each target, for the refusal's message. */
 const TARGET_WORDS: Readonly<Record<Target, string>> = {
@@ -63,7 +65,9 @@ export function refusedCallResponse(messages: McpMessage[], batch: boolean): Res
     .map((message) => ({
       jsonrpc: "2.0",
       id: message.id,
-      error: { code: POLICY_REFUSED, message: refusalMessage(message) },
+      error: message.policy?.notNormal
+        ? { code: INVALID_PARAMS, message: NOT_NORMAL_MESSAGE }
+        : { code: POLICY_REFUSED, message: refusalMessage(message) },
     }));
   const body = batch ? answers : answers[0] ?? null;
   if (body === null) return new Response(null, { status: 202 });
@@ -89,6 +93,10 @@ export function unreadableBodyResponse(): Response {
     headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
   });
 }
+
+/** Why a resource URI is refused before any rule is asked. */
+const NOT_NORMAL_MESSAGE = "Invalid params: uri must be a URI in normal form " +
+  "(as new URL(uri).href writes it)";
 
 function refusalMessage(message: McpMessage): string {
   const target = targetOfCall(message.method);

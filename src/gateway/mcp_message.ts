@@ -210,8 +210,14 @@ function describe(message: unknown): McpMessage {
   return described;
 }
 
+/** The methods that name what they act on, and which field: the header's, and subscriptions. */
+const NAMED_BY: Readonly<Record<string, "name" | "uri">> = {
+  ...NAME_SOURCE,
+  "resources/subscribe": "uri",
+};
+
 function nameOf(message: Record<string, unknown>, method: string): string | undefined {
-  const field = Object.hasOwn(NAME_SOURCE, method) ? NAME_SOURCE[method] : undefined;
+  const field = Object.hasOwn(NAMED_BY, method) ? NAMED_BY[method] : undefined;
   if (field === undefined || !isObject(message.params)) return undefined;
   const value = message.params[field];
   return typeof value === "string" ? value : undefined;
