@@ -167,7 +167,7 @@ Deno.test("policy: a refused call never reaches the MCP server; 200 with a JSON-
     const { id, response, body } = await callTool(p, "delete_project");
     assert.equal(response.status, 200);
     assert.equal(body.id, id);
-    assert.equal(body.error.code, -32003);
+    assert.equal(body.error.code, -32403);
     assert.match(body.error.message, /"delete_project" is not allowed for this account/);
     assert.equal(seen(p, "tools/call"), 0);
     const [line] = auditLines(p.gateway.lines);
@@ -211,7 +211,7 @@ Deno.test("policy: what it cannot read never passes: a body that is not JSON to 
       }),
     );
     assert.equal(put.status, 200);
-    assert.equal((await put.json()).error.code, -32003);
+    assert.equal((await put.json()).error.code, -32403);
     assert.equal(p.upstream.requests.length, 0);
     assert.deepEqual(auditLines(p.gateway.lines).map((line) => line.status), [400, 200]);
   } finally {

@@ -55,8 +55,11 @@ export interface Caller {
 export interface CallDecision {
   effect: Effect;
   rule?: number;
-  /** A resource URI refused because it is not in normal form (resource_uri.ts). */
-  notNormal?: true;
+  /**
+   * Refused before any rule is asked, because what the call names cannot be decided (a
+   * resource URI not in normal form, a missing name): why, for the JSON-RPC error.
+   */
+  invalid?: string;
 }
 
 /** Thrown with the problem of a policy that cannot be used. */
@@ -221,8 +224,8 @@ export function decideCall(
   target: Target,
   name: string,
 ): CallDecision {
-  // A resource URI the MCP server would read as another: no rule is asked about it.
-  if (target === "resources" && !isNormalUri(name)) return { effect: "deny", notNormal: true };
+  const invalid = invalidName(target, name);
+  if (invalid !== undefined) return { effect: "deny", invalid };
   for (const [index, rule] of policy.rules.entries()) {
     if (rule.target !== target || !rule.matchers.some((matcher) => matcher.test(name))) continue;
     const named = names(rule.accounts, caller);
@@ -231,6 +234,19 @@ export function decideCall(
     if (named !== false) return { effect: "deny", rule: index };
   }
   return { effect: policy.defaultEffect };
+}
+
+/**
+ * Why `name` cannot be decided: a resource URI the MCP server would read as another one (not in
+ * normal form, resource_uri.ts), or an empty name a lenient server might still run.
+ */
+function invalidName(target: Target, name: string): string | undefined {
+  if (target === "resources") {
+    return isNormalUri(name)
+      ? undefined
+      : "uri must be a URI in normal form (as new URL(uri).href writes it)";
+  }
+  return name === "" ? "name must be a non-empty string" : undefined;
 }
 
 /**

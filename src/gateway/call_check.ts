@@ -18,10 +18,17 @@ import {
   targetOfCall,
 } from "../access/call_policy.ts";
 import type { GatewayRequest } from "./guard.ts";
+import { firstDuplicateName } from "./json_duplicates.ts";
 import type { McpMessage } from "./mcp_message.ts";
 
-/** JSON-RPC error code of a call the policy refuses (implementation-defined server range). */
-export const POLICY_REFUSED = -32003;
+/**
+ * JSON-RPC error code of a call the policy refuses, unless MCP_POLICY_ERROR_CODE says another:
+ * outside -32768…-32000, which JSON-RPC and MCP keep for themselves (MCP 2026-07-28's error
+ * code policy; -32003, used before, sits in it).
+ */
+export const POLICY_REFUSED = -32403;
+/** JSON-RPC's "Invalid Request": a body two parsers could read as different messages. */
+const INVALID_REQUEST = -32600;
 /** JSON-RPC's parse error. */
 const PARSE_ERROR = -32700;
 /** JSON-RPC's invalid params: a resource URI that is not in normal form. */
@@ -60,19 +67,53 @@ export function decideMessages(
  * The answer to a POST with a refused call: a JSON-RPC error for each request in it (in a batch,
  * the others are refused with it, since the batch is not forwarded in part).
  */
-export function refusedCallResponse(messages: McpMessage[], batch: boolean): Response {
+export function refusedCallResponse(
+  messages: McpMessage[],
+  batch: boolean,
+  code: number = POLICY_REFUSED,
+): Response {
   const answers = messages.filter((message) => message.id !== undefined && message.method)
     .map((message) => ({
       jsonrpc: "2.0",
       id: message.id,
-      error: message.policy?.notNormal
-        ? { code: INVALID_PARAMS, message: NOT_NORMAL_MESSAGE }
-        : { code: POLICY_REFUSED, message: refusalMessage(message) },
+      error: message.policy?.invalid
+        ? { code: INVALID_PARAMS, message: `Invalid params: ${message.policy.invalid}` }
+        : { code, message: refusalMessage(message) },
     }));
   const body = batch ? answers : answers[0] ?? null;
   if (body === null) return new Response(null, { status: 202 });
   return new Response(JSON.stringify(body), {
     status: 200,
+    headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
+  });
+}
+
+/**
+ * Why a body the policy is to decide is not a request it can decide, or undefined: a member
+ * name repeated in one object (the gateway would decide the last, a first-wins server run the
+ * first), or a request whose `id` is null (its answer cannot be told from an error about no
+ * request, and list filtering would not know it).
+ */
+export function ambiguousRequest(text: string, messages: McpMessage[]): string | undefined {
+  const repeated = firstDuplicateName(text);
+  if (repeated !== undefined) {
+    return `the member ${JSON.stringify(repeated.slice(0, 64))} appears twice in one object`;
+  }
+  if (messages.some((message) => message.method !== undefined && message.id === null)) {
+    return "a request's id must not be null";
+  }
+  return undefined;
+}
+
+/** The answer to an ambiguous request: 400, one JSON-RPC `Invalid Request` (id null). */
+export function ambiguousRequestResponse(reason: string): Response {
+  const body = {
+    jsonrpc: "2.0",
+    id: null,
+    error: { code: INVALID_REQUEST, message: `Invalid Request: ${reason}` },
+  };
+  return new Response(JSON.stringify(body), {
+    status: 400,
     headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
   });
 }
@@ -93,10 +134,6 @@ export function unreadableBodyResponse(): Response {
     headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
   });
 }
-
-/** Why a resource URI is refused before any rule is asked. */
-const NOT_NORMAL_MESSAGE = "Invalid params: uri must be a URI in normal form " +
-  "(as new URL(uri).href writes it)";
 
 function refusalMessage(message: McpMessage): string {
   const target = targetOfCall(message.method);

@@ -15,6 +15,38 @@ import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../confi
 import { parsePolicyFile } from "../access/call_policy_file.ts";
 import { NEVER_FORWARDED_HEADERS } from "./headers.ts";
 
+/** The code refused calls were answered with before -32403; kept for clients that match it. */
+const FORMER_POLICY_ERROR_CODE = -32003;
+
+/**
+ * Whether `code` is one JSON-RPC or MCP gives a meaning: JSON-RPC's parse error, invalid
+ * request, method not found, invalid params and internal error, and -32000…-32099, which MCP
+ * partitions between the SDKs' own codes and the protocol's (2026-07-28).
+ */
+function isProtocolCode(code: number): boolean {
+  return code === -32700 || (code >= -32603 && code <= -32600) ||
+    (code >= -32099 && code <= -32000);
+}
+
+/**
+ * A JSON-RPC error code that means nothing else to a client: none JSON-RPC or MCP defines or
+ * keeps for itself, but the former -32003.
+ */
+function parsePolicyErrorCode(name: string, raw: string): number {
+  const code = Number(raw);
+  if (!/^-?\d{1,10}$/.test(raw) || Math.abs(code) > 2 ** 31 - 1) {
+    throw new ConfigError(name, `must be an integer, got ${JSON.stringify(raw)}`);
+  }
+  if (isProtocolCode(code) && code !== FORMER_POLICY_ERROR_CODE) {
+    throw new ConfigError(
+      name,
+      `${code} is a code JSON-RPC or MCP defines or keeps (-32700, -32600…-32603, ` +
+        `-32000…-32099); use -32403 (the default), another code, or -32003 (the former one)`,
+    );
+  }
+  return code;
+}
+
 /** Header names only; no header that carries a credential or frames the message. */
 export function parseForwardHeaders(name: string, raw: string): readonly string[] {
   return raw.split(",").map((entry) => entry.trim().toLowerCase()).filter((entry) => entry)
@@ -78,6 +110,13 @@ export const GATEWAY_VARIABLES = {
     undefined,
     parsePolicyFile,
     "gateway: JSON rules of who may call what ([policy](#what-they-may-call))",
+  ),
+  /** The JSON-RPC code of a call MCP_POLICY_FILE refuses. */
+  mcpPolicyErrorCode: variable(
+    "MCP_POLICY_ERROR_CODE",
+    "-32403",
+    parsePolicyErrorCode,
+    "gateway: JSON-RPC code of a refused call (`-32003`: the code before; [why](#what-they-may-call))",
   ),
   /** The gateway's audit line per MCP message. */
   auditLog: variable(

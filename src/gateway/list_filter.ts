@@ -1,7 +1,10 @@
 /**
  * The MCP server's answers to `tools/list`, `resources/list` and `prompts/list`, cut down to what
- * the account may call, as JSON or inside an event stream's events. Only the response to a list
- * request of this POST (by its id) is touched; every other event goes through byte for byte.
+ * the account may call, as JSON or inside an event stream's events. A JSON answer is cut where
+ * it answers a list request of this POST (by its id). In an event stream, POST or GET, every
+ * response whose result carries a list (`tools`, `resources`, `prompts`) is cut, whatever it
+ * answers: a GET resumed with `Last-Event-ID` replays earlier streams' answers, whose requests
+ * this request never saw. Every other event goes through byte for byte.
  * `resources/templates/list` is left alone: a template is not a URI a pattern can be matched
  * against, and reading through one is checked as `resources/read` of the URI it makes.
  */
@@ -41,7 +44,12 @@ export function listRequestsOf(messages: McpMessage[]): ListRequests {
  * A JSON body (one message or a batch) with the list results filtered; the text unchanged when
  * it holds none. Throws UnfilterableList when it is not JSON.
  */
-export function filterJsonBody(text: string, lists: ListRequests, permits: Permits): string {
+export function filterJsonBody(
+  text: string,
+  lists: ListRequests,
+  permits: Permits,
+  anyList = false,
+): string {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -49,18 +57,28 @@ export function filterJsonBody(text: string, lists: ListRequests, permits: Permi
     throw new UnfilterableList("the MCP server's list answer is not JSON");
   }
   const messages = Array.isArray(parsed) ? parsed : [parsed];
-  const changed = messages.map((message) => filterMessage(message, lists, permits));
+  const changed = messages.map((message) => filterMessage(message, lists, permits, anyList));
   if (!changed.some((message, i) => message !== messages[i])) return text;
   return JSON.stringify(Array.isArray(parsed) ? changed : changed[0]);
 }
 
-/** A message with its list result filtered when it answers one of `lists`; else itself. */
-function filterMessage(message: unknown, lists: ListRequests, permits: Permits): unknown {
+/**
+ * A message with its list result filtered when it answers one of `lists`, or (`anyList`) when its
+ * result carries a list of any kind; else itself.
+ */
+function filterMessage(
+  message: unknown,
+  lists: ListRequests,
+  permits: Permits,
+  anyList: boolean,
+): unknown {
   if (typeof message !== "object" || message === null || !("id" in message)) return message;
-  const list = lists.get(JSON.stringify(message.id));
-  if (list === undefined || !("result" in message)) return message;
+  if (!("result" in message)) return message;
   const result = message.result;
   if (typeof result !== "object" || result === null) return message;
+  const list = lists.get(JSON.stringify(message.id)) ??
+    (anyList ? listIn(result as Record<string, unknown>) : undefined);
+  if (list === undefined) return message;
   const items = (result as Record<string, unknown>)[list.field];
   if (!Array.isArray(items)) return message;
   const kept = items.filter((item) => {
@@ -74,6 +92,11 @@ function filterMessage(message: unknown, lists: ListRequests, permits: Permits):
   // The list is this account's (2026-07-28 caching): a shared cache must not serve it to another.
   if ("cacheScope" in result) filtered.cacheScope = "private";
   return { ...message, result: filtered };
+}
+
+/** The list a result carries, whatever request it answers. */
+function listIn(result: Record<string, unknown>): typeof LISTS[string] | undefined {
+  return Object.values(LISTS).find((list) => Array.isArray(result[list.field]));
 }
 
 /** Largest event held whole while looking for a list answer. */
@@ -134,7 +157,7 @@ function filterEvent(event: string, lists: ListRequests, permits: Permits): stri
   const text = data.map((line) => line.slice(line.startsWith("data: ") ? 6 : 5)).join("\n");
   let filtered: string;
   try {
-    filtered = filterJsonBody(text, lists, permits);
+    filtered = filterJsonBody(text, lists, permits, true);
   } catch {
     // Not JSON: no list answer a client could read.
     return event;

@@ -269,7 +269,9 @@ function headerMismatch(
   }
   const named = decodeSentinel(headers.name);
   if (named === undefined) return "the Mcp-Name header carries an invalid value";
-  if (message.name !== undefined && named !== message.name) {
+  // A name in the header only: whatever reads the header would act on what the body does not say.
+  if (message.name === undefined) return `the Mcp-Name header is set but params.${field} is not`;
+  if (named !== message.name) {
     return `the Mcp-Name header does not match params.${field}`;
   }
   return undefined;

@@ -12,6 +12,7 @@
 
 import type { AppDeps, OAuthRequestContext } from "../app/context.ts";
 import { MCP_CORS } from "../http/cors.ts";
+import { UTF8 } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type HeaderSnapshot, snapshotHeaders, upstreamRequestHeaders } from "./headers.ts";
 import type { McpAnswer, McpClient } from "./mcp_client/types.ts";
@@ -41,6 +42,8 @@ import { createSessionRateLimit, type SessionRateLimit } from "./session_rate_li
 import { readBoundedBody } from "./request_body.ts";
 import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
 import {
+  ambiguousRequest,
+  ambiguousRequestResponse,
   callerOf,
   decideMessages,
   refusedCallResponse,
@@ -215,11 +218,18 @@ async function handleGatewayRequest(
     return unreadableBodyResponse();
   }
   const caller = policy && callerOf(auth, listedGroupsOf(ctx));
+  const ambiguous = policy && body && post && ambiguousRequest(UTF8.decode(body), post.messages);
+  if (ambiguous) {
+    deadline.done();
+    gateway.audit.record(audit, { status: 400 });
+    countMessages(ctx, audit.messages, "denied");
+    return ambiguousRequestResponse(ambiguous);
+  }
   if (policy && caller && post && decideMessages(policy, caller, post.messages)) {
     deadline.done();
     return refuseCall(ctx, gateway, audit, post);
   }
-  const lists = policy && caller && post ? listRequestsOf(post.messages) : undefined;
+  const lists = policy && caller ? listRequestsOf(post?.messages ?? []) : undefined;
   const permits: Permits | undefined = policy && caller &&
     ((target, name) => decideCall(policy, caller, target, name).effect === "allow");
   let upstream: McpAnswer | undefined;
@@ -245,7 +255,8 @@ async function handleGatewayRequest(
       `The MCP server refused the ${ctx.oauth.upstream.profile.displayName} token; sign in again`,
     );
   }
-  const filter = lists && permits && lists.size > 0 ? { lists, permits } : undefined;
+  // With a policy every event stream is filtered, a GET's (and its replays) too.
+  const filter = lists && permits ? { lists, permits } : undefined;
   return await relayResponse(ctx, upstream, auth, gateway.audit, audit, filter);
 }
 
@@ -312,7 +323,11 @@ function refuseCall(
   audit: AuditContext,
   post: McpPost,
 ): Response {
-  const response = refusedCallResponse(post.messages, post.batch);
+  const response = refusedCallResponse(
+    post.messages,
+    post.batch,
+    ctx.deps.config.mcpPolicyErrorCode,
+  );
   gateway.audit.record(audit, { status: response.status, rpcError: response.status === 200 });
   countMessages(ctx, post.messages, "denied");
   return response;

@@ -64,7 +64,9 @@ export async function relayResponse(
   // Whatever type a successful answer claims (an MCP server may send JSON as text/plain), a list
   // answer that is not an event stream is read as JSON and filtered, or refused (502), never
   // passed uncut; a failure's own text (a 2025 session's 404) passes as it came.
-  if (filter && body && (upstream.ok || type.startsWith("application/json"))) {
+  if (
+    filter && filter.lists.size > 0 && body && (upstream.ok || type.startsWith("application/json"))
+  ) {
     return await relayFilteredJson(body.stream(), init, headers, auditor, audit, filter);
   }
   const length = Number(upstreamHeaders["content-length"] ?? NaN);
@@ -95,7 +97,10 @@ async function fromAnswer<T>(reading: Promise<T>, auditor: Audit, audit: AuditCo
   }
 }
 
-/** A POST's list requests, and what the account may call: the lists answered are cut to it. */
+/**
+ * A POST's list requests (none for a GET), and what the account may call: the lists answered
+ * are cut to it.
+ */
 export interface ListFilter {
   lists: ListRequests;
   permits: Permits;
