@@ -38,7 +38,7 @@ export function firstDuplicateName(text: string): string | undefined {
       open.pop();
       expectingName = false;
     } else if (char === COMMA) {
-      expectingName = open.at(-1) != null;
+      expectingName = open.length > 0 && open[open.length - 1] !== null;
     }
   }
   return undefined;
