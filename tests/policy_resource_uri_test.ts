@@ -22,6 +22,8 @@ import { serveMcp } from "../dev/mcp_http.ts";
 import { isNormalUri, normalUriPattern } from "../src/access/resource_uri.ts";
 import { parseCallPolicy, PolicyError } from "../src/access/call_policy.ts";
 import { auditLines, type GatewayServer, startGateway } from "./_gateway_mcp.ts";
+import { loadConfig } from "../src/app/config.ts";
+import { TEST_SECRET } from "./_helpers.ts";
 
 /** The resources both servers serve, by their normal form. */
 const RESOURCES = [
@@ -98,6 +100,54 @@ Deno.test("resource URIs: a pattern that is not a URI stops the policy file", ()
   }
   // Tools and prompts are names, not URIs: their patterns are taken as written.
   parseCallPolicy(JSON.stringify({ rules: [{ tools: ["*secret*"], deny: { users: ["x"] } }] }));
+});
+
+Deno.test("resource URIs: a pattern whose normal form misses what it names as written stops start-up", async () => {
+  // Each normal form would narrow a deny rule: mallory would read what the file refuses him.
+  const cases: [string, string][] = [
+    // A `/` follows the `*` in normal form: https://internal.example/secret escapes it.
+    ["https://internal.example*", "https://internal.example/a"],
+    ["https://*", "https://a/b"],
+    // The parser writes the host as 10.0.0.5 once the `*` completes it.
+    ["http://0x0a.0.0.*/", "http://10.0.0.0/"],
+    // A `*` scheme keeps the host's case, which https folds.
+    ["*://Secrets.example/*", "http://secrets.example/http"],
+  ];
+  for (const [pattern, missed] of cases) {
+    const path = await Deno.makeTempFile({ suffix: ".json" });
+    try {
+      await Deno.writeTextFile(
+        path,
+        JSON.stringify({ rules: [{ resources: [pattern], deny: { users: ["mallory"] } }] }),
+      );
+      assert.throws(
+        () => loadConfig({ MCP_POLICY_FILE: path, JWT_SECRET: TEST_SECRET }),
+        (error: Error) => {
+          assert.match(error.message, new RegExp(`^MCP_POLICY_FILE: ${path}: rule 0: `));
+          assert.ok(error.message.includes(`misses ${JSON.stringify(missed)}`), error.message);
+          return true;
+        },
+        pattern,
+      );
+    } finally {
+      await Deno.remove(path);
+    }
+  }
+  // What an operator means by the usual patterns is kept, whatever their spelling.
+  const usual = [
+    "gitlab://secrets/*",
+    "GITLAB://projects/acme/*",
+    "https://*.example.com/*",
+    "HTTPS://Example.COM/*/x",
+    "file://localhost/srv/*",
+    "file:///srv/public/../public/*",
+    "http://10.0.0.*/",
+    "db://host/table?id=*",
+    "gitlab:*",
+    "*://x/*",
+    "*",
+  ];
+  parseCallPolicy(JSON.stringify({ rules: [{ resources: usual, deny: { users: ["x"] } }] }));
 });
 
 /** A server of either SDK serving RESOURCES, recording what it read. */

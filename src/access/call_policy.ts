@@ -9,7 +9,7 @@
 
 import { type AllowedGroup, parseAllowedGroups, parseAllowedUsers } from "./policy.ts";
 import { meetsRole, type SessionAccess } from "./policy.ts";
-import { isNormalUri, normalUriPattern } from "./resource_uri.ts";
+import { isNormalUri, missedInNormalForm, normalUriPattern } from "./resource_uri.ts";
 
 /** What a rule names, and the MCP methods that act on it. */
 export type Target = "tools" | "resources" | "prompts";
@@ -128,7 +128,7 @@ function parseRule(raw: unknown, index: number): CallRule {
     target,
     patterns,
     matchers: patterns.map((pattern) =>
-      patternMatcher(target === "resources" ? resourcePattern(pattern, where) : pattern)
+      target === "resources" ? resourceMatcher(pattern, where) : patternMatcher(pattern)
     ),
     effect,
     accounts: parseAccounts(rule[effect], `${where} "${effect}"`),
@@ -167,10 +167,12 @@ function checkedPattern(pattern: unknown, where: string): string {
 }
 
 /**
- * A resource pattern in normal form, which is what requests are matched in (resource_uri.ts);
- * one that does not parse as a URL cannot match anything a request may name, so it is refused.
+ * The matcher of a resource pattern in normal form, which is what requests are matched in
+ * (resource_uri.ts). A pattern that does not parse as a URL cannot match anything a request may
+ * name, and one whose normal form misses URIs it names as written would narrow a `deny` rule
+ * (`https://internal.example*` gains a `/` after its `*`): both are refused.
  */
-function resourcePattern(pattern: string, where: string): string {
+function resourceMatcher(pattern: string, where: string): RegExp {
   const normal = normalUriPattern(pattern);
   if (normal === undefined) {
     throw new PolicyError(
@@ -178,7 +180,16 @@ function resourcePattern(pattern: string, where: string): string {
         `or * alone`,
     );
   }
-  return normal;
+  const matcher = patternMatcher(normal);
+  const missed = missedInNormalForm(pattern, matcher);
+  if (missed !== undefined) {
+    throw new PolicyError(
+      `${where}: resource pattern ${JSON.stringify(pattern)} reads as ${JSON.stringify(normal)} ` +
+        `in normal form, which misses ${JSON.stringify(missed)}: write the scheme and the / ` +
+        `after the host out, and keep each * inside one part of the URI`,
+    );
+  }
+  return matcher;
 }
 
 /** The whole-name matcher of a pattern: `*` stands for any run of characters, `/` included. */

@@ -35,3 +35,27 @@ function placeholderFor(pattern: string): string {
   for (let n = 0; pattern.toLowerCase().includes(placeholder); n++) placeholder = `wildcard${n}`;
   return placeholder;
 }
+
+/**
+ * What a `*` may stand for in a pattern as written: a letter of either case, a digit, and runs
+ * crossing into the next part of a URI (path, query, fragment), plus a scheme. Dot segments are
+ * not among them: a URI in normal form has none, so no pattern has to name them.
+ */
+const PROBES = ["", "a", "A", "5", "/a", "a/b", "a?b", "a#b", "http"];
+
+/**
+ * A URI in normal form that `pattern` names as written (a `*` standing for one of PROBES) but
+ * `matcher`, its normal form's matcher, misses; undefined when there is none. The URL parser can
+ * leave a `*` in a part it was not meant for (`https://internal.example*` gains a `/` after the
+ * `*`, so misses `https://internal.example/secret`), fold a host only for some schemes (a `*` for
+ * the scheme, `Secrets.example` for its host) or rewrite a host the `*` completes
+ * (`http://0x0a.0.0.*`): each would narrow a `deny` rule.
+ */
+export function missedInNormalForm(pattern: string, matcher: RegExp): string | undefined {
+  if (pattern === "*") return undefined;
+  for (const probe of PROBES) {
+    const named = URL.parse(pattern.replaceAll("*", probe))?.href;
+    if (named !== undefined && !matcher.test(named)) return named;
+  }
+  return undefined;
+}
