@@ -23,8 +23,9 @@ import type { McpMessage } from "./mcp_message.ts";
 
 /**
  * JSON-RPC error code of a call the policy refuses, unless MCP_POLICY_ERROR_CODE says another:
- * outside -32768…-32000, which JSON-RPC and MCP keep for themselves (MCP 2026-07-28's error
- * code policy; -32003, used before, sits in it).
+ * outside -32099…-32000, the server range MCP 2026-07-28 splits between the SDKs' legacy codes
+ * and its own (-32003, used before, sits in it). It is still inside JSON-RPC's wider reserved
+ * block (-32768…-32000), which that policy asks new codes to avoid: a code such as `403` does.
  */
 export const POLICY_REFUSED = -32403;
 /** JSON-RPC's "Invalid Request": a body two parsers could read as different messages. */
