@@ -88,7 +88,7 @@ export {
   type ResourceGuard,
   type ResourceGuardOptions,
   type VerifiedAccess,
-} from "./src/gateway/library.ts";
+} from "./src/library/library.ts";
 export type { Clock } from "./src/clock.ts";
 export type { KvBackend, StoreDatabase } from "./src/store/backend.ts";
 export type { CommitOutcome, PlannedWrite } from "./src/store/group_commit.ts";

@@ -11,7 +11,7 @@ import { createResourceGuard, type VerifiedAccess } from "../mod.ts";
 import { issueTokens, TEST_BASE, TEST_SECRET } from "./_helpers.ts";
 import { serveTestApp } from "./_served_app.ts";
 import { type Algorithm, freshKeys, signingEnv } from "./_signing_keys.ts";
-import { KEY_SET_REFETCH_INTERVAL_MS } from "../src/gateway/remote_guard.ts";
+import { KEY_SET_REFETCH_INTERVAL_MS } from "../src/library/remote_guard.ts";
 
 const CALLER = "a-resource-server-secret-of-32-bytes-or-more";
 

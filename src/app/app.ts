@@ -23,6 +23,7 @@ import {
   routesFor,
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
+import { gatewayRoute } from "./gateway_route.ts";
 import { ROUTES } from "./route_table.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
 import { routeLabels } from "./route_label.ts";
@@ -40,6 +41,7 @@ const SECURITY_HEADER_NAMES: ReadonlySet<string> = new Set(SECURITY_HEADERS.map(
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
   const gateway = createMcpGateway(deps);
+  const mcpRoute = gateway && gatewayRoute(gateway);
   const trusted = createProxyTrust(deps.config.trustProxy);
   const trustsProxies = deps.config.trustProxy.length > 0;
   const hsts = strictTransportSecurity(deps.config);
@@ -63,7 +65,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
-      route = gateway?.route(url, baseUrl) ?? findRoute(routes, url.pathname);
+      route = gateway?.serves(url, baseUrl) ? mcpRoute : findRoute(routes, url.pathname);
       const clientAddress = () => clientIp(request, peerOf(), trusted);
       const found = route;
       const standardHeaders = () => standardHeadersOf(found, requestId, hsts);

@@ -4,10 +4,22 @@
  * client sees it, and a request carrying one works only with that session.
  */
 
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { Clock } from "../clock.ts";
+import type { Logger } from "../logger.ts";
+import type { SessionConfig } from "../session/config.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { Store } from "../store/mod.ts";
 import type { AuthenticatedRequest } from "./guard.ts";
+import type { VerifiedTokens } from "./verified_tokens.ts";
+
+/** What binding MCP sessions uses. */
+export interface BindingDeps {
+  store: Store;
+  clock: Clock;
+  logger: Logger;
+  verifiedTokens: VerifiedTokens;
+  config: Pick<SessionConfig, "sessionIdleTtlSeconds">;
+}
 
 /** Whom an `Mcp-Session-Id` is bound to, once read (from memory, or beside the session). */
 export interface McpSessionOwner {
@@ -18,12 +30,12 @@ export interface McpSessionOwner {
 }
 
 export function rememberedOwner(
-  ctx: OAuthRequestContext,
+  deps: Pick<BindingDeps, "verifiedTokens" | "clock">,
   mcpSessionId: string | null,
 ): McpSessionOwner {
   const remembered = mcpSessionId === null
     ? undefined
-    : ctx.deps.verifiedTokens.mcpSessionOwner(mcpSessionId, ctx.deps.clock.now());
+    : deps.verifiedTokens.mcpSessionOwner(mcpSessionId, deps.clock.now());
   const found = remembered !== undefined;
   return { read: found, remembered: found, sessionId: remembered ?? null };
 }
@@ -33,12 +45,12 @@ export function rememberedOwner(
  * token came from memory, so the session was not read (and the binding not beside it).
  */
 export async function requireOwnMcpSession(
-  ctx: OAuthRequestContext,
+  deps: Pick<BindingDeps, "store" | "verifiedTokens" | "clock">,
   auth: AuthenticatedRequest,
   mcpSessionId: string,
   owner: McpSessionOwner,
 ): Promise<void> {
-  const { store, verifiedTokens, clock } = ctx.deps;
+  const { store, verifiedTokens, clock } = deps;
   const sessionId = owner.read ? owner.sessionId : await store.mcpSessionOwner(mcpSessionId);
   if (sessionId !== auth.sessionId) throw unknownMcpSession();
   if (!owner.remembered) verifiedTokens.rememberMcpSession(mcpSessionId, sessionId, clock.now());
@@ -72,34 +84,35 @@ export function storeReadingOwner(
  * nothing to wait for.
  */
 export function trackMcpSession(
-  ctx: OAuthRequestContext,
+  deps: BindingDeps,
+  requestId: string,
+  method: string,
   auth: AuthenticatedRequest,
-  sent: string | null,
-  issued: string | undefined,
-  ok: boolean,
+  answer: { sent: string | null; issued: string | undefined; ok: boolean },
 ): Promise<void> | undefined {
+  const { sent, issued, ok } = answer;
   const bound = issued !== sent ? issued : undefined;
-  const ended = ctx.request.method === "DELETE" && ok ? sent ?? undefined : undefined;
+  const ended = method === "DELETE" && ok ? sent ?? undefined : undefined;
   return bound !== undefined || ended !== undefined
-    ? updateMcpSession(ctx, auth, bound, ended)
+    ? updateMcpSession(deps, requestId, auth, { bound, ended })
     : undefined;
 }
 
 /** Binds `bound` to the request's session and forgets `ended`, each when given. */
 async function updateMcpSession(
-  ctx: OAuthRequestContext,
+  deps: BindingDeps,
+  requestId: string,
   auth: AuthenticatedRequest,
-  bound: string | undefined,
-  ended: string | undefined,
+  { bound, ended }: { bound: string | undefined; ended: string | undefined },
 ): Promise<void> {
-  const { store, clock, config, verifiedTokens } = ctx.deps;
+  const { store, clock, config, verifiedTokens } = deps;
   if (bound !== undefined) {
     const expiresAt = clock.now() + config.sessionIdleTtlSeconds * 1000;
     if (await store.bindMcpSession(bound, auth.sessionId, expiresAt)) {
       verifiedTokens.rememberMcpSession(bound, auth.sessionId, clock.now());
     } else {
-      ctx.deps.logger.warn("MCP server handed out a session id bound to another session", {
-        requestId: ctx.requestId,
+      deps.logger.warn("MCP server handed out a session id bound to another session", {
+        requestId,
         sessionId: auth.sessionId,
       });
       throw new OAuthError(502, "bad_gateway", "The MCP server answered with another's session");

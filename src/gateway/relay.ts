@@ -5,12 +5,12 @@
  */
 
 import { readUpTo, UTF8 } from "../http/bytes.ts";
-import type { OAuthRequestContext } from "../app/context.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
 import type { GatewayRequest } from "./guard.ts";
 import { type HeaderList, relayedResponseHeaders } from "./headers.ts";
 import type { McpAnswer } from "./mcp_client/types.ts";
+import type { OpenStreams } from "./open_streams.ts";
 import { responseWithHeaders } from "../http/responses.ts";
 import {
   filterEventStream,
@@ -19,6 +19,12 @@ import {
   type Permits,
   UnfilterableList,
 } from "./list_filter.ts";
+
+/** What relaying uses: the open streams, and the headers the app puts on every answer. */
+export interface Relaying {
+  openStreams: Pick<OpenStreams, "hold">;
+  headers: HeaderList;
+}
 
 /** Largest JSON response read whole to tell a JSON-RPC error from a result. */
 const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
@@ -30,7 +36,7 @@ const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
  * error; anything else streams as it came.
  */
 export async function relayResponse(
-  ctx: OAuthRequestContext,
+  relaying: Relaying,
   upstream: McpAnswer,
   auth: GatewayRequest,
   auditor: Audit,
@@ -40,7 +46,7 @@ export async function relayResponse(
   const upstreamHeaders = upstream.headers;
   const headers: HeaderList = [
     ...relayedResponseHeaders(upstreamHeaders, upstream.status),
-    ...ctx.standardHeaders(),
+    ...relaying.headers,
   ];
   const init = { status: upstream.status, statusText: upstream.statusText };
   const type = upstreamHeaders["content-type"]?.toLowerCase() ?? "";
@@ -51,7 +57,7 @@ export async function relayResponse(
     const events = filter
       ? filterEventStream(body.stream(), filter.lists, filter.permits)
       : body.stream();
-    const held = ctx.deps.openStreams.hold(events, {
+    const held = relaying.openStreams.hold(events, {
       sessionId: auth.sessionId,
       expiresAtMs: auth.tokenExpiresAtMs,
     }, {

@@ -8,8 +8,10 @@
  * an unspent slice can make another refuse up to that many messages early.
  */
 
-import type { AppDeps } from "../app/context.ts";
-import type { RateLimit } from "../config/parsers.ts";
+import type { Clock } from "../clock.ts";
+import type { RateLimit } from "../http/rate_limit.ts";
+import type { Metrics } from "../metrics/catalog.ts";
+import type { Store } from "../store/mod.ts";
 import { tooManyRequests } from "../http/rate_limit.ts";
 
 /** The bucket RATE_LIMIT_MCP counts in (its key in the store, its metrics label). */
@@ -36,7 +38,7 @@ interface Allowance {
 
 /** The limiter of `limit`, or undefined when RATE_LIMIT_MCP is `off`. */
 export function createSessionRateLimit(
-  deps: Pick<AppDeps, "store" | "clock" | "metrics">,
+  deps: { store: Store; clock: Clock; metrics: Pick<Metrics, "rateLimitRefusals"> },
   limit: RateLimit | undefined,
 ): SessionRateLimit | undefined {
   if (!limit) return undefined;

@@ -22,9 +22,9 @@ import {
   type AuthenticatedRequest,
   CLOCK_TOLERANCE_SECONDS,
   type GuardDeps,
-} from "./guard.ts";
+} from "../gateway/guard.ts";
 import { option } from "./options.ts";
-import { createVerifiedTokens } from "./verified_tokens.ts";
+import { createVerifiedTokens } from "../gateway/verified_tokens.ts";
 import {
   createRemoteResourceGuard,
   type IntrospectionResourceGuardOptions,
@@ -33,7 +33,7 @@ import {
 } from "./remote_library.ts";
 
 export { CLOCK_TOLERANCE_SECONDS, MCP_TOOLS_SCOPE };
-export type { AuthenticatedRequest, AuthenticatedUser } from "./guard.ts";
+export type { AuthenticatedRequest, AuthenticatedUser } from "../gateway/guard.ts";
 export type {
   GuardIntrospectionOptions,
   IntrospectionResourceGuardOptions,

@@ -11,7 +11,7 @@ import { errors, importJWK, type JWTHeaderParameters, jwtVerify } from "jose";
 import type { Clock } from "../clock.ts";
 import { sha256Base64Url } from "../crypto.ts";
 import { OAuthError } from "../http/errors.ts";
-import { BearerChallengeError } from "./challenges.ts";
+import { BearerChallengeError } from "../gateway/challenges.ts";
 import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { createRemoteKeySet, KeySetUnavailable, type RemoteKeySet } from "./remote_keys.ts";
 import { sameResource } from "../http/resource.ts";

@@ -9,7 +9,7 @@ import { type Clock, systemClock } from "../clock.ts";
 import { OAuthError } from "../http/errors.ts";
 import { errorResponse } from "../http/responses.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
-import { CLOCK_TOLERANCE_SECONDS } from "./guard.ts";
+import { CLOCK_TOLERANCE_SECONDS } from "../gateway/guard.ts";
 import {
   authenticateRemotely,
   type ClaimsSource,

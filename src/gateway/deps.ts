@@ -1,0 +1,67 @@
+/**
+ * What the gateway uses of the service: each part named once here, taken by the steps that need
+ * it. The app hands the whole service, which has them all.
+ */
+
+import type { CallPolicyHolder } from "../access/call_policy_file.ts";
+import type { AccessConfig } from "../access/config.ts";
+import type { Clock } from "../clock.ts";
+import type { RateLimit } from "../http/rate_limit.ts";
+import type { TokenSigner } from "../jwt.ts";
+import type { Logger } from "../logger.ts";
+import type { Metrics } from "../metrics/catalog.ts";
+import type { SessionConfig } from "../session/config.ts";
+import type { Store } from "../store/mod.ts";
+import type { UpstreamConfig } from "../upstream/config.ts";
+import type { Upstream } from "../upstream/types.ts";
+import type { GatewayConfig } from "./config.ts";
+import type { Audit } from "./audit.ts";
+import type { Deadlines } from "./deadlines.ts";
+import type { GuardDeps } from "./guard.ts";
+import type { McpClient } from "./mcp_client/types.ts";
+import type { SessionRateLimit } from "./session_rate_limit.ts";
+import type { OpenStreams } from "./open_streams.ts";
+import type { VerifiedTokens } from "./verified_tokens.ts";
+
+/** The gateway's dependencies. */
+export interface GatewayDeps {
+  config:
+    & GatewayConfig
+    & Pick<AccessConfig, "access">
+    & Pick<SessionConfig, "accessTokenTtlSeconds" | "sessionIdleTtlSeconds">
+    & Pick<UpstreamConfig, "upstreamTimeoutMs">
+    & { rateLimits: { mcp?: RateLimit } };
+  store: Store;
+  clock: Clock;
+  logger: Logger;
+  metrics: Pick<
+    Metrics,
+    "gatewayMessages" | "mcpUpstreamResponses" | "rateLimitRefusals"
+  >;
+  callPolicy: CallPolicyHolder;
+  verifiedTokens: VerifiedTokens;
+  openStreams: OpenStreams;
+  /** Reaches the MCP server; absent when MCP_UPSTREAM_URL is not set. */
+  mcpClient?: McpClient;
+}
+
+/** What exists only once OAuth is configured: the provider, and the signer of our tokens. */
+export interface GatewayOAuth {
+  upstream: Upstream;
+  signer: Pick<TokenSigner, "verify">;
+}
+
+/** What every gateway request shares: where to, the guard's dependencies, the time limits. */
+export interface Gateway {
+  deps: GatewayDeps;
+  upstreamUrl: URL;
+  client: McpClient;
+  /** Built on the first request, from the OAuth dependencies only a configured service has. */
+  guard: GuardDeps | undefined;
+  deadlines: Deadlines;
+  audit: Audit;
+  /** RATE_LIMIT_MCP; undefined when `off`. */
+  rateLimit: SessionRateLimit | undefined;
+  /** The MCP resource URL for a base URL (the same string for every request to one host). */
+  resourceFor(baseUrl: string): string;
+}

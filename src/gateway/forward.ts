@@ -1,0 +1,77 @@
+/**
+ * The hop to the MCP server: the request sent on (to MCP_UPSTREAM_URL as configured, the
+ * client's query string never passed: MCP sends none, and a stray `private_token` or `sudo`
+ * must not reach a GitLab-backed server) with the user's GitLab token in place of ours, and the
+ * MCP server's answer handed back as it came. The deadline covers only the wait for its headers,
+ * so an open stream is never cut by it.
+ */
+
+import { OAuthError } from "../http/errors.ts";
+import type { Deadline } from "./deadlines.ts";
+import type { AuthenticatedRequest } from "./guard.ts";
+import { type HeaderSnapshot, upstreamRequestHeaders } from "./headers.ts";
+import type { McpAnswer } from "./mcp_client/types.ts";
+import type { Gateway } from "./deps.ts";
+
+/** What goes to the MCP server besides the method. */
+export interface Outgoing {
+  headers: HeaderSnapshot;
+  body: Uint8Array<ArrayBuffer> | null;
+  deadline: Deadline;
+}
+
+/** Sends the request on; 502 when the MCP server cannot be reached, 504 when it is too slow. */
+export async function forward(
+  gateway: Gateway,
+  requestId: string,
+  method: string,
+  auth: AuthenticatedRequest,
+  outgoing: Outgoing,
+): Promise<McpAnswer> {
+  const { config, metrics } = gateway.deps;
+  const { deadline } = outgoing;
+  try {
+    const answer = await gateway.client.send({
+      url: gateway.upstreamUrl,
+      method,
+      headers: upstreamRequestHeaders(outgoing.headers, config.mcpUpstreamForwardHeaders ?? [], {
+        header: config.mcpUpstreamTokenHeader,
+        value: auth.gitlabToken,
+      }),
+      body: outgoing.body,
+      // Not request.signal: Deno.serve aborts it after every response. A client that leaves
+      // mid-stream cancels the relayed body, which closes the upstream exchange too.
+      deadline,
+    });
+    metrics.mcpUpstreamResponses.inc({ status: String(answer.status) });
+    return answer;
+  } catch (error) {
+    throw upstreamFailure(gateway, requestId, auth, error, deadline.signal.aborted);
+  } finally {
+    deadline.done();
+  }
+}
+
+/** 504 when the response headers did not arrive in time, else 502. */
+function upstreamFailure(
+  gateway: Gateway,
+  requestId: string,
+  auth: AuthenticatedRequest,
+  error: unknown,
+  timedOut: boolean,
+): OAuthError {
+  const { config, metrics, logger } = gateway.deps;
+  metrics.mcpUpstreamResponses.inc({ status: timedOut ? "timeout" : "network" });
+  logger.warn(timedOut ? "MCP server timed out" : "MCP server unreachable", {
+    requestId,
+    sessionId: auth.sessionId,
+    error: error instanceof Error ? error.name : String(error),
+  });
+  return timedOut
+    ? new OAuthError(
+      504,
+      "gateway_timeout",
+      `The MCP server did not answer within ${config.mcpUpstreamTimeoutMs} ms`,
+    )
+    : new OAuthError(502, "bad_gateway", "The MCP server could not be reached");
+}
