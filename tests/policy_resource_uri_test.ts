@@ -5,7 +5,9 @@
  * already in that form (-32602, never forwarded, audited as a denial), matches rules against
  * normal forms (patterns are normalised when the file is read) and drops list items that are not
  * in normal form. Each spelling the review found is sent through the gateway to an SDK v1
- * (2025-11-25) and an SDK v2 (2026-07-28) server that would have served it.
+ * (2025-11-25) and an SDK v2 (2026-07-28) server that would have served it. A pattern whose
+ * normal form would miss what it names as written stops start-up, and a 2026-07-28 listen
+ * stream's resource subscriptions are decided as reads.
  */
 
 import assert from "node:assert/strict";
@@ -23,6 +25,7 @@ import { isNormalUri, normalUriPattern } from "../src/access/resource_uri.ts";
 import { parseCallPolicy, PolicyError } from "../src/access/call_policy.ts";
 import { auditLines, type GatewayServer, startGateway } from "./_gateway_mcp.ts";
 import { loadConfig } from "../src/app/config.ts";
+import { NOTE_URI, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 
 /** The resources both servers serve, by their normal form. */
@@ -377,5 +380,60 @@ Deno.test("resource URIs: resources/subscribe is refused out of normal form, and
     });
   } finally {
     await server.shutdown();
+  }
+});
+
+Deno.test("resource URIs: a 2026-07-28 listen stream's resource subscriptions are decided as reads", async () => {
+  const upstream = startMcpV2Upstream();
+  const listens = () =>
+    upstream.requests.filter(({ headers }) => headers.get("mcp-method") === "subscriptions/listen")
+      .length;
+  const policy = {
+    default: "allow",
+    rules: [{ resources: ["note://*"], allow: { groups: ["acme/security"] } }],
+  };
+  try {
+    await withPolicy(policy, async (path) => {
+      const g = await startGateway(upstream.url, { env: { MCP_POLICY_FILE: path } });
+      const client = new ClientV2(
+        { name: "uri-test", version: "1.0.0" },
+        { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+      );
+      await client.connect(
+        new TransportV2(new URL(g.mcpUrl), {
+          authProvider: { token: () => Promise.resolve(g.accessToken) },
+        }),
+      );
+      const codeOf = async (uris: string[]) => {
+        try {
+          const subscription = await client.listen({ resourceSubscriptions: uris });
+          await subscription.close();
+          return undefined;
+        } catch (error) {
+          return (error as { code?: number }).code;
+        }
+      };
+      try {
+        const before = listens();
+        assert.ok(POLICY_ERROR_CODES.includes(await codeOf([NOTE_URI]) ?? 0), "refused as a read");
+        assert.equal(await codeOf(["NOTE://greeting"]), -32602, "not in normal form");
+        assert.equal(listens(), before, "neither reached the MCP server");
+        const refused = auditLines(g.lines).filter((line) =>
+          line.method === "subscriptions/listen"
+        );
+        assert.deepEqual(refused.map((line) => [line.name, line.policy]), [
+          [NOTE_URI, "deny"],
+          ["NOTE://greeting", "deny"],
+        ]);
+        // A stream for what the policy does not name still opens.
+        assert.equal(await codeOf(["other://x"]), undefined);
+        assert.equal(listens(), before + 1);
+      } finally {
+        await client.close();
+        await g.close();
+      }
+    });
+  } finally {
+    await upstream.close();
   }
 });

@@ -55,6 +55,10 @@ export function decideMessages(
 ): boolean {
   let refused = false;
   for (const message of messages) {
+    if (message.subscriptions !== undefined) {
+      if (decideSubscriptions(policy, caller, message)) refused = true;
+      continue;
+    }
     const target = targetOfCall(message.method);
     if (target === undefined) continue;
     // A call without a name is decided as the empty name: a `*` rule still applies to it.
@@ -62,6 +66,31 @@ export function decideMessages(
     if (message.policy.effect === "deny") refused = true;
   }
   return refused;
+}
+
+/**
+ * Decides a `subscriptions/listen`'s resource URIs as reads (a listen stream is 2026-07-28's
+ * `resources/subscribe`): the first refused URI refuses the stream and becomes the message's
+ * name, for the refusal and the audit line. Whether it is refused.
+ */
+function decideSubscriptions(policy: CallPolicy, caller: Caller, message: McpMessage): boolean {
+  const uris = message.subscriptions;
+  if (!Array.isArray(uris) || !uris.every((uri) => typeof uri === "string")) {
+    message.policy = {
+      effect: "deny",
+      invalid: "notifications.resourceSubscriptions must be an array of URIs",
+    };
+    return true;
+  }
+  for (const uri of uris) {
+    const decision = decideCall(policy, caller, "resources", uri);
+    if (decision.effect === "deny") {
+      message.policy = decision;
+      message.name = uri;
+      return true;
+    }
+  }
+  return false;
 }
 
 /**
@@ -137,7 +166,7 @@ export function unreadableBodyResponse(): Response {
 }
 
 function refusalMessage(message: McpMessage): string {
-  const target = targetOfCall(message.method);
+  const target = message.subscriptions === undefined ? targetOfCall(message.method) : "resources";
   if (message.policy?.effect !== "deny" || target === undefined) {
     return "Not sent: this batch carries a call that is not allowed for this account";
   }

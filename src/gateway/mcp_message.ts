@@ -54,6 +54,11 @@ export interface McpMessage {
   id?: string | number | null;
   /** MCP_POLICY_FILE's decision, for a call it decided. */
   policy?: CallDecision;
+  /**
+   * A 2026-07-28 `subscriptions/listen`'s `notifications.resourceSubscriptions`, as sent (an
+   * array of URIs, when well formed): each is decided as a read.
+   */
+  subscriptions?: unknown;
 }
 
 /** What the gateway learnt of a POST body. */
@@ -205,6 +210,8 @@ function describe(message: unknown): McpMessage {
     described.method = method;
     const name = nameOf(message, method);
     if (name !== undefined) described.name = name;
+    const subscriptions = subscriptionsOf(message, method);
+    if (subscriptions !== undefined) described.subscriptions = subscriptions;
   }
   if (typeof id === "string" || typeof id === "number" || id === null) described.id = id;
   return described;
@@ -215,6 +222,13 @@ const NAMED_BY: Readonly<Record<string, "name" | "uri">> = {
   ...NAME_SOURCE,
   "resources/subscribe": "uri",
 };
+
+/** A `subscriptions/listen`'s resource URIs, as sent; undefined when it asks for none. */
+function subscriptionsOf(message: Record<string, unknown>, method: string): unknown {
+  if (method !== "subscriptions/listen" || !isObject(message.params)) return undefined;
+  const notifications = message.params.notifications;
+  return isObject(notifications) ? notifications.resourceSubscriptions : undefined;
+}
 
 function nameOf(message: Record<string, unknown>, method: string): string | undefined {
   const field = Object.hasOwn(NAMED_BY, method) ? NAMED_BY[method] : undefined;
