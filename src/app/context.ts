@@ -8,7 +8,6 @@ import type { TokenSigner } from "../jwt.ts";
 import type { Logger } from "../logger.ts";
 import type { RequestContext as HttpRequestContext } from "../http/request_context.ts";
 import type { Metrics } from "../metrics/catalog.ts";
-import type { EndDeps } from "../session/end.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { OpenStreams } from "../gateway/open_streams.ts";
 import type { ConsentSigner } from "../sign_in/consent_signer.ts";
@@ -59,10 +58,4 @@ export type RequestContext = HttpRequestContext<AppDeps>;
 /** A request to a route that needs OAuth configuration: its dependencies are never missing. */
 export interface OAuthRequestContext extends RequestContext {
   oauth: OAuthDeps;
-}
-
-/** What a route holds of what ending a session needs (`session/end.ts`). */
-export function endDepsOf(ctx: OAuthRequestContext): EndDeps {
-  const { store, logger, verifiedTokens } = ctx.deps;
-  return { store, logger, verifiedTokens, upstream: ctx.oauth.upstream };
 }

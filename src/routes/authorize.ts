@@ -12,7 +12,7 @@ import { ClientMetadataError } from "../client_metadata/document.ts";
 import { isClientMetadataUrl } from "../client_metadata/client_id.ts";
 import { resolveClientMetadata } from "../client_metadata/resolver.ts";
 import { matchesRegisteredRedirect } from "../clients/registration.ts";
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "../sign_in/deps.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
 import { PKCE_METHOD } from "../sign_in/pkce.ts";
@@ -43,7 +43,7 @@ export interface IdentifiedClient {
 }
 
 /** Handles `GET /authorize`. */
-export async function handleAuthorize(ctx: OAuthRequestContext): Promise<Response> {
+export async function handleAuthorize(ctx: SignInContext): Promise<Response> {
   const { clock, templates, logger } = ctx.deps;
   const request = parseAuthorizationRequest(ctx.url.searchParams);
   const resource = requireProtectedResource(
@@ -140,7 +140,7 @@ function parseAuthorizationRequest(query: URLSearchParams): AuthorizationRequest
  * registered; otherwise the redirect URI is taken as given (spec §4.1).
  */
 async function identifyClient(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   request: AuthorizationRequest,
 ): Promise<IdentifiedClient> {
   if (isClientMetadataUrl(request.clientId)) return await documentClient(ctx, request);
@@ -161,7 +161,7 @@ async function identifyClient(
 }
 
 async function documentClient(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   request: AuthorizationRequest,
 ): Promise<IdentifiedClient> {
   const { store, clock, logger, clientMetadataFetcher: fetcher, config } = ctx.deps;
@@ -213,7 +213,7 @@ function ownRedirectUri(
 }
 
 /** ALLOWED_REDIRECT_URIS, when set: the operator's list of clients that may sign users in. */
-function requireAllowedRedirect(ctx: OAuthRequestContext, redirectUri: string | undefined): void {
+function requireAllowedRedirect(ctx: SignInContext, redirectUri: string | undefined): void {
   const patterns = ctx.deps.config.allowedRedirectUris;
   if (!patterns || redirectUri === undefined || isAllowedRedirect(redirectUri, patterns)) return;
   throw new OAuthError(400, "invalid_request", "redirect_uri is not allowed by this service");

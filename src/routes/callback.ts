@@ -9,7 +9,7 @@
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
 
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "../sign_in/deps.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
 import { admitSignIn } from "../sign_in/admission.ts";
@@ -31,7 +31,7 @@ import { UpstreamError } from "../upstream/types.ts";
 import { signInFailure } from "../metrics/catalog.ts";
 
 /** Handles `GET /oauth/callback`. */
-export async function handleCallback(ctx: OAuthRequestContext): Promise<Response> {
+export async function handleCallback(ctx: SignInContext): Promise<Response> {
   const params = singleValued(ctx.url.searchParams);
   const signIn = await liveStep(ctx, params.get("state"), "upstream");
   if (!signIn) return alreadyUsed(ctx);
@@ -69,7 +69,7 @@ export async function handleCallback(ctx: OAuthRequestContext): Promise<Response
 
 /** Exchanges the upstream code, looks the user up, stores session and code, returns to the client. */
 async function complete(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   signIn: SignInRecord,
   upstreamCode: string,
 ): Promise<Response> {

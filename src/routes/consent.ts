@@ -7,7 +7,7 @@
  * @see RFC 6749 §4.1.2.1 and §10.12, MCP security best practices (per-client consent)
  */
 
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "../sign_in/deps.ts";
 import { readParams } from "../http/params.ts";
 import {
   alreadyUsed,
@@ -22,7 +22,7 @@ import {
 } from "../sign_in/redirect_flow.ts";
 
 /** Handles `POST /oauth/consent`. */
-export async function handleConsent(ctx: OAuthRequestContext): Promise<Response> {
+export async function handleConsent(ctx: SignInContext): Promise<Response> {
   // A form post: the body limits of readParams apply, and the content type must be a form's.
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const signIn = await liveStep(ctx, params.get("sign_in"), "consent");

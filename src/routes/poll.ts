@@ -5,12 +5,12 @@
  * @see spec §3.1, §4.2, RFC 8628 §3.4–3.5
  */
 
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "../sign_in/deps.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { type PollBody, pollFlow } from "../sign_in/device.ts";
 
 /** Handles `GET /oauth/poll`. */
-export async function handlePoll(ctx: OAuthRequestContext): Promise<Response> {
+export async function handlePoll(ctx: SignInContext): Promise<Response> {
   const flowStates = ctx.url.searchParams.getAll("flow_state");
   if (flowStates.length > 1) {
     return answer(400, { status: "failed", error: "Repeated parameter: flow_state" });

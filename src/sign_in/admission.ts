@@ -11,7 +11,7 @@ import { decideAccess } from "../access/admission.ts";
 import { heldPolicyGroups } from "../access/call_policy_file.ts";
 import { admits, isRestricted, refusalReason } from "../access/policy.ts";
 import { accessPolicyOf } from "../access/config.ts";
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "./deps.ts";
 import { redact } from "../logger.ts";
 import type { SessionAccess, UpstreamTokenSet } from "../store/records.ts";
 import type { UpstreamProfile, UpstreamUser } from "../upstream/types.ts";
@@ -29,7 +29,7 @@ export type SignInAdmission =
  * the device flow stays pending, the redirect returns `temporarily_unavailable`).
  */
 export async function admitSignIn(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
 ): Promise<SignInAdmission> {
@@ -68,7 +68,7 @@ export function refusalMessage(profile: UpstreamProfile, username: string): stri
 }
 
 /** Revokes the refused user's token (and its refresh token with it); a failure is logged. */
-async function revokeRefusedToken(ctx: OAuthRequestContext, accessToken: string): Promise<void> {
+async function revokeRefusedToken(ctx: SignInContext, accessToken: string): Promise<void> {
   const { upstream } = ctx.oauth;
   try {
     await upstream.revokeToken(accessToken);

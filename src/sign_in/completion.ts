@@ -6,7 +6,7 @@
  * @see spec §4.2 (on success) and §3.3
  */
 
-import { endDepsOf, type OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "./deps.ts";
 import { redact } from "../logger.ts";
 import { admittedBy } from "../access/policy.ts";
 import { sweepAbandonedSignIns } from "../session/end.ts";
@@ -21,7 +21,7 @@ import type { UpstreamUser } from "../upstream/types.ts";
  * use or revoke it. Best effort: a failure is logged, never thrown.
  */
 export async function revokeAbandonedUpstreamTokens(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   tokens: UpstreamTokenSet,
   reason: string,
 ): Promise<void> {
@@ -46,7 +46,7 @@ export async function revokeAbandonedUpstreamTokens(
  * sign-in that holds them nowhere else, such as the redirect sign-in's callback).
  */
 export async function fetchUserOrRevoke(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   tokens: UpstreamTokenSet,
 ): Promise<UpstreamUser> {
   try {
@@ -64,7 +64,7 @@ export async function fetchUserOrRevoke(
  * @see spec §4.2 (on success)
  */
 export async function storeSignIn(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   request: SignInRequest,
   upstream: { tokens: UpstreamTokenSet; user: UpstreamUser; access?: SessionAccess },
   commit: (completion: FlowCompletion) => Promise<boolean>,
@@ -82,7 +82,9 @@ export async function storeSignIn(
     mode: ctx.deps.config.upstream.signIn,
     outcome: "completed",
   });
-  await sweepAbandonedSignIns(endDepsOf(ctx), { requestId: ctx.requestId });
+  await sweepAbandonedSignIns({ ...ctx.deps, upstream: ctx.oauth.upstream }, {
+    requestId: ctx.requestId,
+  });
   logger.info("sign-in completed", {
     requestId: ctx.requestId,
     sessionId: completion.session.id,

@@ -13,7 +13,7 @@
  * @see spec §3.1, §4.1, §4.2, RFC 8628 §3.1–3.5, README "Where the spec is silent"
  */
 
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "./deps.ts";
 import { randomToken, sha256Base64Url } from "../crypto.ts";
 import type { RepeatRecord, Versioned } from "../store/mod.ts";
 import {
@@ -56,7 +56,7 @@ export type FlowRecordOf = (device: DeviceAuthorization, nowMs: number) => FlowR
  * new one. Throws what the upstream or the store throws when a new flow cannot be started.
  */
 export async function deviceFlowFor(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
   const { store, clock, config } = ctx.deps;
@@ -90,7 +90,7 @@ export async function deviceFlowFor(
 
 /** Starts the flow a claim names and tells identical requests it is there. */
 async function startClaimed(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   claim: Versioned<RepeatRecord>,
   requestHash: string,
   recordOf: FlowRecordOf,
@@ -111,7 +111,7 @@ async function startClaimed(
 }
 
 async function startFlow(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   flowState: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
@@ -126,7 +126,7 @@ async function startFlow(
 
 /** The repeated request's flow, while it lives and is not yet done. */
 async function liveFlowOf(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   repeat: RepeatRecord,
 ): Promise<ShownFlow | null> {
   if (!repeat.started) return null;
@@ -136,7 +136,7 @@ async function liveFlowOf(
 }
 
 /** Whether the first request is still starting its flow (and has not died doing so). */
-function isStarting(ctx: OAuthRequestContext, repeat: RepeatRecord): boolean {
+function isStarting(ctx: SignInContext, repeat: RepeatRecord): boolean {
   const { clock, config } = ctx.deps;
   return !repeat.started && clock.now() - repeat.claimedAt <= config.upstreamTimeoutMs;
 }
@@ -145,7 +145,7 @@ function isStarting(ctx: OAuthRequestContext, repeat: RepeatRecord): boolean {
  * The hash of the whole authorization request: every parameter (order aside) and the base URL,
  * so a different `state` or `code_challenge` is a different request.
  */
-function requestHashOf(ctx: OAuthRequestContext): string {
+function requestHashOf(ctx: SignInContext): string {
   const params = [...ctx.url.searchParams].sort(([a, x], [b, y]) =>
     a === b ? (x < y ? -1 : x > y ? 1 : 0) : (a < b ? -1 : 1)
   );
@@ -182,7 +182,7 @@ function outcome(httpStatus: 200 | 400, body: PollBody): PollOutcome {
  * between upstream polls (and while the upstream is paused) it is "pending" from KV; otherwise,
  * holding the flow's lease, the upstream is asked once and the flow advanced.
  */
-export async function pollFlow(ctx: OAuthRequestContext, flowState: string): Promise<PollOutcome> {
+export async function pollFlow(ctx: SignInContext, flowState: string): Promise<PollOutcome> {
   const { store, clock, config } = ctx.deps;
   const flow = await store.getFlow(flowState);
   if (!flow) return outcome(400, { status: "expired", error: "Flow not found" });
@@ -217,7 +217,7 @@ export async function pollFlow(ctx: OAuthRequestContext, flowState: string): Pro
 
 /** Polls the upstream (unless it already gave us a token), looks up the user and completes. */
 async function advanceFlow(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   flow: Versioned<FlowRecord>,
 ): Promise<PollOutcome> {
   const { store, clock } = ctx.deps;
@@ -280,7 +280,7 @@ async function advanceFlow(
  * Whether the upstream must not be polled for this flow yet: its interval since the last
  * answer has not passed, or the upstream asked the whole service to pause.
  */
-async function upstreamPollWaits(ctx: OAuthRequestContext, flow: FlowRecord): Promise<boolean> {
+async function upstreamPollWaits(ctx: SignInContext, flow: FlowRecord): Promise<boolean> {
   const now = ctx.deps.clock.now();
   if (now < (flow.nextPollAt ?? 0)) return true;
   return now < await ctx.deps.store.upstreamPausedUntil();
@@ -292,7 +292,7 @@ async function upstreamPollWaits(ctx: OAuthRequestContext, flow: FlowRecord): Pr
  * little early, which GitLab answers with `slow_down`).
  */
 async function deferNextPoll(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   flow: Versioned<FlowRecord>,
   intervalSeconds: number,
 ): Promise<void> {
@@ -306,7 +306,7 @@ async function deferNextPoll(
  * Returns when the pause it asked for ends.
  */
 async function pauseUpstream(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   backoff: UpstreamBackoff,
   intervalSeconds: number,
 ): Promise<number> {
@@ -327,7 +327,7 @@ async function pauseUpstream(
 }
 
 async function complete(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   flow: Versioned<FlowRecord>,
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
@@ -355,7 +355,7 @@ async function complete(
  * fails the flow; anything else leaves it pending. Decided by the error's code, not its text.
  */
 async function upstreamFailed(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   flow: Versioned<FlowRecord>,
   error: UpstreamError,
 ): Promise<PollOutcome> {

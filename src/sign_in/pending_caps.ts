@@ -8,7 +8,7 @@
  * @see README "Abuse limits"
  */
 
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "./deps.ts";
 import { OAuthError } from "../http/errors.ts";
 import { clientPrefix, isLoopbackIp } from "../http/ip_address.ts";
 
@@ -16,7 +16,7 @@ import { clientPrefix, isLoopbackIp } from "../http/ip_address.ts";
  * The client prefix a new flow is counted under (undefined: an exempt client), once the caps
  * leave room for it; throws the 429 when they do not.
  */
-export async function admitNewFlow(ctx: OAuthRequestContext): Promise<string | undefined> {
+export async function admitNewFlow(ctx: SignInContext): Promise<string | undefined> {
   const { config, store, clock } = ctx.deps;
   const address = ctx.clientAddress();
   if (config.rateLimitLoopback === "exempt" && isLoopbackIp(address)) return undefined;

@@ -12,7 +12,7 @@
  * @see README "Poll economy (device mode)", "Abuse limits"
  */
 
-import type { OAuthRequestContext } from "../app/context.ts";
+import type { SignInContext } from "./deps.ts";
 import type { BudgetCut, PollBudgetState, PollDecision } from "../store/mod.ts";
 import type { ActivePrefixes } from "../store/poll_budget.ts";
 import type { FlowRecord } from "../store/records.ts";
@@ -36,7 +36,7 @@ const EXTRA_DECIDE_ATTEMPTS = 10;
  * Takes one GitLab poll from the current window for `flow`, or answers false when its prefix has
  * spent its share (or the window is spent). Flows of exempt clients (no prefix) are not counted.
  */
-export async function takePollSlot(ctx: OAuthRequestContext, flow: FlowRecord): Promise<boolean> {
+export async function takePollSlot(ctx: SignInContext, flow: FlowRecord): Promise<boolean> {
   const prefix = flow.clientPrefix;
   if (prefix === undefined) return true;
   const { store, clock, config } = ctx.deps;
@@ -57,7 +57,7 @@ export async function takePollSlot(ctx: OAuthRequestContext, flow: FlowRecord): 
  * Halves the budget after GitLab's 429 on a device-token poll, from `pausedUntil` (the end of
  * the pause the 429 imposed). Several polls answered 429 before the pause was seen cut it once.
  */
-export async function cutPollBudget(ctx: OAuthRequestContext, pausedUntil: number): Promise<void> {
+export async function cutPollBudget(ctx: SignInContext, pausedUntil: number): Promise<void> {
   const { store, clock, config, logger } = ctx.deps;
   const now = clock.now();
   let cutTo: number | undefined;

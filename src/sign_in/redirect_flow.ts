@@ -10,7 +10,7 @@
  */
 
 import { PATHS } from "../http/paths.ts";
-import type { OAuthRequestContext, RequestContext } from "../app/context.ts";
+import type { SignInContext, SignInRequestContext } from "./deps.ts";
 import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
 import { PKCE_METHOD } from "./pkce.ts";
 import type { Versioned } from "../store/mod.ts";
@@ -56,7 +56,7 @@ export interface ConsentClient {
  * return address.
  */
 export async function answerRedirectSignIn(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   request: RedirectSignInRequest,
   client: ConsentClient,
 ): Promise<Response> {
@@ -106,7 +106,7 @@ export async function answerRedirectSignIn(
  * by someone else first answers the 400 page.
  */
 export async function sendUpstream(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   signIn: SignInRecord,
   headers: Headers,
   previous?: Versioned<SignInRecord>,
@@ -142,7 +142,7 @@ export function callbackUrl(baseUrl: string): string {
 
 /** Remembers this browser's consent to the client and return address for 30 days. */
 export function rememberConsent(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   signIn: SignInRecord,
   headers: Headers,
 ): void {
@@ -161,7 +161,7 @@ export function rememberConsent(
 
 /** The step record `id` names, when it is live and of the wanted step; else null. */
 export async function liveStep(
-  ctx: RequestContext,
+  ctx: SignInRequestContext,
   id: string | undefined,
   step: "consent" | "upstream",
 ): Promise<Versioned<SignInRecord> | null> {
@@ -173,7 +173,7 @@ export async function liveStep(
 }
 
 /** Whether the request comes from the browser the sign-in was started in (its cookie). */
-export function isSameBrowser(ctx: RequestContext, signIn: SignInRecord): boolean {
+export function isSameBrowser(ctx: SignInRequestContext, signIn: SignInRecord): boolean {
   const value = readCookie(ctx.request, signInCookies(ctx.baseUrl).browser);
   return value !== undefined && timingSafeEqual(sha256Base64Url(value), signIn.browserHash);
 }
@@ -189,7 +189,7 @@ export function isCsrfToken(signIn: SignInRecord, token: string | undefined): bo
  * then `state` when the request had one, then `iss` (RFC 9207).
  */
 export function returnToClient(
-  ctx: RequestContext,
+  ctx: SignInRequestContext,
   signIn: SignInRecord,
   params: Record<string, string>,
   headers = new Headers(),
@@ -201,7 +201,7 @@ export function returnToClient(
 }
 
 /** The 400 page for a step that is unknown, expired or already used. */
-export function alreadyUsed(ctx: RequestContext): Response {
+export function alreadyUsed(ctx: SignInRequestContext): Response {
   return notice(
     ctx,
     400,
@@ -211,7 +211,7 @@ export function alreadyUsed(ctx: RequestContext): Response {
 }
 
 /** The 400 page for a step that arrives from another browser, or without its token (CSRF). */
-export function otherBrowser(ctx: RequestContext): Response {
+export function otherBrowser(ctx: SignInRequestContext): Response {
   return notice(
     ctx,
     400,
@@ -223,7 +223,7 @@ export function otherBrowser(ctx: RequestContext): Response {
 
 /** A notice page. */
 export function notice(
-  ctx: RequestContext,
+  ctx: SignInRequestContext,
   status: number,
   title: string,
   message: string,
@@ -249,7 +249,7 @@ function bindBrowser(request: Request, cookies: SignInCookies, headers: Headers)
 }
 
 function hasConsented(
-  ctx: OAuthRequestContext,
+  ctx: SignInContext,
   cookies: SignInCookies,
   grant: ConsentGrant,
 ): boolean {
@@ -259,7 +259,7 @@ function hasConsented(
 }
 
 /** What the consent page of `signIn` shows: the GitLab scopes configured now, the resource. */
-function consentGrantOf(ctx: OAuthRequestContext, signIn: SignInRecord): ConsentGrant {
+function consentGrantOf(ctx: SignInContext, signIn: SignInRecord): ConsentGrant {
   return {
     clientId: signIn.clientId,
     redirectUri: signIn.redirectUri,
