@@ -107,7 +107,7 @@ async function seedCode(
     {
       sealedTokens,
       expiresAt: now + YEAR_MS,
-      user: { id: 100_000 + (i % 1_000_000), username: `bench-user-${i}` },
+      user: { id: String(100_000 + (i % 1_000_000)), username: `bench-user-${i}` },
     },
     now,
     life.sessionIdleTtlSeconds,

@@ -56,6 +56,12 @@ export class FakeClock implements Clock {
 
 type Scripted<T> = T | UpstreamError | (() => Promise<T>);
 
+/** A user as the fake GitLab's API answers: its id a number, as GitLab's is. */
+export interface FakeUser {
+  id: number | string;
+  username: string;
+}
+
 /** An in-process GitLab whose next answers the test queues. */
 export class FakeUpstream implements Upstream {
   profile: UpstreamProfile = gitLabProfile(new URL("https://gitlab.test"), "api");
@@ -72,7 +78,8 @@ export class FakeUpstream implements Upstream {
   startResult?: UpstreamError;
   /** Answers of successive device polls; when empty, `pending`. */
   polls: Scripted<DevicePollResult>[] = [];
-  user: Scripted<UpstreamUser> = { id: 4242, username: "ada" };
+  /** GitLab's user, id as its API gives it (a number); the provider hands it on as text. */
+  user: Scripted<FakeUser> = { id: 4242, username: "ada" };
   /** Answers of successive refreshes; when empty, a fresh pair. */
   refreshes: Scripted<UpstreamTokens>[] = [];
   refreshTokensSeen: string[] = [];
@@ -118,9 +125,10 @@ export class FakeUpstream implements Upstream {
         { accessToken: `gl-access-${n}`, refreshToken: `gl-refresh-${n}`, expiresInSeconds: 7200 },
     );
   }
-  fetchUser(): Promise<UpstreamUser> {
+  async fetchUser(): Promise<UpstreamUser> {
     this.calls.user++;
-    return resolve(this.user);
+    const user = await resolve(this.user);
+    return { ...user, id: String(user.id) };
   }
   revokeToken(token: string): Promise<void> {
     this.calls.revoke++;
@@ -134,9 +142,10 @@ export class FakeUpstream implements Upstream {
   groupLevels: Record<string, number> = {};
   /** When set, every membership question fails with it (GitLab down, rate limiting). */
   membershipFailure?: UpstreamError;
+  /** Each membership question, with the user id as GitLab's API path carries it (a number). */
   membershipsSeen: { accessToken: string; groupPath: string; userId: number }[] = [];
-  membership(accessToken: string, groupPath: string, userId: number): Promise<number | null> {
-    this.membershipsSeen.push({ accessToken, groupPath, userId });
+  membership(accessToken: string, groupPath: string, userId: string): Promise<number | null> {
+    this.membershipsSeen.push({ accessToken, groupPath, userId: Number(userId) });
     if (this.membershipFailure) return Promise.reject(this.membershipFailure);
     return Promise.resolve(this.groupLevels[groupPath] ?? null);
   }

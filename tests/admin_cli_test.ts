@@ -460,9 +460,10 @@ Deno.test({
       const ada = actionOf(await admin(["sessions", "revoke", "--user", "ADA"]));
       assert.deepEqual([ada?.matched, ada?.users], ["username", "ada (4242)"]);
 
-      const bad = await admin(["sessions", "revoke", "--user-id", "ada"]);
+      // Ids are text (a provider's may be a UUID); one with a space is no id at all.
+      const bad = await admin(["sessions", "revoke", "--user-id", "a b"]);
       assert.equal(bad.code, 2);
-      assert.match(bad.stderr, /--user-id takes a number/);
+      assert.match(bad.stderr, /--user-id takes a user id/);
       const two = await admin(["sessions", "list", "--user", "ada", "--username", "ada"]);
       assert.equal(two.code, 2);
     });

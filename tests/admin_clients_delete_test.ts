@@ -32,7 +32,7 @@ Deno.test("admin clients delete: an unregistered client's sessions end; none at 
       mcpTokenExpiry: 0,
       sealedUpstreamTokens: await store.sealUpstreamTokens({ accessToken: "a", refreshToken: "r" }),
       upstreamTokenExpiry: 0,
-      upstreamUserId: 1,
+      upstreamUserId: "1",
       upstreamUsername: "u",
       clientId: "client-x",
       scopes: [],

@@ -139,7 +139,7 @@ Deno.test("concurrency: 20 parallel refreshes of an expiring GitLab token", asyn
 function slowUser(app: TestApp): void {
   app.upstream.user = async (): Promise<UpstreamUser> => {
     await delay(20);
-    return { id: 4242, username: "ada" };
+    return { id: "4242", username: "ada" };
   };
 }
 

@@ -347,7 +347,7 @@ async function checkKvInvariants(t: TestApp, secrets: Set<string>): Promise<void
     const id = entry.key[1];
     assert.ok(kind, `seed ${SEED}: unexpected key ${String(entry.key[0])}`);
     if (kind === "session") {
-      assert.equal(typeof entry.value.upstreamUserId, "number", `seed ${SEED}: session user id`);
+      assert.equal(typeof entry.value.upstreamUserId, "string", `seed ${SEED}: session user id`);
       assert.equal(typeof entry.value.upstreamUsername, "string");
       assert.notEqual(entry.value.upstreamUsername, "", `seed ${SEED}: session username`);
       const opened = await t.store.getSession(String(id));

@@ -555,7 +555,7 @@ Deno.test("gateway audit: one mcp line per message with who, what and how, and n
       assert.equal(line.level, "info");
       assert.equal(typeof line.time, "string");
       assert.equal(typeof line.requestId, "string");
-      assert.equal(line.userId, 4242);
+      assert.equal(line.userId, "4242");
       assert.equal(line.username, "ada");
       assert.equal(typeof line.clientId, "string");
       assert.equal(typeof line.sessionId, "string");

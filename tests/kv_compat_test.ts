@@ -50,7 +50,7 @@ Deno.test("KV written by 4520dfd: the client, the session and its user load", ()
     const sid = String(claimsOf(written.accessToken).sid);
     const session = await t.store.getSession(sid);
     assert.ok(session, "the session is read");
-    assert.equal(String(session.value.upstreamUserId), String(written.user.id));
+    assert.equal(session.value.upstreamUserId, String(written.user.id));
     assert.equal(session.value.upstreamUsername, written.user.username);
   }));
 
@@ -66,4 +66,16 @@ Deno.test("KV written by 4520dfd: its refresh token rotates, the one rotated awa
     const claims = claimsOf(body.access_token);
     assert.equal(claims.sub, String(written.user.id));
     assert.equal(claims.gitlab_user, written.user.username);
+  }));
+
+Deno.test("KV written by 4520dfd: its numeric user id is read as text, and stays text once saved", () =>
+  withFixture(async (t, written) => {
+    const sid = String(claimsOf(written.accessToken).sid);
+    const raw = await t.kv.get<{ upstreamUserId: unknown }>(["session", sid]);
+    assert.equal(typeof raw.value?.upstreamUserId, "number", "4520dfd wrote a number");
+    const session = await t.store.getSession(sid);
+    assert.equal(session?.value.upstreamUserId, String(written.user.id));
+    assert.ok(session && await t.store.saveSession(session, { ...session.value, updatedAt: 1 }));
+    const saved = await t.kv.get<{ upstreamUserId: unknown }>(["session", sid]);
+    assert.equal(saved.value?.upstreamUserId, String(written.user.id));
   }));

@@ -221,7 +221,7 @@ Deno.test("4.2 success order: user fetched, code stored with 10-minute lifetime,
       refreshToken: "gl-rt",
     });
     assert.equal(session.value.upstreamTokenExpiry, now + 7200 * 1000);
-    assert.equal(session.value.upstreamUserId, 777);
+    assert.equal(session.value.upstreamUserId, "777");
     assert.equal(session.value.upstreamUsername, "grace");
     assert.equal(session.value.clientId, "client-1");
     assert.equal(session.value.createdAt, now);

@@ -38,7 +38,7 @@ Deno.test("records: sessions written under the GitLab field names still read", a
     const session = sessionFromStored(legacy as unknown as SessionRecord);
     assert.equal(session.sealedUpstreamTokens, sealed);
     assert.equal(session.upstreamTokenExpiry, legacy.gitlabTokenExpiry);
-    assert.equal(session.upstreamUserId, 4242);
+    assert.equal(session.upstreamUserId, "4242", "ids are text now");
     assert.equal(session.upstreamUsername, "ada");
     assert.ok(!("sealedGitLabTokens" in session), "no legacy field is kept");
   });
@@ -64,7 +64,7 @@ Deno.test("records: sessions written under the GitLab field names still read", a
     const found = (await store.getSession(id))!;
     assert.ok(await store.saveSession(found, { ...found.value, updatedAt: clock.now() + 1 }));
     const raw = (await kv.get<Record<string, unknown>>(sessionKey(id))).value!;
-    assert.equal(raw.upstreamUserId, 4242);
+    assert.equal(raw.upstreamUserId, "4242");
     assert.ok(!("gitlabUserId" in raw));
   });
 });

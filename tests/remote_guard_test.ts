@@ -61,7 +61,7 @@ for (const algorithm of ["ES256", "EdDSA"] as Algorithm[]) {
       const access = await guard.authenticate(withBearer(issued.access_token));
       assert.ok(!(access instanceof Response), "accepted");
       assert.deepEqual(access, {
-        user: { id: Number(claims.sub), username: claims.gitlab_user },
+        user: { id: claims.sub, username: claims.gitlab_user },
         scopes: ["mcp:tools", "mcp:resources"],
         clientId: claims.client_id,
         sessionId: claims.sid,
@@ -139,7 +139,7 @@ Deno.test("guard { introspection }: accepts live tokens, caches briefly, then ho
     const claims = decodeJwt(issued.access_token);
     const access = await guard.authenticate(withBearer(issued.access_token));
     assert.deepEqual(access, {
-      user: { id: Number(claims.sub), username: claims.gitlab_user },
+      user: { id: claims.sub, username: claims.gitlab_user },
       scopes: ["mcp:tools", "mcp:resources"],
       clientId: claims.aud,
       sessionId: claims.sid,

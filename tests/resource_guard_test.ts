@@ -47,7 +47,7 @@ Deno.test("guard: reads the service's sessions and answers who the request acts 
     const result = await guardFor(t).authenticate(withToken(access_token));
     assert.ok(!(result instanceof Response));
     assert.deepEqual(result, {
-      user: { id: 4242, username: "ada" },
+      user: { id: "4242", username: "ada" },
       scopes: ["mcp:tools", "mcp:resources"],
       clientId: "client-1",
       sessionId: decodeJwt(access_token).sid,

@@ -52,7 +52,7 @@ function sessionRecord(clock: FakeClock, overrides: Partial<SessionRecord> = {})
     mcpTokenExpiry: 0,
     sealedUpstreamTokens: SEALED_GITLAB_TOKENS,
     upstreamTokenExpiry: now + 7200_000,
-    upstreamUserId: 4242,
+    upstreamUserId: "4242",
     upstreamUsername: "ada",
     clientId: "client-1",
     scopes: ["mcp:tools", "mcp:resources"],

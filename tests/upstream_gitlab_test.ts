@@ -105,7 +105,7 @@ Deno.test("device authorization grant against the simulated GitLab", async (t) =
       assert.match(result.tokens.refreshToken, /^[0-9a-f]{64}$/);
       assert.equal(result.tokens.expiresInSeconds, 7200);
       assert.deepEqual(await upstream.fetchUser(result.tokens.accessToken), {
-        id: 4242,
+        id: "4242",
         username: "ada",
       });
 
@@ -277,7 +277,10 @@ Deno.test("refresh-token grant", async (t) => {
       assert.notEqual(second.accessToken, first.accessToken);
       assert.notEqual(second.refreshToken, first.refreshToken);
       assert.equal(second.expiresInSeconds, 7200);
-      assert.deepEqual(await upstream.fetchUser(second.accessToken), { id: 4242, username: "ada" });
+      assert.deepEqual(await upstream.fetchUser(second.accessToken), {
+        id: "4242",
+        username: "ada",
+      });
       assert.equal(gitlab.calls.refresh, 1);
 
       await t.step("the used refresh token is dead: invalid_grant (terminal)", async () => {
@@ -344,7 +347,10 @@ Deno.test("current user", async (t) => {
     await t.step("ok", async () => {
       const tokens = gitlab.issueTokens(7);
       secrets.add(tokens.accessToken).add(tokens.refreshToken);
-      assert.deepEqual(await upstream.fetchUser(tokens.accessToken), { id: 7, username: "grace" });
+      assert.deepEqual(await upstream.fetchUser(tokens.accessToken), {
+        id: "7",
+        username: "grace",
+      });
       assert.equal(gitlab.calls.user, 1);
     });
 
@@ -614,7 +620,8 @@ Deno.test("responses: the current user", async (t) => {
     [404, { message: "404 Not Found" }, "transient", "http_404"],
     [429, "Retry later", "transient", "http_429"],
     [500, "oops", "transient", "http_500"],
-    [200, { id: "4242", username: "ada" }, "transient", "malformed"],
+    [200, { id: "", username: "ada" }, "transient", "malformed"],
+    [200, { id: { n: 4242 }, username: "ada" }, "transient", "malformed"],
     [200, { id: 1.5, username: "ada" }, "transient", "malformed"],
     [200, { id: 4242 }, "transient", "malformed"],
     [200, "<!DOCTYPE html>", "transient", "malformed"],

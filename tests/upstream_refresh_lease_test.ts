@@ -28,7 +28,7 @@ Deno.test("upstream refresh: a refresh slower than 30 s (within UPSTREAM_TIMEOUT
       refreshToken: "gitlab-refresh-1",
     }),
     upstreamTokenExpiry: now + 60_000,
-    upstreamUserId: 1,
+    upstreamUserId: "1",
     upstreamUsername: "u",
     clientId: "c",
     scopes: [],

@@ -36,7 +36,7 @@ function found(
     mcpTokenExpiry: NOW + HOUR,
     sealedUpstreamTokens: "sealed",
     upstreamTokenExpiry: NOW + 2 * HOUR,
-    upstreamUserId: 42,
+    upstreamUserId: "42",
     upstreamUsername: "alice",
     clientId: "client",
     scopes: ["mcp:tools", "mcp:resources"],

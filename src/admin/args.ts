@@ -20,7 +20,7 @@ export type AdminCommand =
  * Whose sessions: `--user` takes a GitLab username (any case) or a numeric user id, and the
  * commands say which matched; `--user-id` and `--username` take only one kind.
  */
-export type UserSelector = { user: string } | { userId: number } | { username: string };
+export type UserSelector = { user: string } | { userId: string } | { username: string };
 
 /** The usage text printed with every refusal (and for `help`). */
 export const USAGE = [
@@ -102,8 +102,9 @@ function userSelector(given: Split): UserSelector | undefined {
   if (username !== undefined) return { username };
   const userId = value(given, "--user-id");
   if (userId === undefined) return undefined;
-  if (!/^\d{1,15}$/.test(userId.trim())) throw new UsageError("--user-id takes a number");
-  return { userId: Number(userId) };
+  const id = userId.trim();
+  if (!/^[\x21-\x7e]{1,255}$/.test(id)) throw new UsageError("--user-id takes a user id");
+  return { userId: id };
 }
 
 /** Parses the words after `admin`; throws UsageError for anything that is not one command. */

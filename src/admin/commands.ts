@@ -179,7 +179,7 @@ function userLabel(session: SessionRecord): string {
 function howMatched(who: UserSelector, sessions: SessionRecord[]): string {
   if ("userId" in who) return "user id";
   if ("username" in who) return "username";
-  const byId = sessions.filter((session) => String(session.upstreamUserId) === who.user.trim());
+  const byId = sessions.filter((session) => session.upstreamUserId === who.user.trim());
   const byName = sessions.filter((session) => !byId.includes(session));
   if (byId.length === 0) return "username";
   if (byName.length === 0) {

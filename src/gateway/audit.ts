@@ -69,7 +69,7 @@ export function createAudit(logger: Logger, enabled: boolean): Audit {
       setSpanAttributes(() => {
         const [first] = context.messages;
         return {
-          "enduser.id": String(context.auth.user.id),
+          "enduser.id": context.auth.user.id,
           "gitlab.username": context.auth.user.username,
           "oauth.client.id": context.auth.clientId,
           "session.id": context.auth.sessionId,

@@ -33,8 +33,8 @@ const RETRY_AFTER_SECONDS = "5";
 
 /** The GitLab user a request acts for. */
 export interface AuthenticatedUser {
-  /** GitLab's numeric user id. */
-  id: number;
+  /** The provider's user id (GitLab's, as text). */
+  id: string;
   /** GitLab's username, as it was at sign-in. */
   username: string;
 }
@@ -244,7 +244,7 @@ async function liveSession(
   resource: string,
 ): Promise<Versioned<SessionRecord>> {
   const session = await deps.store.getSession(claims.sid);
-  if (!session || String(session.value.upstreamUserId) !== claims.sub) {
+  if (!session || session.value.upstreamUserId !== claims.sub) {
     throw sessionEnded(resource);
   }
   return session;

@@ -52,7 +52,7 @@ export async function introspect(
   if (!claims || !isComplete(claims)) return INACTIVE;
   if (claims.exp * 1000 <= deps.clock.now()) return INACTIVE;
   const session = (await deps.store.getSession(claims.sid))?.value;
-  if (!session || String(session.upstreamUserId) !== claims.sub) return INACTIVE;
+  if (!session || session.upstreamUserId !== claims.sub) return INACTIVE;
   return {
     active: true,
     sub: claims.sub,

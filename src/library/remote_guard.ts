@@ -19,7 +19,7 @@ import { sameResource } from "../http/resource.ts";
 /** What a token verified without the service's KV tells about the request. */
 export interface VerifiedAccess {
   /** Who signed in. */
-  user: { id: number; username: string };
+  user: { id: string; username: string };
   /** The access token's scopes. */
   scopes: string[];
   /** The OAuth client the user signed in with. */
@@ -88,7 +88,7 @@ export async function authenticateRemotely(
     throw BearerChallengeError.insufficientScope(resource, settings.requiredScope);
   }
   return {
-    user: { id: Number(claims.sub), username: claims.gitlab_user },
+    user: { id: claims.sub, username: claims.gitlab_user },
     scopes,
     clientId: claims.client_id ?? String(claims.aud),
     sessionId: claims.sid,

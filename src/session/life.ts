@@ -167,7 +167,7 @@ export async function issueTokens(
   const accessToken = await signer.sign(
     {
       iss: issuer,
-      sub: String(session.upstreamUserId),
+      sub: session.upstreamUserId,
       aud: config.accessTokenAudience === "resource" ? resource : session.clientId,
       sid: session.id,
       scope,

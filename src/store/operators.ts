@@ -19,7 +19,7 @@ import { type ClientRecord, sessionFromStored, type SessionRecord } from "./reco
  */
 export interface SessionFilter {
   user?: string;
-  userId?: number;
+  userId?: string;
   username?: string;
   clientId?: string;
 }
@@ -65,7 +65,7 @@ const DELETE_BATCH = 500;
 /** Whether `session` belongs to the user `user` names (username or numeric id). */
 export function sessionBelongsTo(session: SessionRecord, user: string): boolean {
   const wanted = user.trim();
-  if (/^\d+$/.test(wanted) && session.upstreamUserId === Number(wanted)) return true;
+  if (session.upstreamUserId === wanted) return true;
   return session.upstreamUsername.toLowerCase() === wanted.toLowerCase();
 }
 

@@ -139,7 +139,8 @@ export interface SessionRecord {
   sealedUpstreamTokens: string;
   /** Epoch ms; 0 when the upstream gave no `expires_in`. */
   upstreamTokenExpiry: number;
-  upstreamUserId: number;
+  /** The provider's user id, as text (records written before 2026-11 hold GitLab's number). */
+  upstreamUserId: string;
   upstreamUsername: string;
   clientId: string;
   /**
@@ -198,17 +199,30 @@ interface LegacySessionFields {
   gitlabUsername?: string;
 }
 
-/** A stored session under today's field names, whichever names it was written with. */
-export function sessionFromStored(stored: SessionRecord & LegacySessionFields): SessionRecord {
+/** A session as stored before user ids were text. */
+type NumericUserIdSession = Omit<SessionRecord, "upstreamUserId"> & {
+  upstreamUserId: string | number;
+};
+
+/**
+ * A stored session under today's field names and types, whichever it was written with: the
+ * provider-neutral names, and the user id as text.
+ */
+export function sessionFromStored(
+  stored: NumericUserIdSession & LegacySessionFields,
+): SessionRecord {
   if (stored.sealedUpstreamTokens !== undefined || stored.sealedGitLabTokens === undefined) {
-    return stored;
+    const { upstreamUserId } = stored;
+    return typeof upstreamUserId === "string"
+      ? stored as SessionRecord
+      : { ...stored, upstreamUserId: String(upstreamUserId) };
   }
   const { sealedGitLabTokens, gitlabTokenExpiry, gitlabUserId, gitlabUsername, ...rest } = stored;
   return {
     ...rest,
     sealedUpstreamTokens: sealedGitLabTokens,
     upstreamTokenExpiry: gitlabTokenExpiry ?? 0,
-    upstreamUserId: gitlabUserId ?? 0,
+    upstreamUserId: String(gitlabUserId ?? 0),
     upstreamUsername: gitlabUsername ?? "",
   };
 }

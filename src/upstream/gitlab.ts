@@ -70,9 +70,10 @@ export function gitLabProfile(url: URL, scopes: string): UpstreamProfile {
  *
  * @see https://docs.gitlab.com/api/members/#get-a-member-of-a-group-or-project-including-inherited-and-invited-members
  */
-export function membershipEndpoint(gitlabUrl: URL, groupPath: string, userId: number): URL {
+export function membershipEndpoint(gitlabUrl: URL, groupPath: string, userId: string): URL {
   const group = encodeURIComponent(groupPath);
-  return endpointBelow(gitlabUrl, `api/v4/groups/${group}/members/all/${userId}`);
+  const user = encodeURIComponent(userId);
+  return endpointBelow(gitlabUrl, `api/v4/groups/${group}/members/all/${user}`);
 }
 
 /**

@@ -220,9 +220,9 @@ function observeByEndpoint(
 }
 
 /**
- * The reader of a user API that answers a JSON object naming the user's numeric id and username
- * in the members `fields` names (GitLab: `id`, `username`; GitHub: `id`, `login`). 401 and 403
- * say the token is not accepted.
+ * The reader of a user API that answers a JSON object naming the user's id (a number or a
+ * non-empty string; kept as text) and username in the members `fields` names (GitLab: `id`,
+ * `username`; GitHub: `id`, `login`). 401 and 403 say the token is not accepted.
  */
 export function userApiReader(
   fields: { id: string; username: string },
@@ -234,8 +234,23 @@ export function userApiReader(
     }
     if (response.status !== 200) throw httpFailure(response.status);
     const json = parseJsonObject(body, "user");
-    const id = json[fields.id];
-    if (typeof id !== "number" || !Number.isSafeInteger(id)) throw malformed("user");
-    return { id, username: requireNonEmptyString(json[fields.username], "user") };
+    return {
+      id: userIdOf(json[fields.id]),
+      username: requireNonEmptyString(json[fields.username], "user"),
+    };
   };
+}
+
+/** Longest user id taken: ids are numbers or UUIDs, never pages of text. */
+const MAX_USER_ID_CHARS = 255;
+
+/** A user id as text: a safe integer, or a non-empty string of printable characters. */
+function userIdOf(value: unknown): string {
+  if (typeof value === "number" && Number.isSafeInteger(value)) return String(value);
+  if (
+    typeof value === "string" && value.length <= MAX_USER_ID_CHARS && /^[\x21-\x7e]+$/.test(value)
+  ) {
+    return value;
+  }
+  throw malformed("user");
 }

@@ -44,8 +44,11 @@ export interface UpstreamTokens {
 
 /** The upstream user, as far as we need them. */
 export interface UpstreamUser {
-  /** The provider's numeric user id. */
-  id: number;
+  /**
+   * The provider's user id, as text: GitLab's and GitHub's are numbers, others' are UUIDs or
+   * names; nothing above this folder reads it as a number.
+   */
+  id: string;
   /** The provider's username. */
   username: string;
 }
@@ -169,5 +172,5 @@ export interface Upstream {
    * full path), directly or through a parent group, read with the user's own token; null when
    * not a member. Group lists (ALLOWED_GITLAB_GROUPS) need it. Throws UpstreamError.
    */
-  membership?(accessToken: string, groupPath: string, userId: number): Promise<number | null>;
+  membership?(accessToken: string, groupPath: string, userId: string): Promise<number | null>;
 }
