@@ -237,6 +237,38 @@ Deno.test("gateway: a token without mcp:tools → 403 insufficient_scope", async
   }
 });
 
+Deno.test("gateway: insufficient_scope names only the scopes this call needs and the token lacks", async () => {
+  const upstream = startScripted(echo);
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  const call = (method: string) => JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: {} });
+  const scopeOf = (response: Response) =>
+    /scope="([^"]*)"/.exec(response.headers.get("www-authenticate") ?? "")?.[1];
+  try {
+    const toolsOnly = await resign(accessToken, { scope: "mcp:tools" });
+    const resourcesOnly = await resign(accessToken, { scope: "mcp:resources" });
+    // A read needs mcp:resources alone: a tools-only token is told of that one, not of both.
+    const read = await mcpRequest(t, toolsOnly, { body: call("resources/read") });
+    assert.equal(read.status, 403);
+    assert.equal(scopeOf(read), "mcp:resources");
+    await read.body?.cancel();
+    const tool = await mcpRequest(t, resourcesOnly, { body: call("tools/call") });
+    assert.equal(tool.status, 403);
+    assert.equal(scopeOf(tool), "mcp:tools");
+    await tool.body?.cancel();
+    // Each token passes for the calls its scope covers.
+    const allowedRead = await mcpRequest(t, resourcesOnly, { body: call("resources/read") });
+    assert.equal(allowedRead.status, 200);
+    await allowedRead.body?.cancel();
+    const allowedTool = await mcpRequest(t, toolsOnly, { body: call("tools/call") });
+    assert.equal(allowedTool.status, 200);
+    await allowedTool.body?.cancel();
+    assert.equal(upstream.requests.length, 2, "only the allowed calls reached the MCP server");
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gateway: a session revoked on another instance is refused there within one second", async () => {
   const upstream = startScripted(echo);
   const { t: first, accessToken } = await gatewayApp(upstream.url);

@@ -16,7 +16,6 @@ import { UTF8 } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
-import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
 import type { AuditContext, AuditOutcome } from "./audit.ts";
 import {
@@ -28,6 +27,7 @@ import {
   unreadableBodyResponse,
 } from "./call_check.ts";
 import { BearerChallengeError } from "./challenges.ts";
+import { missingScopes } from "./call_scopes.ts";
 import type { Deadline } from "./deadlines.ts";
 import { forward } from "./forward.ts";
 import {
@@ -101,6 +101,7 @@ const STEPS: readonly Step[] = [
   authenticate,
   bindSession,
   readBody,
+  requireCallScopes,
   checkBody,
   applyPolicy,
   relay,
@@ -199,6 +200,15 @@ async function readBody(x: Exchange): Promise<undefined> {
   audit.protocolVersion = post.protocolVersion ?? audit.protocolVersion;
   audit.messages = post.messages;
   x.post = post;
+  return undefined;
+}
+
+/** The scopes this request's calls need (no more): 403 `insufficient_scope` naming the missing. */
+function requireCallScopes(x: Exchange): undefined {
+  const missing = missingScopes(x.post?.messages ?? [], authOf(x).scopes);
+  if (missing.length > 0) {
+    throw BearerChallengeError.insufficientScope(x.resource, missing.join(" "));
+  }
   return undefined;
 }
 
@@ -333,7 +343,8 @@ function guardDeps(gateway: Gateway, oauth: GatewayOAuth): GuardDeps {
     clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
     accessTokenTtlSeconds: config.accessTokenTtlSeconds,
     upstreamTimeoutMs: config.upstreamTimeoutMs,
-    requiredScope: MCP_TOOLS_SCOPE,
+    // Checked per call once the body is read (call_scopes.ts).
+    requiredScope: undefined,
     verifiedTokens,
   };
 }

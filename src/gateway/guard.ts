@@ -80,7 +80,8 @@ export interface GuardDeps {
   clockToleranceSeconds: number;
   /** The longest access-token lifetime issued (ACCESS_TOKEN_TTL); `exp` beyond it is refused. */
   accessTokenTtlSeconds: number;
-  requiredScope: string;
+  /** The scope every request needs; undefined: the caller checks scopes itself, per call. */
+  requiredScope?: string;
   /** Tokens accepted within the last second, so a burst of calls is checked once. */
   verifiedTokens: VerifiedTokens;
   /** UPSTREAM_TIMEOUT_MS, which the GitLab token refresh's lease outlasts. */
@@ -250,8 +251,12 @@ async function liveSession(
   return session;
 }
 
-function requireScope(claims: AccessTokenClaims, scope: string, resource: string): void {
-  if (!claims.scope.split(" ").includes(scope)) {
+function requireScope(
+  claims: AccessTokenClaims,
+  scope: string | undefined,
+  resource: string,
+): void {
+  if (scope !== undefined && !claims.scope.split(" ").includes(scope)) {
     throw BearerChallengeError.insufficientScope(resource, scope);
   }
 }
