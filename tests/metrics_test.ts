@@ -406,14 +406,24 @@ Deno.test("label values are escaped and bounded; histograms are cumulative", asy
     countLiveSessions: () => Promise.resolve(0),
     takeOperatorRevocations: () => Promise.resolve(0),
   });
+  // A tool earns its label by being listed (or named in a rule), at most 100 of them; a name a
+  // caller makes up stays `other` however often it is called (issue 33 §1.6).
+  for (let i = 0; i < 150; i++) metrics.gatewayMessages.learnTool(`tool-${i}`);
   for (let i = 0; i < 150; i++) {
     metrics.gatewayMessages.inc({ method: "tools/call", outcome: "allowed", tool: `tool-${i}` });
+    metrics.gatewayMessages.inc({ method: "tools/call", outcome: "allowed", tool: `made-up-${i}` });
   }
+  metrics.gatewayMessages.inc({ method: "made/up", outcome: "allowed", tool: "none" });
   const gateway = parseWhole(await metrics.render()).family(`${PREFIX}gateway_messages_total`);
-  assert.equal(gateway?.metrics.length, 101);
+  assert.equal(gateway?.metrics.length, 102);
   assert.equal(
     gateway?.metrics.find((sample) => sample.labels?.tool === "other")?.value,
-    "50",
+    "200",
+  );
+  assert.equal(
+    gateway?.metrics.find((sample) => sample.labels?.method === "other")?.value,
+    "1",
+    "a method MCP does not define is other",
   );
 });
 

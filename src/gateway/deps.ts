@@ -3,6 +3,7 @@
  * it. The app hands the whole service, which has them all.
  */
 
+import type { CallPolicy } from "../access/call_policy.ts";
 import type { CallPolicyHolder } from "../access/call_policy_file.ts";
 import type { AccessConfig } from "../access/config.ts";
 import type { Clock } from "../clock.ts";
@@ -62,6 +63,8 @@ export interface Gateway {
   audit: Audit;
   /** RATE_LIMIT_MCP; undefined when `off`. */
   rateLimit: SessionRateLimit | undefined;
+  /** The policy whose literal tool names the metrics have learnt (once per policy loaded). */
+  toolsLearntFrom?: CallPolicy;
   /** The MCP resource URL for a base URL (the same string for every request to one host). */
   resourceFor(baseUrl: string): string;
 }

@@ -10,7 +10,6 @@
  */
 
 import type { Caller, CallPolicy } from "../access/call_policy.ts";
-import { decideCall } from "../access/call_policy.ts";
 import { accessPolicyOf } from "../access/config.ts";
 import { UTF8 } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
@@ -37,7 +36,6 @@ import {
   type GuardDeps,
 } from "./guard.ts";
 import { type HeaderSnapshot, snapshotHeaders } from "./headers.ts";
-import { listRequestsOf } from "./list_filter.ts";
 import {
   headerMismatchResponse,
   inspectPost,
@@ -55,6 +53,7 @@ import {
 } from "./mcp_session_binding.ts";
 import type { Gateway, GatewayOAuth } from "./deps.ts";
 import { relayResponse } from "./relay.ts";
+import { answerListFilter, learnPolicyTools } from "./answer_lists.ts";
 import { readBoundedBody } from "./request_body.ts";
 
 /** A request to the gateway: its facts, and the provider and signer OAuth configuration has. */
@@ -242,6 +241,7 @@ async function checkBody(x: Exchange): Promise<Exit | undefined> {
 function applyPolicy(x: Exchange): Exit | undefined {
   const { policy, post } = x;
   if (!policy) return undefined;
+  learnPolicyTools(x.gateway, policy);
   const listedGroups = accessPolicyOf(x.gateway.deps.config).groups.map((group) => group.path);
   x.caller = callerOf(authOf(x), listedGroups);
   if (!post || !decideMessages(policy, x.caller, post.messages)) return undefined;
@@ -288,15 +288,7 @@ async function relay(x: Exchange): Promise<Exit> {
     );
     return { error, outcome: { status: 401 }, counted: "allowed" };
   }
-  const { policy, caller } = x;
-  // With a policy every event stream is filtered, a GET's (and its replays) too.
-  const filter = policy && caller
-    ? {
-      lists: listRequestsOf(x.post?.messages ?? []),
-      permits: (target: Parameters<typeof decideCall>[2], name: string) =>
-        decideCall(policy, caller, target, name).effect === "allow",
-    }
-    : undefined;
+  const filter = answerListFilter(x.gateway, x.policy, x.caller, x.post?.messages ?? []);
   try {
     const relaying = { openStreams: gateway.deps.openStreams, headers: ctx.standardHeaders() };
     return {

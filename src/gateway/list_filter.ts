@@ -40,6 +40,17 @@ export function listRequestsOf(messages: McpMessage[]): ListRequests {
   return requests;
 }
 
+/** How a list is filtered. */
+export interface FilterOptions {
+  /** Every result carrying a list, not only the answers to `lists` (event streams). */
+  anyList?: boolean;
+  /**
+   * A list every item of which is permitted is left as it came (when only learning what is
+   * listed, without a policy); a cut list always says it is this account's.
+   */
+  keepWhole?: boolean;
+}
+
 /**
  * A JSON body (one message or a batch) with the list results filtered; the text unchanged when
  * it holds none. Throws UnfilterableList when it is not JSON.
@@ -48,7 +59,7 @@ export function filterJsonBody(
   text: string,
   lists: ListRequests,
   permits: Permits,
-  anyList = false,
+  options: FilterOptions = {},
 ): string {
   let parsed: unknown;
   try {
@@ -57,7 +68,7 @@ export function filterJsonBody(
     throw new UnfilterableList("the MCP server's list answer is not JSON");
   }
   const messages = Array.isArray(parsed) ? parsed : [parsed];
-  const changed = messages.map((message) => filterMessage(message, lists, permits, anyList));
+  const changed = messages.map((message) => filterMessage(message, lists, permits, options));
   if (!changed.some((message, i) => message !== messages[i])) return text;
   return JSON.stringify(Array.isArray(parsed) ? changed : changed[0]);
 }
@@ -70,7 +81,7 @@ function filterMessage(
   message: unknown,
   lists: ListRequests,
   permits: Permits,
-  anyList: boolean,
+  { anyList = false, keepWhole = false }: FilterOptions,
 ): unknown {
   if (typeof message !== "object" || message === null || !("id" in message)) return message;
   if (!("result" in message)) return message;
@@ -88,6 +99,7 @@ function filterMessage(
     // An item without a name cannot be checked: it is not shown.
     return typeof name === "string" && permits(list.target, name);
   });
+  if (keepWhole && kept.length === items.length) return message;
   const filtered: Record<string, unknown> = { ...result, [list.field]: kept };
   // The list is this account's (2026-07-28 caching): a shared cache must not serve it to another.
   if ("cacheScope" in result) filtered.cacheScope = "private";
@@ -110,39 +122,52 @@ export function filterEventStream(
   body: ReadableStream<Uint8Array>,
   lists: ListRequests,
   permits: Permits,
+  options: FilterOptions = {},
 ): ReadableStream<Uint8Array> {
+  const eventOptions = { ...options, anyList: true };
   const decoder = new TextDecoder();
   const encoder = new TextEncoder();
   const boundary = /\r\n\r\n|\n\n|\r\r/g;
   let pending = "";
   /** Where the next boundary may begin: what was searched before holds none. */
   let searchFrom = 0;
+  /** Past an event too large to hold, when only learning: every chunk passes as it came. */
+  let passing = false;
   const flushEvents = (controller: TransformStreamDefaultController<Uint8Array>) => {
     let start = 0;
     boundary.lastIndex = searchFrom;
     for (let match = boundary.exec(pending); match !== null; match = boundary.exec(pending)) {
       const end = match.index + match[0].length;
-      controller.enqueue(encoder.encode(filterEvent(pending.slice(start, end), lists, permits)));
+      const event = pending.slice(start, end);
+      controller.enqueue(encoder.encode(filterEvent(event, lists, permits, eventOptions)));
       start = end;
     }
     pending = pending.slice(start);
     // A boundary may begin in the last three characters and end in the next chunk.
     searchFrom = Math.max(0, pending.length - 3);
     if (pending.length > MAX_EVENT_CHARS) {
-      throw new UnfilterableList("an event of the MCP server's stream is too large to filter");
+      if (!options.keepWhole) {
+        throw new UnfilterableList("an event of the MCP server's stream is too large to filter");
+      }
+      // Only learning what is listed: the rest of the stream passes as it comes.
+      controller.enqueue(encoder.encode(pending));
+      pending = "";
+      passing = true;
     }
   };
   return body.pipeThrough(
     new TransformStream<Uint8Array, Uint8Array>({
       transform(chunk, controller) {
+        if (passing) return controller.enqueue(chunk);
         pending += decoder.decode(chunk, { stream: true });
         flushEvents(controller);
       },
       flush(controller) {
+        if (passing) return;
         pending += decoder.decode();
         flushEvents(controller);
         if (pending !== "") {
-          controller.enqueue(encoder.encode(filterEvent(pending, lists, permits)));
+          controller.enqueue(encoder.encode(filterEvent(pending, lists, permits, eventOptions)));
         }
       },
     }),
@@ -150,14 +175,19 @@ export function filterEventStream(
 }
 
 /** One event (with its terminating blank line), its data filtered when it answers a list. */
-function filterEvent(event: string, lists: ListRequests, permits: Permits): string {
+function filterEvent(
+  event: string,
+  lists: ListRequests,
+  permits: Permits,
+  options: FilterOptions,
+): string {
   const lines = event.split(/\r\n|\n|\r/);
   const data = lines.filter((line) => line.startsWith("data:"));
   if (data.length === 0) return event;
   const text = data.map((line) => line.slice(line.startsWith("data: ") ? 6 : 5)).join("\n");
   let filtered: string;
   try {
-    filtered = filterJsonBody(text, lists, permits, true);
+    filtered = filterJsonBody(text, lists, permits, options);
   } catch {
     // Not JSON: no list answer a client could read.
     return event;

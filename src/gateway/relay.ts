@@ -55,7 +55,9 @@ export async function relayResponse(
     setHeader(headers, "x-accel-buffering", "no");
     const watcher = auditor.enabled ? sseErrorWatcher() : undefined;
     const events = filter
-      ? filterEventStream(body.stream(), filter.lists, filter.permits)
+      ? filterEventStream(body.stream(), filter.lists, filter.permits, {
+        keepWhole: filter.learnOnly,
+      })
       : body.stream();
     const held = relaying.openStreams.hold(events, {
       sessionId: auth.sessionId,
@@ -70,9 +72,8 @@ export async function relayResponse(
   // Whatever type a successful answer claims (an MCP server may send JSON as text/plain), a list
   // answer that is not an event stream is read as JSON and filtered, or refused (502), never
   // passed uncut; a failure's own text (a 2025 session's 404) passes as it came.
-  if (
-    filter && filter.lists.size > 0 && body && (upstream.ok || type.startsWith("application/json"))
-  ) {
+  const cutting = filter && !filter.learnOnly && filter.lists.size > 0;
+  if (cutting && body && (upstream.ok || type.startsWith("application/json"))) {
     return await relayFilteredJson(body.stream(), init, headers, auditor, audit, filter);
   }
   const length = Number(upstreamHeaders["content-length"] ?? NaN);
@@ -82,6 +83,7 @@ export async function relayResponse(
       ? await fromAnswer(body.bytes(), auditor, audit)
       : await fromAnswer(readUpTo(body.stream(), MAX_INSPECTED_JSON_BYTES), auditor, audit);
     if (read instanceof Uint8Array) {
+      if (filter?.learnOnly) learnListed(read, filter);
       const rpcError = auditor.enabled ? isJsonRpcError(UTF8.decode(read)) : undefined;
       auditor.record(audit, { status: upstream.status, rpcError });
       return responseWithHeaders(read, init, headers);
@@ -91,6 +93,15 @@ export async function relayResponse(
   }
   auditor.record(audit, { status: upstream.status });
   return responseWithHeaders(body?.stream() ?? null, init, headers);
+}
+
+/** What a list answer names, told to the filter's `permits` (which learns it); nothing is cut. */
+function learnListed(body: Uint8Array, filter: ListFilter): void {
+  try {
+    filterJsonBody(UTF8.decode(body), filter.lists, filter.permits, { keepWhole: true });
+  } catch {
+    // Not JSON: nothing listed to learn.
+  }
 }
 
 /** A read of the answer; one the MCP server breaks off is a 502, not the service's failure. */
@@ -110,6 +121,11 @@ async function fromAnswer<T>(reading: Promise<T>, auditor: Audit, audit: AuditCo
 export interface ListFilter {
   lists: ListRequests;
   permits: Permits;
+  /**
+   * Without a policy: nothing is cut, `permits` only learns what is listed, and a list answer
+   * the gateway cannot read passes as it came.
+   */
+  learnOnly?: boolean;
 }
 
 /** Largest JSON list answer read whole to be filtered; a larger one is refused (502). */

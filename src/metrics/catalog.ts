@@ -35,9 +35,52 @@ const COMMIT_BUCKETS = [
   1,
 ];
 
-/** How many distinct gateway tool names and JSON-RPC methods get a label value of their own. */
+/**
+ * How many distinct tool names get a label value of their own: only names an MCP server's
+ * `tools/list` answer or a policy rule gave, never what a caller sends.
+ */
 export const MAX_TOOL_LABELS = 100;
-export const MAX_METHOD_LABELS = 50;
+
+/**
+ * The JSON-RPC methods of MCP (every revision) that get a label value of their own; any other
+ * is `other`, so a caller's made-up methods never become label values.
+ */
+export const MCP_METHODS = [
+  "initialize",
+  "ping",
+  "server/discover",
+  "tools/list",
+  "tools/call",
+  "resources/list",
+  "resources/read",
+  "resources/templates/list",
+  "resources/subscribe",
+  "resources/unsubscribe",
+  "subscriptions/listen",
+  "prompts/list",
+  "prompts/get",
+  "completion/complete",
+  "logging/setLevel",
+  "sampling/createMessage",
+  "elicitation/create",
+  "roots/list",
+  "tasks/get",
+  "tasks/result",
+  "tasks/list",
+  "tasks/cancel",
+  "notifications/initialized",
+  "notifications/cancelled",
+  "notifications/progress",
+  "notifications/message",
+  "notifications/roots/list_changed",
+  "notifications/resources/list_changed",
+  "notifications/resources/updated",
+  "notifications/prompts/list_changed",
+  "notifications/tools/list_changed",
+  "notifications/elicitation/complete",
+  "notifications/tasks/status",
+  "notifications/subscriptions/acknowledged",
+] as const;
 
 /** The route label of a request no route serves (404, or a Host header refused first). */
 export const UNKNOWN_ROUTE = "unknown";
@@ -135,7 +178,7 @@ export const LABEL_WORDS: Readonly<Record<string, Readonly<Record<string, readon
   refresh_replays_total: { outcome: REFRESH_REPLAY_OUTCOMES },
   revocations_total: { outcome: REVOCATION_OUTCOMES },
   gateway_messages_total: {
-    method: [UNPARSED_METHOD, "other"],
+    method: [UNPARSED_METHOD, "other", ...MCP_METHODS],
     outcome: GATEWAY_OUTCOMES,
     tool: [NO_TOOL, "other"],
   },
@@ -147,6 +190,8 @@ export const LABEL_WORDS: Readonly<Record<string, Readonly<Record<string, readon
 /** The gateway's messages, with method and tool names bounded. */
 export interface GatewayMessages {
   inc(labels: { method: string; outcome: GatewayOutcome; tool: string }): void;
+  /** A tool name an MCP server listed or a policy rule named: it gets a label of its own. */
+  learnTool(name: string): void;
 }
 
 /** The service's metrics. */
@@ -240,7 +285,7 @@ export function createMetrics(sources: MetricsSources): Metrics {
   >({
     name: `${PREFIX}gateway_messages_total`,
     help:
-      `MCP messages at the gateway by JSON-RPC method, outcome and tool (first ${MAX_TOOL_LABELS} names, then other).`,
+      `MCP messages at the gateway by JSON-RPC method (MCP's own, else other), outcome and tool (one an MCP server listed or a policy rule names, up to ${MAX_TOOL_LABELS}, else other).`,
     labelNames: ["method", "outcome", "tool"],
   });
   const mcpUpstreamResponses = registry.counter<{ status: string }>({
@@ -273,8 +318,9 @@ export function createMetrics(sources: MetricsSources): Metrics {
     read: sessionsAlive.read,
   });
 
+  // Tools earn a label when listed or named in a rule (learnTool), never by being called.
   const tools = new BoundedLabel(MAX_TOOL_LABELS);
-  const methods = new BoundedLabel(MAX_METHOD_LABELS);
+  const methods: ReadonlySet<string> = new Set(MCP_METHODS);
 
   return {
     observeRequest(route, status, ms) {
@@ -302,8 +348,11 @@ export function createMetrics(sources: MetricsSources): Metrics {
     revocations,
     gatewayMessages: {
       inc({ method, outcome, tool }) {
-        gatewayCounter.inc({ method: methods.of(method), outcome, tool: tools.of(tool) });
+        const methodLabel = method === UNPARSED_METHOD || methods.has(method) ? method : "other";
+        const toolLabel = tool === NO_TOOL || tools.has(tool) ? tool : "other";
+        gatewayCounter.inc({ method: methodLabel, outcome, tool: toolLabel });
       },
+      learnTool: (name) => void tools.of(name),
     },
     mcpUpstreamResponses,
     observeGitLabCall(endpoint, result) {

@@ -221,6 +221,11 @@ export class BoundedLabel {
     readonly maxLength = 100,
   ) {}
 
+  /** Whether `value` has a label of its own. */
+  has(value: string): boolean {
+    return this.#seen.has(value);
+  }
+
   of(value: string): string {
     if (this.#seen.has(value)) return value;
     if (this.#seen.size >= this.limit || !this.#admissible(value)) return this.other;
