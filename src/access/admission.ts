@@ -34,7 +34,7 @@ export async function decideAccess(
     const level = levels[i];
     if (level !== null) groupLevels[path] = level;
   });
-  const access = decide(policy, user.username, groupLevels, nowMs);
+  const access = decide(policy, user, groupLevels, nowMs);
   return paths.length > policy.groups.length ? { ...access, groupsAsked: paths } : access;
 }
 

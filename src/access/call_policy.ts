@@ -8,7 +8,7 @@
  */
 
 import { type AllowedGroup, parseAllowedGroups, parseAllowedUsers } from "./policy.ts";
-import { meetsRole, type SessionAccess } from "./policy.ts";
+import { meetsRole, namesAccount, type SessionAccess } from "./policy.ts";
 import { isNormalUri, missedInNormalForm, normalUriPattern } from "./resource_uri.ts";
 
 /** What a rule names, and the MCP methods that act on it. */
@@ -17,7 +17,10 @@ export type Target = "tools" | "resources" | "prompts";
 /** Whether a rule admits or refuses the accounts it names. */
 export type Effect = "allow" | "deny";
 
-/** Accounts a rule names: usernames (lower case) and groups with an optional minimum role. */
+/**
+ * Accounts a rule names: usernames (lower case) and `id:<n>` (as ALLOWED_GITLAB_USERS), and
+ * groups with an optional minimum role.
+ */
 export interface Accounts {
   users: string[];
   groups: AllowedGroup[];
@@ -42,6 +45,8 @@ export interface CallPolicy {
 /** The account a message comes from, as the session knows it. */
 export interface Caller {
   username: string;
+  /** The provider's user id, as text: what an `id:<n>` entry names. */
+  userId: string;
   /** What the session learnt of its groups at sign-in (and each re-check); absent: nothing. */
   access?: SessionAccess;
   /**
@@ -265,7 +270,9 @@ function invalidName(target: Target, name: string): string | undefined {
  * never learnt for this session (signed in before the policy named it).
  */
 function names(accounts: Accounts, caller: Caller): boolean | "unknown" {
-  if (accounts.users.includes(caller.username.toLowerCase())) return true;
+  if (namesAccount(accounts.users, { id: caller.userId, username: caller.username })) {
+    return true;
+  }
   let unknown = false;
   for (const group of accounts.groups) {
     const level = levelIn(caller, group.path);

@@ -21,7 +21,7 @@ export const ACCESS_VARIABLES = {
       "ALLOWED_GITLAB_USERS",
       undefined,
       parseAllowedUsers,
-      "usernames who may sign in too, comma-separated",
+      "usernames or user ids (`id:<n>`, preferred) who may sign in too, comma-separated",
       "anyone",
     ),
     /** How often a refresh asks GitLab again whether the session's user is still admitted. */

@@ -11,8 +11,12 @@ import type { SessionAccess } from "../store/records.ts";
 
 export type { SessionAccess } from "../store/records.ts";
 
-/** GitLab's roles and their `access_level` values. */
+/**
+ * GitLab's roles and their `access_level` values. Minimal Access (5) is no membership unless a
+ * rule names it: it sees nothing of the group's projects.
+ */
 export const GITLAB_ROLES = {
+  minimal_access: 5,
   guest: 10,
   planner: 15,
   reporter: 20,
@@ -27,14 +31,14 @@ export type GitLabRole = keyof typeof GITLAB_ROLES;
 export interface AllowedGroup {
   /** The group's full path, e.g. `acme/platform`, as written (GitLab matches it in any case). */
   path: string;
-  /** Undefined: any membership admits. */
+  /** Undefined: Guest or more admits (Minimal Access only when a rule names it). */
   minRole?: GitLabRole;
 }
 
 /** The configured lists; both empty: everyone GitLab signs in is admitted. */
 export interface AccessPolicy {
   groups: AllowedGroup[];
-  /** Usernames, lower case (GitLab usernames are case-insensitive). */
+  /** Accounts as `accountList` parses them: usernames in lower case, and `id:<n>`. */
   users: string[];
 }
 
@@ -71,29 +75,51 @@ export function parseAllowedGroups(name: string, raw: string): AllowedGroup[] {
   });
 }
 
-/** Parses ALLOWED_GITLAB_USERS: comma-separated usernames (an `@` before one is ignored). */
+/**
+ * Parses a list of accounts (ALLOWED_GITLAB_USERS, a policy rule's `users`, any per-server
+ * list): comma-separated usernames (an `@` before one is ignored), kept in lower case, and user
+ * ids written `id:<n>`, kept as `id:<n>` without leading zeros. A username has no `:`, so the two
+ * never meet.
+ */
 export function parseAllowedUsers(name: string, raw: string): string[] {
   return commaList(raw).map((entry) => {
+    const id = /^id:\s*([0-9]{1,20})$/i.exec(entry);
+    if (id) return `id:${id[1].replace(/^0+(?=.)/, "")}`;
     const username = entry.replace(/^@/, "");
     if (!USERNAME.test(username)) {
-      throw new ConfigError(name, `${JSON.stringify(entry)} is not a GitLab username`);
+      throw new ConfigError(
+        name,
+        `${JSON.stringify(entry)} is not a GitLab username or a user id written id:<number>`,
+      );
     }
     return username.toLowerCase();
   });
+}
+
+/** Whether an account list (as `parseAllowedUsers` reads it) names `user`, by id or by name. */
+export function namesAccount(list: readonly string[], user: ListedAccount): boolean {
+  return list.includes(`id:${user.id}`) || list.includes(user.username.toLowerCase());
+}
+
+/** What an account list is matched against: the id and the username stored at sign-in. */
+export interface ListedAccount {
+  /** The provider's user id, as text. */
+  id: string;
+  username: string;
 }
 
 function commaList(raw: string): string[] {
   return raw.split(",").map((entry) => entry.trim()).filter((entry) => entry !== "");
 }
 
-/** Whether the listed user list names `username`. */
-export function isListedUser(policy: AccessPolicy, username: string): boolean {
-  return policy.users.includes(username.toLowerCase());
+/** Whether ALLOWED_GITLAB_USERS names `user`. */
+export function isListedUser(policy: AccessPolicy, user: ListedAccount): boolean {
+  return namesAccount(policy.users, user);
 }
 
-/** Whether an `access_level` meets a listed group's role (any membership when none). */
+/** Whether an `access_level` meets a listed group's role (Guest when none is named). */
 export function meetsRole(group: AllowedGroup, accessLevel: number): boolean {
-  return group.minRole === undefined ? accessLevel > 0 : accessLevel >= GITLAB_ROLES[group.minRole];
+  return accessLevel >= GITLAB_ROLES[group.minRole ?? "guest"];
 }
 
 /**
@@ -102,7 +128,7 @@ export function meetsRole(group: AllowedGroup, accessLevel: number): boolean {
  */
 export function decide(
   policy: AccessPolicy,
-  username: string,
+  user: ListedAccount,
   groupLevels: Record<string, number>,
   nowMs: number,
 ): SessionAccess {
@@ -113,7 +139,7 @@ export function decide(
     checkedAt: nowMs,
     groupLevels,
     admittingGroups,
-    listedUser: isListedUser(policy, username),
+    listedUser: isListedUser(policy, user),
   };
 }
 
@@ -132,7 +158,7 @@ export function refusalReason(policy: AccessPolicy, access: SessionAccess): stri
   const groups = policy.groups.map((group) => {
     const level = access.groupLevels[group.path];
     if (level === undefined) return `${group.path}: not a member`;
-    return `${group.path}: ${roleOf(level)}, needs ${group.minRole}`;
+    return `${group.path}: ${roleOf(level)}, needs ${group.minRole ?? "guest"}`;
   });
   const users = policy.users.length > 0 ? ["not in ALLOWED_GITLAB_USERS"] : [];
   return [...groups, ...users].join("; ");

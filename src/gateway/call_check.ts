@@ -44,7 +44,7 @@ const TARGET_WORDS: Readonly<Record<Target, string>> = {
 
 /** The account behind a request, as the policy sees it. */
 export function callerOf(auth: GatewayRequest, listedGroups: string[]): Caller {
-  return { username: auth.user.username, access: auth.access, listedGroups };
+  return { username: auth.user.username, userId: auth.user.id, access: auth.access, listedGroups };
 }
 
 /** Decides every message that names a call; the decision goes on the message (for the audit). */
