@@ -20,6 +20,7 @@ import {
   ConfigError,
   type Env,
   isOpenToAnyGitLabComUser,
+  isStrictOpenToAnySelfManagedUser,
   listenHostname,
   loadConfig,
   missingOAuthSettings,
@@ -170,11 +171,18 @@ function warnIfNotConfigured(config: Config, logger: Logger): void {
 }
 
 function warnIfOpenToAnyone(config: Config, logger: Logger): void {
-  if (!isOpenToAnyGitLabComUser(config)) return;
-  logger.warn(
-    "anyone with a gitlab.com account can sign in and use the protected MCP server: " +
-      "set ALLOWED_GITLAB_GROUPS or ALLOWED_GITLAB_USERS (or ALLOW_ANY_GITLAB_USER=true)",
-  );
+  const lists = "set ALLOWED_GITLAB_GROUPS or ALLOWED_GITLAB_USERS (or ALLOW_ANY_GITLAB_USER=true)";
+  if (isOpenToAnyGitLabComUser(config)) {
+    logger.warn(
+      `anyone with a gitlab.com account can sign in and use the protected MCP server: ${lists}`,
+    );
+  } else if (isStrictOpenToAnySelfManagedUser(config)) {
+    logger.warn(
+      `SECURITY_PROFILE=strict, yet every account of ${config.upstream.url.origin} can sign in ` +
+        "and use the protected MCP server (open sign-up, external and guest users included): " +
+        lists,
+    );
+  }
 }
 
 /**

@@ -91,6 +91,26 @@ Deno.test("access config: start-up warns once when anyone on gitlab.com may sign
   assert.deepEqual(await warningsOf({ GITLAB_URL: "https://gitlab.example.com" }), []);
 });
 
+Deno.test("access config: strict on a self-managed GitLab with no list warns once at start-up", async () => {
+  const warningsOf = async (env: Record<string, string>) => {
+    const service = await spawnService({
+      ...STRICT,
+      GITLAB_URL: "https://gitlab.example.com",
+      KV_PATH: ":memory:",
+      ...env,
+    });
+    assert.equal(await service.stop(), 0);
+    return service.logs.filter((line) => line.includes("ALLOWED_GITLAB_GROUPS"));
+  };
+  const open = await warningsOf({});
+  assert.equal(open.length, 1, open.join("\n"));
+  assert.equal(JSON.parse(open[0]).level, "warn");
+  assert.match(open[0], /strict/);
+  assert.match(open[0], /https:\/\/gitlab\.example\.com/);
+  assert.deepEqual(await warningsOf({ ALLOWED_GITLAB_GROUPS: "acme" }), []);
+  assert.deepEqual(await warningsOf({ ALLOW_ANY_GITLAB_USER: "true" }), []);
+});
+
 Deno.test("access config: group lists are refused at start-up for a provider without memberships", async () => {
   const { createAppDeps } = await import("../src/app/deps.ts");
   const { forgeProvider } = await import("./_generic_upstream.ts");

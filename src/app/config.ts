@@ -225,9 +225,23 @@ function requireAccessSettings(config: Config): void {
 
 /** Whether the service admits every gitlab.com account, not having been told to on purpose. */
 export function isOpenToAnyGitLabComUser(config: Config): boolean {
+  return isGitLabCom(config) && !isRestricted(accessPolicyOf(config)) &&
+    !config.access.allowAnyUser;
+}
+
+/**
+ * Whether SECURITY_PROFILE=strict runs on a self-managed instance with no list, not told to
+ * admit everyone on purpose: open sign-up, external and guest accounts make that as exposed as
+ * gitlab.com, which strict refuses; here start-up only warns (the instance may be closed).
+ */
+export function isStrictOpenToAnySelfManagedUser(config: Config): boolean {
+  return config.securityProfile === "strict" && !isRestricted(accessPolicyOf(config)) &&
+    !config.access.allowAnyUser && !isGitLabCom(config);
+}
+
+function isGitLabCom(config: Config): boolean {
   const host = config.upstream.url.hostname.toLowerCase();
-  const gitlabCom = host === "gitlab.com" || host === "www.gitlab.com";
-  return gitlabCom && !isRestricted(accessPolicyOf(config)) && !config.access.allowAnyUser;
+  return host === "gitlab.com" || host === "www.gitlab.com";
 }
 
 /**
