@@ -24,12 +24,23 @@ export const ACCESS_VARIABLES = {
       "usernames or user ids (`id:<n>`, preferred) who may sign in too, comma-separated",
       "anyone",
     ),
-    /** How often a refresh asks GitLab again whether the session's user is still admitted. */
+    /**
+     * How old a session's decision may be: the gateway (before forwarding) and the refresh grant
+     * ask GitLab again once it is older.
+     */
     recheckSeconds: variable(
       "ACCESS_RECHECK_SECONDS",
-      "900",
+      "300",
       integerBetween(1, 86_400),
-      "the refresh grant re-checks the lists at most this often per session",
+      "a session's admission is asked again once older than this, by the gateway and by refresh",
+    ),
+    /** While GitLab cannot answer a re-check, the last decision stands this long after it. */
+    recheckGraceSeconds: variable(
+      "ACCESS_RECHECK_GRACE_SECONDS",
+      "3600",
+      integerBetween(0, 86_400),
+      "while GitLab cannot answer a re-check, the last decision stands this long; then 503",
+      "`3600` (strict: `0`)",
     ),
     /** Under SECURITY_PROFILE=strict on gitlab.com: no list, on purpose. */
     allowAnyUser: variable(

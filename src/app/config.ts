@@ -176,6 +176,8 @@ export const PROFILE_DEFAULTS: Readonly<Record<SecurityProfile, Readonly<Env>>> 
     REDIRECT_URI_POLICY: "registered",
     REVOKE_ON_CODE_REPLAY: "true",
     REVOKE_ON_REFRESH_REPLAY: "true",
+    // A GitLab error during a re-check is no answer, and the user can provoke one.
+    ACCESS_RECHECK_GRACE_SECONDS: "0",
   },
 };
 

@@ -10,6 +10,7 @@
  */
 
 import type { Caller, CallPolicy } from "../access/call_policy.ts";
+import { heldPolicyGroups } from "../access/call_policy_file.ts";
 import { accessPolicyOf } from "../access/config.ts";
 import { UTF8 } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
@@ -338,6 +339,7 @@ function guardDeps(gateway: Gateway, oauth: GatewayOAuth): GuardDeps {
     // Checked per call once the body is read (call_scopes.ts).
     requiredScope: undefined,
     verifiedTokens,
+    accessGate: { config, policyGroups: () => heldPolicyGroups(gateway.deps.callPolicy) },
   };
 }
 

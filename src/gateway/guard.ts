@@ -16,6 +16,7 @@ import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../session/upst
 import type { Store, Versioned } from "../store/mod.ts";
 import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
+import { type AccessGate, requireStillAdmitted } from "./access_gate.ts";
 import { BearerChallengeError } from "./challenges.ts";
 import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { sameResource } from "../http/resource.ts";
@@ -86,6 +87,8 @@ export interface GuardDeps {
   verifiedTokens: VerifiedTokens;
   /** UPSTREAM_TIMEOUT_MS, which the GitLab token refresh's lease outlasts. */
   upstreamTimeoutMs?: number;
+  /** The gateway's re-check of who may sign in; absent (the library's guard): none. */
+  accessGate?: AccessGate;
 }
 
 /**
@@ -149,7 +152,10 @@ async function verifyAndRemember(
   requireResource(claims, target.resource);
   const session = await liveSession(deps, claims, target.resource);
   requireScope(claims, deps.requiredScope, target.resource);
-  const fresh = await freshSession(deps, session, target.resource);
+  const refreshed = await freshSession(deps, session, target.resource);
+  const fresh = deps.accessGate
+    ? await requireStillAdmitted(deps, deps.accessGate, refreshed, target.resource)
+    : refreshed;
   const upstreamTokens = await deps.store.openUpstreamTokens(fresh);
   if (!upstreamTokens) throw sessionEnded(target.resource);
   const found = {

@@ -129,7 +129,13 @@ async function requireStillAdmitted(
       requestId: request.requestId,
       sessionId: session.value.id,
     });
-    throw invalidGrant("Could not confirm that the account is still allowed here; try again later");
+    // Not invalid_grant: the session is kept, and a client that hears invalid_grant drops it.
+    throw new OAuthError(
+      503,
+      "temporarily_unavailable",
+      "Could not confirm that the account is still allowed here; try again later",
+      { "Retry-After": "30" },
+    );
   }
   logger.warn("session ended: account no longer allowed", {
     requestId: request.requestId,

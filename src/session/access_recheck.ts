@@ -1,8 +1,9 @@
 /**
- * Who may sign in, asked again on the refresh grant: at most every ACCESS_RECHECK_SECONDS per
- * session, with the session's own (fresh) GitLab token. While GitLab cannot answer (network,
- * 5xx, 429) the last decision stands for at most LAST_DECISION_STANDS_MS, then the refresh
- * fails closed; the session is kept for when GitLab answers again.
+ * Who may sign in, asked again by the refresh grant and the gateway once a session's decision is
+ * older than ACCESS_RECHECK_SECONDS, with the session's own (fresh) GitLab token. While GitLab
+ * cannot answer (network, 5xx, 429) the last decision stands for ACCESS_RECHECK_GRACE_SECONDS
+ * after it fell due, then the caller fails closed (503); the session is kept for when GitLab
+ * answers again.
  *
  * @see README.md "Who can sign in"
  */
@@ -14,9 +15,6 @@ import { type AccessConfig, accessPolicyOf } from "../access/config.ts";
 import type { Store } from "../store/mod.ts";
 import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
-
-/** How long the last decision GitLab answered stands while it cannot be asked. */
-export const LAST_DECISION_STANDS_MS = 60 * 60 * 1000;
 
 /** What the re-check needs. */
 export interface RecheckDeps {
@@ -34,21 +32,32 @@ export type Recheck =
   | { kind: "admitted"; session: SessionRecord }
   /** No longer admitted: the session must end. `reason` is for the operator's log. */
   | { kind: "refused"; reason: string }
-  /** GitLab has not answered for longer than the last decision may stand. */
+  /** GitLab has not answered for longer than the last decision may stand (the grace). */
   | { kind: "unconfirmed" };
+
+/** Whether `session`'s decision is due to be asked again (none is kept when nothing is listed). */
+export function recheckDue(
+  deps: Pick<RecheckDeps, "clock" | "config" | "policyGroups">,
+  session: SessionRecord,
+): boolean {
+  const { config } = deps;
+  const policy = accessPolicyOf(config);
+  const policyGroups = deps.policyGroups ?? [];
+  if (!isRestricted(policy) && policyGroups.length === 0) return false;
+  const last = session.access;
+  const recent = last !== undefined &&
+    deps.clock.now() - last.checkedAt < config.access.recheckSeconds * 1000;
+  return !(recent && asked(last, groupsToAsk(policy, policyGroups), policy.groups.length));
+}
 
 /** Re-checks `session` when due; never throws for GitLab's failures. */
 export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): Promise<Recheck> {
   const { store, clock, upstream, config } = deps;
+  if (!recheckDue(deps, session)) return { kind: "admitted", session };
   const policy = accessPolicyOf(config);
   const policyGroups = deps.policyGroups ?? [];
-  if (!isRestricted(policy) && policyGroups.length === 0) return { kind: "admitted", session };
   const now = clock.now();
   const last = session.access;
-  const recent = last !== undefined && now - last.checkedAt < config.access.recheckSeconds * 1000;
-  if (recent && asked(last, groupsToAsk(policy, policyGroups), policy.groups.length)) {
-    return { kind: "admitted", session };
-  }
   const tokens = await store.openUpstreamTokens(session);
   if (!tokens) return { kind: "unconfirmed" };
   const user = { id: session.upstreamUserId, username: session.upstreamUsername };
@@ -71,7 +80,10 @@ export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): 
     if (error.failure === "terminal") {
       return { kind: "refused", reason: `GitLab refused the token (${error.code})` };
     }
-    const stands = last !== undefined && now - last.checkedAt <= LAST_DECISION_STANDS_MS;
+    // The grace runs from when the decision fell due, so it is what the operator set.
+    const dueAt = last === undefined ? now : last.checkedAt + config.access.recheckSeconds * 1000;
+    const graceMs = config.access.recheckGraceSeconds * 1000;
+    const stands = graceMs > 0 && last !== undefined && now - dueAt <= graceMs;
     return stands ? { kind: "admitted", session } : { kind: "unconfirmed" };
   }
 }

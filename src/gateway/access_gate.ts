@@ -1,0 +1,96 @@
+/**
+ * Who may sign in, asked again at the gateway: a session whose decision is older than
+ * ACCESS_RECHECK_SECONDS is re-checked before its request is forwarded, so a user removed from
+ * a listed group loses the MCP server within that time, not at their next refresh. A refusal
+ * ends the session (401); GitLab unable to answer past ACCESS_RECHECK_GRACE_SECONDS answers 503
+ * and keeps the session.
+ *
+ * @see README.md "Who can sign in"
+ */
+
+import type { AccessConfig } from "../access/config.ts";
+import type { Clock } from "../clock.ts";
+import { OAuthError } from "../http/errors.ts";
+import type { Logger } from "../logger.ts";
+import { recheckAccess, recheckDue } from "../session/access_recheck.ts";
+import { afterSessionEnded } from "../session/end.ts";
+import { endSessionAsItIsNow } from "../session/life.ts";
+import type { Store } from "../store/mod.ts";
+import type { SessionRecord } from "../store/records.ts";
+import type { Upstream } from "../upstream/types.ts";
+import { BearerChallengeError } from "./challenges.ts";
+import type { VerifiedTokens } from "./verified_tokens.ts";
+
+/** Suggested wait when GitLab could not confirm the decision. */
+const RETRY_AFTER_SECONDS = "30";
+/** Attempts at storing a new decision on a session something else saved meanwhile. */
+const SAVE_ATTEMPTS = 3;
+
+/** What the gateway's re-check needs beyond the guard's own dependencies. */
+export interface AccessGate {
+  config: Pick<AccessConfig, "access">;
+  /** The groups MCP_POLICY_FILE names now. */
+  policyGroups(): string[];
+}
+
+/** The guard's dependencies the re-check uses. */
+export interface AccessGateDeps {
+  store: Store;
+  clock: Clock;
+  logger: Logger;
+  upstream: Upstream;
+  verifiedTokens: Pick<VerifiedTokens, "forgetSession">;
+}
+
+/**
+ * The session with a decision no older than ACCESS_RECHECK_SECONDS (asked again when due and
+ * stored); throws 401 when the account is no longer admitted, 503 when GitLab could not say.
+ */
+export async function requireStillAdmitted(
+  deps: AccessGateDeps,
+  gate: AccessGate,
+  session: SessionRecord,
+  resource: string,
+): Promise<SessionRecord> {
+  const recheckDeps = { ...deps, config: gate.config, policyGroups: gate.policyGroups() };
+  if (!recheckDue(recheckDeps, session)) return session;
+  const recheck = await recheckAccess(recheckDeps, session);
+  if (recheck.kind === "admitted") {
+    return recheck.session === session ? session : await saveDecision(deps, recheck.session);
+  }
+  if (recheck.kind === "unconfirmed") {
+    deps.logger.warn("gateway refused: access could not be re-checked", { sessionId: session.id });
+    throw new OAuthError(
+      503,
+      "temporarily_unavailable",
+      `${deps.upstream.profile.displayName} could not confirm that the account is still ` +
+        "allowed here; try again later",
+      { "Retry-After": RETRY_AFTER_SECONDS },
+    );
+  }
+  deps.logger.warn("session ended: account no longer allowed", {
+    sessionId: session.id,
+    gitlabUser: session.upstreamUsername,
+    reason: recheck.reason,
+  });
+  await endSession(deps, session);
+  throw BearerChallengeError.invalidToken(resource, "The account is no longer allowed here");
+}
+
+/** Stores the new decision on the session as it is now (an upstream refresh may have saved it). */
+async function saveDecision(deps: AccessGateDeps, decided: SessionRecord): Promise<SessionRecord> {
+  for (let attempt = 0; attempt < SAVE_ATTEMPTS; attempt++) {
+    const current = await deps.store.getSession(decided.id);
+    if (!current) return decided;
+    const updated = { ...current.value, access: decided.access };
+    if (await deps.store.saveSession(current, updated)) return updated;
+  }
+  // Another writer kept winning: this request goes on, the next one asks again.
+  return decided;
+}
+
+async function endSession(deps: AccessGateDeps, session: SessionRecord): Promise<void> {
+  const current = await deps.store.getSession(session.id);
+  const ended = current && await endSessionAsItIsNow(deps.store, current);
+  if (ended) await afterSessionEnded(deps, ended, {});
+}
