@@ -112,7 +112,7 @@
   /**
    * Says below the status what happened and what to do; the return link, when the page has
    * one, was built by the server from the redirect URI /authorize validated.
-   * @param {"denied" | "expired" | "failed"} reason
+   * @param {"denied" | "refused" | "expired" | "failed"} reason
    */
   function explainFailure(reason) {
     byId("help-" + reason).hidden = false;
@@ -122,10 +122,12 @@
   /**
    * @param {string} error the poll's `error`
    * @param {unknown} status the poll's `status`
-   * @returns {"denied" | "expired" | "failed"}
+   * @returns {"denied" | "refused" | "expired" | "failed"}
    */
   function failureReason(error, status) {
     if (error.includes("denied")) return "denied";
+    // This service's own refusal (src/sign_in/admission.ts), not the upstream's.
+    if (error.includes("is not allowed to sign in here")) return "refused";
     return status === "expired" || error.includes("expired") ? "expired" : "failed";
   }
 
@@ -160,8 +162,13 @@
     } else if (status === "failed" || status === "expired") {
       finish();
       const error = body.error === undefined ? "unknown error" : String(body.error);
-      setStatus("error", "Authentication failed: " + error);
-      explainFailure(failureReason(error, status));
+      const reason = failureReason(error, status);
+      setStatus(
+        "error",
+        (reason === "refused" ? "Sign-in refused by this service: " : "Authentication failed: ") +
+          error,
+      );
+      explainFailure(reason);
     } else {
       schedulePoll(); // pending, or an answer without a status
     }

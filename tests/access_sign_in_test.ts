@@ -154,14 +154,26 @@ async function redirectSignIn(t: TestApp): Promise<Response> {
   );
 }
 
-Deno.test("access: the redirect sign-in returns a refused account to the client with access_denied", () =>
+Deno.test("access: the redirect sign-in shows our refusal page, linking back with access_denied, state and iss", () =>
   withAccessApp(
     { GITLAB_SIGN_IN: "redirect", ALLOWED_GITLAB_GROUPS: "acme:maintainer" },
     async (t, logger) => {
       t.upstream.groupLevels = { acme: 30 };
       const response = await redirectSignIn(t);
-      assert.equal(response.status, 302);
-      const location = new URL(response.headers.get("location")!);
+      // Our page, not a bare 302 the client would show as its generic error; nothing moves on
+      // its own.
+      assert.equal(response.status, 403);
+      assert.equal(response.headers.get("location"), null);
+      assert.match(response.headers.get("content-type") ?? "", /^text\/html/);
+      const html = await response.text();
+      assert.doesNotMatch(html, /http-equiv="refresh"|<script/i);
+      assert.match(html, /Sign-in refused by this service/);
+      assert.match(html, /@ada is not allowed to sign in here/);
+      assert.match(html, /admits only members of certain groups/, "the reason, in words");
+      assert.doesNotMatch(html, /acme/, "the listed groups are the operator's to tell");
+      const href = /id="return-link" href="([^"]+)"/.exec(html)?.[1];
+      assert.ok(href, html);
+      const location = new URL(href.replaceAll("&amp;", "&"));
       assert.equal(`${location.origin}${location.pathname}`, TEST_REDIRECT);
       const params = Object.fromEntries(location.searchParams);
       assert.equal(params.error, "access_denied");

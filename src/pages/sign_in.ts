@@ -38,6 +38,11 @@ export interface ConsentPageValues extends ShownClient {
 export interface NoticePageValues {
   title: string;
   message: string;
+  /**
+   * Where "Return to the application" leads (the client's redirect URI with an error, `state`
+   * and `iss`), when the page offers one: never followed on its own.
+   */
+  returnUrl?: string;
 }
 
 /**
@@ -60,7 +65,7 @@ const SIGN_IN_PLACEHOLDERS = {
     "csrfToken",
     "actionUrl",
   ],
-  optional: ["unknownClient", "upstreamName", "scopeWords"],
+  optional: ["unknownClient", "upstreamName", "scopeWords", "returnUrl"],
   raw: [],
 } as const;
 
@@ -84,7 +89,11 @@ export function compileSignInPages(html: string): SignInPages {
   });
   return {
     consent: (values, nonce) => page(consentSlots(values, nonce), consentPolicy(values, nonce)),
-    notice: (values, nonce) => page({ ...NO_FORM, nonce, ...values }, formPagePolicy(nonce, [])),
+    notice: (values, nonce) =>
+      page(
+        { ...NO_FORM, nonce, ...values, returnUrl: values.returnUrl ?? "" },
+        formPagePolicy(nonce, []),
+      ),
   };
 }
 
@@ -117,6 +126,7 @@ function consentSlots(values: ConsentPageValues, nonce: string): SignInSlots {
     signInId: values.signInId,
     csrfToken: values.csrfToken,
     actionUrl: values.actionUrl,
+    returnUrl: "",
   };
 }
 

@@ -4,7 +4,8 @@
  * CSRF, replay); the step is taken before anything else, so a replay finds nothing. A code is
  * exchanged (with the step's PKCE verifier), the user looked up, and the session and our
  * authorization code created as a completed device flow creates them; the browser returns to
- * the client with `code`, `state` and `iss`. The upstream's `access_denied` returns there too.
+ * the client with `code`, `state` and `iss`. The upstream's `access_denied` returns there too; a
+ * user this service refuses reads why on our page, with a link back to the client.
  *
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
@@ -25,6 +26,7 @@ import {
   isSameBrowser,
   liveStep,
   otherBrowser,
+  refusalPage,
   returnToClient,
 } from "../sign_in/redirect_flow.ts";
 import { UpstreamError } from "../upstream/types.ts";
@@ -83,12 +85,7 @@ async function complete(
   const tokens = upstreamTokenSet(exchanged, clock.now());
   const user = await fetchUserOrRevoke(ctx, tokens);
   const admission = await admitSignIn(ctx, tokens, user);
-  if (admission.kind === "refused") {
-    return returnToClient(ctx, signIn, {
-      error: "access_denied",
-      error_description: admission.message,
-    });
-  }
+  if (admission.kind === "refused") return refusalPage(ctx, signIn, admission.message);
   const completion = await storeSignIn(
     ctx,
     signIn,

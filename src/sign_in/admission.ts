@@ -9,7 +9,7 @@
 
 import { decideAccess } from "../access/admission.ts";
 import { heldPolicyGroups } from "../access/call_policy_file.ts";
-import { admits, isRestricted, refusalReason } from "../access/policy.ts";
+import { type AccessPolicy, admits, isRestricted, refusalReason } from "../access/policy.ts";
 import { accessPolicyOf } from "../access/config.ts";
 import type { SignInContext } from "./deps.ts";
 import { redact } from "../logger.ts";
@@ -20,7 +20,7 @@ import type { UpstreamProfile, UpstreamUser } from "../upstream/types.ts";
 export type SignInAdmission =
   /** `access` is absent when no list restricts who may sign in. */
   | { kind: "admitted"; access?: SessionAccess }
-  /** `message` is for the user: their account, and what to do. */
+  /** `message` is for the user: their account, why (in words), and what to do. */
   | { kind: "refused"; message: string };
 
 /**
@@ -57,14 +57,36 @@ export async function admitSignIn(
     mode: ctx.deps.config.upstream.signIn,
     outcome: "refused",
   });
-  return { kind: "refused", message: refusalMessage(upstream.profile, user.username) };
+  return { kind: "refused", message: refusalMessage(upstream.profile, user.username, policy) };
 }
 
-/** What a refused user reads: which account, that it is not allowed here, and what to do. */
-export function refusalMessage(profile: UpstreamProfile, username: string): string {
-  return `The ${profile.displayName} account @${username} is not allowed to sign in here. ` +
+/**
+ * What a refused user reads: which account, that this service refused it and why (in words:
+ * which groups are listed is the operator's to tell), and what to do.
+ */
+export function refusalMessage(
+  profile: UpstreamProfile,
+  username: string,
+  policy: AccessPolicy,
+): string {
+  return `The ${profile.displayName} account @${username} is not allowed to sign in here: ` +
+    `${refusalInWords(policy)} ` +
     `Ask the operator of this service to admit it, or sign in to ${profile.displayName} ` +
     `with another account and try again.`;
+}
+
+/** Why an account is refused, in words, from what the lists admit. */
+function refusalInWords(policy: AccessPolicy): string {
+  const groups = policy.groups.length > 0;
+  const users = policy.users.length > 0;
+  if (groups && users) {
+    return "this service admits only members of certain groups and accounts it lists, " +
+      "and this account is neither.";
+  }
+  return groups
+    ? "this service admits only members of certain groups (with the role they ask for), and " +
+      "this account is not one."
+    : "this service admits only the accounts it lists, and this account is not one of them.";
 }
 
 /** Revokes the refused user's token (and its refresh token with it); a failure is logged. */

@@ -200,6 +200,28 @@ export function returnToClient(
   return new Response(null, { status: 302, headers });
 }
 
+/**
+ * The page of a user this service refused (ALLOWED_GITLAB_GROUPS, ALLOWED_GITLAB_USERS): who
+ * and why, and a link (never followed on its own) back to the client with `access_denied`, the
+ * same words as `error_description`, `state` and `iss`. A 302 would leave the user with the
+ * client's generic error.
+ */
+export function refusalPage(
+  ctx: SignInRequestContext,
+  signIn: SignInRecord,
+  message: string,
+): Response {
+  const returnUrl = isFollowableRedirect(signIn.redirectUri)
+    ? clientReturnUrl(
+      signIn.redirectUri,
+      { error: "access_denied", error_description: message },
+      signIn.state,
+      ctx.baseUrl,
+    ).href
+    : undefined;
+  return notice(ctx, 403, "Sign-in refused by this service", message, returnUrl);
+}
+
 /** The 400 page for a step that is unknown, expired or already used. */
 export function alreadyUsed(ctx: SignInRequestContext): Response {
   return notice(
@@ -227,8 +249,9 @@ export function notice(
   status: number,
   title: string,
   message: string,
+  returnUrl?: string,
 ): Response {
-  return htmlResponse(ctx.deps.templates.renderNoticePage({ title, message }), status);
+  return htmlResponse(ctx.deps.templates.renderNoticePage({ title, message, returnUrl }), status);
 }
 
 function htmlResponse(page: RenderedPage, status: number, headers = new Headers()): Response {
