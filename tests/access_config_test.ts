@@ -33,7 +33,8 @@ Deno.test("access config: groups with and without a role, users, defaults", () =
     groups: [{ path: "acme" }, { path: "acme/platform", minRole: "developer" }],
     users: ["ada", "grace"],
   });
-  assert.equal(config.access.recheckSeconds, 900);
+  assert.equal(config.access.recheckSeconds, 300);
+  assert.equal(config.access.recheckGraceSeconds, 3600);
   assert.deepEqual(accessPolicyOf(loadConfig(CONFIGURED)), { groups: [], users: [] });
 });
 
