@@ -77,3 +77,26 @@ browserRigTest(
     ]);
   },
 );
+
+browserRigTest(
+  "device page: an account this service refuses is told so, not that GitLab failed",
+  async (r, page) => {
+    await page.goto(
+      `${r.service.url}/authorize?${
+        authorizeQuery({ client_id: "browser-client", redirect_uri: r.callback, state: "st-8" })
+      }`,
+    );
+    r.gitlab.approve(r.gitlab.lastUserCode() ?? "");
+    await page.locator("#status", { hasText: "refused" }).waitFor({ timeout: 15_000 });
+    assert.match(
+      (await page.textContent("#status")) ?? "",
+      /^Sign-in refused by this service: The GitLab account @\w+ is not allowed to sign in here: this service admits only the accounts it lists/,
+    );
+    const help = await page.locator("#failure-help").innerText();
+    assert.match(help, /This service refused the account/);
+    assert.doesNotMatch(help, /did not complete the sign-in/);
+    assert.equal(await page.locator("#help-failed").isVisible(), false);
+    assert.ok(await page.locator("#return-link").isVisible());
+  },
+  { ALLOWED_GITLAB_USERS: "id:999999" },
+);
