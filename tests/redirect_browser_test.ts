@@ -3,7 +3,8 @@
  * playwright-core) against the real service and the simulated GitLab: consent page → GitLab's
  * Approve → callback → client with code, state and iss → /token; the second sign-in skipping the
  * consent page; Cancel and GitLab's Deny; a callback without the browser's cookie; a replayed
- * callback; consent POSTs without or with a wrong CSRF token. Reported as ignored when Chromium
+ * callback; consent POSTs without or with a wrong CSRF token; an account this service refuses
+ * reading our page. Reported as ignored when Chromium
  * is absent, except under CI, where they fail.
  */
 
@@ -164,4 +165,31 @@ browserTest(
       await client.shutdown();
     }
   },
+);
+
+browserRigTest(
+  "redirect browser: an account this service refuses reads our page, whose link brings access_denied, state and iss",
+  async (r, page) => {
+    await page.goto(authorizeUrl(r));
+    await clickAndWaitFor(page, "Continue with GitLab", r.gitlab.url.origin);
+    await clickAndWaitFor(page, "Approve", r.service.url);
+    // Our page, staying put: no redirect of its own, the reason in words.
+    assert.ok(page.url().startsWith(`${r.service.url}/oauth/callback`), page.url());
+    assert.match(await page.textContent("h1") ?? "", /Sign-in refused by this service/);
+    assert.match(
+      await page.textContent("#message") ?? "",
+      /The GitLab account @\w+ is not allowed to sign in here: this service admits only the accounts it lists/,
+    );
+    await Promise.all([
+      page.waitForURL((url) => url.href.startsWith(r.callback), { timeout: 10_000 }),
+      page.getByRole("link", { name: "Return to the application" }).click(),
+    ]);
+    const landed = landedAt(page, r);
+    assert.deepEqual([...landed.keys()], ["error", "error_description", "state", "iss"]);
+    assert.equal(landed.get("error"), "access_denied");
+    assert.match(landed.get("error_description") ?? "", /is not allowed to sign in here/);
+    assert.equal(landed.get("state"), "st-42");
+    assert.equal(landed.get("iss"), r.service.url);
+  },
+  { GITLAB_SIGN_IN: "redirect", ALLOWED_GITLAB_USERS: "id:999999" },
 );
