@@ -4,8 +4,8 @@
  * Approve → callback → client with code, state and iss → /token; the second sign-in skipping the
  * consent page; Cancel and GitLab's Deny; a callback without the browser's cookie; a replayed
  * callback; consent POSTs without or with a wrong CSRF token; an account this service refuses
- * reading our page. Reported as ignored when Chromium
- * is absent, except under CI, where they fail.
+ * reading our page. Reported as ignored when Chromium is absent, except under CI, where they
+ * fail.
  */
 
 import assert from "node:assert/strict";
