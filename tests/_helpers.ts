@@ -213,7 +213,11 @@ export async function makeTestAppOn<D extends StoreDatabase>(
     kv: database,
     store: deps.store,
     deps,
-    close: () => deps.mcpClient?.close(),
+    close: () => {
+      deps.mcpClient?.close();
+      for (const client of Object.values(deps.serverClients)) client.close();
+      for (const client of Object.values(deps.serverClients)) client.close();
+    },
   };
 }
 
@@ -270,6 +274,7 @@ export async function makeTestApp(
     deps,
     close: () => {
       deps.mcpClient?.close();
+      for (const client of Object.values(deps.serverClients)) client.close();
       kv.close();
     },
   };

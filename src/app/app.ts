@@ -22,7 +22,7 @@ import {
   type Route,
   routesFor,
 } from "./router.ts";
-import { createMcpGateway } from "../gateway/proxy.ts";
+import { createMcpGateway, servedServers } from "../gateway/proxy.ts";
 import { gatewayRoute } from "./gateway_route.ts";
 import { ROUTES } from "./route_table.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
@@ -40,8 +40,12 @@ const SECURITY_HEADER_NAMES: ReadonlySet<string> = new Set(SECURITY_HEADERS.map(
 
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
-  const gateway = createMcpGateway(deps);
-  const mcpRoute = gateway && gatewayRoute(gateway);
+  const gateways = servedServers(deps).map((server) => {
+    const gateway = createMcpGateway(deps, server);
+    return { gateway, route: gatewayRoute(gateway) };
+  });
+  const gatewayRouteFor = (url: URL, baseUrl: string) =>
+    gateways.find(({ gateway }) => gateway.serves(url, baseUrl))?.route;
   const trusted = createProxyTrust(deps.config.trustProxy);
   const trustsProxies = deps.config.trustProxy.length > 0;
   const hsts = strictTransportSecurity(deps.config);
@@ -65,7 +69,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
-      route = gateway?.serves(url, baseUrl) ? mcpRoute : findRoute(routes, url.pathname);
+      route = gatewayRouteFor(url, baseUrl) ?? findRoute(routes, url.pathname);
       const clientAddress = () => clientIp(request, peerOf(), trusted);
       const found = route;
       const standardHeaders = () => standardHeadersOf(found, requestId, hsts);

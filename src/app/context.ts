@@ -50,6 +50,8 @@ export interface AppDeps {
   callPolicy: CallPolicyHolder;
   /** Reaches the MCP server behind the gateway; absent when MCP_UPSTREAM_URL is not set. */
   mcpClient?: McpClient;
+  /** The clients of the named MCP servers (MCP_SERVERS_FILE), by name. */
+  serverClients: Readonly<Record<string, McpClient>>;
 }
 
 /** One request as a route sees it, with the whole service as its dependencies. */

@@ -54,6 +54,8 @@ export interface Resources {
    * (a test adds one here as a new provider module would be added there).
    */
   providers?: Readonly<Record<string, ProviderDescription>>;
+  /** Makes the client of a named MCP server (MCP_SERVERS_FILE); by default by its URL's scheme. */
+  mcpClientFor?: (url: URL) => McpClient;
   /** Reaches the MCP server; by default the client for MCP_UPSTREAM_URL's scheme. */
   mcpClient?: McpClient;
 }
@@ -106,6 +108,12 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     callPolicy,
     mcpClient: resources.mcpClient ??
       (config.mcpUpstreamUrl ? mcpClientFor(config.mcpUpstreamUrl) : undefined),
+    serverClients: Object.fromEntries(
+      (config.mcpServersFile?.servers ?? []).map(({ name, url }) => [
+        name,
+        (resources.mcpClientFor ?? mcpClientFor)(url),
+      ]),
+    ),
   };
 }
 

@@ -61,8 +61,8 @@ export interface Audit {
   recordUnauthenticated(context: UnauthenticatedContext, outcome: AuditOutcome): void;
 }
 
-/** The audit over `logger`. */
-export function createAudit(logger: Logger, enabled: boolean): Audit {
+/** The audit over `logger` of the MCP server named `server` (`default` for `/mcp`). */
+export function createAudit(logger: Logger, enabled: boolean, server: string): Audit {
   return {
     enabled,
     annotate(context) {
@@ -93,6 +93,7 @@ export function createAudit(logger: Logger, enabled: boolean): Audit {
       for (const message of messages) {
         logger.info("mcp", {
           requestId: context.requestId,
+          server,
           userId: context.auth.user.id,
           username: context.auth.user.username,
           clientId: context.auth.clientId,
@@ -116,6 +117,7 @@ export function createAudit(logger: Logger, enabled: boolean): Audit {
       if (!enabled) return;
       logger.info("mcp", {
         requestId: context.requestId,
+        server,
         protocolVersion: bounded(context.protocolVersion),
         status: outcome.status,
         error: outcome.error,

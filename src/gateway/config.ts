@@ -14,6 +14,7 @@ import {
 import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
 import { parsePolicyFile } from "../access/call_policy_file.ts";
 import { NEVER_FORWARDED_HEADERS } from "./headers.ts";
+import { parseServersFile } from "./servers_file.ts";
 
 /** The code refused calls were answered with before -32403; kept for clients that match it. */
 const FORMER_POLICY_ERROR_CODE = -32003;
@@ -72,6 +73,13 @@ export const GATEWAY_VARIABLES = {
     urlWithoutTrailingSlash,
     "the protected MCP server (RFC 9728 `resource`)",
     "`{base}/mcp`",
+  ),
+  /** More MCP servers, each behind `/mcp/<name>` with its own audience. Undefined: none. */
+  mcpServersFile: variable(
+    "MCP_SERVERS_FILE",
+    undefined,
+    parseServersFile,
+    "more MCP servers, each at `/mcp/<name>` (YAML or JSON; [several servers](#several-mcp-servers))",
   ),
   /** Gateway mode: where authenticated MCP requests are forwarded. Undefined: no gateway. */
   mcpUpstreamUrl: variable(

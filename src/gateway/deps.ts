@@ -21,6 +21,7 @@ import type { Deadlines } from "./deadlines.ts";
 import type { GuardDeps } from "./guard.ts";
 import type { McpClient } from "./mcp_client/types.ts";
 import type { SessionRateLimit } from "./session_rate_limit.ts";
+import type { TokenHeader } from "./servers_file.ts";
 import type { OpenStreams } from "./open_streams.ts";
 import type { VerifiedTokens } from "./verified_tokens.ts";
 
@@ -55,7 +56,11 @@ export interface GatewayOAuth {
 /** What every gateway request shares: where to, the guard's dependencies, the time limits. */
 export interface Gateway {
   deps: GatewayDeps;
+  /** The server's name (`default` for `/mcp`), for the audit line. */
+  server: string;
   upstreamUrl: URL;
+  /** How the MCP server receives the user's GitLab token (or none). */
+  tokenHeader: TokenHeader;
   client: McpClient;
   /** Built on the first request, from the OAuth dependencies only a configured service has. */
   guard: GuardDeps | undefined;

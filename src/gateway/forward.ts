@@ -35,7 +35,7 @@ export async function forward(
       url: gateway.upstreamUrl,
       method,
       headers: upstreamRequestHeaders(outgoing.headers, config.mcpUpstreamForwardHeaders ?? [], {
-        header: config.mcpUpstreamTokenHeader,
+        header: gateway.tokenHeader,
         value: auth.gitlabToken,
       }),
       body: outgoing.body,

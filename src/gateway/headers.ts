@@ -80,7 +80,7 @@ export const NEVER_FORWARDED_HEADERS: ReadonlySet<string> = new Set([
 export function upstreamRequestHeaders(
   incoming: HeaderSnapshot,
   extra: readonly string[],
-  token: { header: "authorization" | "private-token"; value: string },
+  token: { header: "authorization" | "private-token" | "none"; value: string },
 ): HeaderList {
   const headers: HeaderList = [];
   for (const name in incoming) {
@@ -95,7 +95,9 @@ export function upstreamRequestHeaders(
     if (!headers.some(([sent]) => sent === name)) headers.push([name, value]);
   }
   if (token.header === "private-token") headers.push(["PRIVATE-TOKEN", token.value]);
-  else headers.push(["Authorization", `Bearer ${token.value}`]);
+  else if (token.header === "authorization") {
+    headers.push(["Authorization", `Bearer ${token.value}`]);
+  }
   return headers;
 }
 

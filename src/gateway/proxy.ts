@@ -10,12 +10,14 @@
  *   Hijacking")
  */
 
-import { mcpResourceUrl } from "../http/resource.ts";
+import { mcpResourceUrl, namedServerResource } from "../http/resource.ts";
 import { createAudit } from "./audit.ts";
 import { createDeadlines } from "./deadlines.ts";
 import type { Gateway, GatewayDeps } from "./deps.ts";
 import { type GatewayContext, runExchange } from "./exchange.ts";
 import { createSessionRateLimit } from "./session_rate_limit.ts";
+import type { McpClient } from "./mcp_client/types.ts";
+import { DEFAULT_SERVER, type TokenHeader } from "./servers_file.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -25,22 +27,64 @@ export interface McpGateway {
   handle(ctx: GatewayContext): Promise<Response>;
 }
 
-/** The gateway over `deps`, or undefined when MCP_UPSTREAM_URL is not configured. */
-export function createMcpGateway(deps: GatewayDeps): McpGateway | undefined {
-  const upstreamUrl = deps.config.mcpUpstreamUrl;
-  const client = deps.mcpClient;
-  if (!upstreamUrl || !client) return undefined;
+/** One MCP server behind the gateway: its name, where it is, how it is reached. */
+export interface ServedServer {
+  /** `default` for the server at `/mcp`, else its MCP_SERVERS_FILE name (at `/mcp/<name>`). */
+  name: string;
+  url: URL;
+  client: McpClient;
+  tokenHeader: TokenHeader;
+  timeoutMs: number;
+  /** Its resource URL for a base URL. */
+  resourceFor(baseUrl: string): string;
+}
+
+/**
+ * The servers behind the gateway: MCP_UPSTREAM_URL's at `/mcp` (as `default`), and each of
+ * MCP_SERVERS_FILE's at `/mcp/<name>`, with the service-wide settings where it names none.
+ */
+export function servedServers(
+  deps: GatewayDeps & { serverClients: Readonly<Record<string, McpClient>> },
+): ServedServer[] {
+  const { config } = deps;
+  const main: ServedServer[] = config.mcpUpstreamUrl && deps.mcpClient
+    ? [{
+      name: DEFAULT_SERVER,
+      url: config.mcpUpstreamUrl,
+      client: deps.mcpClient,
+      tokenHeader: config.mcpUpstreamTokenHeader,
+      timeoutMs: config.mcpUpstreamTimeoutMs,
+      resourceFor: (baseUrl) => mcpResourceUrl(config, baseUrl),
+    }]
+    : [];
+  const named = (config.mcpServersFile?.servers ?? []).map((entry): ServedServer => ({
+    name: entry.name,
+    url: entry.url,
+    client: deps.serverClients[entry.name],
+    tokenHeader: entry.tokenHeader ?? config.mcpUpstreamTokenHeader,
+    timeoutMs: entry.timeoutMs ?? config.mcpUpstreamTimeoutMs,
+    resourceFor: (baseUrl) => namedServerResource(baseUrl, entry.name),
+  }));
+  return [...main, ...named];
+}
+
+/** The gateway in front of `server`. */
+export function createMcpGateway(deps: GatewayDeps, server: ServedServer): McpGateway {
   const gateway: Gateway = {
     deps,
-    upstreamUrl,
-    client,
+    server: server.name,
+    upstreamUrl: server.url,
+    client: server.client,
+    tokenHeader: server.tokenHeader,
     guard: undefined,
-    deadlines: createDeadlines(deps.config.mcpUpstreamTimeoutMs),
-    resourceFor: lastValueMemo((baseUrl) => mcpResourceUrl(deps.config, baseUrl)),
-    audit: createAudit(deps.logger, deps.config.auditLog),
+    deadlines: createDeadlines(server.timeoutMs),
+    resourceFor: lastValueMemo(server.resourceFor),
+    audit: createAudit(deps.logger, deps.config.auditLog, server.name),
     rateLimit: createSessionRateLimit(deps, deps.config.rateLimits.mcp),
   };
-  const pathFor = lastValueMemo((baseUrl: string) => resourcePath(deps, baseUrl));
+  const pathFor = lastValueMemo((baseUrl: string) =>
+    trimPath(new URL(server.resourceFor(baseUrl)).pathname)
+  );
   return {
     serves: (url, baseUrl) => trimPath(url.pathname) === pathFor(baseUrl),
     handle: (ctx) => runExchange(ctx, gateway),
@@ -57,11 +101,6 @@ function lastValueMemo<T>(compute: (key: string) => T): (key: string) => T {
     if (last?.key !== key) last = { key, value: compute(key) };
     return last.value;
   };
-}
-
-/** The path of the MCP resource URL (which may be on another host). */
-function resourcePath(deps: GatewayDeps, baseUrl: string): string {
-  return trimPath(new URL(mcpResourceUrl(deps.config, baseUrl)).pathname);
 }
 
 function trimPath(pathname: string): string {

@@ -36,7 +36,7 @@ export interface GrantDeps extends EndDeps {
     & RecheckDeps["config"]
     & Pick<ClientsConfig, "redirectUriPolicy">
     & Pick<UpstreamConfig, "upstreamTimeoutMs">
-    & Pick<GatewayConfig, "mcpResourceUrl">
+    & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
     & { revokeOnCodeReplay: boolean };
   metrics: Pick<Metrics, "refreshReplays">;
   signer: Pick<TokenSigner, "sign">;

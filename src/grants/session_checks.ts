@@ -11,8 +11,9 @@ import { OAuthError } from "../http/errors.ts";
 import {
   invalidTarget,
   mcpResourceUrl,
-  requireProtectedResource,
+  requireServedResource,
   sameResource,
+  servedResources,
 } from "../http/resource.ts";
 import { redact } from "../logger.ts";
 import { afterSessionEnded } from "../session/end.ts";
@@ -61,7 +62,7 @@ export function requireSessionResource(
 ): void {
   const requested = request.params.get("resource");
   if (requested === undefined) return;
-  requireProtectedResource(requested, protectedResource(deps, request.issuer));
+  requireServedResource(requested, servedResources(deps.config, request.issuer));
   if (session.resource !== undefined && !sameResource(requested, session.resource)) {
     throw invalidTarget("resource is not the one this grant was authorized for");
   }

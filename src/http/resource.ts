@@ -69,3 +69,44 @@ function normalised(value: string): string | undefined {
   if (url.hash || url.username || url.password) return undefined;
   return `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}${url.search}`;
 }
+
+/** The resource URL of the MCP server named `name` (MCP_SERVERS_FILE): `{base}/mcp/<name>`. */
+export function namedServerResource(baseUrl: string, name: string): string {
+  return `${baseUrl}/mcp/${name}`;
+}
+
+/** What the served resources are derived from: MCP_RESOURCE_URL and MCP_SERVERS_FILE's names. */
+export interface ServedResourceSettings {
+  mcpResourceUrl?: string;
+  mcpServersFile?: { servers: readonly { name: string }[] };
+}
+
+/** Every protected resource a token may be asked for: `/mcp`'s first, then each named server's. */
+export function servedResources(config: ServedResourceSettings, baseUrl: string): string[] {
+  const named = config.mcpServersFile?.servers ?? [];
+  return [
+    mcpResourceUrl(config, baseUrl),
+    ...named.map(({ name }) => namedServerResource(baseUrl, name)),
+  ];
+}
+
+/**
+ * The served resource a request names: the first (`/mcp`'s) when `requested` is absent, the one
+ * it names (as sameResource compares) otherwise; else 400 `invalid_target`.
+ */
+export function requireServedResource(
+  requested: string | undefined,
+  served: readonly string[],
+): string {
+  if (requested === undefined) return served[0];
+  if (requested.includes("#")) throw invalidTarget("resource must not contain a fragment");
+  const found = served.find((resource) => sameResource(requested, resource));
+  if (found === undefined) {
+    throw invalidTarget(
+      served.length === 1
+        ? "resource is not the MCP server this service protects"
+        : "resource is not one of the MCP servers this service protects",
+    );
+  }
+  return found;
+}

@@ -17,7 +17,7 @@ import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
 import { PKCE_METHOD } from "../sign_in/pkce.ts";
 import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
-import { mcpResourceUrl, requireProtectedResource } from "../http/resource.ts";
+import { requireServedResource, servedResources } from "../http/resource.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
 import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
@@ -46,9 +46,9 @@ export interface IdentifiedClient {
 export async function handleAuthorize(ctx: SignInContext): Promise<Response> {
   const { clock, templates, logger } = ctx.deps;
   const request = parseAuthorizationRequest(ctx.url.searchParams);
-  const resource = requireProtectedResource(
+  const resource = requireServedResource(
     request.resource,
-    mcpResourceUrl(ctx.deps.config, ctx.baseUrl),
+    servedResources(ctx.deps.config, ctx.baseUrl),
   );
   const client = await identifyClient(ctx, request);
   requireAllowedRedirect(ctx, client.redirectUri);

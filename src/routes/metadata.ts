@@ -15,12 +15,12 @@ interface MetadataDeps {
   config:
     & Pick<KeysConfig, "accessTokenAlg">
     & IntrospectionConfig
-    & Pick<GatewayConfig, "mcpResourceUrl">
+    & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
     & { baseUrl?: string };
   upstreamProfile: Pick<UpstreamProfile, "displayName">;
 }
 import { json, NO_STORE } from "../http/responses.ts";
-import { mcpResourceUrl, pathOf } from "../http/resource.ts";
+import { pathOf, servedResources } from "../http/resource.ts";
 import { PATHS } from "../http/paths.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import { GRANT_TYPES } from "../grants/registry.ts";
@@ -79,19 +79,31 @@ function optionalEndpoints(
   };
 }
 
-/** Protected resource metadata for the MCP server. @see RFC 9728 §2, §3.1 */
+/**
+ * Protected resource metadata of an MCP server this service protects: `/mcp`'s at the well-known
+ * path alone or with its path, a named server's (MCP_SERVERS_FILE) with `/mcp/<name>`.
+ *
+ * @see RFC 9728 §2, §3.1
+ */
 export function handleProtectedResourceMetadata(
   ctx: RequestContext<MetadataDeps>,
 ): Promise<Response> {
-  const resource = mcpResourceUrl(ctx.deps.config, ctx.baseUrl);
-  requireSuffix(ctx.url.pathname, PATHS.protectedResourceMetadata, pathOf(resource));
+  const { config, upstreamProfile } = ctx.deps;
+  const [main, ...named] = servedResources(config, ctx.baseUrl);
+  const suffix = ctx.url.pathname.slice(PATHS.protectedResourceMetadata.length)
+    .replace(/\/+$/, "");
+  const resource = suffix === "" || suffix === pathOf(main)
+    ? main
+    : named.find((candidate) => pathOf(candidate) === suffix);
+  if (resource === undefined) throw notFound(ctx.url.pathname);
+  const name = resource === main ? "" : ` ${resource.slice(resource.lastIndexOf("/") + 1)}`;
   return Promise.resolve(json(
     {
       resource,
       authorization_servers: [ctx.baseUrl],
       scopes_supported: [...GRANTED_SCOPES],
       bearer_methods_supported: ["header"],
-      resource_name: `MCP server (sign in with ${ctx.deps.upstreamProfile.displayName})`,
+      resource_name: `MCP server${name} (sign in with ${upstreamProfile.displayName})`,
     },
     200,
     cachingOf(ctx),

@@ -30,7 +30,7 @@ export type SignInSettings =
   & SessionConfig
   & ClientsConfig
   & SignInConfig
-  & Pick<GatewayConfig, "mcpResourceUrl">
+  & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
   & {
     baseUrl?: string;
     requestBodyTimeoutMs: number;

@@ -1,0 +1,172 @@
+/**
+ * MCP_SERVERS_FILE: the MCP servers one service protects besides the one at `/mcp`, each behind
+ * `/mcp/<name>` with its own audience. The file is YAML (`.yaml`, `.yml`) or JSON (`.json`), read
+ * with a maintained parser; anything it does not understand (an unknown key at any level, a
+ * repeated key, a field of the wrong kind) stops start-up with one line naming the file, the
+ * entry (by name, or index) and the field, so a typo never widens or narrows access silently.
+ *
+ * @see README.md "Several MCP servers"
+ */
+
+import { LineCounter, parseDocument } from "yaml";
+import { ConfigError } from "../config/variable.ts";
+import { isWebUrl } from "../http/web_url.ts";
+
+/** How the gateway hands an MCP server the user's GitLab token. */
+export type TokenHeader = "authorization" | "private-token" | "none";
+
+/** One MCP server of the file. */
+export interface ServerEntry {
+  /** `[a-z0-9][a-z0-9-]{0,31}`; served at `/mcp/<name>`. */
+  name: string;
+  url: URL;
+  tokenHeader?: TokenHeader;
+  timeoutMs?: number;
+}
+
+/** The servers file, read. */
+export interface ServersFile {
+  path: string;
+  servers: ServerEntry[];
+}
+
+/** A server's name: what its path and its metrics label say. */
+const NAME = /^[a-z0-9][a-z0-9-]{0,31}$/;
+/** The name of the server at `/mcp` (MCP_UPSTREAM_URL), so no entry may take it. */
+export const DEFAULT_SERVER = "default";
+const ENTRY_KEYS = [
+  "name",
+  "url",
+  "token_header",
+  "timeout_ms",
+  "policy_file",
+  "allowed_gitlab_groups",
+  "allowed_gitlab_users",
+  "gitlab_scopes",
+];
+const TOKEN_HEADERS: readonly TokenHeader[] = ["authorization", "private-token", "none"];
+/**
+ * Keys the issue names that this version does not apply yet (each server uses the service-wide
+ * policy, allow-lists and scopes): a file using one is refused at start-up.
+ */
+const DEFERRED_KEYS = [
+  "policy_file",
+  "allowed_gitlab_groups",
+  "allowed_gitlab_users",
+  "gitlab_scopes",
+];
+
+/** The configuration's parser of MCP_SERVERS_FILE: the file read and checked once. */
+export function parseServersFile(variable: string, path: string): ServersFile {
+  return readServersFile(path, (problem) => new ConfigError(variable, problem));
+}
+
+/**
+ * Reads and checks the servers file at `path`; `problem` makes the error its reader throws (one
+ * line: the file, the entry, the field).
+ */
+export function readServersFile(
+  path: string,
+  problem: (message: string) => Error,
+  readText: (path: string) => string = Deno.readTextFileSync,
+): ServersFile {
+  const fail = (where: string, message: string): never => {
+    throw problem(`${path}: ${where}${where ? ": " : ""}${message}`);
+  };
+  let text: string;
+  try {
+    text = readText(path);
+  } catch (error) {
+    return fail("", `cannot read the file (${error instanceof Error ? error.name : "unreadable"})`);
+  }
+  const root = parseText(path, text, fail);
+  if (!isObject(root)) return fail("", "must be an object with a `servers` list");
+  onlyKeys(root, ["servers"], "", fail);
+  if (!Array.isArray(root.servers)) return fail("servers", "must be a list");
+  const servers = root.servers.map((raw, index) => parseEntry(raw, index, fail));
+  const seen = new Set<string>();
+  for (const { name } of servers) {
+    if (seen.has(name)) fail(`server ${JSON.stringify(name)}`, "the name is used twice");
+    seen.add(name);
+  }
+  return { path, servers };
+}
+
+type Fail = (where: string, message: string) => never;
+
+/** The file's data: YAML or JSON by the file's extension, with the line of a syntax error. */
+function parseText(path: string, text: string, fail: Fail): unknown {
+  const extension = path.toLowerCase().match(/\.(ya?ml|json)$/)?.[1];
+  if (extension === undefined) return fail("", "must end in .yaml, .yml or .json");
+  if (extension === "json") {
+    try {
+      return JSON.parse(text);
+    } catch (error) {
+      return fail("", `not JSON (${error instanceof Error ? error.message : error})`);
+    }
+  }
+  const lineCounter = new LineCounter();
+  const document = parseDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: true });
+  const [error] = document.errors;
+  if (error) {
+    const at = error.linePos?.[0];
+    const where = at ? `line ${at.line}, column ${at.col}` : "";
+    return fail(where, `not YAML (${error.message.split("\n")[0]})`);
+  }
+  return document.toJS();
+}
+
+function parseEntry(raw: unknown, index: number, fail: Fail): ServerEntry {
+  let where = `server ${index}`;
+  if (!isObject(raw)) return fail(where, "must be an object");
+  if (typeof raw.name === "string" && NAME.test(raw.name)) where = `server ${raw.name}`;
+  onlyKeys(raw, ENTRY_KEYS, where, fail);
+  const name = raw.name;
+  if (typeof name !== "string" || !NAME.test(name)) {
+    return fail(`${where} name`, "must match [a-z0-9][a-z0-9-]{0,31}");
+  }
+  if (name === DEFAULT_SERVER) {
+    return fail(`${where} name`, `"${DEFAULT_SERVER}" is the server at /mcp (MCP_UPSTREAM_URL)`);
+  }
+  const entry: ServerEntry = { name, url: serverUrl(raw.url, `${where} url`, fail) };
+  if (raw.token_header !== undefined) {
+    const header = String(raw.token_header).toLowerCase();
+    if (typeof raw.token_header !== "string" || !TOKEN_HEADERS.includes(header as TokenHeader)) {
+      fail(`${where} token_header`, `must be one of ${TOKEN_HEADERS.join(", ")}`);
+    }
+    entry.tokenHeader = header as TokenHeader;
+  }
+  if (raw.timeout_ms !== undefined) {
+    const ms = raw.timeout_ms;
+    if (typeof ms !== "number" || !Number.isInteger(ms) || ms < 1 || ms > 3_600_000) {
+      fail(`${where} timeout_ms`, "must be a whole number of milliseconds, 1 to 3600000");
+    }
+    entry.timeoutMs = ms as number;
+  }
+  const deferred = DEFERRED_KEYS.find((key) => raw[key] !== undefined);
+  if (deferred !== undefined) {
+    // Refused rather than ignored: a list or policy that silently did nothing would admit more.
+    fail(`${where} ${deferred}`, "is not supported yet: this version applies the service-wide one");
+  }
+  return entry;
+}
+
+function serverUrl(raw: unknown, where: string, fail: Fail): URL {
+  const url = typeof raw === "string" ? URL.parse(raw) : null;
+  if (!url || !isWebUrl(url)) return fail(where, "must be an http: or https: URL");
+  if (url.username || url.password || url.hash) {
+    return fail(where, "must carry no user name, password or fragment");
+  }
+  return url;
+}
+
+function onlyKeys(value: Record<string, unknown>, known: string[], where: string, fail: Fail) {
+  const unknown = Object.keys(value).find((key) => !known.includes(key));
+  if (unknown !== undefined) {
+    fail(where, `unknown key ${JSON.stringify(unknown)} (known: ${known.join(", ")})`);
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}

@@ -1,0 +1,272 @@
+/**
+ * One service, several MCP servers (issue 35): MCP_SERVERS_FILE puts each behind `/mcp/<name>`
+ * with its own audience beside MCP_UPSTREAM_URL's at `/mcp`. Over real HTTP: an SDK v1 server at
+ * `/mcp` and an SDK v2 server (2026-07-28) at `/mcp/docs`; each is reached with a token for it,
+ * and a token for one is refused at the other (401 `invalid_token`); each has its protected
+ * resource metadata; `/authorize` and `/token` take only a served resource; audit lines name the
+ * server. And the file: YAML or JSON by extension, every mistake one line naming file, entry and
+ * field.
+ */
+
+import assert from "node:assert/strict";
+import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport as TransportV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import {
+  Client as ClientV2,
+  StreamableHTTPClientTransport as TransportV2,
+} from "@modelcontextprotocol/client";
+import { loadConfig } from "../src/app/config.ts";
+import { createLogger } from "../src/logger.ts";
+import {
+  exchange,
+  issueCode,
+  issueTokens,
+  makeTestApp,
+  refresh,
+  TEST_BASE,
+  TEST_SECRET,
+  type TestApp,
+} from "./_helpers.ts";
+import { startMcpUpstream } from "./_mcp_upstream.ts";
+import { NOTE_TEXT, NOTE_URI, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
+
+const DOCS = `${TEST_BASE}/mcp/docs`;
+
+async function writeFile(name: string, text: string): Promise<string> {
+  const dir = await Deno.makeTempDir();
+  const path = `${dir}/${name}`;
+  await Deno.writeTextFile(path, text);
+  return path;
+}
+
+function configWith(path: string) {
+  return loadConfig({ GITLAB_CLIENT_ID: "app", JWT_SECRET: TEST_SECRET, MCP_SERVERS_FILE: path });
+}
+
+Deno.test("servers file: YAML and JSON by extension, fields taken, the service-wide values otherwise", async () => {
+  const yaml = await writeFile(
+    "servers.yaml",
+    "servers:\n  - name: docs\n    url: http://127.0.0.1:3001/mcp\n" +
+      "  - name: gl-tools\n    url: https://tools.example/mcp\n    token_header: none\n" +
+      "    timeout_ms: 5000\n",
+  );
+  const json = await writeFile(
+    "servers.json",
+    JSON.stringify({ servers: [{ name: "docs", url: "http://127.0.0.1:3001/mcp" }] }),
+  );
+  try {
+    const { servers } = configWith(yaml).mcpServersFile!;
+    assert.deepEqual(servers.map((server) => server.name), ["docs", "gl-tools"]);
+    assert.equal(servers[1].tokenHeader, "none");
+    assert.equal(servers[1].timeoutMs, 5000);
+    assert.equal(servers[0].tokenHeader, undefined);
+    assert.equal(configWith(json).mcpServersFile!.servers[0].url.href, "http://127.0.0.1:3001/mcp");
+  } finally {
+    await Deno.remove(yaml);
+    await Deno.remove(json);
+  }
+});
+
+Deno.test("servers file: every mistake stops start-up with one line naming file, entry and field", async () => {
+  const cases: [string, string, RegExp][] = [
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: [1\n",
+      /s\.yaml: line \d+, column \d+: not YAML/,
+    ],
+    ["s.toml", "servers = []", /must end in \.yaml, \.yml or \.json/],
+    ["s.yaml", "servers:\n  - name: Docs\n    url: http://x/mcp\n", /server 0 name: must match/],
+    [
+      "s.yaml",
+      "servers:\n  - name: default\n    url: http://x/mcp\n",
+      /server default name: "default" is the server at \/mcp/,
+    ],
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: ftp://x/mcp\n",
+      /server docs url: must be an http/,
+    ],
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: http://x/mcp\n    colour: red\n",
+      /server docs: unknown key "colour"/,
+    ],
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: http://x/mcp\n  - name: docs\n    url: http://y/mcp\n",
+      /server "docs": the name is used twice/,
+    ],
+    ["s.yaml", "servers:\n  - name: docs\n    url: http://x/mcp\n    name: other\n", /not YAML/],
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: http://x/mcp\n    token_header: cookie\n",
+      /server docs token_header/,
+    ],
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: http://x/mcp\n    timeout_ms: 0\n",
+      /server docs timeout_ms/,
+    ],
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: http://x/mcp\n    allowed_gitlab_users: [ada]\n",
+      /server docs allowed_gitlab_users: is not supported yet/,
+    ],
+    ["s.yaml", "hosts: []\n", /unknown key "hosts"/],
+  ];
+  for (const [name, text, expected] of cases) {
+    const path = await writeFile(name, text);
+    try {
+      assert.throws(() => configWith(path), (error: unknown) => {
+        const message = String(error);
+        assert.match(message, /^ConfigError: MCP_SERVERS_FILE: /, message);
+        assert.ok(message.includes(path), `names the file: ${message}`);
+        assert.match(message, expected);
+        assert.ok(!message.includes("\n"), "one line");
+        return true;
+      });
+    } finally {
+      await Deno.remove(path);
+    }
+  }
+  assert.throws(() => configWith("/nonexistent/servers.yaml"), /cannot read the file/);
+});
+
+interface TwoServers {
+  t: TestApp;
+  url: string;
+  lines: Record<string, unknown>[];
+  close(): Promise<void>;
+}
+
+/** The service with an SDK v1 server at /mcp and an SDK v2 server at /mcp/docs, on loopback. */
+async function twoServers(fn: (s: TwoServers) => Promise<void>): Promise<void> {
+  const v1 = startMcpUpstream();
+  const v2 = startMcpV2Upstream();
+  const file = await writeFile("servers.yaml", `servers:\n  - name: docs\n    url: ${v2.url}\n`);
+  const lines: Record<string, unknown>[] = [];
+  const t = await makeTestApp({
+    env: { MCP_UPSTREAM_URL: v1.url, MCP_SERVERS_FILE: file },
+    logger: createLogger((line) => lines.push(JSON.parse(line))),
+  });
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+  try {
+    await fn({ t, url: `http://127.0.0.1:${server.addr.port}`, lines, close: async () => {} });
+  } finally {
+    await server.shutdown();
+    t.close();
+    await v1.close();
+    await v2.close();
+    await Deno.remove(file);
+  }
+}
+
+async function tokensFor(t: TestApp, resource?: string) {
+  if (resource === undefined) return await issueTokens(t);
+  const code = await issueCode(t, { resource });
+  const response = await exchange(t, code, { resource });
+  assert.equal(response.status, 200, await response.clone().text());
+  return await response.json();
+}
+
+async function v1Call(url: string, token: string): Promise<string> {
+  const client = new ClientV1({ name: "servers-test", version: "1.0.0" });
+  await client.connect(
+    new TransportV1(new URL(url), {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    }),
+  );
+  try {
+    const result = await client.callTool({ name: "whoami", arguments: {} });
+    return String((result.content as { text: string }[])[0].text);
+  } finally {
+    await client.close();
+  }
+}
+
+async function v2Read(url: string, token: string): Promise<string> {
+  const client = new ClientV2(
+    { name: "servers-test", version: "1.0.0" },
+    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+  );
+  await client.connect(
+    new TransportV2(new URL(url), { authProvider: { token: () => Promise.resolve(token) } }),
+  );
+  try {
+    const result = await client.readResource({ uri: NOTE_URI });
+    return String((result.contents[0] as { text?: string }).text);
+  } finally {
+    await client.close();
+  }
+}
+
+async function status(url: string, token: string): Promise<{ status: number; challenge: string }> {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+  });
+  await response.body?.cancel();
+  return { status: response.status, challenge: response.headers.get("www-authenticate") ?? "" };
+}
+
+Deno.test("two servers: each reached with its own token by SDK v1 and v2; one's token refused at the other", () =>
+  twoServers(async ({ t, url, lines }) => {
+    const main = await tokensFor(t);
+    const docs = await tokensFor(t, DOCS);
+    assert.match(
+      await v1Call(`${url}/mcp`, main.access_token),
+      /"authorization":"Bearer gl-access/,
+    );
+    assert.equal(await v2Read(`${url}/mcp/docs`, docs.access_token), NOTE_TEXT);
+
+    const docsAtMain = await status(`${url}/mcp`, docs.access_token);
+    assert.equal(docsAtMain.status, 401);
+    assert.match(docsAtMain.challenge, /error="invalid_token"/);
+    const mainAtDocs = await status(`${url}/mcp/docs`, main.access_token);
+    assert.equal(mainAtDocs.status, 401);
+    assert.match(
+      mainAtDocs.challenge,
+      /resource_metadata="http:\/\/auth\.test\/\.well-known\/oauth-protected-resource\/mcp\/docs"/,
+    );
+    assert.equal((await status(`${url}/mcp/nope`, docs.access_token)).status, 404);
+
+    const servers = new Set(
+      lines.filter((line) => line.message === "mcp").map((line) => line.server),
+    );
+    assert.deepEqual([...servers].sort(), ["default", "docs"]);
+  }));
+
+Deno.test("two servers: each has its resource metadata; /authorize and /token take only a served resource", () =>
+  twoServers(async ({ t }) => {
+    const prm = await t.app(
+      new Request(`${TEST_BASE}/.well-known/oauth-protected-resource/mcp/docs`),
+    );
+    assert.equal(prm.status, 200);
+    const document = await prm.json();
+    assert.equal(document.resource, DOCS);
+    assert.deepEqual(document.authorization_servers, [TEST_BASE]);
+    const unknown = await t.app(
+      new Request(`${TEST_BASE}/.well-known/oauth-protected-resource/mcp/other`),
+    );
+    assert.equal(unknown.status, 404);
+    await unknown.body?.cancel();
+
+    await assert.rejects(() => issueCode(t, { resource: `${TEST_BASE}/mcp/other` }));
+    const code = await issueCode(t, { resource: DOCS });
+    const moved = await exchange(t, code, { resource: `${TEST_BASE}/mcp` });
+    assert.equal(moved.status, 400);
+    assert.equal((await moved.json()).error, "invalid_target");
+
+    const docs = await tokensFor(t, DOCS);
+    const elsewhere = await refresh(t, docs.refresh_token, { resource: `${TEST_BASE}/mcp` });
+    assert.equal(elsewhere.status, 400);
+    assert.equal((await elsewhere.json()).error, "invalid_target", "a refresh never moves servers");
+    const same = await refresh(t, docs.refresh_token, { resource: DOCS });
+    assert.equal(same.status, 200);
+    await same.body?.cancel();
+  }));
