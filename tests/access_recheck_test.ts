@@ -199,6 +199,14 @@ Deno.test("access re-check: the gateway re-checks a decision older than ACCESS_R
     t.upstream.membershipFailure = new UpstreamError("transient", "http_502");
     t.clock.advance(5 * MINUTE + 1);
     assert.equal((await call(tokens.access_token)).status, 200);
+    const askedInOutage = asked();
+    // ...and the next calls within 30 s do not wait for GitLab again.
+    t.clock.advance(20_000);
+    assert.equal((await call(tokens.access_token)).status, 200);
+    assert.equal(asked(), askedInOutage, "not asked again within 30 s of a failure");
+    t.clock.advance(11_000);
+    assert.equal((await call(tokens.access_token)).status, 200);
+    assert.ok(asked() > askedInOutage, "asked again after 30 s");
     // ...and past it the gateway answers 503 without forwarding, keeping the session.
     t.clock.advance(60 * MINUTE);
     const forwarded = mcp.requests.length;

@@ -26,11 +26,30 @@ const RETRY_AFTER_SECONDS = "30";
 /** Attempts at storing a new decision on a session something else saved meanwhile. */
 const SAVE_ATTEMPTS = 3;
 
+/**
+ * After GitLab failed to answer a re-check whose decision still stands, the session's requests
+ * go on without asking again for this long (never past the grace): an outage must not make every
+ * call wait for GitLab's time limit.
+ */
+export const QUIET_AFTER_FAILURE_MS = 30_000;
+/** Sessions remembered as quiet at once; the oldest goes first. */
+const MAX_QUIET = 10_000;
+
 /** What the gateway's re-check needs beyond the guard's own dependencies. */
 export interface AccessGate {
   config: Pick<AccessConfig, "access">;
   /** The groups MCP_POLICY_FILE names now. */
   policyGroups(): string[];
+  /** Per process: until when a session is not asked again after a failure (epoch ms). */
+  quietUntil: Map<string, number>;
+}
+
+/** The re-check of the gateway `config` and `policyGroups` describe. */
+export function createAccessGate(
+  config: Pick<AccessConfig, "access">,
+  policyGroups: () => string[],
+): AccessGate {
+  return { config, policyGroups, quietUntil: new Map() };
 }
 
 /** The guard's dependencies the re-check uses. */
@@ -54,9 +73,14 @@ export async function requireStillAdmitted(
 ): Promise<SessionRecord> {
   const recheckDeps = { ...deps, config: gate.config, policyGroups: gate.policyGroups() };
   if (!recheckDue(recheckDeps, session)) return session;
+  const now = deps.clock.now();
+  if ((gate.quietUntil.get(session.id) ?? 0) > now) return session;
   const recheck = await recheckAccess(recheckDeps, session);
   if (recheck.kind === "admitted") {
-    return recheck.session === session ? session : await saveDecision(deps, recheck.session);
+    if (recheck.session !== session) return await saveDecision(deps, recheck.session);
+    // Due, yet the same decision: GitLab failed and the decision stands (the grace).
+    keepQuiet(gate, session, now);
+    return session;
   }
   if (recheck.kind === "unconfirmed") {
     deps.logger.warn("gateway refused: access could not be re-checked", { sessionId: session.id });
@@ -75,6 +99,19 @@ export async function requireStillAdmitted(
   });
   await endSession(deps, session);
   throw BearerChallengeError.invalidToken(resource, "The account is no longer allowed here");
+}
+
+/** Remembers `session` as quiet after a failure, until the pause or its grace ends. */
+function keepQuiet(gate: AccessGate, session: SessionRecord, now: number): void {
+  const { recheckSeconds, recheckGraceSeconds } = gate.config.access;
+  const checkedAt = session.access?.checkedAt ?? now;
+  const graceEnd = checkedAt + (recheckSeconds + recheckGraceSeconds) * 1000;
+  gate.quietUntil.delete(session.id);
+  if (gate.quietUntil.size >= MAX_QUIET) {
+    const oldest = gate.quietUntil.keys().next();
+    if (!oldest.done) gate.quietUntil.delete(oldest.value);
+  }
+  gate.quietUntil.set(session.id, Math.min(now + QUIET_AFTER_FAILURE_MS, graceEnd));
 }
 
 /** Stores the new decision on the session as it is now (an upstream refresh may have saved it). */

@@ -29,6 +29,7 @@ import {
 import { BearerChallengeError } from "./challenges.ts";
 import { missingScopes } from "./call_scopes.ts";
 import type { Deadline } from "./deadlines.ts";
+import { createAccessGate } from "./access_gate.ts";
 import { forward } from "./forward.ts";
 import {
   authenticateForGateway,
@@ -339,7 +340,7 @@ function guardDeps(gateway: Gateway, oauth: GatewayOAuth): GuardDeps {
     // Checked per call once the body is read (call_scopes.ts).
     requiredScope: undefined,
     verifiedTokens,
-    accessGate: { config, policyGroups: () => heldPolicyGroups(gateway.deps.callPolicy) },
+    accessGate: createAccessGate(config, () => heldPolicyGroups(gateway.deps.callPolicy)),
   };
 }
 
