@@ -41,6 +41,7 @@ import { SESSION_VARIABLES } from "../session/config.ts";
 import { SIGN_IN_VARIABLES } from "../sign_in/config.ts";
 import { requireOneStore, STORE_VARIABLES } from "../store/config.ts";
 import { requireMembershipScope, UPSTREAM_VARIABLES } from "../upstream/config.ts";
+import { PROVIDERS } from "../upstream/providers.ts";
 
 export { ConfigError, type ConfigVariable, type Env } from "../config/variable.ts";
 
@@ -227,7 +228,7 @@ function requireAccessSettings(config: Config): void {
 
 /** Whether the service admits every gitlab.com account, not having been told to on purpose. */
 export function isOpenToAnyGitLabComUser(config: Config): boolean {
-  return isGitLabCom(config) && !isRestricted(accessPolicyOf(config)) &&
+  return anyoneCanSignUpAt(config) && !isRestricted(accessPolicyOf(config)) &&
     !config.access.allowAnyUser;
 }
 
@@ -238,12 +239,15 @@ export function isOpenToAnyGitLabComUser(config: Config): boolean {
  */
 export function isStrictOpenToAnySelfManagedUser(config: Config): boolean {
   return config.securityProfile === "strict" && !isRestricted(accessPolicyOf(config)) &&
-    !config.access.allowAnyUser && !isGitLabCom(config);
+    !config.access.allowAnyUser && !anyoneCanSignUpAt(config);
 }
 
-function isGitLabCom(config: Config): boolean {
-  const host = config.upstream.url.hostname.toLowerCase();
-  return host === "gitlab.com" || host === "www.gitlab.com";
+/** Whether the configured provider says anyone can make an account at its URL (gitlab.com). */
+function anyoneCanSignUpAt(config: Config): boolean {
+  const provider = Object.hasOwn(PROVIDERS, config.upstream.provider)
+    ? PROVIDERS[config.upstream.provider]
+    : undefined;
+  return provider?.anyoneCanSignUp?.(config.upstream.url) ?? false;
 }
 
 /**

@@ -44,6 +44,7 @@ export const GITLAB_PROVIDER: ProviderDescription = {
   },
   processUser: processGitLabUserResponse,
   scopeWords: GITLAB_SCOPE_WORDS,
+  anyoneCanSignUp: (url) => ["gitlab.com", "www.gitlab.com"].includes(url.hostname.toLowerCase()),
   membership: ({ send, call }, gitlabUrl) => (accessToken, groupPath, userId) =>
     call("membership", async () => {
       const response = await send(membershipEndpoint(gitlabUrl, groupPath, userId), {

@@ -63,6 +63,11 @@ export interface ProviderDescription {
   /** The provider's scopes in words, for the pages (a scope not here is shown by its name). */
   scopeWords?: Readonly<Record<string, string>>;
   /**
+   * Whether anyone may make an account on the instance at `url` (GitLab: gitlab.com), so that
+   * admitting every account there admits anyone: strict refuses it without a list.
+   */
+  anyoneCanSignUp?(url: URL): boolean;
+  /**
    * Group memberships, for providers that have them (GitLab): given the client that sends and
    * the provider's URL, the `Upstream.membership` lookup.
    */
