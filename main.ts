@@ -141,6 +141,14 @@ function portInUse(config: Config): ConfigError {
   );
 }
 
+/** The MCP servers the gateway serves: `default` (at /mcp) and each of MCP_SERVERS_FILE's. */
+function servedServerNames(config: Config): string[] {
+  return [
+    ...(config.mcpUpstreamUrl ? ["default"] : []),
+    ...(config.mcpServersFile?.servers ?? []).map((server) => server.name),
+  ];
+}
+
 /** Logs the `listening` line (tests and operators read its `url`) and returns the URL. */
 function logListening(
   address: Deno.Addr,
@@ -157,6 +165,7 @@ function logListening(
     securityProfile: config.securityProfile,
     signIn: config.upstream.signIn,
     signInBecause,
+    mcpServers: servedServerNames(config).join(",") || undefined,
   });
   return url;
 }

@@ -198,6 +198,7 @@ Deno.test("main.ts's module graph holds only what the service runs (what deno co
     "npm:/ipaddr.js",
     "npm:/jose",
     "npm:/postgres",
+    "npm:/yaml",
   ]);
   const tasks = JSON.parse(await Deno.readTextFile(new URL("deno.json", ROOT))).tasks;
   // Without the flag, compile embeds every npm package of the lockfile (the test-only ones).

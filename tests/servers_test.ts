@@ -16,6 +16,8 @@ import {
   StreamableHTTPClientTransport as TransportV2,
 } from "@modelcontextprotocol/client";
 import { loadConfig } from "../src/app/config.ts";
+import { parseAdminArgs } from "../src/admin/args.ts";
+import { AdminRefusal, runStoreCommand, type StoreCommand } from "../src/admin/commands.ts";
 import { createLogger } from "../src/logger.ts";
 import {
   exchange,
@@ -29,6 +31,7 @@ import {
 } from "./_helpers.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import { NOTE_TEXT, NOTE_URI, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
+import { spawnService } from "./_service.ts";
 
 const DOCS = `${TEST_BASE}/mcp/docs`;
 
@@ -269,4 +272,55 @@ Deno.test("two servers: each has its resource metadata; /authorize and /token ta
     const same = await refresh(t, docs.refresh_token, { resource: DOCS });
     assert.equal(same.status, 200);
     await same.body?.cancel();
+  }));
+
+Deno.test("two servers: the start-up line lists the servers the gateway serves", async () => {
+  const file = await writeFile(
+    "servers.yaml",
+    "servers:\n  - name: docs\n    url: http://127.0.0.1:9/mcp\n  - name: tools\n    url: http://127.0.0.1:9/t\n",
+  );
+  const service = await spawnService({
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: ":memory:",
+    MCP_UPSTREAM_URL: "http://127.0.0.1:9/mcp",
+    MCP_SERVERS_FILE: file,
+  });
+  try {
+    assert.equal((service.listening as { mcpServers?: string }).mcpServers, "default,docs,tools");
+  } finally {
+    await service.stop();
+    await Deno.remove(file);
+  }
+});
+
+Deno.test("two servers: the operator lists the sessions of one server; an unknown name is refused", () =>
+  twoServers(async ({ t }) => {
+    await tokensFor(t);
+    await tokensFor(t, DOCS);
+    await tokensFor(t, DOCS);
+    const printed: string[] = [];
+    const deps = {
+      store: t.store,
+      logger: createLogger(() => {}),
+      print: (line: string) => void printed.push(line),
+      kvFileSize: () => Promise.resolve(undefined),
+      servers: ["default", "docs"],
+    };
+    const list = async (server: string) => {
+      printed.length = 0;
+      const command = parseAdminArgs(["sessions", "list", "--server", server, "--json"]);
+      assert.equal(await runStoreCommand(command as StoreCommand, deps), 0);
+      return printed.length;
+    };
+    assert.equal(await list("docs"), 2);
+    assert.equal(await list("default"), 1);
+    await assert.rejects(
+      () =>
+        runStoreCommand(
+          parseAdminArgs(["sessions", "list", "--server", "nope"]) as StoreCommand,
+          deps,
+        ),
+      (error: unknown) => error instanceof AdminRefusal && error.exitCode === 2,
+    );
   }));

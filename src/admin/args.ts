@@ -6,7 +6,14 @@
 /** One operator command, as typed. */
 export type AdminCommand =
   /** `group`: only the sessions that listed group (a full path, any case) admitted. */
-  | { name: "sessions list"; who?: UserSelector; group?: string; json: boolean }
+  | {
+    name: "sessions list";
+    who?: UserSelector;
+    group?: string;
+    /** Only the sessions of this MCP server (`default`: /mcp). */
+    server?: string;
+    json: boolean;
+  }
   | { name: "sessions revoke"; by: UserSelector | { id: string }; keepGitLabTokens: boolean }
   | { name: "clients list"; json: boolean }
   | { name: "clients delete"; clientId: string; keepGitLabTokens: boolean }
@@ -24,7 +31,7 @@ export type UserSelector = { user: string } | { userId: string } | { username: s
 
 /** The usage text printed with every refusal (and for `help`). */
 export const USAGE = [
-  "usage: admin sessions list [<user>] [--group <group>] [--json]",
+  "usage: admin sessions list [<user>] [--group <group>] [--server <name>] [--json]",
   "       admin sessions revoke (<user> | --id <session id>) [--keep-gitlab-tokens]",
   "       admin clients list [--json] | clients delete <client id> [--keep-gitlab-tokens]",
   "       admin stats [--json] | keys generate [--alg ES256|EdDSA] | migrate | help",
@@ -50,7 +57,15 @@ interface Split {
 const KEEP = "--keep-gitlab-tokens";
 
 /** Flags that take a value; every other flag is a switch. */
-const VALUE_FLAGS = new Set(["--user", "--user-id", "--username", "--group", "--id", "--alg"]);
+const VALUE_FLAGS = new Set([
+  "--user",
+  "--user-id",
+  "--username",
+  "--group",
+  "--server",
+  "--id",
+  "--alg",
+]);
 
 const USER_FLAGS = ["--user", "--user-id", "--username"];
 
@@ -114,11 +129,12 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
   const json = given.flags.has("--json");
   switch (`${group ?? ""} ${action ?? ""}`.trim()) {
     case "sessions list":
-      only(given, [...USER_FLAGS, "--group", "--json"], 2);
+      only(given, [...USER_FLAGS, "--group", "--server", "--json"], 2);
       return {
         name: "sessions list",
         who: userSelector(given),
         group: value(given, "--group"),
+        server: value(given, "--server"),
         json,
       };
     case "sessions revoke": {

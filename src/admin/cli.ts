@@ -119,6 +119,7 @@ export async function runAdmin(
       print: output.out,
       kvFileSize: () =>
         opened.kind === "kv" ? kvFileSize(config.kvPath) : Promise.resolve(undefined),
+      servers: ["default", ...(config.mcpServersFile?.servers ?? []).map(({ name }) => name)],
     });
   } catch (error) {
     if (!(error instanceof AdminRefusal)) throw error;

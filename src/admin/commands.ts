@@ -29,6 +29,8 @@ export interface AdminDeps {
   print(line: string): void;
   /** The KV file's size in bytes (with its WAL), or undefined when KV is no local file. */
   kvFileSize(): Promise<number | undefined>;
+  /** The MCP servers the gateway serves: `default` (/mcp) and MCP_SERVERS_FILE's names. */
+  servers?: readonly string[];
 }
 
 /** The commands that read or change KV (`keys generate`, `migrate` and `help` need none). */
@@ -58,11 +60,19 @@ export const NOTHING_MATCHED = 3;
 export async function runStoreCommand(command: StoreCommand, deps: AdminDeps): Promise<number> {
   switch (command.name) {
     case "sessions list": {
-      const { who, group } = command;
+      const { who, group, server } = command;
+      const servers = deps.servers ?? ["default"];
+      if (server !== undefined && !servers.includes(server)) {
+        throw new AdminRefusal(
+          `no MCP server named ${JSON.stringify(server)} (served: ${servers.join(", ")})`,
+          2,
+        );
+      }
       const sessions = await deps.store.listSessions(who);
-      const listed = group === undefined
-        ? sessions
-        : sessions.filter((session) => admittedThrough(session, group));
+      const listed = sessions.filter((session) =>
+        (group === undefined || admittedThrough(session, group)) &&
+        (server === undefined || serverOf(session, servers) === server)
+      );
       printSessions(listed, command.json, deps);
       return 0;
     }
@@ -79,6 +89,16 @@ export async function runStoreCommand(command: StoreCommand, deps: AdminDeps): P
       await printStats(command.json, deps);
       return 0;
   }
+}
+
+/**
+ * The MCP server a session's tokens are for: the named server its resource's path ends with
+ * (`/mcp/<name>`), else `default` (/mcp, and sessions from before resource indicators).
+ */
+function serverOf(session: SessionRecord, servers: readonly string[]): string {
+  const path = session.resource === undefined ? "" : URL.parse(session.resource)?.pathname ?? "";
+  const name = /\/mcp\/([a-z0-9][a-z0-9-]*)\/?$/.exec(path)?.[1];
+  return name !== undefined && servers.includes(name) ? name : "default";
 }
 
 /** One line a session: never its refresh token's hash nor its sealed upstream tokens. */
