@@ -2,7 +2,8 @@
  * The project's markdown holds together: every internal link (`#anchor`, a relative path, a
  * path with an anchor into another markdown file) has a target, every section the README's
  * table of contents names exists, and every `<!-- name:start -->` marker has its
- * `<!-- name:end -->`. Covers README.md, bench/README.md and every markdown file under deploy/
+ * `<!-- name:end -->`; no link leaves the repository (it would be dead on a clone without
+ * what lies beside it). Covers README.md, bench/README.md and every markdown file under docs/, deploy/
  * and dev/. Links to http(s) URLs are not checked (no network in tests).
  *
  * Anchors follow GitHub's rules (github-slugger): the heading's text, lowercased, without
@@ -17,7 +18,7 @@ const ROOT = resolve(dirname(new URL(import.meta.url).pathname), "..");
 /** The markdown files this test covers, relative to the project root. */
 async function markdownFiles(): Promise<string[]> {
   const files = ["README.md", "bench/README.md"];
-  for (const folder of ["deploy", "dev"]) files.push(...await markdownUnder(folder));
+  for (const folder of ["deploy", "dev", "docs"]) files.push(...await markdownUnder(folder));
   return files;
 }
 
@@ -139,6 +140,8 @@ async function brokenLink(file: string, text: string, link: Link): Promise<strin
     const path = pathPart.startsWith("/")
       ? join(ROOT, pathPart)
       : resolve(ROOT, dirname(file), pathPart);
+    // The repository stands alone: a link that leaves it is dead on a clone and on a forge.
+    if (relative(ROOT, path).startsWith("..")) return `a link out of the repository: ${target}`;
     let info: Deno.FileInfo;
     try {
       info = await Deno.stat(path);
