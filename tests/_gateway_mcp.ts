@@ -126,3 +126,21 @@ export function within<T>(promise: Promise<T>, ms: number, what: string): Promis
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
+
+/** POSTs `body` (a JSON-RPC message as text) to the gateway with the user's token. */
+export function postToGateway(
+  g: Pick<GatewayServer, "mcpUrl" | "accessToken">,
+  body: string,
+  headers: Record<string, string> = {},
+): Promise<Response> {
+  return fetch(g.mcpUrl, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${g.accessToken}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+      ...headers,
+    },
+    body,
+  });
+}

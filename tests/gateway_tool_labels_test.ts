@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { startGateway, startScripted } from "./_gateway_mcp.ts";
+import { postToGateway, startGateway, startScripted } from "./_gateway_mcp.ts";
 
 const PREFIX = "gitlab_mcp_auth_";
 
@@ -30,15 +30,10 @@ async function toolLabels(env: Record<string, string>, sse: boolean): Promise<Se
   const upstream = mcpServer(["listed_tool"], sse);
   const g = await startGateway(upstream.url, { env });
   const post = async (method: string, params: Record<string, unknown> = {}) => {
-    const response = await fetch(g.mcpUrl, {
-      method: "POST",
-      headers: {
-        Authorization: `Bearer ${g.accessToken}`,
-        "Content-Type": "application/json",
-        Accept: "application/json, text/event-stream",
-      },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
-    });
+    const response = await postToGateway(
+      g,
+      JSON.stringify({ jsonrpc: "2.0", id: 1, method, params }),
+    );
     await response.text();
   };
   try {

@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
-import { modernBody, startGateway, startScripted } from "./_gateway_mcp.ts";
+import { modernBody, postToGateway, startGateway, startScripted } from "./_gateway_mcp.ts";
 import { NOTE_URI, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 
 const URL_ELICITATION_REQUIRED = -32042;
@@ -61,31 +61,23 @@ Deno.test("the gateway relays an MCP server's -32042 as it came", async () => {
   });
   const g = await startGateway(upstream.url);
   try {
-    const response = await fetch(g.mcpUrl, {
-      method: "POST",
-      headers: {
-        Authorization: `Bearer ${g.accessToken}`,
-        "Content-Type": "application/json",
-        Accept: "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-11-25",
-      },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "x" } }),
-    });
+    const response = await postToGateway(
+      g,
+      JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "x" } }),
+      { "MCP-Protocol-Version": "2025-11-25" },
+    );
     assert.equal(response.status, 200);
     assert.equal(await response.text(), answer);
     // A 2026-07-28 request is relayed the same way: the gateway adds nothing of its own.
-    const modern = await fetch(g.mcpUrl, {
-      method: "POST",
-      headers: {
-        Authorization: `Bearer ${g.accessToken}`,
-        "Content-Type": "application/json",
-        Accept: "application/json, text/event-stream",
+    const modern = await postToGateway(
+      g,
+      modernBody(1, "tools/call", { name: "x", arguments: {} }),
+      {
         "MCP-Protocol-Version": "2026-07-28",
         "Mcp-Method": "tools/call",
         "Mcp-Name": "x",
       },
-      body: modernBody(1, "tools/call", { name: "x", arguments: {} }),
-    });
+    );
     assert.equal(await modern.text(), answer);
   } finally {
     await g.close();

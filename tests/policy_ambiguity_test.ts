@@ -9,7 +9,13 @@
  */
 
 import assert from "node:assert/strict";
-import { auditLines, type GatewayServer, startGateway, startScripted } from "./_gateway_mcp.ts";
+import {
+  auditLines,
+  type GatewayServer,
+  postToGateway,
+  startGateway,
+  startScripted,
+} from "./_gateway_mcp.ts";
 import { loadConfig } from "../src/app/config.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 
@@ -72,18 +78,7 @@ async function setup(env: Record<string, string> = {}, sse = false): Promise<Set
   };
 }
 
-function post(g: GatewayServer, body: string, headers: Record<string, string> = {}) {
-  return fetch(g.mcpUrl, {
-    method: "POST",
-    headers: {
-      Authorization: `Bearer ${g.accessToken}`,
-      "Content-Type": "application/json",
-      Accept: "application/json, text/event-stream",
-      ...headers,
-    },
-    body,
-  });
-}
+const post = postToGateway;
 
 Deno.test("policy: a tool or prompt call without a non-empty string name is refused, -32602", async () => {
   const s = await setup();

@@ -23,7 +23,7 @@ import { createMcpHandler, McpServer as McpServerV2 } from "@modelcontextprotoco
 import { serveMcp } from "../dev/mcp_http.ts";
 import { isNormalUri, normalUriPattern } from "../src/access/resource_uri.ts";
 import { parseCallPolicy, PolicyError } from "../src/access/call_policy.ts";
-import { auditLines, type GatewayServer, startGateway } from "./_gateway_mcp.ts";
+import { auditLines, type GatewayServer, postToGateway, startGateway } from "./_gateway_mcp.ts";
 import { loadConfig } from "../src/app/config.ts";
 import { NOTE_URI, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 import { TEST_SECRET } from "./_helpers.ts";
@@ -160,16 +160,31 @@ interface ResourceServer {
   close(): Promise<void>;
 }
 
+/** What both SDKs' servers offer to register a resource (the shape the tests use). */
+interface ResourceRegistry {
+  registerResource(
+    name: string,
+    uri: string,
+    metadata: Record<string, never>,
+    read: (asked: URL) => { contents: { uri: string; text: string }[] },
+  ): unknown;
+}
+
+/** Registers RESOURCES on `server`, recording every read in `read`. */
+function serveResources(server: ResourceRegistry, read: string[]): void {
+  for (const uri of RESOURCES) {
+    server.registerResource(uri, uri, {}, (asked) => {
+      read.push(asked.href);
+      return { contents: [{ uri: asked.href, text: `contents of ${asked.href}` }] };
+    });
+  }
+}
+
 function v1Server(): ResourceServer {
   const read: string[] = [];
   const served = serveMcp(() => {
     const server = new McpServerV1({ name: "resources-v1", version: "1.0.0" });
-    for (const uri of RESOURCES) {
-      server.registerResource(uri, uri, {}, (asked) => {
-        read.push(asked.href);
-        return { contents: [{ uri: asked.href, text: `contents of ${asked.href}` }] };
-      });
-    }
+    serveResources(server, read);
     return server;
   });
   return { url: served.url, read, close: served.close };
@@ -179,12 +194,7 @@ function v2Server(): ResourceServer {
   const read: string[] = [];
   const handler = createMcpHandler(() => {
     const server = new McpServerV2({ name: "resources-v2", version: "1.0.0" });
-    for (const uri of RESOURCES) {
-      server.registerResource(uri, uri, {}, (asked) => {
-        read.push(asked.href);
-        return { contents: [{ uri: asked.href, text: `contents of ${asked.href}` }] };
-      });
-    }
+    serveResources(server, read);
     return server;
   });
   const server = Deno.serve(
@@ -207,12 +217,14 @@ type Reader = (
   uri: string,
 ) => Promise<{ text?: string; code?: number; message?: string }>;
 
-const readV1: Reader = async (g, uri) => {
-  const client = new ClientV1({ name: "uri-test", version: "1.0.0" });
-  const transport = new TransportV1(new URL(g.mcpUrl), {
-    requestInit: { headers: { Authorization: `Bearer ${g.accessToken}` } },
-  });
-  await client.connect(transport);
+/** What both SDKs' clients offer to read a resource and close (the shape the tests use). */
+interface ResourceReader {
+  readResource(params: { uri: string }): Promise<{ contents: unknown[] }>;
+  close(): Promise<void>;
+}
+
+/** Reads `uri` with a connected client: its text, or the JSON-RPC error it answered. */
+async function readWith(client: ResourceReader, uri: string) {
   try {
     const result = await client.readResource({ uri });
     return { text: String((result.contents[0] as { text?: string }).text) };
@@ -221,6 +233,16 @@ const readV1: Reader = async (g, uri) => {
   } finally {
     await client.close();
   }
+}
+
+const readV1: Reader = async (g, uri) => {
+  const client = new ClientV1({ name: "uri-test", version: "1.0.0" });
+  await client.connect(
+    new TransportV1(new URL(g.mcpUrl), {
+      requestInit: { headers: { Authorization: `Bearer ${g.accessToken}` } },
+    }),
+  );
+  return await readWith(client, uri);
 };
 
 const readV2: Reader = async (g, uri) => {
@@ -228,18 +250,12 @@ const readV2: Reader = async (g, uri) => {
     { name: "uri-test", version: "1.0.0" },
     { versionNegotiation: { mode: { pin: "2026-07-28" } } },
   );
-  const transport = new TransportV2(new URL(g.mcpUrl), {
-    authProvider: { token: () => Promise.resolve(g.accessToken) },
-  });
-  await client.connect(transport);
-  try {
-    const result = await client.readResource({ uri });
-    return { text: String((result.contents[0] as { text?: string }).text) };
-  } catch (error) {
-    return { code: (error as { code?: number }).code, message: String(error) };
-  } finally {
-    await client.close();
-  }
+  await client.connect(
+    new TransportV2(new URL(g.mcpUrl), {
+      authProvider: { token: () => Promise.resolve(g.accessToken) },
+    }),
+  );
+  return await readWith(client, uri);
 };
 
 async function withPolicy<T>(policy: unknown, fn: (path: string) => Promise<T>): Promise<T> {
@@ -316,15 +332,10 @@ Deno.test("resource URIs: resources/list drops items not in normal form, and mat
         env: { MCP_POLICY_FILE: path },
       });
       try {
-        const response = await fetch(g.mcpUrl, {
-          method: "POST",
-          headers: {
-            Authorization: `Bearer ${g.accessToken}`,
-            "Content-Type": "application/json",
-            Accept: "application/json, text/event-stream",
-          },
-          body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "resources/list" }),
-        });
+        const response = await postToGateway(
+          g,
+          JSON.stringify({ jsonrpc: "2.0", id: 1, method: "resources/list" }),
+        );
         const body = await response.json();
         assert.deepEqual(
           body.result.resources.map((item: { uri: string }) => item.uri),
@@ -352,20 +363,15 @@ Deno.test("resource URIs: resources/subscribe is refused out of normal form, and
         env: { MCP_POLICY_FILE: path },
       });
       const subscribe = async (uri: string) => {
-        const response = await fetch(g.mcpUrl, {
-          method: "POST",
-          headers: {
-            Authorization: `Bearer ${g.accessToken}`,
-            "Content-Type": "application/json",
-            Accept: "application/json, text/event-stream",
-          },
-          body: JSON.stringify({
+        const response = await postToGateway(
+          g,
+          JSON.stringify({
             jsonrpc: "2.0",
             id: 9,
             method: "resources/subscribe",
             params: { uri },
           }),
-        });
+        );
         return await response.json();
       };
       try {
