@@ -11,6 +11,7 @@ import { ACCESS_VARIABLES, accessPolicyOf } from "../access/config.ts";
 import { policyGroups } from "../access/call_policy.ts";
 import { isRestricted } from "../access/policy.ts";
 import { CLIENTS_VARIABLES } from "../clients/config.ts";
+import { DEVICE_AUTHORIZATION_VARIABLES } from "../device_authorization/config.ts";
 import {
   addressOrIgnored,
   caseInsensitive,
@@ -116,6 +117,12 @@ const SERVICE_VARIABLES = {
       parseRateLimit,
       "per introspection caller (its token), for `/introspect`",
     ),
+    device: variable(
+      "RATE_LIMIT_DEVICE",
+      "20/600",
+      parseRateLimit,
+      "wrong user codes at `/device` per client IP ([device sign-in](#headless-clients-device-authorization))",
+    ),
     mcp: variable(
       "RATE_LIMIT_MCP",
       "600/60",
@@ -148,6 +155,7 @@ export const CONFIG_VARIABLES = {
   ...CLIENTS_VARIABLES,
   ...GATEWAY_VARIABLES,
   ...SIGN_IN_VARIABLES,
+  ...DEVICE_AUTHORIZATION_VARIABLES,
   ...INTROSPECTION_VARIABLES,
   ...METRICS_VARIABLES,
 } satisfies ConfigTable;
@@ -174,6 +182,8 @@ export const PROFILE_DEFAULTS: Readonly<Record<SecurityProfile, Readonly<Env>>> 
     // The device flow is phishable by design (RFC 8628 §5.4): anyone can start one and send the
     // user code to a victim, whose approval then signs the attacker in.
     GITLAB_SIGN_IN: "redirect",
+    // The same trade-off on our own device endpoint: on only when the operator says so.
+    DEVICE_AUTHORIZATION: "off",
     REDIRECT_URI_POLICY: "registered",
     REVOKE_ON_CODE_REPLAY: "true",
     REVOKE_ON_REFRESH_REPLAY: "true",

@@ -24,6 +24,8 @@ import { handlePoll } from "../routes/poll.ts";
 import { handleRegister } from "../routes/register.ts";
 import { handleRevoke } from "../routes/revoke.ts";
 import { handleToken } from "../routes/token.ts";
+import { handleDeviceAuthorization } from "../routes/device_authorization.ts";
+import { deviceAuthorizationOn } from "../device_authorization/config.ts";
 
 const authorizationServerMetadata = {
   methods: { GET: handleAuthorizationServerMetadata },
@@ -69,6 +71,14 @@ export const ROUTES: Routes = {
     oauth: true,
     rateLimit: "token",
     cors: OAUTH_CORS,
+  },
+  // A device authorization starts a sign-in, so it counts with /authorize.
+  [PATHS.deviceAuthorization]: {
+    methods: { POST: handleDeviceAuthorization },
+    oauth: true,
+    rateLimit: "authorize",
+    cors: OAUTH_CORS,
+    when: deviceAuthorizationOn,
   },
   [PATHS.register]: {
     methods: { POST: handleRegister },

@@ -8,6 +8,7 @@
 
 import { parseClientMetadata } from "../clients/registration.ts";
 import { OAuthError } from "../http/errors.ts";
+import { GRANT_TYPES } from "../grants/registry.ts";
 import type { ClientMetadataDocument } from "../store/records.ts";
 
 export type { ClientMetadataDocument };
@@ -60,22 +61,33 @@ export function parseClientMetadataDocument(
     throw problem("the document's client_id is not its URL");
   }
   const { redirect_uris, token_endpoint_auth_method, client_name } = input;
+  const grant_types = knownGrantTypes(input.grant_types);
   try {
     // The registration rules, on the fields that matter here; other fields are the client's.
-    const metadata = parseClientMetadata({
-      redirect_uris,
-      token_endpoint_auth_method,
-      client_name,
-    });
+    const metadata = parseClientMetadata(
+      { redirect_uris, token_endpoint_auth_method, client_name, grant_types },
+      GRANT_TYPES,
+    );
     return {
       clientId,
       redirectUris: metadata.redirect_uris,
       ...(metadata.client_name ? { clientName: metadata.client_name } : {}),
+      ...(grant_types ? { grantTypes: metadata.grant_types } : {}),
     };
   } catch (error) {
     if (error instanceof OAuthError) throw problem(error.description);
     throw error;
   }
+}
+
+/**
+ * The grant types a document lists that this service knows (others are the client's business);
+ * undefined when it lists none of them, which means the default.
+ */
+function knownGrantTypes(listed: unknown): string[] | undefined {
+  if (!Array.isArray(listed)) return undefined;
+  const known = GRANT_TYPES.filter((type) => listed.includes(type));
+  return known.length > 0 ? known : undefined;
 }
 
 function problem(message: string): ClientMetadataError {

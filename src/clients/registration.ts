@@ -9,7 +9,8 @@ import { OAuthError } from "../http/errors.ts";
 import type { ClientMetadata } from "../store/records.ts";
 import { parseUrl, parseWebUrl } from "../http/web_url.ts";
 import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
-import { REGISTRABLE_GRANT_TYPES } from "../grants/registry.ts";
+import { DEFAULT_GRANT_TYPES } from "../grants/registry.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../grants/device_code.ts";
 
 const MAX_REDIRECT_URIS = 20;
 const MAX_URI_LENGTH = 2000;
@@ -22,22 +23,34 @@ export const LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "localhost"];
 const TEXT_FIELDS = ["client_name", "scope", "software_id", "software_version"] as const;
 const URL_FIELDS = ["client_uri", "logo_uri", "tos_uri", "policy_uri"] as const;
 
-/** Validates registration metadata; throws invalid_redirect_uri / invalid_client_metadata. */
-export function parseClientMetadata(body: unknown): ClientMetadata {
+/**
+ * Validates registration metadata, `grant_types` among `grantTypes` (what the configuration
+ * lets clients register); throws invalid_redirect_uri / invalid_client_metadata. A client of
+ * the device grant only (RFC 8628) has no redirect URI to register.
+ */
+export function parseClientMetadata(
+  body: unknown,
+  grantTypes: readonly string[],
+): ClientMetadata {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw invalidMetadata("The registration request must be a JSON object");
   }
   const input = body as Record<string, unknown>;
+  const grant_types = parseList(input, "grant_types", grantTypes) ?? [...DEFAULT_GRANT_TYPES];
+  const redirects = grant_types.includes("authorization_code");
+  if (!redirects && !grant_types.includes(DEVICE_CODE_GRANT_TYPE)) {
+    throw invalidMetadata(
+      `grant_types must include authorization_code or ${DEVICE_CODE_GRANT_TYPE}`,
+    );
+  }
   const metadata: ClientMetadata = {
-    redirect_uris: parseRedirectUris(input.redirect_uris),
+    redirect_uris: redirects || input.redirect_uris !== undefined
+      ? parseRedirectUris(input.redirect_uris)
+      : [],
     token_endpoint_auth_method: parseAuthMethod(input.token_endpoint_auth_method),
-    grant_types: parseList(input, "grant_types", REGISTRABLE_GRANT_TYPES) ??
-      [...REGISTRABLE_GRANT_TYPES],
+    grant_types,
     response_types: parseList(input, "response_types", ["code"]) ?? ["code"],
   };
-  if (!metadata.grant_types.includes("authorization_code")) {
-    throw invalidMetadata("grant_types must include authorization_code");
-  }
   for (const field of TEXT_FIELDS) {
     const value = optionalText(input, field);
     if (value !== undefined) metadata[field] = value;

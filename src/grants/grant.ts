@@ -18,6 +18,10 @@ import type { LogFields } from "../logger.ts";
 import type { Metrics } from "../metrics/catalog.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { Upstream } from "../upstream/types.ts";
+import type { DeviceAuthorizationConfig } from "../device_authorization/config.ts";
+
+/** The settings that switch grants on and off (`Grant.enabled`). */
+export type GrantSwitches = Pick<DeviceAuthorizationConfig, "deviceAuthorization">;
 
 /**
  * Whom an access token speaks for: a user's session (signed in through the provider), or a
@@ -37,8 +41,9 @@ export interface GrantDeps extends EndDeps {
     & Pick<ClientsConfig, "redirectUriPolicy">
     & Pick<UpstreamConfig, "upstreamTimeoutMs">
     & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
+    & GrantSwitches
     & { revokeOnCodeReplay: boolean };
-  metrics: Pick<Metrics, "refreshReplays">;
+  metrics: Pick<Metrics, "refreshReplays" | "deviceAuthorizations">;
   signer: Pick<TokenSigner, "sign">;
   /** The provider: refreshes and re-checks the user's access. */
   upstream: Upstream;
@@ -70,8 +75,13 @@ export interface Issued {
 export interface Grant {
   /** The `grant_type` value (RFC 6749 §4, or an extension's URI). */
   readonly type: string;
-  /** Whether a client registering itself (RFC 7591) may list it in `grant_types`. */
-  readonly registrable: boolean;
+  /**
+   * Whether a client registering itself (RFC 7591) may list it in `grant_types`: `true` (and a
+   * registration that names none gets it), `"on request"` (only when named), or `false`.
+   */
+  readonly registrable: boolean | "on request";
+  /** Whether the configuration serves it (absent: always); off, it is as if unknown. */
+  enabled?(config: GrantSwitches): boolean;
   /** Checks the request in the order its specification gives, and issues; throws OAuthError. */
   issue(deps: GrantDeps, request: GrantRequest): Promise<Issued>;
 }

@@ -1,27 +1,45 @@
 /**
  * The grant types `POST /token` serves, keyed by `grant_type`: adding one is a module in this
  * folder and one line here. Metadata (`grant_types_supported`), dynamic registration and the
- * metrics' grant label read this list.
+ * metrics' grant label read this list; a grant the configuration switches off
+ * (`Grant.enabled`) is unknown to all of them.
  */
 
 import { AUTHORIZATION_CODE_GRANT } from "./authorization_code.ts";
-import type { Grant } from "./grant.ts";
+import { DEVICE_CODE_GRANT } from "./device_code.ts";
+import type { Grant, GrantSwitches } from "./grant.ts";
 import { REFRESH_TOKEN_GRANT } from "./refresh_token.ts";
 
 /** Every grant type the service serves, in the order metadata lists them. */
 export const GRANTS: readonly Grant[] = [
   AUTHORIZATION_CODE_GRANT,
   REFRESH_TOKEN_GRANT,
+  DEVICE_CODE_GRANT,
 ];
 
-/** The `grant_type` values served. */
+/** Every `grant_type` value the service can serve (some only when configured). */
 export const GRANT_TYPES: readonly string[] = GRANTS.map((grant) => grant.type);
 
-/** The `grant_type` values a client registering itself may ask for. */
-export const REGISTRABLE_GRANT_TYPES: readonly string[] = GRANTS
-  .filter((grant) => grant.registrable).map((grant) => grant.type);
+/** The grants `config` serves. */
+function enabledGrants(config: GrantSwitches): Grant[] {
+  return GRANTS.filter((grant) => grant.enabled?.(config) ?? true);
+}
 
-/** The grant of `grantType`, or undefined when it is not served. */
-export function grantFor(grantType: string | undefined): Grant | undefined {
-  return GRANTS.find((grant) => grant.type === grantType);
+/** The `grant_type` values `config` serves, in metadata's order. */
+export function servedGrantTypes(config: GrantSwitches): string[] {
+  return enabledGrants(config).map((grant) => grant.type);
+}
+
+/** The `grant_type` values a client registering itself may ask for under `config`. */
+export function registrableGrantTypes(config: GrantSwitches): string[] {
+  return enabledGrants(config).filter((grant) => grant.registrable).map((grant) => grant.type);
+}
+
+/** The `grant_type` values a registration that names none gets. */
+export const DEFAULT_GRANT_TYPES: readonly string[] = GRANTS
+  .filter((grant) => grant.registrable === true).map((grant) => grant.type);
+
+/** The grant of `grantType`, or undefined when `config` does not serve it. */
+export function grantFor(grantType: string | undefined, config: GrantSwitches): Grant | undefined {
+  return enabledGrants(config).find((grant) => grant.type === grantType);
 }

@@ -21,7 +21,15 @@ export type OAuthErrorCode =
   | "invalid_target"
   /** The MCP server behind the gateway could not be reached (502) or did not answer (504). */
   | "bad_gateway"
-  | "gateway_timeout";
+  | "gateway_timeout"
+  /** RFC 6749 §5.2: a client not allowed this grant; §4.1.2.1: a scope not served. */
+  | "unauthorized_client"
+  | "invalid_scope"
+  /** The device grant's answers while the user has not approved (RFC 8628 §3.5). */
+  | "authorization_pending"
+  | "slow_down"
+  | "access_denied"
+  | "expired_token";
 
 /** The one error type: routes throw it; `errorResponse` renders it as `{error, error_description}`. */
 export class OAuthError extends Error {

@@ -12,6 +12,8 @@ export const PATHS = {
   consent: "/oauth/consent",
   callback: "/oauth/callback",
   token: "/token",
+  deviceAuthorization: "/device_authorization",
+  device: "/device",
   register: "/register",
   revoke: "/revoke",
   metrics: "/metrics",

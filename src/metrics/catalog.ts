@@ -116,7 +116,14 @@ export const GRANT_OUTCOMES = [
   "invalid_target",
   "server_error",
   "temporarily_unavailable",
+  "authorization_pending",
+  "slow_down",
+  "access_denied",
+  "expired_token",
 ] as const satisfies readonly GrantOutcome[];
+/** What became of a device authorization (RFC 8628): each counted once. */
+export const DEVICE_AUTHORIZATION_OUTCOMES = ["started", "approved", "denied", "expired"] as const;
+export type DeviceAuthorizationOutcome = (typeof DEVICE_AUTHORIZATION_OUTCOMES)[number];
 /**
  * A rotated refresh token presented again: answered from the grace window (`grace`), its session
  * ended (`session_ended`, REVOKE_ON_REFRESH_REPLAY) or only refused (`refused`).
@@ -160,6 +167,7 @@ export const RATE_LIMIT_BUCKETS = [
   "register",
   "introspect",
   "mcp",
+  "device",
 ] as const;
 export type BucketLabel = (typeof RATE_LIMIT_BUCKETS)[number];
 
@@ -176,6 +184,7 @@ export const LABEL_WORDS: Readonly<Record<string, Readonly<Record<string, readon
   sign_ins_finished_total: { mode: SIGN_IN_MODES, outcome: SIGN_IN_OUTCOMES },
   token_grants_total: { grant_type: [OTHER_GRANT_TYPE], outcome: GRANT_OUTCOMES },
   refresh_replays_total: { outcome: REFRESH_REPLAY_OUTCOMES },
+  device_authorizations_total: { outcome: DEVICE_AUTHORIZATION_OUTCOMES },
   revocations_total: { outcome: REVOCATION_OUTCOMES },
   gateway_messages_total: {
     method: [UNPARSED_METHOD, "other", ...MCP_METHODS],
@@ -209,6 +218,8 @@ export interface Metrics {
    */
   countGrant(servedGrantType: string | undefined, run: () => Promise<Response>): Promise<Response>;
   refreshReplays: Counter<{ outcome: RefreshReplayOutcome }>;
+  /** Device authorizations started, approved, denied, expired (RFC 8628). */
+  deviceAuthorizations: Counter<{ outcome: DeviceAuthorizationOutcome }>;
   revocations: Counter<{ outcome: RevocationOutcome }>;
   gatewayMessages: GatewayMessages;
   /** The MCP server's answers to forwarded requests, by status (or timeout, network). */
@@ -262,6 +273,12 @@ export function createMetrics(sources: MetricsSources): Metrics {
     name: `${PREFIX}token_grants_total`,
     help: "Token requests by grant type and outcome (issued, or the OAuth error code).",
     labelNames: ["grant_type", "outcome"],
+  });
+  const deviceAuthorizations = registry.counter<{ outcome: DeviceAuthorizationOutcome }>({
+    name: `${PREFIX}device_authorizations_total`,
+    help: "Device authorizations (RFC 8628): started, approved, denied, expired.",
+    labelNames: ["outcome"],
+    initial: DEVICE_AUTHORIZATION_OUTCOMES.map((outcome) => ({ outcome })),
   });
   const refreshReplays = registry.counter<{ outcome: RefreshReplayOutcome }>({
     name: `${PREFIX}refresh_replays_total`,
@@ -345,6 +362,7 @@ export function createMetrics(sources: MetricsSources): Metrics {
       }
     },
     refreshReplays,
+    deviceAuthorizations,
     revocations,
     gatewayMessages: {
       inc({ method, outcome, tool }) {

@@ -8,9 +8,8 @@
  */
 
 import { PATHS } from "../http/paths.ts";
-import { ClientMetadataError } from "../client_metadata/document.ts";
 import { isClientMetadataUrl } from "../client_metadata/client_id.ts";
-import { resolveClientMetadata } from "../client_metadata/resolver.ts";
+import { clientDocumentOf } from "../clients/document_client.ts";
 import { matchesRegisteredRedirect } from "../clients/registration.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
 import { OAuthError } from "../http/errors.ts";
@@ -164,15 +163,8 @@ async function documentClient(
   ctx: SignInContext,
   request: AuthorizationRequest,
 ): Promise<IdentifiedClient> {
-  const { store, clock, logger, clientMetadataFetcher: fetcher, config } = ctx.deps;
-  let document;
-  try {
-    document = await resolveClientMetadata({ store, clock, logger, fetcher }, request.clientId);
-  } catch (error) {
-    if (!(error instanceof ClientMetadataError)) throw error;
-    throw new OAuthError(400, "invalid_request", `Client metadata document: ${error.message}`);
-  }
-  const patterns = config.allowedRedirectUris;
+  const document = await clientDocumentOf(ctx.deps, request.clientId);
+  const patterns = ctx.deps.config.allowedRedirectUris;
   if (patterns && !document.redirectUris.some((uri) => isAllowedRedirect(uri, patterns))) {
     throw new OAuthError(
       400,

@@ -16,6 +16,7 @@ interface MetadataDeps {
     & Pick<KeysConfig, "accessTokenAlg">
     & IntrospectionConfig
     & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
+    & Pick<DeviceAuthorizationConfig, "deviceAuthorization">
     & { baseUrl?: string };
   upstreamProfile: Pick<UpstreamProfile, "displayName">;
 }
@@ -23,7 +24,11 @@ import { json, NO_STORE } from "../http/responses.ts";
 import { pathOf, servedResources } from "../http/resource.ts";
 import { PATHS } from "../http/paths.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
-import { GRANT_TYPES } from "../grants/registry.ts";
+import { servedGrantTypes } from "../grants/registry.ts";
+import {
+  type DeviceAuthorizationConfig,
+  deviceAuthorizationOn,
+} from "../device_authorization/config.ts";
 import { CLIENT_AUTH_METHOD_NAMES } from "../clients/authentication.ts";
 
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };
@@ -51,7 +56,7 @@ export function handleAuthorizationServerMetadata(
       revocation_endpoint: `${issuer}${PATHS.revoke}`,
       response_types_supported: ["code"],
       response_modes_supported: ["query"],
-      grant_types_supported: [...GRANT_TYPES],
+      grant_types_supported: servedGrantTypes(ctx.deps.config),
       code_challenge_methods_supported: ["S256"],
       token_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHOD_NAMES],
       revocation_endpoint_auth_methods_supported: ["none"],
@@ -66,7 +71,10 @@ export function handleAuthorizationServerMetadata(
   ));
 }
 
-/** The opt-in endpoints: the JWKS under ES256/EdDSA, introspection when it has callers. */
+/**
+ * The optional endpoints: the JWKS under ES256/EdDSA, introspection when it has callers, device
+ * authorization unless DEVICE_AUTHORIZATION=off.
+ */
 function optionalEndpoints(
   config: MetadataDeps["config"],
   issuer: string,
@@ -76,6 +84,9 @@ function optionalEndpoints(
     ...(config.introspectionTokens === undefined
       ? {}
       : { introspection_endpoint: `${issuer}${PATHS.introspect}` }),
+    ...(deviceAuthorizationOn(config)
+      ? { device_authorization_endpoint: `${issuer}${PATHS.deviceAuthorization}` }
+      : {}),
   };
 }
 

@@ -16,6 +16,8 @@ import { readJson } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
 import type { ClientMetadata, ClientRecord } from "../store/records.ts";
+import { registrableGrantTypes } from "../grants/registry.ts";
+import type { GrantSwitches } from "../grants/grant.ts";
 
 /**
  * The most metadata one registration may store: open registration must not let anyone fill the
@@ -28,7 +30,10 @@ interface RegisterDeps {
   store: Pick<Store, "registerClient">;
   clock: Clock;
   logger: Logger;
-  config: Pick<ClientsConfig, "allowedRedirectUris"> & { requestBodyTimeoutMs: number };
+  config:
+    & Pick<ClientsConfig, "allowedRedirectUris">
+    & GrantSwitches
+    & { requestBodyTimeoutMs: number };
 }
 
 /** Handles `POST /register`; answers 201 with the client id and the metadata echoed. */
@@ -36,6 +41,7 @@ export async function handleRegister(ctx: RequestContext<RegisterDeps>): Promise
   const { store, clock, logger } = ctx.deps;
   const metadata = parseClientMetadata(
     await readJson(ctx.request, ctx.deps.config.requestBodyTimeoutMs),
+    registrableGrantTypes(ctx.deps.config),
   );
   requireAllowedRedirects(ctx, metadata.redirect_uris);
   requireStorableSize(metadata);

@@ -22,7 +22,7 @@ type TokenContext =
     & Omit<GrantDeps, "signer" | "upstream" | "policyGroups" | "metrics">
     & {
       callPolicy: CallPolicyHolder;
-      metrics: Pick<Metrics, "refreshReplays" | "countGrant">;
+      metrics: Pick<Metrics, "refreshReplays" | "deviceAuthorizations" | "countGrant">;
       config: { requestBodyTimeoutMs: number };
     }
   >
@@ -32,7 +32,7 @@ type TokenContext =
 export async function handleToken(ctx: TokenContext): Promise<Response> {
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const grantType = params.get("grant_type");
-  const grant = grantFor(grantType);
+  const grant = grantFor(grantType, ctx.deps.config);
   return await ctx.deps.metrics.countGrant(grant?.type, async () => {
     if (grant === undefined) throw unsupportedGrantType(grantType);
     const client = await authenticateClient(ctx.request, params);

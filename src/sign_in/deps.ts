@@ -21,6 +21,7 @@ import type { Store } from "../store/mod.ts";
 import type { UpstreamConfig } from "../upstream/config.ts";
 import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 import type { SignInConfig } from "./config.ts";
+import type { DeviceAuthorizationConfig } from "../device_authorization/config.ts";
 import type { ConsentSigner } from "./consent_signer.ts";
 
 /** The settings signing in reads. */
@@ -30,12 +31,13 @@ export type SignInSettings =
   & SessionConfig
   & ClientsConfig
   & SignInConfig
+  & DeviceAuthorizationConfig
   & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
   & {
     baseUrl?: string;
     requestBodyTimeoutMs: number;
     rateLimitLoopback: "exempt" | "limit";
-    rateLimits: { authorize?: RateLimit; poll?: RateLimit };
+    rateLimits: { authorize?: RateLimit; poll?: RateLimit; device?: RateLimit };
   };
 
 /** The parts of the service signing in uses. */
@@ -44,7 +46,7 @@ export interface SignInDeps {
   store: Store;
   clock: Clock;
   logger: Logger;
-  metrics: Pick<Metrics, "signInsStarted" | "signInsFinished">;
+  metrics: Pick<Metrics, "signInsStarted" | "signInsFinished" | "deviceAuthorizations">;
   templates: Templates;
   /** The policy file's groups are learnt at sign-in too. */
   callPolicy: CallPolicyHolder;

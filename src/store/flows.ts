@@ -179,6 +179,7 @@ export function withCompletion(
     });
 }
 
-function unredeemedSignIn(session: SessionRecord): UnredeemedSignIn {
+/** What an unredeemed sign-in keeps of its session. */
+export function unredeemedSignIn(session: SessionRecord): UnredeemedSignIn {
   return { sessionId: session.id, sealedUpstreamTokens: session.sealedUpstreamTokens };
 }

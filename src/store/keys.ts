@@ -20,9 +20,11 @@
  * | ["budget", "window", second]        | PollWindow        | a minute                      |
  * | ["budget", "active"]                | ActivePrefixes    | a minute after the last poll  |
  * | ["budget", "cut"]                   | BudgetCut         | until the budget recovered    |
+ * | ["device", sha256(device_code)]    | DeviceAuthorizationRecord | DEVICE_CODE_TTL        |
+ * | ["device_user", sha256(user_code)] | { deviceHash }    | DEVICE_CODE_TTL               |
  * | ["count", "operator_revocations"]   | sessions (number) | until taken (GC: 30 days)     |
  *
- * Secrets (flow states, codes, MCP session ids) appear in keys only as SHA-256 hashes.
+ * Secrets (flow states, codes, device and user codes, MCP session ids) appear in keys only as SHA-256 hashes.
  */
 
 import { sha256Base64Url } from "../crypto.ts";
@@ -45,6 +47,8 @@ export const RECORD_KINDS = [
   "repeat",
   "budget",
   "count",
+  "device",
+  "device_user",
 ] as const;
 
 /** One kind of record. */
@@ -79,6 +83,26 @@ export function unredeemedKey(codeExpiresAt: number, sessionId: string): Deno.Kv
 /** The range of unredeemed sign-ins whose code expired before `nowMs`. */
 export function abandonedSignInRange(nowMs: number): Deno.KvListSelector {
   return { start: ["unredeemed"], end: ["unredeemed", nowMs] };
+}
+
+/** The key of a device authorization by its device code's hash (`deviceCodeHash`). */
+export function deviceKeyOfHash(deviceHash: string): Deno.KvKey {
+  return ["device", deviceHash];
+}
+
+/** The hash a device code's authorization is keyed by. */
+export function deviceCodeHash(deviceCode: string): string {
+  return sha256Base64Url(deviceCode);
+}
+
+/** The key that finds a device authorization by its user code (canonical `XXXX-XXXX`). */
+export function deviceUserKey(userCodeHash: string): Deno.KvKey {
+  return ["device_user", userCodeHash];
+}
+
+/** The hash a user code is keyed by. */
+export function userCodeHash(userCode: string): string {
+  return sha256Base64Url(`user_code:${userCode}`);
 }
 
 /** The key of a session. */

@@ -17,6 +17,10 @@ import type { StoreDatabase } from "./backend.ts";
 import { type ClientDocumentStore, createClientDocumentStore } from "./client_documents.ts";
 import { type ClientStore, createClientStore } from "./clients.ts";
 import { type CodeStore, createCodeStore } from "./codes.ts";
+import {
+  createDeviceAuthorizationStore,
+  type DeviceAuthorizationStore,
+} from "./device_authorizations.ts";
 import { createFlowStore, type FlowStore } from "./flows.ts";
 import { createStoreIo } from "./io.ts";
 import { leaseKey } from "./keys.ts";
@@ -48,6 +52,7 @@ export interface Store
     FlowStore,
     SignInStore,
     CodeStore,
+    DeviceAuthorizationStore,
     SessionStore,
     ClientStore,
     ClientDocumentStore,
@@ -81,6 +86,7 @@ export function createStore(
     ...createFlowStore(io, secrets),
     ...createSignInStore(io, secrets),
     ...createCodeStore(io, sessions),
+    ...createDeviceAuthorizationStore(io, sessions),
     ...sessionStore,
     ...createClientStore(io),
     ...createClientDocumentStore(io),

@@ -114,6 +114,31 @@ export interface CodeRecord {
 }
 
 /**
+ * A device authorization (RFC 8628 §3.1) from `/device_authorization` until its device code is
+ * redeemed at `/token`, keyed by the device code's hash (and found by the user code's hash).
+ */
+export interface DeviceAuthorizationRecord {
+  clientId: string;
+  /** The scopes the client asked, as sent (a subset of the granted ones). */
+  scope?: string;
+  /** The RFC 8707 resource the tokens will be bound to. */
+  resource: string;
+  /** The hash its user code is keyed by (to delete that key with it). */
+  userCodeHash: string;
+  /** Epoch ms: creation plus DEVICE_CODE_TTL. */
+  expiresAt: number;
+  /** The polling interval in seconds (grows by 5 with each `slow_down`). */
+  intervalSeconds: number;
+  /** Epoch ms of the client's last poll. */
+  lastPollAt?: number;
+  /** `approved`: `sessionId` names the signed-in session, to be redeemed once. */
+  status: "pending" | "approved" | "denied";
+  sessionId?: string;
+  /** The hash of the browser binding of the first browser that entered the user code. */
+  browserHash?: string;
+}
+
+/**
  * A sign-in whose code has not been redeemed: what is needed to revoke its GitLab tokens once
  * the code expired unused (its session expires with the code).
  */
@@ -249,6 +274,8 @@ export interface ClientMetadataDocument {
   clientId: string;
   redirectUris: string[];
   clientName?: string;
+  /** The grant types it lists that the service knows; absent: the default ones. */
+  grantTypes?: string[];
 }
 
 /** A fetched metadata document, shared by every instance through KV. */

@@ -1,0 +1,151 @@
+/**
+ * Device authorizations (RFC 8628): one record per device code, keyed by its hash, and a second
+ * key by the user code's hash for the page that finds it. Every transition (a poll, the
+ * approval, the denial, the single redemption) is one commit checked against what was read.
+ */
+
+import { unredeemedSignIn } from "./flows.ts";
+import type { StoreIo, Versioned } from "./io.ts";
+import {
+  deviceCodeHash,
+  deviceKeyOfHash,
+  deviceUserKey,
+  sessionKey,
+  unredeemedKey,
+  userCodeHash,
+} from "./keys.ts";
+import type { DeviceAuthorizationRecord, SessionRecord } from "./records.ts";
+import type { SessionRecords } from "./sessions.ts";
+import { UNREDEEMED_KEEP_MS } from "./unredeemed.ts";
+
+/** What the user-code key holds. */
+interface UserCodeEntry {
+  deviceHash: string;
+}
+
+/** The device authorization operations of the store. */
+export interface DeviceAuthorizationStore {
+  /**
+   * Stores a new authorization under its device code and user code (canonical form); false
+   * when that user code is taken (the caller draws another).
+   */
+  createDeviceAuthorization(
+    deviceCode: string,
+    userCode: string,
+    record: Omit<DeviceAuthorizationRecord, "userCodeHash">,
+  ): Promise<boolean>;
+  /** The authorization of a device code, even past its `expiresAt`, or null. */
+  getDeviceAuthorization(deviceCode: string): Promise<Versioned<DeviceAuthorizationRecord> | null>;
+  /** The live authorization of a user code (canonical form), or null. */
+  getDeviceAuthorizationByUserCode(
+    userCode: string,
+  ): Promise<Versioned<DeviceAuthorizationRecord> | null>;
+  /** Replaces the record if unchanged since read; the new version, or null. */
+  updateDeviceAuthorization(
+    device: Versioned<DeviceAuthorizationRecord>,
+    value: DeviceAuthorizationRecord,
+  ): Promise<Versioned<DeviceAuthorizationRecord> | null>;
+  /**
+   * Marks the authorization approved with the new session of its sign-in, stored with it (as an
+   * unredeemed sign-in, so an approval never redeemed is swept like an unused code).
+   */
+  approveDeviceAuthorization(
+    device: Versioned<DeviceAuthorizationRecord>,
+    session: SessionRecord,
+  ): Promise<boolean>;
+  /** Deletes the authorization and its user-code key, if unchanged since read. */
+  deleteDeviceAuthorization(device: Versioned<DeviceAuthorizationRecord>): Promise<boolean>;
+  /**
+   * Consumes the approved authorization and stores its session with the first refresh token,
+   * all or nothing; false when either changed since read (someone else redeemed it).
+   */
+  redeemDeviceAuthorization(
+    device: Versioned<DeviceAuthorizationRecord>,
+    session: Versioned<SessionRecord>,
+    updated: SessionRecord,
+  ): Promise<boolean>;
+}
+
+/** Device authorization records over the shared KV access and the session records. */
+export function createDeviceAuthorizationStore(
+  io: StoreIo,
+  sessions: SessionRecords,
+): DeviceAuthorizationStore {
+  function live(
+    found: Versioned<DeviceAuthorizationRecord> | null,
+  ): Versioned<DeviceAuthorizationRecord> | null {
+    return found && io.clock.now() <= found.value.expiresAt ? found : null;
+  }
+
+  function withoutRecord(
+    device: Versioned<DeviceAuthorizationRecord>,
+  ) {
+    return io.atomic().check(device).delete(device.key)
+      .delete(deviceUserKey(device.value.userCodeHash));
+  }
+
+  return {
+    createDeviceAuthorization(deviceCode, userCode, record) {
+      const hash = userCodeHash(userCode);
+      const deviceHash = deviceCodeHash(deviceCode);
+      const value: DeviceAuthorizationRecord = { ...record, userCodeHash: hash };
+      const expireIn = io.ttlUntil(record.expiresAt);
+      const userKey = deviceUserKey(hash);
+      const entry: UserCodeEntry = { deviceHash };
+      return io.commit(
+        io.atomic()
+          .check({ key: userKey, versionstamp: null })
+          .check({ key: deviceKeyOfHash(deviceHash), versionstamp: null })
+          .set(deviceKeyOfHash(deviceHash), value, { expireIn })
+          .set(userKey, entry, { expireIn }),
+      );
+    },
+
+    getDeviceAuthorization(deviceCode) {
+      return io.read<DeviceAuthorizationRecord>(deviceKeyOfHash(deviceCodeHash(deviceCode)));
+    },
+
+    async getDeviceAuthorizationByUserCode(userCode) {
+      const entry = await io.read<UserCodeEntry>(deviceUserKey(userCodeHash(userCode)));
+      if (!entry) return null;
+      return live(
+        await io.read<DeviceAuthorizationRecord>(deviceKeyOfHash(entry.value.deviceHash)),
+      );
+    },
+
+    async updateDeviceAuthorization(device, value) {
+      const op = io.atomic().check(device)
+        .set(device.key, value, { expireIn: io.ttlUntil(value.expiresAt) });
+      if (!await io.commit(op)) return null;
+      return await io.read<DeviceAuthorizationRecord>(device.key);
+    },
+
+    approveDeviceAuthorization(device, session) {
+      const approved: DeviceAuthorizationRecord = {
+        ...device.value,
+        status: "approved",
+        sessionId: session.id,
+      };
+      const at = sessionKey(session.id);
+      return io.commit(
+        io.atomic().check(device).check({ key: at, versionstamp: null })
+          .set(device.key, approved, { expireIn: io.ttlUntil(device.value.expiresAt) })
+          .set(at, session, { expireIn: io.ttlUntil(session.expiresAt) })
+          .set(unredeemedKey(session.expiresAt, session.id), unredeemedSignIn(session), {
+            expireIn: io.ttlUntil(session.expiresAt + UNREDEEMED_KEEP_MS),
+          }),
+      );
+    },
+
+    deleteDeviceAuthorization(device) {
+      return io.commit(withoutRecord(device));
+    },
+
+    async redeemDeviceAuthorization(device, session, updated) {
+      const op = withoutRecord(device).check(session)
+        .delete(unredeemedKey(session.value.expiresAt, session.value.id));
+      await sessions.writeRotated(op, session, updated);
+      return await io.commit(op);
+    },
+  };
+}
