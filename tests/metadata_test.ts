@@ -25,7 +25,11 @@ function expectedAsMetadata(issuer: string): Json {
     revocation_endpoint: `${issuer}/revoke`,
     response_types_supported: ["code"],
     response_modes_supported: ["query"],
-    grant_types_supported: ["authorization_code", "refresh_token"],
+    grant_types_supported: [
+      "authorization_code",
+      "refresh_token",
+      "urn:ietf:params:oauth:grant-type:device_code",
+    ],
     code_challenge_methods_supported: ["S256"],
     token_endpoint_auth_methods_supported: ["none"],
     revocation_endpoint_auth_methods_supported: ["none"],
@@ -33,6 +37,7 @@ function expectedAsMetadata(issuer: string): Json {
     service_documentation: `${issuer}/`,
     authorization_response_iss_parameter_supported: true,
     client_id_metadata_document_supported: true,
+    device_authorization_endpoint: `${issuer}/device_authorization`,
   };
 }
 
