@@ -25,6 +25,7 @@ import { handleRegister } from "../routes/register.ts";
 import { handleRevoke } from "../routes/revoke.ts";
 import { handleToken } from "../routes/token.ts";
 import { handleDeviceAuthorization } from "../routes/device_authorization.ts";
+import { handleDevice } from "../routes/device.ts";
 import { deviceAuthorizationOn } from "../device_authorization/config.ts";
 
 const authorizationServerMetadata = {
@@ -80,6 +81,8 @@ export const ROUTES: Routes = {
     cors: OAUTH_CORS,
     when: deviceAuthorizationOn,
   },
+  // Wrong user codes count in the `device` bucket, in the handler: right ones are not limited.
+  [PATHS.device]: { methods: { GET: handleDevice }, oauth: true, when: deviceAuthorizationOn },
   [PATHS.register]: {
     methods: { POST: handleRegister },
     oauth: true,

@@ -11,6 +11,12 @@ import deviceHtml from "../../templates/device.html" with { type: "text" };
 import deviceJs from "../../templates/device.js" with { type: "text" };
 import homeHtml from "../../templates/home.html" with { type: "text" };
 import signInHtml from "../../templates/sign_in.html" with { type: "text" };
+import deviceCodeHtml from "../../templates/device_code.html" with { type: "text" };
+import {
+  type CodeEntryValues,
+  type CodeRequestValues,
+  compileDeviceCodePages,
+} from "./device_code.ts";
 import { devicePagePolicy, HOME_PAGE_POLICY } from "./csp.ts";
 import { compileDevicePage, type DevicePageValues, deviceSlots } from "./device.ts";
 import { newNonce } from "./engine.ts";
@@ -25,6 +31,7 @@ export { escapeHtml, jsonForScript } from "./engine.ts";
 export { type DevicePageValues, PAGE_TIMINGS } from "./device.ts";
 export { returnTarget } from "./client.ts";
 export type { ConsentPageValues, NoticePageValues, RenderedPage } from "./sign_in.ts";
+export type { CodeEntryValues, CodeRequestValues } from "./device_code.ts";
 
 /** The texts the renderer is built from: the files of `templates/`, or test variants. */
 export interface TemplateSources {
@@ -51,6 +58,10 @@ export interface Templates {
   renderConsentPage(values: ConsentPageValues): RenderedPage;
   /** A notice page (no script). */
   renderNoticePage(values: NoticePageValues): RenderedPage;
+  /** `/device`: the form to enter a user code (no script). */
+  renderCodeEntryPage(values: CodeEntryValues): RenderedPage;
+  /** `/device`: what a user code asks for (no script). */
+  renderCodeRequestPage(values: CodeRequestValues): RenderedPage;
 }
 
 /** The renderer for the repository's `templates/`, which are embedded in the module graph. */
@@ -65,6 +76,7 @@ export function loadTemplates(): Templates {
 export function createTemplates(sources: TemplateSources): Templates {
   const device = compileDevicePage(sources.deviceHtml, sources.deviceJs);
   const signIn = compileSignInPages(sources.signInHtml ?? signInHtml);
+  const deviceCode = compileDeviceCodePages(deviceCodeHtml);
   return {
     homePage: { html: sources.homeHtml, contentSecurityPolicy: HOME_PAGE_POLICY },
     renderDevicePage(values) {
@@ -76,5 +88,7 @@ export function createTemplates(sources: TemplateSources): Templates {
     },
     renderConsentPage: (values) => signIn.consent(values, newNonce()),
     renderNoticePage: (values) => signIn.notice(values, newNonce()),
+    renderCodeEntryPage: (values) => deviceCode.entry(values, newNonce()),
+    renderCodeRequestPage: (values) => deviceCode.request(values, newNonce()),
   };
 }

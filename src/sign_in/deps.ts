@@ -46,7 +46,10 @@ export interface SignInDeps {
   store: Store;
   clock: Clock;
   logger: Logger;
-  metrics: Pick<Metrics, "signInsStarted" | "signInsFinished" | "deviceAuthorizations">;
+  metrics: Pick<
+    Metrics,
+    "signInsStarted" | "signInsFinished" | "deviceAuthorizations" | "rateLimitRefusals"
+  >;
   templates: Templates;
   /** The policy file's groups are learnt at sign-in too. */
   callPolicy: CallPolicyHolder;

@@ -263,7 +263,7 @@ function htmlResponse(page: RenderedPage, status: number, headers = new Headers(
 }
 
 /** The browser's binding cookie, set on `headers` when the browser has none yet. */
-function bindBrowser(request: Request, cookies: SignInCookies, headers: Headers): string {
+export function bindBrowser(request: Request, cookies: SignInCookies, headers: Headers): string {
   const existing = readCookie(request, cookies.browser);
   if (existing && /^[A-Za-z0-9_-]{43}$/.test(existing)) return existing;
   const value = randomToken();

@@ -10,6 +10,8 @@ export interface LimitStore {
    * including this one (requests over the limit are not counted further).
    */
   countRequest(bucket: string, ip: string, limit: number, windowMs: number): Promise<number>;
+  /** What `countRequest` has counted of `subject` in the current fixed window of `bucket`. */
+  requestsCounted(bucket: string, subject: string, windowMs: number): Promise<number>;
   /**
    * Claims up to `wanted` requests of `subject`'s allowance in the current fixed window of
    * `bucket`, never past `limit` in all; returns how many were granted (0 when none are left).
@@ -28,6 +30,10 @@ const RATE_COUNT_ATTEMPTS = 5;
 /** Rate-limit counters over the shared KV access. */
 export function createLimitStore(io: StoreIo): LimitStore {
   return {
+    async requestsCounted(bucket, subject, windowMs) {
+      const window = Math.floor(io.clock.now() / windowMs);
+      return (await io.read<number>(rateKey(bucket, subject, window)))?.value ?? 0;
+    },
     async countRequest(bucket, ip, limit, windowMs) {
       const now = io.clock.now();
       const window = Math.floor(now / windowMs);

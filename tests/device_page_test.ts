@@ -1,0 +1,157 @@
+/**
+ * `GET /device`, the user's side of our device authorization endpoint (issue 36), over real
+ * HTTP against the real app: entering a code (any case, with or without the dash), what the
+ * page shows before the user signs in, the binding of a code to the first browser, and the
+ * wrong-code limit per client address (RATE_LIMIT_DEVICE).
+ */
+
+import assert from "node:assert/strict";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
+import { CookieJar, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
+
+const CLIENT_IP = "203.0.113.9";
+const OTHER_IP = "198.51.100.7";
+
+function peer(hostname: string): Deno.ServeHandlerInfo {
+  return {
+    remoteAddr: { transport: "tcp", hostname, port: 1234 },
+  } as unknown as Deno.ServeHandlerInfo;
+}
+
+async function startCode(t: TestApp, clientId: string): Promise<string> {
+  const response = await t.app(
+    new Request(`${TEST_BASE}/device_authorization`, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ client_id: clientId }),
+    }),
+  );
+  const body = await response.json();
+  assert.equal(response.status, 200, JSON.stringify(body));
+  return body.user_code;
+}
+
+async function registered(t: TestApp, name: string): Promise<string> {
+  const response = await t.app(
+    new Request(`${TEST_BASE}/register`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ client_name: name, grant_types: [DEVICE_CODE_GRANT_TYPE] }),
+    }),
+  );
+  return (await response.json()).client_id;
+}
+
+function open(
+  t: TestApp,
+  query: string,
+  jar = new CookieJar(),
+  ip = CLIENT_IP,
+): Promise<Response> {
+  return t.app(new Request(`${TEST_BASE}/device${query}`, { headers: jar.headers() }), peer(ip));
+}
+
+Deno.test("device page: a form to enter the code, without script", async () => {
+  await withApp(async (t) => {
+    const response = await open(t, "");
+    const html = await response.text();
+    assert.equal(response.status, 200);
+    assert.match(html, /<form method="get" action="http:\/\/auth\.test\/device">/);
+    assert.match(html, /name="user_code"/);
+    assert.doesNotMatch(html, /<script/);
+    const csp = response.headers.get("content-security-policy") ?? "";
+    assert.match(csp, /default-src 'none'/);
+    assert.match(csp, /form-action http:\/\/auth\.test/);
+  });
+});
+
+Deno.test("device page: the code in any case, with or without the dash, shows client, access and the warning", async () => {
+  await withApp(async (t) => {
+    const clientId = await registered(t, "build-box agent");
+    const userCode = await startCode(t, clientId);
+    for (const typed of [userCode, userCode.toLowerCase(), userCode.replace("-", "")]) {
+      const jar = new CookieJar();
+      const response = await open(t, `?user_code=${encodeURIComponent(typed)}`, jar);
+      const html = await response.text();
+      if (typed !== userCode) {
+        // The first browser bound the code: the others are told it is in use.
+        assert.equal(response.status, 409, html);
+        assert.doesNotMatch(html, /build-box agent/);
+        continue;
+      }
+      assert.equal(response.status, 200, html);
+      assert.match(html, new RegExp(`<code>${userCode}</code>`));
+      assert.match(html, /<strong><bdi>build-box agent<\/bdi><\/strong>/);
+      assert.match(html, /name given by the application, not verified/);
+      assert.match(html, /to use its tools and read its resources/);
+      assert.match(html, /http:\/\/auth\.test\/mcp/);
+      assert.match(
+        html,
+        /id="device-warning"[^>]*>Continue only if you started this sign-in yourself, on a device you own/,
+      );
+      jar.store(response);
+      // The same browser again, the code typed otherwise: still its code.
+      const again = await open(t, `?user_code=${userCode.toLowerCase().replace("-", "")}`, jar);
+      assert.equal(again.status, 200, await again.text());
+    }
+  });
+});
+
+Deno.test("device page: a second browser gets 'in use' and no client", async () => {
+  await withApp(async (t) => {
+    const userCode = await startCode(t, await registered(t, "build-box agent"));
+    const first = await open(t, `?user_code=${userCode}`);
+    assert.equal(first.status, 200);
+    assert.ok(first.headers.getSetCookie().length > 0);
+    await first.body?.cancel();
+    const second = await open(t, `?user_code=${userCode}`);
+    const html = await second.text();
+    assert.equal(second.status, 409);
+    assert.match(html, /already been entered in another browser/);
+    assert.doesNotMatch(html, /build-box agent/);
+    assert.doesNotMatch(html, /user-code/);
+  });
+});
+
+Deno.test("device page: an unknown client is shown as unknown", async () => {
+  await withApp(async (t) => {
+    const userCode = await startCode(t, "never-registered");
+    const html = await (await open(t, `?user_code=${userCode}`)).text();
+    assert.match(html, /id="client-unknown"/);
+    assert.match(html, /<code><bdi>never-registered<\/bdi><\/code>/);
+  });
+});
+
+Deno.test("device page: 20 wrong codes per address, then 429 with Retry-After for any code", async () => {
+  await withApp(async (t) => {
+    const userCode = await startCode(t, await registered(t, "agent"));
+    for (let i = 0; i < 20; i++) {
+      const wrong = await open(t, `?user_code=BBBB-BBB${"CDFGHJKLMNPQRSTVWXZB"[i]}`);
+      assert.equal(wrong.status, 400, `wrong code ${i + 1}`);
+      await wrong.body?.cancel();
+    }
+    const refused = await open(t, "?user_code=not-a-code");
+    assert.equal(refused.status, 429);
+    assert.ok(Number(refused.headers.get("retry-after")) > 0);
+    await refused.body?.cancel();
+    const right = await open(t, `?user_code=${userCode}`);
+    assert.equal(right.status, 429, "a right code from that address too");
+    assert.ok(Number(right.headers.get("retry-after")) > 0);
+    await right.body?.cancel();
+    const elsewhere = await open(t, `?user_code=${userCode}`, new CookieJar(), OTHER_IP);
+    assert.equal(elsewhere.status, 200);
+    await elsewhere.body?.cancel();
+    t.clock.advance(600_000);
+    const later = await open(t, "?user_code=not-a-code");
+    assert.equal(later.status, 400);
+    await later.body?.cancel();
+  });
+});
+
+Deno.test("device page: 404 when DEVICE_AUTHORIZATION=off", async () => {
+  await withApp(async (t) => {
+    const response = await open(t, "?user_code=BBBB-BBBB");
+    assert.equal(response.status, 404);
+    await response.body?.cancel();
+  }, { env: { DEVICE_AUTHORIZATION: "off" } });
+});
