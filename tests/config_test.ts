@@ -44,6 +44,7 @@ Deno.test("loadConfig defaults", async (t) => {
   });
   await t.step("proxy, storage and base URL", () => {
     assert.deepEqual(config.trustProxy, []);
+    assert.deepEqual(config.rateLimitExempt, []);
     assert.equal(config.kvPath, undefined);
     assert.equal(config.baseUrl, undefined);
   });
@@ -107,6 +108,13 @@ Deno.test("loadConfig reads valid values", async (t) => {
       "192.0.2.7/32",
       "198.51.100.1/32",
     ]);
+  });
+  await t.step("RATE_LIMIT_EXEMPT: none, else CIDRs in one spelling", () => {
+    assert.deepEqual(loadConfig({ RATE_LIMIT_EXEMPT: "NONE" }).rateLimitExempt, []);
+    const exempt =
+      loadConfig({ RATE_LIMIT_EXEMPT: " 203.0.113.7, 2001:DB8:7::/48 ,::ffff:10.1.2.3" })
+        .rateLimitExempt;
+    assert.deepEqual(exempt, ["203.0.113.7/32", "2001:db8:7::/48", "10.1.2.3/32"]);
   });
   await t.step("a JWT_SECRET of exactly 32 bytes is accepted", () => {
     assert.equal(loadConfig({ JWT_SECRET: "x".repeat(32) }).jwtSecret, "x".repeat(32));
@@ -184,6 +192,11 @@ Deno.test("loadConfig rejects bad values with a one-line ConfigError", async (t)
     const base = { BASE_URL: "https://auth.example.org" };
     for (const bad of ["maybe", "10.0.0.0/33", "10.0.0/8", "fd00::/129", "10.0.0.0/8,", "::1%lo"]) {
       assertRejected({ ...base, TRUST_PROXY: bad }, "TRUST_PROXY");
+    }
+  });
+  await t.step("RATE_LIMIT_EXEMPT not CIDRs (true/false are TRUST_PROXY's, not its)", () => {
+    for (const bad of ["true", "off", "10.0.0.0/33", "1.2.3", "10.0.0.0/8,", "0x01020304/8"]) {
+      assertRejected({ RATE_LIMIT_EXEMPT: bad }, "RATE_LIMIT_EXEMPT");
     }
   });
   await t.step("TRUST_PROXY without BASE_URL refuses to start, naming BASE_URL", () => {

@@ -288,3 +288,91 @@ Deno.test("pending caps: MAX_PENDING_FLOWS in all; expired flows leave room; loo
     t.clock.advance(200_001);
     await startFrom(t, "192.0.2.1");
   }));
+
+Deno.test("pending caps: a NAT64 client counts as its IPv4 /24, whichever translator prefix it comes through", () =>
+  withBudgetApp({ MAX_PENDING_FLOWS_PER_PREFIX: "2" }, async (t, gitlab) => {
+    await startFrom(t, "64:ff9b::203.0.113.1");
+    await startFrom(t, "64:ff9b:1:2::203.0.113.2");
+    await assertError(await authorizeFrom(t, "203.0.113.3"), 429, "temporarily_unavailable");
+    await assertError(await authorizeFrom(t, "64:ff9b::203.0.113.4"), 429);
+    assert.equal(gitlab.calls.start, 2);
+    // The translator's clients on other networks are not that /24 (nor one /56 together).
+    for (const ip of ["64:ff9b::198.51.100.1", "64:ff9b::192.0.2.1", "64:ff9b::192.0.2.2"]) {
+      await startFrom(t, ip);
+    }
+  }));
+
+Deno.test("poll budget: 40 flows from one IPv4 /24 through NAT64 cannot starve a single flow from another network through the same translator", () =>
+  withBudgetApp({}, async (t, gitlab) => {
+    const attacker: { ip: string; flowState: string }[] = [];
+    for (let i = 0; i < 40; i++) {
+      const ip = `64:ff9b::198.18.0.${i + 1}`;
+      attacker.push({ ip, flowState: await startFrom(t, ip) });
+    }
+    const victimIp = "64:ff9b::192.0.2.10";
+    const victim = await startFrom(t, victimIp, { deviceCode: "victim" });
+    gitlab.approved.add("victim");
+
+    let done: Record<string, unknown> | undefined;
+    let victimPolls = 0;
+    for (let second = 0; second < 30 && !done; second++) {
+      await pollAll(t, gitlab, attacker);
+      if (second % 5 === 2) {
+        victimPolls++;
+        const body = await pollFrom(t, victimIp, victim);
+        if (body.status === "complete") done = body;
+      }
+      t.clock.advance(1000);
+    }
+    assert.equal(done?.status, "complete", "the victim signed in");
+    assert.ok(victimPolls <= 2, `completed at the victim's poll ${victimPolls}`);
+  }));
+
+Deno.test("pending caps: RATE_LIMIT_EXEMPT clients are exempt from both caps, and counted in all", () =>
+  withBudgetApp(
+    {
+      MAX_PENDING_FLOWS_PER_PREFIX: "2",
+      MAX_PENDING_FLOWS: "6",
+      RATE_LIMIT_EXEMPT: "203.0.113.0/28",
+    },
+    async (t, gitlab) => {
+      for (let i = 1; i <= 5; i++) await startFrom(t, `203.0.113.${i}`);
+      // A neighbour in the same /24 is not charged for the office's flows.
+      await startFrom(t, "203.0.113.200");
+      await assertError(await authorizeFrom(t, "198.51.100.1"), 429, "temporarily_unavailable");
+      await startFrom(t, "64:ff9b::203.0.113.6"); // the office through NAT64
+      assert.equal(gitlab.calls.start, 7);
+    },
+  ));
+
+Deno.test("pending caps: what a trusted proxy forwards as no address is one `unknown-client` prefix", () =>
+  withBudgetApp({ MAX_PENDING_FLOWS_PER_PREFIX: "2", TRUST_PROXY: "true" }, async (t) => {
+    const behindProxy = (xff: string) => {
+      const query = authorizeQuery({ state: `s-${++flowCount}` });
+      t.upstream.device = { ...t.upstream.device, deviceCode: `code-${++flowCount}` };
+      return t.app(
+        new Request(`${TEST_BASE}/authorize?${query}`, { headers: { "X-Forwarded-For": xff } }),
+        peer("127.0.0.1"),
+      );
+    };
+    assert.equal((await behindProxy("unknown")).status, 200);
+    assert.equal((await behindProxy("1.2.3")).status, 200);
+    await assertError(await behindProxy("0x01020304"), 429, "temporarily_unavailable");
+    assert.equal((await behindProxy("198.51.100.1")).status, 200);
+  }));
+
+Deno.test("poll budget: a RATE_LIMIT_EXEMPT flow has no share to keep to, but stays within the budget", () =>
+  withBudgetApp({ RATE_LIMIT_EXEMPT: "203.0.113.0/24" }, async (t, gitlab) => {
+    // Four other networks have asked lately: a share would be one poll of the window's four.
+    const others = await flowsFromManyNetworks(t, 4);
+    await pollAll(t, gitlab, others);
+    t.clock.advance(1000);
+    const office: { ip: string; flowState: string }[] = [];
+    for (let i = 1; i <= 6; i++) {
+      const ip = `203.0.113.${i}`;
+      office.push({ ip, flowState: await startFrom(t, ip) });
+    }
+    // The office polls first in a window: it may take the whole open part, never more.
+    assert.equal(await pollAll(t, gitlab, office), 4);
+    assert.equal(await pollAll(t, gitlab, others), 0, "the window is spent");
+  }));

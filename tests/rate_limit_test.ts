@@ -187,13 +187,13 @@ Deno.test("rate limit: TRUST_PROXY with a trusted peer → the right-most untrus
     assert.equal(t.upstream.calls.start, 7);
   }));
 
-Deno.test("rate limit: an X-Forwarded-For entry that is no address never hands the count to a client-chosen entry left of it", () =>
+Deno.test("rate limit: an X-Forwarded-For entry that is no address never hands the count to a client-chosen entry left of it, nor to the proxy", () =>
   withEnv(
     { RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true", RATE_LIMIT_LOOPBACK: "limit" },
     async (t) => {
       const junk = "x".repeat(5000);
       // A proxy that wrote `unknown` (or junk) for its peer: the entries left of it were sent
-      // by the client, so the nearest trusted hop, the proxy itself, is counted.
+      // by the client, so every such request is the one `unknown-client`.
       for (let i = 0; i < 3; i++) {
         const xff = `192.0.2.${i}, ${junk}, unknown`;
         assert.equal((await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": xff })).status, 200);
@@ -201,16 +201,17 @@ Deno.test("rate limit: an X-Forwarded-For entry that is no address never hands t
       assertLimited(
         await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": `${CLIENT}, unknown` }),
       );
-      // Junk alone: never a 500, and the proxy itself is the client.
+      // Junk alone: never a 500, and still that one client.
       for (const xff of [junk, "<script>", "999.1.2.3.4", `${"2001:db8::1:".repeat(300)}`]) {
-        const answer = await authorize(t.app, "::1", { "X-Forwarded-For": xff });
-        assert.ok(answer.status === 200 || answer.status === 429, answer.body);
+        assertLimited(await authorize(t.app, "::1", { "X-Forwarded-For": xff }));
       }
+      const counted = await recordsOf<number>(t.kv, "rate");
+      assert.deepEqual(counted.map(({ key: [, , subject] }) => subject), ["unknown-client"]);
+      // The proxies' own requests, and the address left of the junk, were not charged.
+      assert.equal((await authorize(t.app, "::1")).status, 200);
       assert.equal(
-        (await recordsOf<number>(t.kv, "rate"))
-          .filter(({ key: [, bucket, ip] }) => bucket === "authorize" && ip === "::/64")
-          .reduce((sum, entry) => sum + entry.value, 0),
-        3,
+        (await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": CLIENT })).status,
+        200,
       );
       // One IPv6 client, however it is spelled.
       for (const spelling of ["2001:DB8::5", "[2001:db8::5]:443", "2001:db8::5"]) {
@@ -324,10 +325,10 @@ function postForm(
   });
 }
 
-function register(app: FetchHandler, ip: string): Promise<Answer> {
+function register(app: FetchHandler, ip: string, headers: HeadersInit = {}): Promise<Answer> {
   return send(app, ip, "/register", {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
+    headers: { "Content-Type": "application/json", ...headers },
     body: JSON.stringify({ redirect_uris: ["http://127.0.0.1:9999/callback"] }),
   });
 }
@@ -485,6 +486,171 @@ Deno.test("rate limit: two service processes on one KV file share the count", as
   } finally {
     await first.stop();
     await second.stop();
+    await gitlab.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** The subjects the rate limits counted, each once, sorted. */
+async function countedSubjects(t: { kv: Deno.Kv }): Promise<string[]> {
+  const subjects = (await recordsOf(t.kv, "rate")).map(({ key }) => String(key[2]));
+  return [...new Set(subjects)].sort();
+}
+
+Deno.test("rate limit: a NAT64 client (64:ff9b::/96, a /96 of 64:ff9b:1::/48) counts as the IPv4 address it embeds", () =>
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600" }, async (t) => {
+    // One IPv4 client reached through translators, in three spellings, then directly: one bucket.
+    for (
+      const address of [`64:ff9b::${CLIENT}`, "64:FF9B::CB00:7109", `64:ff9b:1:ab:cd::${CLIENT}`]
+    ) {
+      assert.equal((await authorize(t.app, address)).status, 200, address);
+    }
+    assertLimited(await authorize(t.app, CLIENT));
+    // The translator's other IPv4 clients are other clients, no longer its one /64.
+    for (let i = 1; i <= 3; i++) {
+      assert.equal((await authorize(t.app, `64:ff9b::${OTHER}`)).status, 200, `request ${i}`);
+      assert.equal((await authorize(t.app, `64:ff9b::192.0.2.${i}`)).status, 200);
+    }
+    assertLimited(await authorize(t.app, `64:ff9b:1::${OTHER}`));
+    // Outside the /96 an address is IPv6 as before, counted by its /64: a host there cannot
+    // pass for many IPv4 clients.
+    for (const address of ["64:ff9b::1:cb00:7109", "64:ff9b::2:c633:6407", "64:ff9b::ffff:0:1"]) {
+      assert.equal((await authorize(t.app, address)).status, 200, address);
+    }
+    assertLimited(await authorize(t.app, "64:ff9b::3:102:304"));
+    // An embedded loopback address is no local tool: counted (RATE_LIMIT_LOOPBACK=exempt is for
+    // loopback itself).
+    for (let i = 0; i < 3; i++) {
+      assert.equal((await authorize(t.app, "64:ff9b::127.0.0.1")).status, 200);
+    }
+    assertLimited(await authorize(t.app, "64:ff9b::127.0.0.1"));
+    assert.deepEqual(
+      await countedSubjects(t),
+      [
+        "127.0.0.1",
+        "192.0.2.1",
+        "192.0.2.2",
+        "192.0.2.3",
+        OTHER,
+        CLIENT,
+        "64:ff9b::/64",
+      ].sort(),
+    );
+  }));
+
+Deno.test("rate limit: a trusted proxy forwarding no address (`unknown`, `0x01020304`, `1.2.3`) is one `unknown-client`, never the exempt proxy", () =>
+  withEnv({ RATE_LIMIT_AUTHORIZE: "3/600", TRUST_PROXY: "true" }, async (t) => {
+    for (const xff of ["unknown", "0x01020304", "1.2.3"]) {
+      assert.equal((await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": xff })).status, 200);
+    }
+    // Through another loopback proxy, with an address the client chose left of the junk.
+    assertLimited(await authorize(t.app, "::1", { "X-Forwarded-For": `${CLIENT}, unknown` }));
+    assertLimited(await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": "_hidden" }));
+    assert.deepEqual(await countedSubjects(t), ["unknown-client"]);
+    // The clients the proxy does name, and the proxy itself (loopback, exempt), are untouched.
+    assert.equal((await authorize(t.app, "127.0.0.1", { "X-Forwarded-For": CLIENT })).status, 200);
+    for (let i = 0; i < 5; i++) assert.equal((await authorize(t.app, "127.0.0.1")).status, 200);
+  }));
+
+Deno.test("RATE_LIMIT_EXEMPT: an office's egress (IPv4, IPv6, through NAT64) is never limited, in any per-address bucket; its neighbours are", () =>
+  withEnv(
+    {
+      RATE_LIMIT_REGISTER: "2/3600",
+      RATE_LIMIT_AUTHORIZE: "2/600",
+      RATE_LIMIT_TOKEN: "2/600",
+      RATE_LIMIT_POLL: "2/60",
+      RATE_LIMIT_EXEMPT: "203.0.113.0/28, 2001:db8:7::/48",
+    },
+    async (t) => {
+      const refresh = { grant_type: "refresh_token", refresh_token: "unknown" };
+      // The 21st developer behind the office's address registers like the first.
+      for (const office of [CLIENT, "2001:db8:7:1::5", `64:ff9b::${CLIENT}`]) {
+        for (let i = 1; i <= 25; i++) {
+          assert.equal((await register(t.app, office)).status, 201, `${office} #${i}`);
+        }
+        for (let i = 0; i < 5; i++) {
+          assert.equal((await authorize(t.app, office)).status, 200);
+          assert.equal((await send(t.app, office, "/oauth/poll?flow_state=x")).status, 400);
+          assert.equal((await postForm(t.app, office, "/token", refresh)).status, 400);
+          assert.equal((await postForm(t.app, office, "/revoke", { token: "x" })).status, 200);
+        }
+      }
+      assert.deepEqual(await countedSubjects(t), [], "the office is not even counted");
+      // Next door (outside the /28, outside the /48) is limited as ever.
+      for (const neighbour of ["203.0.113.16", "2001:db8:8::5"]) {
+        for (let i = 0; i < 2; i++) assert.equal((await register(t.app, neighbour)).status, 201);
+        assertLimited(await register(t.app, neighbour));
+      }
+    },
+  ));
+
+Deno.test("RATE_LIMIT_EXEMPT: only what a trusted proxy saw makes a client exempt; a claim of the client's own, or junk past an exempt proxy, is counted", () =>
+  withEnv(
+    {
+      RATE_LIMIT_REGISTER: "2/3600",
+      TRUST_PROXY: "10.0.0.0/8",
+      RATE_LIMIT_EXEMPT: `10.0.0.0/8,${CLIENT}`,
+    },
+    async (t) => {
+      const tries = async (ip: string, xff: string) => {
+        for (let i = 0; i < 2; i++) {
+          const answer = await register(t.app, ip, { "X-Forwarded-For": xff });
+          assert.equal(answer.status, 201, `${ip} ${xff}`);
+        }
+        assertLimited(await register(t.app, ip, { "X-Forwarded-For": xff }));
+      };
+      // A peer that is no trusted proxy claiming to forward for the office: it is itself.
+      await tries(OTHER, CLIENT);
+      // Through the proxy, the office named left of the client's real address.
+      await tries("10.0.0.2", `${CLIENT}, 198.51.100.8`);
+      // The proxy (exempt itself) writing what is no address: `unknown-client`, counted.
+      await tries("10.0.0.2", `${CLIENT}, unknown`);
+      // The proxy forwarding for the office, and the proxy's own requests: exempt.
+      for (let i = 0; i < 5; i++) {
+        const viaProxy = await register(t.app, "10.0.0.2", {
+          "X-Forwarded-For": `198.51.100.66, ${CLIENT}`,
+        });
+        assert.equal(viaProxy.status, 201);
+        assert.equal((await register(t.app, "10.0.0.3")).status, 201);
+      }
+    },
+  ));
+
+Deno.test("RATE_LIMIT_EXEMPT, NAT64 and unknown-client over real HTTP, behind a loopback proxy", async () => {
+  const gitlab = startSimulatedGitLab();
+  const dir = await Deno.makeTempDir({ prefix: "rate-exempt-" });
+  const service = await spawnService({
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "exempt-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: `${dir}/kv.sqlite`,
+    BASE_URL: "https://auth.example.com",
+    TRUST_PROXY: "true",
+    RATE_LIMIT_REGISTER: "2/3600",
+    RATE_LIMIT_EXEMPT: "203.0.113.7",
+  });
+  try {
+    const registerAs = async (xff: string) => {
+      const response = await fetch(`${service.url}/register`, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", "X-Forwarded-For": xff },
+        body: JSON.stringify({ redirect_uris: ["http://127.0.0.1:9999/callback"] }),
+      });
+      return { status: response.status, headers: response.headers, body: await response.text() };
+    };
+    for (const office of ["203.0.113.7", "64:ff9b::203.0.113.7"]) {
+      for (let i = 0; i < 4; i++) assert.equal((await registerAs(office)).status, 201, office);
+    }
+    // Through a translator and directly: one client.
+    assert.equal((await registerAs("64:ff9b::198.51.100.7")).status, 201);
+    assert.equal((await registerAs("64:ff9b:1::198.51.100.7")).status, 201);
+    assertLimited(await registerAs("198.51.100.7"));
+    // Not an address: all one client, not the loopback proxy.
+    assert.equal((await registerAs("unknown")).status, 201);
+    assert.equal((await registerAs("0x01020304")).status, 201);
+    assertLimited(await registerAs("1.2.3"));
+  } finally {
+    await service.stop();
     await gitlab.close();
     await Deno.remove(dir, { recursive: true });
   }

@@ -13,6 +13,7 @@ import { errorResponse, json, NO_STORE } from "../http/responses.ts";
 import type { LogFields } from "../logger.ts";
 import { enforceRateLimit } from "../http/rate_limit.ts";
 import { createRequestOrigin } from "../http/request_origin.ts";
+import { createLimitedClient } from "../http/limited_client.ts";
 import { createUnconfiguredProxyWarning } from "../http/proxy_warning.ts";
 import {
   findRoute,
@@ -48,6 +49,7 @@ export function createApp(deps: AppDeps): FetchHandler {
     gateways.find(({ gateway }) => gateway.serves(url, baseUrl))?.route;
   const trusted = createProxyTrust(deps.config.trustProxy);
   const trustsProxies = deps.config.trustProxy.length > 0;
+  const limitedClientOf = createLimitedClient(deps.config);
   const hsts = strictTransportSecurity(deps.config);
   const routes = routesFor(ROUTES, deps.config);
   const routeLabel = routeLabels(routes);
@@ -70,7 +72,9 @@ export function createApp(deps: AppDeps): FetchHandler {
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
       route = gatewayRouteFor(url, baseUrl) ?? findRoute(routes, url.pathname);
-      const clientAddress = () => clientIp(request, peerOf(), trusted);
+      let client: string | undefined;
+      const clientAddress = () => client ??= clientIp(request, peerOf(), trusted);
+      const limitedClient = () => limitedClientOf(clientAddress());
       const found = route;
       const standardHeaders = () => standardHeadersOf(found, requestId, hsts);
       const ctx = {
@@ -82,6 +86,7 @@ export function createApp(deps: AppDeps): FetchHandler {
         startedMs: started,
         logFields,
         clientAddress,
+        limitedClient,
         standardHeaders,
       };
       response = await dispatch(route, ctx);
@@ -113,7 +118,7 @@ async function dispatch(route: Route | undefined, ctx: RequestContext): Promise<
   }
   const handle = handlerFor(route, request.method);
   if (route.rateLimit) {
-    await enforceRateLimit(deps, route.rateLimit, ctx.clientAddress());
+    await enforceRateLimit(deps, route.rateLimit, ctx.limitedClient());
   }
   return await handle(ctx);
 }

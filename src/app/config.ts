@@ -17,6 +17,7 @@ import {
   caseInsensitive,
   integerBetween,
   oneOf,
+  parseCidrs,
   parseRateLimit,
   parseTrustProxy,
   unbracketed,
@@ -136,6 +137,13 @@ const SERVICE_VARIABLES = {
     "exempt",
     oneOf("exempt", "limit"),
     "`limit`: loopback clients are limited too",
+  ),
+  /** Canonical CIDRs whose clients no per-address limit counts (an office's egress address). */
+  rateLimitExempt: variable(
+    "RATE_LIMIT_EXEMPT",
+    "none",
+    parseCidrs,
+    "client CIDRs no per-address limit counts, e.g. an office's egress ([sizing](#abuse-limits))",
   ),
 } satisfies ConfigTable;
 

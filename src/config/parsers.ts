@@ -132,13 +132,20 @@ export function parseTrustProxy(name: string, raw: string): readonly string[] {
   const lower = raw.toLowerCase();
   if (["0", "false", "no", "off"].includes(lower)) return [];
   if (["1", "true", "yes", "on"].includes(lower)) return LOOPBACK_RANGES;
+  return cidrList(name, raw, "true, false or CIDRs like 10.0.0.0/8");
+}
+
+/** A comma list of CIDRs (a bare address is a range of one) as canonical ranges; `none`: none. */
+export function parseCidrs(name: string, raw: string): readonly string[] {
+  if (raw.toLowerCase() === "none") return [];
+  return cidrList(name, raw, "none or CIDRs like 203.0.113.7/32,2001:db8:7::/48");
+}
+
+function cidrList(name: string, raw: string, expected: string): string[] {
   return raw.split(",").map((entry) => {
     const cidr = parseCidr(entry.trim());
     if (cidr === undefined) {
-      throw new ConfigError(
-        name,
-        `must be true, false or CIDRs like 10.0.0.0/8, got ${JSON.stringify(entry.trim())}`,
-      );
+      throw new ConfigError(name, `must be ${expected}, got ${JSON.stringify(entry.trim())}`);
     }
     return cidr;
   });

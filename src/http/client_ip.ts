@@ -1,7 +1,8 @@
 /**
  * Which address a request comes from: the socket peer, or, when that peer is a proxy TRUST_PROXY
  * names, the right-most `X-Forwarded-For` entry that is not itself a trusted proxy. Entries to
- * its left are whatever the client chose to send, so they never count.
+ * its left are whatever the client chose to send, so they never count. A client the forwarded
+ * chain does not name by an address is UNKNOWN_CLIENT.
  *
  * @see RFC 7239 §5.2 (the proxy chain, appended on the right), README "Abuse limits"
  */
@@ -10,6 +11,13 @@ import { canonicalIpText, createRangeMatcher } from "./ip_address.ts";
 
 /** Whether a canonical address is a proxy whose forwarded headers are believed. */
 export type ProxyTrust = (canonical: string) => boolean;
+
+/**
+ * The client of a request whose trusted proxies forwarded something that is no address
+ * (`unknown`, `0x01020304`, `1.2.3`): all such requests are one client, never the proxy itself
+ * (which may be loopback or in RATE_LIMIT_EXEMPT) and never an entry the client chose.
+ */
+export const UNKNOWN_CLIENT = "unknown-client";
 
 /** The address a request without a TCP peer (in-process, a Unix socket) is counted as. */
 const LOCAL_PEER = "127.0.0.1";
@@ -29,8 +37,8 @@ export function peerAddress(info: Deno.ServeHandlerInfo | undefined): string {
 /**
  * The client address of a request from the canonical socket `peer`. Walking `X-Forwarded-For`
  * from the right: a trusted proxy's entry moves on, the first other address is the client, and
- * an entry that is no address (a proxy that wrote `unknown`) stops the walk at the nearest
- * trusted hop, since what lies left of it is client-chosen. All trusted: the left-most.
+ * an entry that is no address (a proxy that wrote `unknown`) makes the client UNKNOWN_CLIENT,
+ * since what lies left of it is client-chosen. All trusted: the left-most.
  */
 export function clientIp(request: Request, peer: string, trusted: ProxyTrust): string {
   if (!trusted(peer)) return peer;
@@ -38,7 +46,7 @@ export function clientIp(request: Request, peer: string, trusted: ProxyTrust): s
   let nearest = peer;
   for (let i = entries.length - 1; i >= 0; i--) {
     const address = canonicalIpText(withoutPort(entries[i]));
-    if (address === undefined) return nearest;
+    if (address === undefined) return UNKNOWN_CLIENT;
     if (!trusted(address)) return address;
     nearest = address;
   }

@@ -1,10 +1,12 @@
 /**
  * IP addresses as the service counts and trusts them: one spelling per address (IPv4-mapped
  * IPv6 is IPv4, IPv6 in RFC 5952 form), IPv6 clients counted per /64 (one subscriber's
- * allocation), and CIDR ranges for TRUST_PROXY. Parsing is ipaddr.js's, made strict: a dotted
- * quad only (no `1.2.3` or octal), no IPv6 zone.
+ * allocation), NAT64 addresses as the IPv4 client they translate, and CIDR ranges for
+ * TRUST_PROXY and RATE_LIMIT_EXEMPT. Parsing is ipaddr.js's, made strict: a dotted quad only
+ * (no `1.2.3` or octal), no IPv6 zone.
  *
- * @see RFC 5952 (IPv6 text form), RFC 4291 §2.5.5.2 (IPv4-mapped), RFC 6177 (/64 per site)
+ * @see RFC 5952 (IPv6 text form), RFC 4291 §2.5.5.2 (IPv4-mapped), RFC 6177 (/64 per site),
+ *   RFC 6052 §2.1 and RFC 8215 (NAT64 prefixes)
  */
 
 import ipaddr from "ipaddr.js";
@@ -32,6 +34,31 @@ export function canonicalIp(address: IpAddress): string {
   return address.kind() === "ipv6"
     ? (address as ipaddr.IPv6).toRFC5952String()
     : address.toString();
+}
+
+/**
+ * The NAT64 prefixes whose addresses stand for the IPv4 address in their last 32 bits: the
+ * well-known `64:ff9b::/96` and the /96 prefixes of the local-use `64:ff9b:1::/48`. A
+ * translator's IPv4 clients all fall in one /64, so counted as IPv6 they would share one bucket.
+ */
+const NAT64_PREFIXES: readonly IpRange[] = [
+  ipaddr.parseCIDR("64:ff9b::/96"),
+  ipaddr.parseCIDR("64:ff9b:1::/48"),
+];
+
+/**
+ * The IPv4 address (dotted quad) a canonical NAT64 address translates, undefined for any
+ * other address.
+ */
+export function nat64Ipv4(canonical: string): string | undefined {
+  const address = parseIpAddress(canonical);
+  if (address?.kind() !== "ipv6") return undefined;
+  const ipv6 = address as ipaddr.IPv6;
+  if (!NAT64_PREFIXES.some(([base, prefix]) => ipv6.match(base as ipaddr.IPv6, prefix))) {
+    return undefined;
+  }
+  const [high, low] = ipv6.parts.slice(6);
+  return new ipaddr.IPv4([high >> 8, high & 0xff, low >> 8, low & 0xff]).toString();
 }
 
 /** The canonical spelling of `text`, or undefined when it is not an address. */

@@ -4,7 +4,8 @@
  */
 
 import { OAuthError } from "./errors.ts";
-import { isLoopbackIp, rateLimitSubject } from "./ip_address.ts";
+import { rateLimitSubject } from "./ip_address.ts";
+import { countedAddress, type LimitedClient } from "./limited_client.ts";
 
 /** A fixed-window limit: at most `limit` requests per `windowSeconds`. */
 export interface RateLimit {
@@ -18,26 +19,27 @@ export interface RateLimitDeps<B extends string> {
   store: {
     countRequest(bucket: B, subject: string, limit: number, windowMs: number): Promise<number>;
   };
-  config: {
-    rateLimits: Readonly<Partial<Record<B, RateLimit>>>;
-    /** `exempt`: loopback clients are never limited. */
-    rateLimitLoopback: "exempt" | "limit";
-  };
+  config: { rateLimits: Readonly<Partial<Record<B, RateLimit>>> };
   clock: { now(): number };
   metrics: { rateLimitRefusals: { inc(labels: { bucket: B }): void } };
 }
 
 /**
- * Throws a 429 OAuthError when the canonical client address `ip` is over the limit of `bucket`;
- * an IPv6 client is counted by its /64.
+ * Throws a 429 OAuthError when `client` (as RequestContext.limitedClient gives it) is over the
+ * limit of `bucket`; an exempt client never is, an IPv6 client is counted by its /64.
  */
 export async function enforceRateLimit<B extends string>(
   { store, config, clock, metrics }: RateLimitDeps<B>,
   bucket: B,
-  ip: string,
+  client: LimitedClient,
 ): Promise<void> {
-  if (config.rateLimitLoopback === "exempt" && isLoopbackIp(ip)) return;
-  await enforceSubjectRateLimit({ store, config, clock, metrics }, bucket, rateLimitSubject(ip));
+  const address = countedAddress(client);
+  if (address === undefined) return;
+  await enforceSubjectRateLimit(
+    { store, config, clock, metrics },
+    bucket,
+    rateLimitSubject(address),
+  );
 }
 
 /**

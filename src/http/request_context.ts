@@ -4,6 +4,8 @@
  * the whole service, which has them all).
  */
 
+import type { LimitedClient } from "./limited_client.ts";
+
 /** One request, with the dependencies `Deps` of the handler that serves it. */
 export interface RequestContext<Deps> {
   request: Request;
@@ -18,8 +20,16 @@ export interface RequestContext<Deps> {
   startedMs: number;
   /** Fields a route adds to the request's one log line (what it issued, to whom). */
   logFields: Record<string, string | number | boolean | undefined>;
-  /** The client's address as the rate limits count it (TRUST_PROXY applied, canonical). */
+  /**
+   * The client's address (TRUST_PROXY applied, canonical), or `unknown-client` when a trusted
+   * proxy forwarded no address for it.
+   */
   clientAddress(): string;
+  /**
+   * Whom the per-address limits count the client as (its address, a NAT64 address's IPv4), or
+   * why they exempt it (loopback, RATE_LIMIT_EXEMPT); see limited_client.ts.
+   */
+  limitedClient(): LimitedClient;
   /**
    * The headers the app puts on every answer to this request (security headers, HSTS,
    * `X-Request-Id`, CORS). A route that builds its answer from a header list may include them:

@@ -34,7 +34,7 @@ export async function handleIntrospect(ctx: IntrospectContext): Promise<Response
   const caller = authenticatedCaller(ctx);
   if (caller === undefined) {
     // Guessing at credentials counts against the guesser's address.
-    await enforceRateLimit(deps, "introspect", ctx.clientAddress());
+    await enforceRateLimit(deps, "introspect", ctx.limitedClient());
     throw new OAuthError(
       401,
       "invalid_token",

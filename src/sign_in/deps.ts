@@ -36,7 +36,6 @@ export type SignInSettings =
   & {
     baseUrl?: string;
     requestBodyTimeoutMs: number;
-    rateLimitLoopback: "exempt" | "limit";
     rateLimits: { authorize?: RateLimit; poll?: RateLimit; device?: RateLimit };
   };
 

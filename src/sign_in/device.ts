@@ -115,10 +115,9 @@ async function startFlow(
   flowState: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
-  const clientPrefix = await admitNewFlow(ctx);
+  const counting = await admitNewFlow(ctx);
   const device = await ctx.oauth.upstream.startDeviceAuthorization();
-  const flow = recordOf(device, ctx.deps.clock.now());
-  if (clientPrefix !== undefined) flow.clientPrefix = clientPrefix;
+  const flow = { ...recordOf(device, ctx.deps.clock.now()), ...counting };
   await ctx.deps.store.createFlow(flowState, flow);
   ctx.deps.metrics.signInsStarted.inc({ mode: "device" });
   return { flowState, flow };

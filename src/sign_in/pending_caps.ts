@@ -2,25 +2,29 @@
  * The caps on pending device flows (MAX_PENDING_FLOWS in all, MAX_PENDING_FLOWS_PER_PREFIX per
  * client IPv4 /24 or IPv6 /56), checked before a new flow is started at the upstream. Over a cap
  * the answer is 429 `temporarily_unavailable` with `Retry-After` until the first of the counted
- * flows expires. Loopback clients are exempt under RATE_LIMIT_LOOPBACK=exempt, like every
- * per-client limit; their flows still count in all.
+ * flows expires. Clients the per-address limits exempt (loopback under RATE_LIMIT_LOOPBACK=exempt,
+ * RATE_LIMIT_EXEMPT) are exempt here too; their flows still count in all.
  *
  * @see README "Abuse limits"
  */
 
 import type { SignInContext } from "./deps.ts";
 import { OAuthError } from "../http/errors.ts";
-import { clientPrefix, isLoopbackIp } from "../http/ip_address.ts";
+import { clientPrefix } from "../http/ip_address.ts";
+import type { FlowRecord } from "../store/records.ts";
+
+/** How a new flow is counted: under its client's prefix, or exempt (see FlowRecord). */
+export type FlowCounting = Pick<FlowRecord, "clientPrefix" | "exemptFromShare">;
 
 /**
- * The client prefix a new flow is counted under (undefined: an exempt client), once the caps
- * leave room for it; throws the 429 when they do not.
+ * How a new flow is counted, once the caps leave room for it; throws the 429 when they do not.
+ * An exempt client's flow has no prefix; a RATE_LIMIT_EXEMPT one's polls still spend the budget.
  */
-export async function admitNewFlow(ctx: SignInContext): Promise<string | undefined> {
+export async function admitNewFlow(ctx: SignInContext): Promise<FlowCounting> {
   const { config, store, clock } = ctx.deps;
-  const address = ctx.clientAddress();
-  if (config.rateLimitLoopback === "exempt" && isLoopbackIp(address)) return undefined;
-  const prefix = clientPrefix(address);
+  const client = ctx.limitedClient();
+  if ("exempt" in client) return client.exempt === "listed" ? { exemptFromShare: true } : {};
+  const prefix = clientPrefix(client.counted);
   const pending = await store.countPendingFlows(prefix);
   if (pending.ofPrefix >= config.maxPendingFlowsPerPrefix) {
     throw tooManyPending(pending.firstOfPrefixEndsAt - clock.now(), "from your network");
@@ -28,7 +32,7 @@ export async function admitNewFlow(ctx: SignInContext): Promise<string | undefin
   if (pending.all >= config.maxPendingFlows) {
     throw tooManyPending(pending.firstEndsAt - clock.now(), "");
   }
-  return prefix;
+  return { clientPrefix: prefix };
 }
 
 function tooManyPending(untilFreeMs: number, from: string): OAuthError {

@@ -2,9 +2,11 @@
  * The service-wide budget of GitLab device-token polls (GITLAB_POLL_BUDGET a second, every
  * instance together), spent fairly: each one-second window holds the budget's polls, and a
  * client prefix (IPv4 /24, IPv6 /56) that started the flow takes at most its share of them, the
- * window's polls divided by the prefixes that asked lately. A fifth of each window (one poll,
- * from two a window) is kept for flows near their expiry that missed a poll. A poll the budget
- * refuses answers `pending`, as any poll between GitLab's intervals does.
+ * window's polls divided by the prefixes that asked lately. A flow of a RATE_LIMIT_EXEMPT client
+ * has no share to keep to, only the window's polls; a loopback one (RATE_LIMIT_LOOPBACK=exempt)
+ * is not counted. A fifth of each window (one poll, from two a window) is kept for flows near
+ * their expiry that missed a poll. A poll the budget refuses answers `pending`, as any poll
+ * between GitLab's intervals does.
  *
  * A 429 from GitLab on a device-token poll (the traffic this budget governs) halves the budget
  * from the end of the pause it imposes; it then grows back linearly to GITLAB_POLL_BUDGET.
@@ -34,11 +36,12 @@ const EXTRA_DECIDE_ATTEMPTS = 10;
 
 /**
  * Takes one GitLab poll from the current window for `flow`, or answers false when its prefix has
- * spent its share (or the window is spent). Flows of exempt clients (no prefix) are not counted.
+ * spent its share (or the window is spent). Flows of loopback clients (neither a prefix nor
+ * `exemptFromShare`) are not counted.
  */
 export async function takePollSlot(ctx: SignInContext, flow: FlowRecord): Promise<boolean> {
   const prefix = flow.clientPrefix;
-  if (prefix === undefined) return true;
+  if (prefix === undefined && !flow.exemptFromShare) return true;
   const { store, clock, config } = ctx.deps;
   const now = clock.now();
   const second = Math.floor(now / 1000);
@@ -103,7 +106,8 @@ function isNearExpiry(flow: FlowRecord, now: number): boolean {
 }
 
 interface Asking {
-  prefix: string;
+  /** Undefined: a RATE_LIMIT_EXEMPT client's flow, held to the window's polls only. */
+  prefix: string | undefined;
   urgent: boolean;
   slots: number;
   now: number;
@@ -115,10 +119,21 @@ interface Asking {
  * divided by the prefixes that asked lately (this one included).
  */
 export function decidePoll(state: PollBudgetState, asking: Asking): PollDecision {
-  const { prefix, urgent, slots, now } = asking;
+  const { prefix, urgent, slots } = asking;
+  const open = urgent ? slots : slots - reserveOf(slots);
+  if (prefix !== undefined) return decideSharedPoll(state, { ...asking, prefix }, open);
+  if (state.window.spent >= open) return { allowed: false };
+  return { allowed: true, window: { ...state.window, spent: state.window.spent + 1 } };
+}
+
+/** decidePoll for a flow counted under `prefix`, given the window's `open` polls. */
+function decideSharedPoll(
+  state: PollBudgetState,
+  { prefix, now }: Asking & { prefix: string },
+  open: number,
+): PollDecision {
   const recent = recentlyAsked(state.active, now);
   const competitors = Object.keys(recent).length + (Object.hasOwn(recent, prefix) ? 0 : 1);
-  const open = urgent ? slots : slots - reserveOf(slots);
   const mine = state.window.byPrefix[prefix] ?? 0;
   const allowed = state.window.spent < open && mine < Math.ceil(open / competitors);
   const decision: PollDecision = { allowed };

@@ -57,9 +57,16 @@ export interface FlowRecord {
   requestHash?: string;
   /**
    * The client prefix (IPv4 /24, IPv6 /56) that started it, counted by the pending-flow caps and
-   * the GitLab poll budget; absent when its client is exempt (loopback) or it predates them.
+   * the GitLab poll budget; absent when its client is exempt (loopback, RATE_LIMIT_EXEMPT) or it
+   * predates them.
    */
   clientPrefix?: string;
+  /**
+   * Its client is in RATE_LIMIT_EXEMPT: its GitLab polls still come out of the poll budget (which
+   * is GitLab's limit on this service), but no prefix's share caps them. Absent: a loopback
+   * client's flow (or one with a prefix) is not counted so.
+   */
+  exemptFromShare?: true;
   /**
    * Set the moment the upstream returns a token, before the user lookup: the device code is spent
    * then, so a failed lookup must be retried with these instead of polling again.
