@@ -155,3 +155,18 @@ Deno.test("device page: 404 when DEVICE_AUTHORIZATION=off", async () => {
     await response.body?.cancel();
   }, { env: { DEVICE_AUTHORIZATION: "off" } });
 });
+
+Deno.test("device page: wrong codes count a NAT64 client as its IPv4 address; RATE_LIMIT_EXEMPT's office is not counted", async () => {
+  await withApp(async (t) => {
+    const wrongFrom = async (ip: string) => {
+      const answer = await open(t, "?user_code=BBBB-BBBB", new CookieJar(), ip);
+      await answer.body?.cancel();
+      return answer.status;
+    };
+    assert.equal(await wrongFrom(`64:ff9b::${OTHER_IP}`), 400);
+    assert.equal(await wrongFrom(`64:ff9b:1:2::${OTHER_IP}`), 400);
+    assert.equal(await wrongFrom(OTHER_IP), 429, "one client, however it arrives");
+    assert.equal(await wrongFrom("64:ff9b::192.0.2.1"), 400, "another client of the translator");
+    for (let i = 0; i < 5; i++) assert.equal(await wrongFrom(CLIENT_IP), 400, "the office");
+  }, { env: { RATE_LIMIT_DEVICE: "2/600", RATE_LIMIT_EXEMPT: CLIENT_IP } });
+});

@@ -28,15 +28,15 @@ const ACCESS_IN_WORDS = "to use its tools and read its resources";
 /** Handles `GET /device`. */
 export async function handleDevice(ctx: SignInContext): Promise<Response> {
   const typed = singleValued(ctx.url.searchParams).get("user_code");
-  const ip = ctx.clientAddress();
-  await refuseAfterWrongCodes(ctx.deps, ip);
+  const client = ctx.limitedClient();
+  await refuseAfterWrongCodes(ctx.deps, client);
   if (typed === undefined) return entryPage(ctx, 200);
   const userCode = normalizeUserCode(typed);
   const device = userCode === undefined
     ? null
     : await ctx.deps.store.getDeviceAuthorizationByUserCode(userCode);
   if (!userCode || !device || device.value.status !== "pending") {
-    await countWrongCode(ctx.deps, ip);
+    await countWrongCode(ctx.deps, client);
     return entryPage(ctx, 400, "That code is not valid, or has expired. Check it on your device.");
   }
   const headers = new Headers();
