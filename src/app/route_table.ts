@@ -25,7 +25,7 @@ import { handleRegister } from "../routes/register.ts";
 import { handleRevoke } from "../routes/revoke.ts";
 import { handleToken } from "../routes/token.ts";
 import { handleDeviceAuthorization } from "../routes/device_authorization.ts";
-import { handleDevice } from "../routes/device.ts";
+import { handleDevice, handleDeviceForm } from "../routes/device.ts";
 import { deviceAuthorizationOn } from "../device_authorization/config.ts";
 
 const authorizationServerMetadata = {
@@ -82,7 +82,11 @@ export const ROUTES: Routes = {
     when: deviceAuthorizationOn,
   },
   // Wrong user codes count in the `device` bucket, in the handler: right ones are not limited.
-  [PATHS.device]: { methods: { GET: handleDevice }, oauth: true, when: deviceAuthorizationOn },
+  [PATHS.device]: {
+    methods: { GET: handleDevice, POST: handleDeviceForm },
+    oauth: true,
+    when: deviceAuthorizationOn,
+  },
   [PATHS.register]: {
     methods: { POST: handleRegister },
     oauth: true,

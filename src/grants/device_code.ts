@@ -53,6 +53,7 @@ async function redeemDeviceCode(deps: GrantDeps, request: GrantRequest): Promise
   const polled = await recordPoll(deps, found, now);
   switch (polled.value.status) {
     case "pending":
+    case "signed_in":
       throw new OAuthError(400, "authorization_pending", "The user has not approved yet");
     case "denied":
       await store.deleteDeviceAuthorization(polled);

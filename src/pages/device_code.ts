@@ -21,12 +21,19 @@ export interface CodeEntryValues {
 
 /** What a user code asks for. */
 export interface CodeRequestValues extends ShownClient {
-  userCode: string;
+  /** The code as the user entered it (not shown after the upstream sign-in). */
+  userCode?: string;
   /** The scopes asked, in words. */
   access: string;
   /** The MCP server the tokens will be for. */
   resource: string;
   upstream: UpstreamProfile;
+  /** Where the form posts (`/device`), and what it carries. */
+  actionUrl: string;
+  deviceId: string;
+  csrfToken: string;
+  /** After the upstream sign-in: the user's name, and the form is Approve / Deny. */
+  signedInAs?: string;
 }
 
 const PLACEHOLDERS = {
@@ -44,6 +51,10 @@ const PLACEHOLDERS = {
     "resource",
     "upstreamName",
     "scopeWords",
+    "signedInAs",
+    "actionUrl",
+    "deviceId",
+    "csrfToken",
   ],
   raw: [],
 } as const;
@@ -66,6 +77,10 @@ const EMPTY: Omit<Slots, "nonce" | "title"> = {
   resource: "",
   upstreamName: "",
   scopeWords: "",
+  signedInAs: "",
+  actionUrl: "",
+  deviceId: "",
+  csrfToken: "",
 };
 
 /** The renderers of `/device`'s pages. */
@@ -93,14 +108,31 @@ export function compileDeviceCodePages(html: string): DeviceCodePages {
         ...EMPTY,
         nonce,
         title: "Sign in a device",
-        userCode: values.userCode,
+        userCode: values.userCode ?? "",
         ...clientSlots(values),
         access: values.access,
         resource: values.resource,
         upstreamName: values.upstream.displayName,
         scopeWords: scopeWords(values.upstream.scopes, values.upstream.scopeWords),
+        signedInAs: values.signedInAs ?? "",
+        actionUrl: httpUrl(values.actionUrl, "actionUrl"),
+        deviceId: values.deviceId,
+        csrfToken: values.csrfToken,
       }),
-      contentSecurityPolicy: formPagePolicy(nonce, []),
+      contentSecurityPolicy: requestPolicy(values, nonce),
     }),
   };
+}
+
+/**
+ * Forms go to `/device`, and on to the upstream ("Continue" answers a redirect there, which
+ * Chromium holds to form-action too, as any single sign-on the upstream passes the browser to).
+ */
+function requestPolicy(values: CodeRequestValues, nonce: string): string {
+  const upstream = new URL(httpUrl(values.upstream.url.href, "upstream.url"));
+  return formPagePolicy(nonce, [
+    new URL(values.actionUrl).origin,
+    upstream.origin,
+    upstream.protocol,
+  ]);
 }

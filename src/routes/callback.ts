@@ -5,7 +5,8 @@
  * exchanged (with the step's PKCE verifier), the user looked up, and the session and our
  * authorization code created as a completed device flow creates them; the browser returns to
  * the client with `code`, `state` and `iss`. The upstream's `access_denied` returns there too; a
- * user this service refuses reads why on our page, with a link back to the client.
+ * user this service refuses reads why on our page, with a link back to the client. A sign-in
+ * started at `/device` completes there instead (`device_authorization/completion.ts`).
  *
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
@@ -31,6 +32,7 @@ import {
 } from "../sign_in/redirect_flow.ts";
 import { UpstreamError } from "../upstream/types.ts";
 import { signInFailure } from "../metrics/catalog.ts";
+import { completeDeviceSignIn } from "../device_authorization/completion.ts";
 
 /** Handles `GET /oauth/callback`. */
 export async function handleCallback(ctx: SignInContext): Promise<Response> {
@@ -84,6 +86,9 @@ async function complete(
   });
   const tokens = upstreamTokenSet(exchanged, clock.now());
   const user = await fetchUserOrRevoke(ctx, tokens);
+  if (signIn.deviceUserCodeHash !== undefined) {
+    return await completeDeviceSignIn(ctx, signIn.deviceUserCodeHash, tokens, user);
+  }
   const admission = await admitSignIn(ctx, tokens, user);
   if (admission.kind === "refused") return refusalPage(ctx, signIn, admission.message);
   const completion = await storeSignIn(

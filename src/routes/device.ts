@@ -1,29 +1,31 @@
 /**
- * `GET /device` (RFC 8628 §3.3): where the user of a device authorization enters its user code
- * (typed in any case, with or without the dash; `?user_code=` fills it in), then sees which
- * application asks, for what, and a warning, before signing in. A code is bound to the first
- * browser that enters it; another browser reads that it is in use, and nothing of the client.
- * Wrong codes are limited per client address (`device_authorization/wrong_codes.ts`).
+ * `/device` (RFC 8628 §3.3), the user's side of a device authorization. `GET`: the user enters
+ * the user code (any case, with or without the dash; `?user_code=` fills it in) and sees which
+ * application asks, for what, and a warning; a code is bound to the first browser that enters
+ * it, another browser reads that it is in use, and nothing of the client; wrong codes are
+ * limited per client address (`device_authorization/wrong_codes.ts`). `POST`: the page's form
+ * (CSRF token bound to the browser): "Continue" to the upstream sign-in, then Approve / Deny.
  *
  * @see README.md "Headless clients: device authorization"
  */
 
 import { sha256Base64Url, timingSafeEqual } from "../crypto.ts";
-import { identifyDeviceClient } from "../device_authorization/client.ts";
+import { auditDeviceAuthorization } from "../device_authorization/audit.ts";
+import { authorizationPage, htmlPage } from "../device_authorization/page.ts";
+import {
+  changeDeviceAuthorization,
+  continueUpstream,
+  isDeviceForm,
+} from "../device_authorization/sign_in.ts";
 import { normalizeUserCode } from "../device_authorization/user_code.ts";
 import { countWrongCode, refuseAfterWrongCodes } from "../device_authorization/wrong_codes.ts";
-import { OAuthError } from "../http/errors.ts";
-import { singleValued } from "../http/params.ts";
+import { readParams, singleValued } from "../http/params.ts";
 import { PATHS } from "../http/paths.ts";
-import type { RenderedPage } from "../pages/mod.ts";
 import { readCookie, signInCookies } from "../sign_in/cookies.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
-import { bindBrowser, notice } from "../sign_in/redirect_flow.ts";
+import { bindBrowser, notice, otherBrowser } from "../sign_in/redirect_flow.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { DeviceAuthorizationRecord } from "../store/records.ts";
-
-/** What every session grants, in words (sessions get both scopes, spec §1.6). */
-const ACCESS_IN_WORDS = "to use its tools and read its resources";
 
 /** Handles `GET /device`. */
 export async function handleDevice(ctx: SignInContext): Promise<Response> {
@@ -40,38 +42,83 @@ export async function handleDevice(ctx: SignInContext): Promise<Response> {
     return entryPage(ctx, 400, "That code is not valid, or has expired. Check it on your device.");
   }
   const headers = new Headers();
-  if (!await isThisBrowsers(ctx, userCode, device, headers)) return inUse(ctx);
-  return await requestPage(ctx, userCode, device.value, headers);
+  const browser = await thisBrowsers(ctx, userCode, device, headers);
+  if (browser === undefined) return inUse(ctx);
+  return await authorizationPage(ctx, device.value, { userCode, browser }, headers);
+}
+
+/** Handles `POST /device`: the page's "Continue", "Approve" or "Deny". */
+export async function handleDeviceForm(ctx: SignInContext): Promise<Response> {
+  const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
+  const ip = ctx.clientAddress();
+  await refuseAfterWrongCodes(ctx.deps, ip);
+  const deviceId = params.get("device") ?? "";
+  const device = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(deviceId);
+  if (!device) {
+    await countWrongCode(ctx.deps, ip);
+    return expired(ctx);
+  }
+  if (!isDeviceForm(ctx, device.value, params.get("csrf_token"))) return otherBrowser(ctx);
+  const action = params.get("action");
+  if (action === "continue" && device.value.status === "pending") {
+    if (ctx.deps.config.upstream.signIn !== "redirect") return notYetInDeviceMode(ctx);
+    return await continueUpstream(ctx, device.value);
+  }
+  if (action === "approve" || action === "deny") return await decide(ctx, deviceId, action);
+  return expired(ctx);
+}
+
+/** The user's word after signing in: the authorization approved or denied, once. */
+async function decide(
+  ctx: SignInContext,
+  deviceId: string,
+  action: "approve" | "deny",
+): Promise<Response> {
+  const { store } = ctx.deps;
+  const status = action === "approve" ? "approved" : "denied";
+  const decided = await changeDeviceAuthorization(
+    ctx,
+    deviceId,
+    ["signed_in"],
+    async (device) => !!await store.updateDeviceAuthorization(device, { ...device.value, status }),
+  );
+  if (!decided) return expired(ctx);
+  auditDeviceAuthorization(ctx.deps, status, decided.clientId, ctx.requestId);
+  return action === "approve"
+    ? notice(ctx, 200, "Device signed in", "You may return to your device: it is signed in now.")
+    : notice(ctx, 200, "Sign-in denied", "Your device was not signed in. You may close this page.");
 }
 
 /**
- * Whether the code is this browser's: the first browser to enter it binds it (its cookie set
- * on `headers` when new); any other is refused.
+ * This browser's binding value when the code is its: the first browser to enter it binds it
+ * (its cookie set on `headers` when new); any other gets undefined.
  */
-async function isThisBrowsers(
+async function thisBrowsers(
   ctx: SignInContext,
   userCode: string,
   device: Versioned<DeviceAuthorizationRecord>,
   headers: Headers,
-): Promise<boolean> {
+): Promise<string | undefined> {
   const cookies = signInCookies(ctx.baseUrl);
   for (let current: typeof device | null = device; current;) {
     const bound = current.value.browserHash;
     if (bound !== undefined) {
       const value = readCookie(ctx.request, cookies.browser);
-      return value !== undefined && timingSafeEqual(sha256Base64Url(value), bound);
+      return value !== undefined && timingSafeEqual(sha256Base64Url(value), bound)
+        ? value
+        : undefined;
     }
     const browser = bindBrowser(ctx.request, cookies, headers);
     const taken = await ctx.deps.store.updateDeviceAuthorization(current, {
       ...current.value,
       browserHash: sha256Base64Url(browser),
     });
-    if (taken) return true;
+    if (taken) return browser;
     // Another browser, or a poll, changed it first: judge by what is stored now.
     headers.delete("Set-Cookie");
     current = await ctx.deps.store.getDeviceAuthorizationByUserCode(userCode);
   }
-  return false;
+  return undefined;
 }
 
 function inUse(ctx: SignInContext): Response {
@@ -84,31 +131,23 @@ function inUse(ctx: SignInContext): Response {
   );
 }
 
-async function requestPage(
-  ctx: SignInContext,
-  userCode: string,
-  device: DeviceAuthorizationRecord,
-  headers: Headers,
-): Promise<Response> {
-  let client;
-  try {
-    client = await identifyDeviceClient(ctx.deps, device.clientId);
-  } catch (error) {
-    // Accepted at issuance, gone since (a registration that expired): shown as unknown.
-    if (!(error instanceof OAuthError)) throw error;
-    client = {};
-  }
-  const page = ctx.deps.templates.renderCodeRequestPage({
-    userCode,
-    clientId: device.clientId,
-    clientName: client.clientName,
-    clientVerifiedHost: client.verifiedHost,
-    clientRegistered: client.registration !== undefined,
-    access: ACCESS_IN_WORDS,
-    resource: device.resource,
-    upstream: ctx.oauth.upstream.profile,
-  });
-  return html(page, 200, headers);
+function expired(ctx: SignInContext): Response {
+  return notice(
+    ctx,
+    400,
+    "Code expired",
+    "This code is unknown, expired or already used. Start again on your device.",
+  );
+}
+
+function notYetInDeviceMode(ctx: SignInContext): Response {
+  return notice(
+    ctx,
+    501,
+    "Not available",
+    "Signing a device in from this page needs this service's redirect sign-in " +
+      "(GITLAB_SIGN_IN=redirect) for now.",
+  );
 }
 
 function entryPage(ctx: SignInContext, status: number, message?: string): Response {
@@ -116,13 +155,5 @@ function entryPage(ctx: SignInContext, status: number, message?: string): Respon
     entryUrl: `${ctx.baseUrl}${PATHS.device}`,
     message,
   });
-  return html(page, status);
-}
-
-function html(page: RenderedPage, status: number, headers = new Headers()): Response {
-  headers.set("Content-Type", "text/html; charset=utf-8");
-  headers.set("Content-Security-Policy", page.contentSecurityPolicy);
-  headers.set("Cache-Control", "no-store");
-  headers.set("Referrer-Policy", "no-referrer");
-  return new Response(page.html, { status, headers });
+  return htmlPage(page, status);
 }

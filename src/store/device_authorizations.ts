@@ -40,18 +40,24 @@ export interface DeviceAuthorizationStore {
   getDeviceAuthorizationByUserCode(
     userCode: string,
   ): Promise<Versioned<DeviceAuthorizationRecord> | null>;
+  /** The live authorization whose user code has the hash `userCodeHash`, or null. */
+  getDeviceAuthorizationOfUserCodeHash(
+    userCodeHash: string,
+  ): Promise<Versioned<DeviceAuthorizationRecord> | null>;
   /** Replaces the record if unchanged since read; the new version, or null. */
   updateDeviceAuthorization(
     device: Versioned<DeviceAuthorizationRecord>,
     value: DeviceAuthorizationRecord,
   ): Promise<Versioned<DeviceAuthorizationRecord> | null>;
   /**
-   * Marks the authorization approved with the new session of its sign-in, stored with it (as an
-   * unredeemed sign-in, so an approval never redeemed is swept like an unused code).
+   * Marks the authorization `status` (`signed_in`, awaiting the user's word, or `approved`)
+   * with the new session of its sign-in, stored with it (as an unredeemed sign-in, so one never
+   * redeemed is swept like an unused code).
    */
   approveDeviceAuthorization(
     device: Versioned<DeviceAuthorizationRecord>,
     session: SessionRecord,
+    status?: "signed_in" | "approved",
   ): Promise<boolean>;
   /** Deletes the authorization and its user-code key, if unchanged since read. */
   deleteDeviceAuthorization(device: Versioned<DeviceAuthorizationRecord>): Promise<boolean>;
@@ -75,6 +81,14 @@ export function createDeviceAuthorizationStore(
     found: Versioned<DeviceAuthorizationRecord> | null,
   ): Versioned<DeviceAuthorizationRecord> | null {
     return found && io.clock.now() <= found.value.expiresAt ? found : null;
+  }
+
+  async function ofUserCodeHash(
+    hash: string,
+  ): Promise<Versioned<DeviceAuthorizationRecord> | null> {
+    const entry = await io.read<UserCodeEntry>(deviceUserKey(hash));
+    if (!entry) return null;
+    return live(await io.read<DeviceAuthorizationRecord>(deviceKeyOfHash(entry.value.deviceHash)));
   }
 
   function withoutRecord(
@@ -105,8 +119,12 @@ export function createDeviceAuthorizationStore(
       return io.read<DeviceAuthorizationRecord>(deviceKeyOfHash(deviceCodeHash(deviceCode)));
     },
 
-    async getDeviceAuthorizationByUserCode(userCode) {
-      const entry = await io.read<UserCodeEntry>(deviceUserKey(userCodeHash(userCode)));
+    getDeviceAuthorizationByUserCode(userCode) {
+      return this.getDeviceAuthorizationOfUserCodeHash(userCodeHash(userCode));
+    },
+
+    async getDeviceAuthorizationOfUserCodeHash(hash) {
+      const entry = await io.read<UserCodeEntry>(deviceUserKey(hash));
       if (!entry) return null;
       return live(
         await io.read<DeviceAuthorizationRecord>(deviceKeyOfHash(entry.value.deviceHash)),
@@ -120,10 +138,10 @@ export function createDeviceAuthorizationStore(
       return await io.read<DeviceAuthorizationRecord>(device.key);
     },
 
-    approveDeviceAuthorization(device, session) {
+    approveDeviceAuthorization(device, session, status = "approved") {
       const approved: DeviceAuthorizationRecord = {
         ...device.value,
-        status: "approved",
+        status,
         sessionId: session.id,
       };
       const at = sessionKey(session.id);

@@ -100,6 +100,11 @@ export interface SignInRecord {
   upstreamVerifier?: string;
   /** Epoch ms: each step lives 10 minutes. */
   expiresAt: number;
+  /**
+   * A sign-in for a device authorization (`/device`), by its user code's hash: completing it
+   * stores the session for the user's Approve / Deny instead of returning a code.
+   */
+  deviceUserCodeHash?: string;
 }
 
 /** A single-use authorization code (spec §2.2), keyed by the code's hash. */
@@ -138,8 +143,11 @@ export interface DeviceAuthorizationRecord {
   intervalSeconds: number;
   /** Epoch ms of the client's last poll. */
   lastPollAt?: number;
-  /** `approved`: `sessionId` names the signed-in session, to be redeemed once. */
-  status: "pending" | "approved" | "denied";
+  /**
+   * `signed_in`: the user signed in (`sessionId`) and has not said yes or no yet; `approved`:
+   * `sessionId` names the session to be redeemed once.
+   */
+  status: "pending" | "signed_in" | "approved" | "denied";
   sessionId?: string;
   /** The hash of the browser binding of the first browser that entered the user code. */
   browserHash?: string;

@@ -1,0 +1,162 @@
+/**
+ * The user's sign-in at `/device` through GitLab's redirect sign-in (GITLAB_SIGN_IN=redirect),
+ * over real HTTP against the real app and the fake GitLab: "Continue" goes to GitLab, the
+ * callback asks Approve / Deny (a form with a CSRF token bound to the browser), and the client's
+ * poll then gets tokens, `access_denied`, or (for a user the allow-lists refuse) `access_denied`.
+ */
+
+import assert from "node:assert/strict";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
+import { assertError, CookieJar, TEST_BASE, type TestApp, token, withApp } from "./_helpers.ts";
+
+const REDIRECT = { GITLAB_SIGN_IN: "redirect", GITLAB_CLIENT_SECRET: "gitlab-secret" };
+
+interface Started {
+  clientId: string;
+  deviceCode: string;
+  userCode: string;
+}
+
+async function start(t: TestApp): Promise<Started> {
+  const registered = await t.app(
+    new Request(`${TEST_BASE}/register`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ client_name: "agent", grant_types: [DEVICE_CODE_GRANT_TYPE] }),
+    }),
+  );
+  const clientId = (await registered.json()).client_id;
+  const response = await t.app(
+    new Request(`${TEST_BASE}/device_authorization`, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ client_id: clientId }),
+    }),
+  );
+  const body = await response.json();
+  return { clientId, deviceCode: body.device_code, userCode: body.user_code };
+}
+
+function poll(t: TestApp, started: Started): Promise<Response> {
+  t.clock.advance(60_000);
+  return token(t, {
+    grant_type: DEVICE_CODE_GRANT_TYPE,
+    device_code: started.deviceCode,
+    client_id: started.clientId,
+  });
+}
+
+function formOf(html: string): { device: string; csrf_token: string } {
+  const device = html.match(/name="device" value="([^"]+)"/)?.[1];
+  const csrf = html.match(/name="csrf_token" value="([^"]+)"/)?.[1];
+  assert.ok(device && csrf, html);
+  return { device, csrf_token: csrf };
+}
+
+function post(t: TestApp, jar: CookieJar, form: Record<string, string>): Promise<Response> {
+  return t.app(
+    new Request(`${TEST_BASE}/device`, {
+      method: "POST",
+      headers: { ...jar.headers(), "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams(form),
+    }),
+  );
+}
+
+/** Enters the code, continues to GitLab, comes back signed in: the Approve / Deny page. */
+async function signIn(t: TestApp, started: Started, jar: CookieJar): Promise<string> {
+  const entered = await t.app(
+    new Request(`${TEST_BASE}/device?user_code=${started.userCode}`, { headers: jar.headers() }),
+  );
+  jar.store(entered);
+  const html = await entered.text();
+  assert.equal(entered.status, 200, html);
+  assert.match(html, /id="device-warning"/);
+  assert.doesNotMatch(html, /value="approve"/, "no Approve before the GitLab sign-in");
+  const form = formOf(html);
+  // Approve before signing in is no approval.
+  const early = await post(t, jar, { ...form, action: "approve" });
+  assert.equal(early.status, 400);
+  await early.body?.cancel();
+  const toGitLab = await post(t, jar, { ...form, action: "continue" });
+  assert.equal(toGitLab.status, 302, await toGitLab.clone().text());
+  const location = new URL(toGitLab.headers.get("location") ?? "");
+  assert.equal(location.origin + location.pathname, "https://gitlab.test/oauth/authorize");
+  const state = location.searchParams.get("state") ?? "";
+  const back = await t.app(
+    new Request(`${TEST_BASE}/oauth/callback?code=gitlab-code&state=${state}`, {
+      headers: jar.headers(),
+    }),
+  );
+  const page = await back.text();
+  assert.equal(back.status, 200, page);
+  return page;
+}
+
+Deno.test("device sign-in (redirect mode): Continue, GitLab, Approve; the client's poll gets tokens once", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    await assertError(await poll(t, started), 400, "authorization_pending");
+    const jar = new CookieJar();
+    const page = await signIn(t, started, jar);
+    assert.match(page, /Signed in to GitLab as <strong><bdi>@ada<\/bdi><\/strong>/);
+    assert.match(page, /value="approve">Approve</);
+    assert.match(page, /value="deny">Deny</);
+    await assertError(await poll(t, started), 400, "authorization_pending");
+    const form = formOf(page);
+    // Without the CSRF token, or from another browser: refused.
+    const forged = await post(t, jar, { device: form.device, action: "approve" });
+    assert.equal(forged.status, 400);
+    await forged.body?.cancel();
+    const elsewhere = await post(t, new CookieJar(), { ...form, action: "approve" });
+    assert.equal(elsewhere.status, 400);
+    await elsewhere.body?.cancel();
+    await assertError(await poll(t, started), 400, "authorization_pending");
+
+    const approved = await post(t, jar, { ...form, action: "approve" });
+    const done = await approved.text();
+    assert.equal(approved.status, 200, done);
+    assert.match(done, /You may return to your device/);
+    const issued = await poll(t, started);
+    const body = await issued.json();
+    assert.equal(issued.status, 200, JSON.stringify(body));
+    assert.ok(body.access_token && body.refresh_token);
+    await assertError(await poll(t, started), 400, "invalid_grant");
+  }, { env: REDIRECT });
+});
+
+Deno.test("device sign-in (redirect mode): Deny answers the client's poll access_denied", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const jar = new CookieJar();
+    const page = await signIn(t, started, jar);
+    const denied = await post(t, jar, { ...formOf(page), action: "deny" });
+    assert.equal(denied.status, 200);
+    assert.match(await denied.text(), /not signed in/);
+    await assertError(await poll(t, started), 400, "access_denied");
+  }, { env: REDIRECT });
+});
+
+Deno.test("device sign-in (redirect mode): a user the allow-lists refuse reads why; the device gets access_denied", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const jar = new CookieJar();
+    const entered = await t.app(
+      new Request(`${TEST_BASE}/device?user_code=${started.userCode}`),
+    );
+    jar.store(entered);
+    const form = formOf(await entered.text());
+    const toGitLab = await post(t, jar, { ...form, action: "continue" });
+    const state = new URL(toGitLab.headers.get("location") ?? "").searchParams.get("state");
+    const back = await t.app(
+      new Request(`${TEST_BASE}/oauth/callback?code=gitlab-code&state=${state}`, {
+        headers: jar.headers(),
+      }),
+    );
+    const html = await back.text();
+    assert.equal(back.status, 403, html);
+    assert.match(html, /@ada is not allowed to sign in here/);
+    assert.doesNotMatch(html, /value="approve"/);
+    await assertError(await poll(t, started), 400, "access_denied");
+  }, { env: { ...REDIRECT, ALLOWED_GITLAB_USERS: "grace" } });
+});
