@@ -120,16 +120,10 @@ export function createDeviceAuthorizationStore(
     },
 
     getDeviceAuthorizationByUserCode(userCode) {
-      return this.getDeviceAuthorizationOfUserCodeHash(userCodeHash(userCode));
+      return ofUserCodeHash(userCodeHash(userCode));
     },
 
-    async getDeviceAuthorizationOfUserCodeHash(hash) {
-      const entry = await io.read<UserCodeEntry>(deviceUserKey(hash));
-      if (!entry) return null;
-      return live(
-        await io.read<DeviceAuthorizationRecord>(deviceKeyOfHash(entry.value.deviceHash)),
-      );
-    },
+    getDeviceAuthorizationOfUserCodeHash: ofUserCodeHash,
 
     async updateDeviceAuthorization(device, value) {
       const op = io.atomic().check(device)
