@@ -50,12 +50,12 @@ export async function handleDevice(ctx: SignInContext): Promise<Response> {
 /** Handles `POST /device`: the page's "Continue", "Approve" or "Deny". */
 export async function handleDeviceForm(ctx: SignInContext): Promise<Response> {
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
-  const ip = ctx.clientAddress();
-  await refuseAfterWrongCodes(ctx.deps, ip);
+  const client = ctx.limitedClient();
+  await refuseAfterWrongCodes(ctx.deps, client);
   const deviceId = params.get("device") ?? "";
   const device = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(deviceId);
   if (!device) {
-    await countWrongCode(ctx.deps, ip);
+    await countWrongCode(ctx.deps, client);
     return expired(ctx);
   }
   if (!isDeviceForm(ctx, device.value, params.get("csrf_token"))) return otherBrowser(ctx);
