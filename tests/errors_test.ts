@@ -177,7 +177,8 @@ Deno.test("7: 400 unsupported_grant_type on /token when grant_type is not one of
       const form of [
         { grant_type: "password", username: "u", password: "p" },
         { grant_type: "client_credentials" },
-        { grant_type: "urn:ietf:params:oauth:grant-type:device_code", device_code: "d" },
+        // The device_code grant is served since issue 36 (its own tests hold that it is
+        // unsupported when DEVICE_AUTHORIZATION=off).
         {},
       ] as Record<string, string>[]
     ) {
