@@ -1,13 +1,22 @@
 /**
- * The user's sign-in at `/device` through GitLab's redirect sign-in (GITLAB_SIGN_IN=redirect),
- * over real HTTP against the real app and the fake GitLab: "Continue" goes to GitLab, the
+ * The user's sign-in at `/device` through GitLab, in both sign-in modes (GITLAB_SIGN_IN=redirect
+ * and GitLab's own device flow), over real HTTP against the real app and the fake GitLab: "Continue" goes to GitLab, the
  * callback asks Approve / Deny (a form with a CSRF token bound to the browser), and the client's
  * poll then gets tokens, `access_denied`, or (for a user the allow-lists refuse) `access_denied`.
  */
 
 import assert from "node:assert/strict";
 import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
-import { assertError, CookieJar, TEST_BASE, type TestApp, token, withApp } from "./_helpers.ts";
+import {
+  assertError,
+  CookieJar,
+  flowDataFromPage,
+  poll as pollFlow,
+  TEST_BASE,
+  type TestApp,
+  token,
+  withApp,
+} from "./_helpers.ts";
 
 const REDIRECT = { GITLAB_SIGN_IN: "redirect", GITLAB_CLIENT_SECRET: "gitlab-secret" };
 
@@ -159,4 +168,59 @@ Deno.test("device sign-in (redirect mode): a user the allow-lists refuse reads w
     assert.doesNotMatch(html, /value="approve"/);
     await assertError(await poll(t, started), 400, "access_denied");
   }, { env: { ...REDIRECT, ALLOWED_GITLAB_USERS: "grace" } });
+});
+
+/** Device mode: enters the code and continues: GitLab's device flow page; its flow state. */
+async function continueToDeviceFlow(t: TestApp, started: Started, jar: CookieJar) {
+  const entered = await t.app(
+    new Request(`${TEST_BASE}/device?user_code=${started.userCode}`, { headers: jar.headers() }),
+  );
+  jar.store(entered);
+  const form = formOf(await entered.text());
+  const page = await post(t, jar, { ...form, action: "continue" });
+  const html = await page.text();
+  assert.equal(page.status, 200, html);
+  assert.match(html, /WDJB-MJHT/, "GitLab's user code on the device flow page");
+  return flowDataFromPage(html).flowState;
+}
+
+Deno.test("device sign-in (GitLab device flow): its page returns to /device, which asks Approve / Deny", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const jar = new CookieJar();
+    const flowState = await continueToDeviceFlow(t, started, jar);
+    await assertError(await poll(t, started), 400, "authorization_pending");
+    t.upstream.approve();
+    const done = await (await pollFlow(t, flowState)).json();
+    assert.equal(done.status, "complete", JSON.stringify(done));
+    assert.equal(done.redirect_uri, `${TEST_BASE}/device`);
+    await assertError(await poll(t, started), 400, "authorization_pending");
+    // Where the page sends the browser: /device?code=…&iss=…
+    const back = `${TEST_BASE}/device?code=${encodeURIComponent(done.code)}&iss=${TEST_BASE}`;
+    const other = await t.app(new Request(back));
+    assert.equal(other.status, 409, "another browser");
+    await other.body?.cancel();
+    const asked = await t.app(new Request(back, { headers: jar.headers() }));
+    const page = await asked.text();
+    assert.equal(asked.status, 200, page);
+    assert.match(page, /Signed in to GitLab as <strong><bdi>@ada<\/bdi><\/strong>/);
+    const approved = await post(t, jar, { ...formOf(page), action: "approve" });
+    assert.equal(approved.status, 200);
+    await approved.body?.cancel();
+    const issued = await poll(t, started);
+    assert.equal(issued.status, 200, await issued.clone().text());
+    assert.ok((await issued.json()).access_token);
+  });
+});
+
+Deno.test("device sign-in (GitLab device flow): a refused user's device gets access_denied", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const flowState = await continueToDeviceFlow(t, started, new CookieJar());
+    t.upstream.approve();
+    const done = await (await pollFlow(t, flowState)).json();
+    assert.equal(done.status, "failed", JSON.stringify(done));
+    assert.match(done.error, /@ada is not allowed to sign in here/);
+    await assertError(await poll(t, started), 400, "access_denied");
+  }, { env: { ALLOWED_GITLAB_USERS: "grace" } });
 });

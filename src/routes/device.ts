@@ -17,6 +17,8 @@ import {
   continueUpstream,
   isDeviceForm,
 } from "../device_authorization/sign_in.ts";
+import { continueWithDeviceFlow } from "../device_authorization/continue_device_flow.ts";
+import { identifyDeviceClient } from "../device_authorization/client.ts";
 import { normalizeUserCode } from "../device_authorization/user_code.ts";
 import { countWrongCode, refuseAfterWrongCodes } from "../device_authorization/wrong_codes.ts";
 import { readParams, singleValued } from "../http/params.ts";
@@ -29,9 +31,12 @@ import type { DeviceAuthorizationRecord } from "../store/records.ts";
 
 /** Handles `GET /device`. */
 export async function handleDevice(ctx: SignInContext): Promise<Response> {
-  const typed = singleValued(ctx.url.searchParams).get("user_code");
+  const query = singleValued(ctx.url.searchParams);
+  const typed = query.get("user_code");
   const client = ctx.limitedClient();
   await refuseAfterWrongCodes(ctx.deps, client);
+  const signedIn = query.get("code");
+  if (typed === undefined && signedIn !== undefined) return await afterDeviceFlow(ctx, signedIn);
   if (typed === undefined) return entryPage(ctx, 200);
   const userCode = normalizeUserCode(typed);
   const device = userCode === undefined
@@ -45,6 +50,26 @@ export async function handleDevice(ctx: SignInContext): Promise<Response> {
   const browser = await thisBrowsers(ctx, userCode, device, headers);
   if (browser === undefined) return inUse(ctx);
   return await authorizationPage(ctx, device.value, { userCode, browser }, headers);
+}
+
+/**
+ * Back from GitLab's device flow (its page sends the browser here with `code`, the
+ * authorization's id): Approve / Deny, for the browser the code is bound to.
+ */
+async function afterDeviceFlow(ctx: SignInContext, deviceId: string): Promise<Response> {
+  const device = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(deviceId);
+  if (!device || device.value.status !== "signed_in" || device.value.sessionId === undefined) {
+    return expired(ctx);
+  }
+  const browser = readCookie(ctx.request, signInCookies(ctx.baseUrl).browser);
+  const bound = device.value.browserHash;
+  if (!browser || !bound || !timingSafeEqual(sha256Base64Url(browser), bound)) return inUse(ctx);
+  const session = await ctx.deps.store.getSession(device.value.sessionId);
+  if (!session) return expired(ctx);
+  return await authorizationPage(ctx, device.value, {
+    signedInAs: session.value.upstreamUsername,
+    browser,
+  });
 }
 
 /** Handles `POST /device`: the page's "Continue", "Approve" or "Deny". */
@@ -61,8 +86,11 @@ export async function handleDeviceForm(ctx: SignInContext): Promise<Response> {
   if (!isDeviceForm(ctx, device.value, params.get("csrf_token"))) return otherBrowser(ctx);
   const action = params.get("action");
   if (action === "continue" && device.value.status === "pending") {
-    if (ctx.deps.config.upstream.signIn !== "redirect") return notYetInDeviceMode(ctx);
-    return await continueUpstream(ctx, device.value);
+    if (ctx.deps.config.upstream.signIn === "redirect") {
+      return await continueUpstream(ctx, device.value);
+    }
+    const client = await identifyDeviceClient(ctx.deps, device.value.clientId).catch(() => ({}));
+    return await continueWithDeviceFlow(ctx, device.value, client);
   }
   if (action === "approve" || action === "deny") return await decide(ctx, deviceId, action);
   return expired(ctx);
@@ -137,16 +165,6 @@ function expired(ctx: SignInContext): Response {
     400,
     "Code expired",
     "This code is unknown, expired or already used. Start again on your device.",
-  );
-}
-
-function notYetInDeviceMode(ctx: SignInContext): Response {
-  return notice(
-    ctx,
-    501,
-    "Not available",
-    "Signing a device in from this page needs this service's redirect sign-in " +
-      "(GITLAB_SIGN_IN=redirect) for now.",
   );
 }
 

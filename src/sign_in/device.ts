@@ -34,6 +34,8 @@ import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
 import { admitNewFlow } from "./pending_caps.ts";
 import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
 import { signInFailure } from "../metrics/catalog.ts";
+import { denyRefusedDevice, storeDeviceFlowSignIn } from "../device_authorization/flow_sign_in.ts";
+import { PATHS } from "../http/paths.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
 const FLOW_STATE_BYTES = 32;
@@ -108,6 +110,14 @@ async function startClaimed(
   }
   await ctx.deps.store.markRepeatStarted(claim);
   return shown;
+}
+
+/** A new flow, never shared with another request (a `/device` sign-in's). */
+export async function startUnsharedFlow(
+  ctx: SignInContext,
+  recordOf: FlowRecordOf,
+): Promise<ShownFlow> {
+  return await startFlow(ctx, randomToken(FLOW_STATE_BYTES), recordOf);
 }
 
 async function startFlow(
@@ -270,6 +280,8 @@ async function advanceFlow(
   }
   if (admission.kind === "refused") {
     await ctx.deps.store.deleteFlow(flow);
+    const deviceUserCodeHash = flow.value.deviceUserCodeHash;
+    if (deviceUserCodeHash !== undefined) await denyRefusedDevice(ctx, deviceUserCodeHash);
     return outcome(200, { status: "failed", error: admission.message });
   }
   return await complete(ctx, flow, tokens, user, admission.access);
@@ -332,6 +344,18 @@ async function complete(
   user: UpstreamUser,
   access: SessionAccess | undefined,
 ): Promise<PollOutcome> {
+  const deviceId = flow.value.deviceUserCodeHash;
+  if (deviceId !== undefined) {
+    // A `/device` sign-in: back to /device, which asks Approve / Deny (`code` names it there).
+    if (!await storeDeviceFlowSignIn(ctx, flow, deviceId, { tokens, user, access })) {
+      return outcome(400, { status: "expired", error: "Device code expired" });
+    }
+    return outcome(200, {
+      status: "complete",
+      redirect_uri: `${ctx.baseUrl}${PATHS.device}`,
+      code: deviceId,
+    });
+  }
   const signIn = await storeSignIn(
     ctx,
     flow.value,

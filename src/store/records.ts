@@ -54,6 +54,11 @@ export interface FlowRecord {
   /** The MCP server the client asked a token for (RFC 8707); absent in flows from before. */
   resource?: string;
   /** The hash of the `/authorize` request that started it, when identical ones may share it. */
+  /**
+   * A sign-in for a device authorization (`/device`), by its user code's hash: completing it
+   * stores the session for the user's Approve / Deny instead of issuing a code.
+   */
+  deviceUserCodeHash?: string;
   requestHash?: string;
   /**
    * The client prefix (IPv4 /24, IPv6 /56) that started it, counted by the pending-flow caps and

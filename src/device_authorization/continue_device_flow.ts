@@ -1,0 +1,48 @@
+/**
+ * "Continue" under GITLAB_SIGN_IN=device: a GitLab device flow of its own (never shared with
+ * another request), shown on the same page `/authorize` shows; its completion returns the
+ * browser to `/device`, which asks Approve / Deny.
+ */
+
+import { PATHS } from "../http/paths.ts";
+import { startUnsharedFlow } from "../sign_in/device.ts";
+import type { SignInContext } from "../sign_in/deps.ts";
+import type { DeviceAuthorizationRecord } from "../store/records.ts";
+import { htmlPage } from "./page.ts";
+import { signInRequestOf } from "./sign_in.ts";
+import type { DeviceClient } from "./client.ts";
+
+/** Starts the GitLab device flow of this authorization's sign-in and answers its page. */
+export async function continueWithDeviceFlow(
+  ctx: SignInContext,
+  device: DeviceAuthorizationRecord,
+  client: DeviceClient,
+): Promise<Response> {
+  const returnTo = `${ctx.baseUrl}${PATHS.device}`;
+  const { flowState, flow } = await startUnsharedFlow(ctx, (upstream, nowMs) => ({
+    ...signInRequestOf(device),
+    deviceCode: upstream.deviceCode,
+    userCode: upstream.userCode,
+    verificationUri: upstream.verificationUri,
+    verificationUriComplete: upstream.verificationUriComplete,
+    expiresAt: nowMs + upstream.expiresInSeconds * 1000,
+    intervalSeconds: upstream.intervalSeconds,
+    state: "",
+    redirectUri: returnTo,
+    deviceUserCodeHash: device.userCodeHash,
+  }));
+  const page = ctx.deps.templates.renderDevicePage({
+    userCode: flow.userCode,
+    verificationUrl: flow.verificationUriComplete ?? flow.verificationUri,
+    expiresInSeconds: Math.max(0, Math.ceil((flow.expiresAt - ctx.deps.clock.now()) / 1000)),
+    flowState,
+    pollUrl: `${ctx.baseUrl}${PATHS.poll}`,
+    redirectUri: returnTo,
+    clientId: device.clientId,
+    clientName: client.clientName,
+    clientVerifiedHost: client.verifiedHost,
+    clientRegistered: client.registration !== undefined,
+    upstream: ctx.oauth.upstream.profile,
+  });
+  return htmlPage(page, 200);
+}

@@ -1,0 +1,80 @@
+/**
+ * The `/device` sign-in's completion on either upstream sign-in (the redirect's callback, or
+ * the GitLab device flow's poll): the session is stored with the authorization (`signed_in`,
+ * awaiting Approve / Deny) by the completion every sign-in uses; a user the allow-lists refuse
+ * has the authorization denied, so the device's poll gets `access_denied`.
+ */
+
+import { revokeAbandonedUpstreamTokens, storeSignIn } from "../sign_in/completion.ts";
+import type { SignInContext } from "../sign_in/deps.ts";
+import type { Versioned } from "../store/mod.ts";
+import type { FlowRecord, SessionAccess, UpstreamTokenSet } from "../store/records.ts";
+import type { UpstreamUser } from "../upstream/types.ts";
+import { auditDeviceAuthorization } from "./audit.ts";
+import { changeDeviceAuthorization, signInRequestOf } from "./sign_in.ts";
+
+/** What the upstream vouched for. */
+export interface VouchedUser {
+  tokens: UpstreamTokenSet;
+  user: UpstreamUser;
+  access?: SessionAccess;
+}
+
+/**
+ * Stores the session with the pending authorization `userCodeHash` (then `signed_in`); false,
+ * with the upstream tokens revoked, when it is no longer pending. `afterCommit` runs once the
+ * session is stored (the device flow deletes its flow there).
+ */
+export async function storeDeviceSignIn(
+  ctx: SignInContext,
+  userCodeHash: string,
+  vouched: VouchedUser,
+  afterCommit: () => Promise<unknown> = () => Promise.resolve(),
+): Promise<boolean> {
+  const { store } = ctx.deps;
+  const device = await store.getDeviceAuthorizationOfUserCodeHash(userCodeHash);
+  const stored = device?.value.status === "pending" && await storeSignIn(
+    ctx,
+    signInRequestOf(device.value),
+    vouched,
+    async (done) => {
+      const changed = await changeDeviceAuthorization(
+        ctx,
+        userCodeHash,
+        ["pending"],
+        (current) => store.approveDeviceAuthorization(current, done.session, "signed_in"),
+      );
+      if (changed) await afterCommit();
+      return changed !== null;
+    },
+  );
+  if (!stored) await revokeAbandonedUpstreamTokens(ctx, vouched.tokens, "device code gone");
+  return !!stored;
+}
+
+/** The device flow's completion of a `/device` sign-in: its flow ends with it. */
+export function storeDeviceFlowSignIn(
+  ctx: SignInContext,
+  flow: Versioned<FlowRecord>,
+  userCodeHash: string,
+  vouched: VouchedUser,
+): Promise<boolean> {
+  return storeDeviceSignIn(ctx, userCodeHash, vouched, () => ctx.deps.store.deleteFlow(flow));
+}
+
+/** A user the allow-lists refused: the authorization is denied (audited once). */
+export async function denyRefusedDevice(ctx: SignInContext, userCodeHash: string): Promise<void> {
+  const { store } = ctx.deps;
+  const denied = await changeDeviceAuthorization(
+    ctx,
+    userCodeHash,
+    ["pending"],
+    async (current) =>
+      !!await store.updateDeviceAuthorization(current, { ...current.value, status: "denied" }),
+  );
+  if (denied) {
+    auditDeviceAuthorization(ctx.deps, "denied", denied.clientId, ctx.requestId, {
+      reason: "refused by the allow-lists",
+    });
+  }
+}
