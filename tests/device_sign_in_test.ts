@@ -224,3 +224,43 @@ Deno.test("device sign-in (GitLab device flow): a refused user's device gets acc
     await assertError(await poll(t, started), 400, "access_denied");
   }, { env: { ALLOWED_GITLAB_USERS: "grace" } });
 });
+
+Deno.test("device sign-in: approved and denied are logged once each, with the client, and counted", async () => {
+  const lines: { message: string; fields?: Record<string, unknown> }[] = [];
+  const logger = {
+    info: (message: string, fields?: Record<string, unknown>) => lines.push({ message, fields }),
+    warn() {},
+    error() {},
+  };
+  const metricsToken = "metrics-token-that-is-at-least-32-bytes!";
+  await withApp(async (t) => {
+    const approving = await start(t);
+    const jar = new CookieJar();
+    const page = await signIn(t, approving, jar);
+    await (await post(t, jar, { ...formOf(page), action: "approve" })).body?.cancel();
+    const denying = await start(t);
+    const other = new CookieJar();
+    const second = await signIn(t, denying, other);
+    await (await post(t, other, { ...formOf(second), action: "deny" })).body?.cancel();
+    const audited = lines.filter((line) => line.fields?.deviceAuthorization !== undefined)
+      .map((line) => [line.fields?.deviceAuthorization, line.fields?.clientId]);
+    assert.deepEqual(audited, [
+      ["started", approving.clientId],
+      ["approved", approving.clientId],
+      ["started", denying.clientId],
+      ["denied", denying.clientId],
+    ]);
+    const metrics = await (await t.app(
+      new Request(`${TEST_BASE}/metrics`, { headers: { Authorization: `Bearer ${metricsToken}` } }),
+    )).text();
+    for (const [outcome, count] of [["started", 2], ["approved", 1], ["denied", 1]]) {
+      assert.match(
+        metrics,
+        new RegExp(
+          `^gitlab_mcp_auth_device_authorizations_total\\{outcome="${outcome}"\\} ${count}$`,
+          "m",
+        ),
+      );
+    }
+  }, { logger, env: { ...REDIRECT, METRICS_TOKEN: metricsToken } });
+});
