@@ -26,6 +26,7 @@ import {
   missingOAuthSettings,
   signInReason,
 } from "./src/app/config.ts";
+import { weakSettings } from "./src/app/weak_settings.ts";
 import { createAppDeps } from "./src/app/deps.ts";
 import { mcpClientFor } from "./src/gateway/mcp_client/for_url.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
@@ -68,6 +69,7 @@ export async function composeService(env: Env, logger: Logger): Promise<Composit
   const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
   warnIfOpenToAnyone(config, logger);
+  for (const warning of weakSettings(config)) logger.warn(warning);
   const { database: kv, close: closeKv } = await openDatabase(config);
   const deps = createAppDeps(config, {
     kv,

@@ -240,6 +240,8 @@ function describeJoseError(error: unknown): string {
   if (error instanceof errors.JOSEAlgNotAllowed) {
     return "The access token's algorithm is not accepted";
   }
+  // A retired key (removed by a rotation) or one never held: say so, not "malformed".
+  if (error instanceof errors.JWKSNoMatchingKey) return "The access token's key is not known";
   if (error instanceof errors.JOSEError) return "The access token is malformed";
   throw error;
 }

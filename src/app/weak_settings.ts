@@ -1,0 +1,50 @@
+/**
+ * Settings that start but leave the service weaker than its operator likely meant: each is one
+ * start-up warning, never a refusal (a test or a closed network may want them).
+ *
+ * @see README.md "Security profile"
+ */
+
+import { isLoopbackIp } from "../http/ip_address.ts";
+import type { Config } from "./config.ts";
+
+/** Fewer distinct characters than this in JWT_SECRET: a placeholder, not a secret. */
+const MIN_DISTINCT_SECRET_CHARACTERS = 8;
+
+/** One line per weak setting of `config`, naming the variable and the fix. */
+export function weakSettings(config: Config): string[] {
+  return [weakJwtSecret(config), plainRedirectBaseUrl(config), unencryptedRemoteDatabase(config)]
+    .filter((warning): warning is string => warning !== undefined);
+}
+
+function weakJwtSecret({ jwtSecret }: Config): string | undefined {
+  if (jwtSecret === undefined || new Set(jwtSecret).size >= MIN_DISTINCT_SECRET_CHARACTERS) {
+    return undefined;
+  }
+  return `JWT_SECRET has fewer than ${MIN_DISTINCT_SECRET_CHARACTERS} distinct characters: ` +
+    "anyone who guesses it can sign tokens; generate one with deno task admin keys generate";
+}
+
+/** The redirect sign-in sends GitLab's code and our cookies over BASE_URL: plain http leaks both. */
+function plainRedirectBaseUrl({ upstream, baseUrl }: Config): string | undefined {
+  if (upstream.signIn !== "redirect" || baseUrl === undefined) return undefined;
+  const url = new URL(baseUrl);
+  if (url.protocol !== "http:" || isLoopbackHost(url.hostname)) return undefined;
+  return `GITLAB_SIGN_IN=redirect with a plain http: BASE_URL (${url.host}): GitLab's ` +
+    "authorization codes and the sign-in cookies cross the network unencrypted; use https:";
+}
+
+/** A database on another host without `sslmode`: the driver's default may not encrypt. */
+function unencryptedRemoteDatabase({ databaseUrl }: Config): string | undefined {
+  if (databaseUrl === undefined) return undefined;
+  const url = new URL(databaseUrl);
+  const socket = url.hostname.startsWith("%2F") || url.searchParams.get("host")?.startsWith("/");
+  if (socket || isLoopbackHost(url.hostname) || url.searchParams.has("sslmode")) return undefined;
+  return `DATABASE_URL names another host (${url.hostname}) without sslmode: add ` +
+    "?sslmode=require (or verify-full) so tokens do not cross the network in clear";
+}
+
+function isLoopbackHost(hostname: string): boolean {
+  const host = hostname.replace(/^\[|\]$/g, "");
+  return host === "localhost" || isLoopbackIp(host);
+}

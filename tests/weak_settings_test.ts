@@ -1,0 +1,62 @@
+/**
+ * Weak settings start, with one warning each (issue 33 §1.9): a JWT_SECRET of fewer than 8
+ * distinct characters, the redirect sign-in over a plain http: BASE_URL that is not loopback,
+ * and a DATABASE_URL on another host without sslmode.
+ */
+
+import assert from "node:assert/strict";
+import { loadConfig } from "../src/app/config.ts";
+import { weakSettings } from "../src/app/weak_settings.ts";
+import { TEST_SECRET } from "./_helpers.ts";
+import { spawnService } from "./_service.ts";
+
+const BASE = { GITLAB_CLIENT_ID: "app", JWT_SECRET: TEST_SECRET };
+
+function warnings(env: Record<string, string>): string[] {
+  return weakSettings(loadConfig({ ...BASE, ...env }));
+}
+
+Deno.test("weak settings: each warns once, and only when weak", () => {
+  assert.deepEqual(warnings({}), []);
+  const repeated = warnings({ JWT_SECRET: "a".repeat(40) });
+  assert.equal(repeated.length, 1);
+  assert.match(repeated[0], /^JWT_SECRET has fewer than 8 distinct characters/);
+  assert.deepEqual(warnings({ JWT_SECRET: "abcdefgh".repeat(5) }), [], "8 distinct is enough");
+
+  const redirect = { GITLAB_SIGN_IN: "redirect", GITLAB_CLIENT_SECRET: "s" };
+  assert.match(
+    warnings({ ...redirect, BASE_URL: "http://auth.example" }).join(),
+    /GITLAB_SIGN_IN=redirect with a plain http: BASE_URL \(auth\.example\)/,
+  );
+  assert.deepEqual(warnings({ ...redirect, BASE_URL: "https://auth.example" }), []);
+  assert.deepEqual(warnings({ ...redirect, BASE_URL: "http://127.0.0.1:8000" }), []);
+  assert.deepEqual(warnings({ ...redirect, BASE_URL: "http://localhost:8000" }), []);
+  assert.deepEqual(warnings({ BASE_URL: "http://auth.example" }), [], "device mode sends no code");
+
+  assert.match(
+    warnings({ DATABASE_URL: "postgres://u:p@db.example:5432/auth" }).join(),
+    /DATABASE_URL names another host \(db\.example\) without sslmode/,
+  );
+  for (
+    const url of [
+      "postgres://u:p@db.example:5432/auth?sslmode=require",
+      "postgres://u:p@127.0.0.1:5432/auth",
+      "postgres://u:p@localhost/auth",
+      "postgres://u:p@%2Fvar%2Frun%2Fpostgresql/auth",
+    ]
+  ) {
+    assert.deepEqual(warnings({ DATABASE_URL: url }), [], url);
+  }
+});
+
+Deno.test("weak settings: the service starts and says so in one warning line", async () => {
+  const service = await spawnService({ ...BASE, JWT_SECRET: "x".repeat(40), KV_PATH: ":memory:" });
+  try {
+    const lines = service.logs.filter((line) => line.includes("distinct characters"));
+    assert.equal(lines.length, 1, service.logs.join("\n"));
+    assert.equal(JSON.parse(lines[0]).level, "warn");
+    assert.ok(!lines[0].includes("x".repeat(40)), "the secret is never echoed");
+  } finally {
+    await service.stop();
+  }
+});
