@@ -11,10 +11,14 @@ import * as oauth from "oauth4webapi";
 import { loadConfig } from "../src/app/config.ts";
 import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
 import { newSession } from "../src/session/life.ts";
+import type { StoreDatabase } from "../src/store/mod.ts";
+import { openDatabase } from "../src/store/open.ts";
+import { ignorePostgresTests, sharedPostgres } from "./_postgres.ts";
 import {
   assertError,
   assertNo500,
   kvText,
+  makeTestAppOn,
   registerClient,
   TEST_BASE,
   TEST_SECRET,
@@ -30,7 +34,10 @@ const METRICS_TOKEN = "metrics-token-that-is-at-least-32-bytes!";
 
 const DEVICE = { grant_types: [DEVICE_CODE_GRANT_TYPE] };
 
-function deviceAuthorization(t: TestApp, form: Record<string, string>): Promise<Response> {
+function deviceAuthorization(
+  t: TestApp<StoreDatabase>,
+  form: Record<string, string>,
+): Promise<Response> {
   return t.app(
     new Request(`${TEST_BASE}/device_authorization`, {
       method: "POST",
@@ -41,7 +48,7 @@ function deviceAuthorization(t: TestApp, form: Record<string, string>): Promise<
 }
 
 /** A device-only client (registered without redirect URIs). */
-async function deviceClient(t: TestApp): Promise<string> {
+async function deviceClient(t: TestApp<StoreDatabase>): Promise<string> {
   const response = await t.app(
     new Request(`${TEST_BASE}/register`, {
       method: "POST",
@@ -64,7 +71,11 @@ interface Started {
   interval: number;
 }
 
-async function start(t: TestApp, clientId: string, extra: Record<string, string> = {}) {
+async function start(
+  t: TestApp<StoreDatabase>,
+  clientId: string,
+  extra: Record<string, string> = {},
+) {
   const response = await deviceAuthorization(t, { client_id: clientId, ...extra });
   const text = await response.text();
   assert.equal(response.status, 200, text);
@@ -72,7 +83,11 @@ async function start(t: TestApp, clientId: string, extra: Record<string, string>
   return JSON.parse(text) as Started;
 }
 
-function pollToken(t: TestApp, clientId: string, deviceCode: string): Promise<Response> {
+function pollToken(
+  t: TestApp<StoreDatabase>,
+  clientId: string,
+  deviceCode: string,
+): Promise<Response> {
   return token(t, {
     grant_type: DEVICE_CODE_GRANT_TYPE,
     device_code: deviceCode,
@@ -81,7 +96,7 @@ function pollToken(t: TestApp, clientId: string, deviceCode: string): Promise<Re
 }
 
 /** What the /device sign-in commits once the user approved: a session for `octocat`. */
-async function approve(t: TestApp, deviceCode: string): Promise<void> {
+async function approve(t: TestApp<StoreDatabase>, deviceCode: string): Promise<void> {
   const device = await t.store.getDeviceAuthorization(deviceCode);
   assert.ok(device);
   const sealedTokens = await t.store.sealUpstreamTokens({
@@ -98,7 +113,7 @@ async function approve(t: TestApp, deviceCode: string): Promise<void> {
   assert.ok(await t.store.approveDeviceAuthorization(device, session));
 }
 
-async function deny(t: TestApp, deviceCode: string): Promise<void> {
+async function deny(t: TestApp<StoreDatabase>, deviceCode: string): Promise<void> {
   const device = await t.store.getDeviceAuthorization(deviceCode);
   assert.ok(device);
   assert.ok(await t.store.updateDeviceAuthorization(device, { ...device.value, status: "denied" }));
@@ -420,4 +435,65 @@ Deno.test("device authorization: counted and logged when started, expired", asyn
       );
     }
   }, { logger, env: { METRICS_TOKEN } });
+});
+
+Deno.test("device authorization: a metadata document client must list the grant; a device-only one needs no redirect_uris", async () => {
+  const documents: Record<string, unknown> = {
+    "https://agent.example/device.json": {
+      client_id: "https://agent.example/device.json",
+      client_name: "Agent",
+      grant_types: [DEVICE_CODE_GRANT_TYPE],
+      token_endpoint_auth_method: "none",
+    },
+    "https://agent.example/browser.json": {
+      client_id: "https://agent.example/browser.json",
+      client_name: "Browser app",
+      redirect_uris: ["http://127.0.0.1:9999/callback"],
+      token_endpoint_auth_method: "none",
+    },
+  };
+  const clientMetadataFetcher = {
+    fetchDocument: (url: URL) => Promise.resolve({ body: JSON.stringify(documents[url.href]) }),
+  };
+  const envs: Record<string, string>[] = [{}, { REDIRECT_URI_POLICY: "registered" }];
+  for (const env of envs) {
+    await withApp(async (t) => {
+      await start(t, "https://agent.example/device.json");
+      await assertError(
+        await deviceAuthorization(t, { client_id: "https://agent.example/browser.json" }),
+        400,
+        "unauthorized_client",
+      );
+    }, { env, clientMetadataFetcher });
+  }
+});
+
+Deno.test({
+  name:
+    "device code grant: 20 parallel polls of an approved code on PostgreSQL, exactly one gets tokens",
+  ignore: ignorePostgresTests,
+  async fn() {
+    const url = await (await sharedPostgres()).createDatabase();
+    const opened = await openDatabase({ databaseUrl: url, databasePoolSize: 8 });
+    const t = await makeTestAppOn(opened.database);
+    try {
+      const clientId = await deviceClient(t);
+      const { device_code } = await start(t, clientId);
+      await approve(t, device_code);
+      const results = await Promise.all(
+        Array.from({ length: 20 }, async () => {
+          const response = await pollToken(t, clientId, device_code);
+          return { status: response.status, body: await response.json() };
+        }),
+      );
+      assertNo500(results);
+      assert.equal(results.filter((result) => result.status === 200).length, 1);
+      for (const loser of results.filter((result) => result.status !== 200)) {
+        assert.ok(["invalid_grant", "slow_down"].includes(loser.body.error), JSON.stringify(loser));
+      }
+    } finally {
+      t.close();
+      await opened.close();
+    }
+  },
 });
