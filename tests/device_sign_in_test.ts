@@ -264,3 +264,15 @@ Deno.test("device sign-in: approved and denied are logged once each, with the cl
     }
   }, { logger, env: { ...REDIRECT, METRICS_TOKEN: metricsToken } });
 });
+
+Deno.test("device sign-in: approved late in a long DEVICE_CODE_TTL, the session is still there to redeem", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const jar = new CookieJar();
+    const page = await signIn(t, started, jar);
+    t.clock.advance(30 * 60_000);
+    await (await post(t, jar, { ...formOf(page), action: "approve" })).body?.cancel();
+    const issued = await poll(t, started);
+    assert.equal(issued.status, 200, await issued.text());
+  }, { env: { ...REDIRECT, DEVICE_CODE_TTL: "3600" } });
+});

@@ -42,7 +42,16 @@ export async function storeDeviceSignIn(
         ctx,
         userCodeHash,
         ["pending"],
-        (current) => store.approveDeviceAuthorization(current, done.session, "signed_in"),
+        (current) =>
+          store.approveDeviceAuthorization(
+            current,
+            // Unredeemed, the session lives as long as the device code, not a code's 10 minutes.
+            {
+              ...done.session,
+              expiresAt: Math.max(done.session.expiresAt, current.value.expiresAt),
+            },
+            "signed_in",
+          ),
       );
       if (changed) await afterCommit();
       return changed !== null;
