@@ -295,19 +295,28 @@ Deno.test("every family is there after the service's work, with the values it di
     assert.equal(v("refresh_replays_total", { outcome: "grace" }), 0);
     assert.equal(v("revocations_total", { outcome: "session_ended" }), 1);
     assert.equal(
-      v("gateway_messages_total", { method: "tools/list", outcome: "allowed", tool: "none" }),
+      v("gateway_messages_total", {
+        server: "default",
+        method: "tools/list",
+        outcome: "allowed",
+        tool: "none",
+      }),
       1,
     );
     assert.equal(
       v("gateway_messages_total", {
+        server: "default",
         method: "tools/list",
         outcome: "upstream_error",
         tool: "none",
       }),
       1,
     );
-    assert.equal(v("gateway_upstream_responses_total", { status: "200" }), 1);
-    assert.equal(v("gateway_upstream_responses_total", { status: "network" }), 1);
+    assert.equal(v("gateway_upstream_responses_total", { server: "default", status: "200" }), 1);
+    assert.equal(
+      v("gateway_upstream_responses_total", { server: "default", status: "network" }),
+      1,
+    );
     assert.equal(
       v("gitlab_requests_total", { endpoint: "device_authorization", status: "200" }),
       1,
@@ -410,10 +419,25 @@ Deno.test("label values are escaped and bounded; histograms are cumulative", asy
   // caller makes up stays `other` however often it is called (issue 33 §1.6).
   for (let i = 0; i < 150; i++) metrics.gatewayMessages.learnTool(`tool-${i}`);
   for (let i = 0; i < 150; i++) {
-    metrics.gatewayMessages.inc({ method: "tools/call", outcome: "allowed", tool: `tool-${i}` });
-    metrics.gatewayMessages.inc({ method: "tools/call", outcome: "allowed", tool: `made-up-${i}` });
+    metrics.gatewayMessages.inc({
+      server: "default",
+      method: "tools/call",
+      outcome: "allowed",
+      tool: `tool-${i}`,
+    });
+    metrics.gatewayMessages.inc({
+      server: "default",
+      method: "tools/call",
+      outcome: "allowed",
+      tool: `made-up-${i}`,
+    });
   }
-  metrics.gatewayMessages.inc({ method: "made/up", outcome: "allowed", tool: "none" });
+  metrics.gatewayMessages.inc({
+    server: "default",
+    method: "made/up",
+    outcome: "allowed",
+    tool: "none",
+  });
   const gateway = parseWhole(await metrics.render()).family(`${PREFIX}gateway_messages_total`);
   assert.equal(gateway?.metrics.length, 102);
   assert.equal(

@@ -3,8 +3,8 @@
  * with its own audience beside MCP_UPSTREAM_URL's at `/mcp`. Over real HTTP: an SDK v1 server at
  * `/mcp` and an SDK v2 server (2026-07-28) at `/mcp/docs`; each is reached with a token for it,
  * and a token for one is refused at the other (401 `invalid_token`); each has its protected
- * resource metadata; `/authorize` and `/token` take only a served resource; audit lines name the
- * server. And the file: YAML or JSON by extension, every mistake one line naming file, entry and
+ * resource metadata; `/authorize` and `/token` take only a served resource; audit lines and the
+ * gateway's metrics name the server, and an unknown path never becomes a label value. And the file: YAML or JSON by extension, every mistake one line naming file, entry and
  * field.
  */
 
@@ -242,6 +242,18 @@ Deno.test("two servers: each reached with its own token by SDK v1 and v2; one's 
       lines.filter((line) => line.message === "mcp").map((line) => line.server),
     );
     assert.deepEqual([...servers].sort(), ["default", "docs"]);
+
+    const exposition = await t.deps.metrics.render();
+    const labelled = (family: string) =>
+      new Set(
+        exposition.split("\n")
+          .filter((line) => line.startsWith(`gitlab_mcp_auth_${family}{`))
+          .map((line) => line.match(/server="([^"]*)"/)?.[1]),
+      );
+    for (const family of ["gateway_messages_total", "gateway_upstream_responses_total"]) {
+      assert.deepEqual([...labelled(family)].sort(), ["default", "docs"], family);
+    }
+    assert.match(exposition, /gateway_messages_total\{server="docs",method="resources\/read",/);
   }));
 
 Deno.test("two servers: each has its resource metadata; /authorize and /token take only a served resource", () =>

@@ -315,13 +315,14 @@ function refusalOutcome(error: unknown): AuditOutcome {
 /** Counts each message of a request (one unparsed message for a body the gateway did not read). */
 function countMessages(x: Exchange, outcome: GatewayOutcome): void {
   const { gatewayMessages } = x.gateway.deps.metrics;
+  const { server } = x.gateway;
   const messages: readonly McpMessage[] = x.audit?.messages ?? [];
   if (messages.length === 0) {
-    gatewayMessages.inc({ method: UNPARSED_METHOD, outcome, tool: NO_TOOL });
+    gatewayMessages.inc({ server, method: UNPARSED_METHOD, outcome, tool: NO_TOOL });
   }
   for (const { method, name } of messages) {
     const tool = method === "tools/call" && name !== undefined ? name : NO_TOOL;
-    gatewayMessages.inc({ method: method ?? UNPARSED_METHOD, outcome, tool });
+    gatewayMessages.inc({ server, method: method ?? UNPARSED_METHOD, outcome, tool });
   }
 }
 

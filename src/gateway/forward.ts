@@ -43,7 +43,10 @@ export async function forward(
       // mid-stream cancels the relayed body, which closes the upstream exchange too.
       deadline,
     });
-    metrics.mcpUpstreamResponses.inc({ status: String(answer.status) });
+    metrics.mcpUpstreamResponses.inc({
+      server: gateway.server,
+      status: String(answer.status),
+    });
     return answer;
   } catch (error) {
     throw upstreamFailure(gateway, requestId, auth, error, deadline.signal.aborted);
@@ -61,7 +64,10 @@ function upstreamFailure(
   timedOut: boolean,
 ): OAuthError {
   const { config, metrics, logger } = gateway.deps;
-  metrics.mcpUpstreamResponses.inc({ status: timedOut ? "timeout" : "network" });
+  metrics.mcpUpstreamResponses.inc({
+    server: gateway.server,
+    status: timedOut ? "timeout" : "network",
+  });
   logger.warn(timedOut ? "MCP server timed out" : "MCP server unreachable", {
     requestId,
     sessionId: auth.sessionId,

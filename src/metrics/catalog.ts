@@ -88,6 +88,12 @@ export const UNKNOWN_ROUTE = "unknown";
 export const MCP_ROUTE = "mcp";
 /** The method label of a gateway request whose JSON-RPC message is not read (yet). */
 export const UNPARSED_METHOD = "unparsed";
+/**
+ * The server label of the gateway at `/mcp` (MCP_UPSTREAM_URL). Every other server label is a
+ * name from MCP_SERVERS_FILE: a request reaches the gateway only at a configured server's path,
+ * so the values stay bounded by the configuration.
+ */
+export const DEFAULT_SERVER_LABEL = "default";
 /** The tool label of a gateway message that calls no tool. */
 export const NO_TOOL = "none";
 
@@ -187,18 +193,19 @@ export const LABEL_WORDS: Readonly<Record<string, Readonly<Record<string, readon
   device_authorizations_total: { outcome: DEVICE_AUTHORIZATION_OUTCOMES },
   revocations_total: { outcome: REVOCATION_OUTCOMES },
   gateway_messages_total: {
+    server: [DEFAULT_SERVER_LABEL],
     method: [UNPARSED_METHOD, "other", ...MCP_METHODS],
     outcome: GATEWAY_OUTCOMES,
     tool: [NO_TOOL, "other"],
   },
-  gateway_upstream_responses_total: { status: CALL_FAILURES },
+  gateway_upstream_responses_total: { server: [DEFAULT_SERVER_LABEL], status: CALL_FAILURES },
   gitlab_requests_total: { endpoint: GITLAB_ENDPOINTS, status: CALL_FAILURES },
   rate_limit_refusals_total: { bucket: RATE_LIMIT_BUCKETS },
 };
 
 /** The gateway's messages, with method and tool names bounded. */
 export interface GatewayMessages {
-  inc(labels: { method: string; outcome: GatewayOutcome; tool: string }): void;
+  inc(labels: { server: string; method: string; outcome: GatewayOutcome; tool: string }): void;
   /** A tool name an MCP server listed or a policy rule named: it gets a label of its own. */
   learnTool(name: string): void;
 }
@@ -223,7 +230,7 @@ export interface Metrics {
   revocations: Counter<{ outcome: RevocationOutcome }>;
   gatewayMessages: GatewayMessages;
   /** The MCP server's answers to forwarded requests, by status (or timeout, network). */
-  mcpUpstreamResponses: Counter<{ status: string }>;
+  mcpUpstreamResponses: Counter<{ server: string; status: string }>;
   /** One call to GitLab: which endpoint, and its status (or timeout, network). */
   observeGitLabCall(endpoint: GitLabEndpoint, result: CallResult): void;
   gitlabRequests: Counter<{ endpoint: GitLabEndpoint; status: string }>;
@@ -298,17 +305,18 @@ export function createMetrics(sources: MetricsSources): Metrics {
     (sessions) => revocations.inc({ outcome: "operator" }, sessions),
   );
   const gatewayCounter = registry.counter<
-    { method: string; outcome: GatewayOutcome; tool: string }
+    { server: string; method: string; outcome: GatewayOutcome; tool: string }
   >({
     name: `${PREFIX}gateway_messages_total`,
     help:
-      `MCP messages at the gateway by JSON-RPC method (MCP's own, else other), outcome and tool (one an MCP server listed or a policy rule names, up to ${MAX_TOOL_LABELS}, else other).`,
-    labelNames: ["method", "outcome", "tool"],
+      `MCP messages at the gateway by server (a configured name), JSON-RPC method (MCP's own, else other), outcome and tool (one an MCP server listed or a policy rule names, up to ${MAX_TOOL_LABELS}, else other).`,
+    labelNames: ["server", "method", "outcome", "tool"],
   });
-  const mcpUpstreamResponses = registry.counter<{ status: string }>({
+  const mcpUpstreamResponses = registry.counter<{ server: string; status: string }>({
     name: `${PREFIX}gateway_upstream_responses_total`,
-    help: "The MCP server's answers to forwarded requests, by status (or timeout, network).",
-    labelNames: ["status"],
+    help:
+      "The MCP servers' answers to forwarded requests, by server (a configured name) and status (or timeout, network).",
+    labelNames: ["server", "status"],
   });
   const gitlabRequests = registry.counter<{ endpoint: GitLabEndpoint; status: string }>({
     name: `${PREFIX}gitlab_requests_total`,
@@ -365,10 +373,10 @@ export function createMetrics(sources: MetricsSources): Metrics {
     deviceAuthorizations,
     revocations,
     gatewayMessages: {
-      inc({ method, outcome, tool }) {
+      inc({ server, method, outcome, tool }) {
         const methodLabel = method === UNPARSED_METHOD || methods.has(method) ? method : "other";
         const toolLabel = tool === NO_TOOL || tools.has(tool) ? tool : "other";
-        gatewayCounter.inc({ method: methodLabel, outcome, tool: toolLabel });
+        gatewayCounter.inc({ server, method: methodLabel, outcome, tool: toolLabel });
       },
       learnTool: (name) => void tools.of(name),
     },
