@@ -12,6 +12,7 @@ import { ConfigError } from "../src/app/config.ts";
 import { unbracketed } from "../src/config/parsers.ts";
 import { randomToken, sha256Base64Url } from "../src/crypto.ts";
 import { createLogger } from "../src/logger.ts";
+import { startDemoDocsServer } from "./demo_docs_server.ts";
 import { startDemoMcpServer } from "./demo_mcp_server.ts";
 import { startSimulatedGitLab } from "./simulated_gitlab.ts";
 
@@ -20,6 +21,9 @@ const host = unbracketed("HOST", env.HOST ?? "127.0.0.1");
 const port = demoPort(env, host);
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
 const mcp = startDemoMcpServer(gitlab.url, { withRefusedTool: true });
+const docs = startDemoDocsServer(gitlab.url);
+const ownServersFile = env.MCP_SERVERS_FILE === undefined;
+const serversFile = env.MCP_SERVERS_FILE ?? await writeDemoServers(docs.url);
 const ownPolicyFile = env.MCP_POLICY_FILE === undefined;
 const policyFile = env.MCP_POLICY_FILE ?? await writeDemoPolicy();
 let service: RunningService;
@@ -35,6 +39,7 @@ try {
     JWT_SECRET: randomToken(32),
     MCP_UPSTREAM_URL: mcp.url,
     MCP_POLICY_FILE: policyFile,
+    MCP_SERVERS_FILE: serversFile,
     // The redirect sign-in needs BASE_URL (GitLab's callback URL is built from it).
     ...(env.GITLAB_SIGN_IN === "redirect" && !env.BASE_URL
       ? { BASE_URL: browserUrl(host, port) }
@@ -45,6 +50,7 @@ try {
   // One line, no stack trace: most often PORT is taken by an earlier demo still running.
   await Deno.stderr.write(new TextEncoder().encode(`demo: ${error.message}\n`));
   await mcp.close();
+  await docs.close();
   await gitlab.close();
   Deno.exit(1);
 }
@@ -60,6 +66,13 @@ async function writeDemoPolicy(): Promise<string> {
     rules: [{ tools: ["delete_*"], allow: { groups: ["demo/admins:maintainer"] } }],
   };
   await Deno.writeTextFile(path, JSON.stringify(policy, null, 2));
+  return path;
+}
+
+/** The demo's MCP_SERVERS_FILE: the docs server at `/mcp/docs`, beside the demo's `/mcp`. */
+async function writeDemoServers(docsUrl: string): Promise<string> {
+  const path = await Deno.makeTempFile({ prefix: "demo-servers-", suffix: ".json" });
+  await Deno.writeTextFile(path, JSON.stringify({ servers: [{ name: "docs", url: docsUrl }] }));
   return path;
 }
 
@@ -203,6 +216,9 @@ const banner = [
   `    npx @modelcontextprotocol/inspector            (Streamable HTTP, URL ${service.url}/mcp)`,
   `    claude mcp add --transport http demo ${service.url}/mcp`,
   `    npx mcp-remote ${service.url}/mcp`,
+  `  A second server is at ${service.url}/mcp/docs (tool: docs_reader; MCP revisions`,
+  "  2025-11-25 and 2026-07-28): a token for one server is refused at the other, so a client",
+  "  signs in to each.",
   "",
   `  Service: ${service.url}   Simulated GitLab: ${gitlab.url.origin}   MCP server: ${mcp.url}`,
   "  Ctrl-C stops all.",
@@ -214,8 +230,10 @@ const stop = async () => {
   await service.shutdown();
   await client.shutdown();
   await mcp.close();
+  await docs.close();
   await gitlab.close();
   if (ownPolicyFile) await Deno.remove(policyFile).catch(() => {});
+  if (ownServersFile) await Deno.remove(serversFile).catch(() => {});
   Deno.exit(0);
 };
 Deno.addSignalListener("SIGINT", stop);

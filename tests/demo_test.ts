@@ -11,7 +11,12 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 import { UnauthorizedError } from "@modelcontextprotocol/sdk/client/auth.js";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import {
+  Client as ClientV2,
+  StreamableHTTPClientTransport as TransportV2,
+} from "@modelcontextprotocol/client";
 import { createExampleMcpServer } from "../deploy/example_mcp_server.ts";
+import { HANDBOOK_URI } from "../dev/demo_docs_server.ts";
 import { startDemoMcpServer } from "../dev/demo_mcp_server.ts";
 import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
 import {
@@ -81,6 +86,62 @@ Deno.test({
       assertMcpSignInRequests(demo.logs);
     } finally {
       await client.close();
+      assert.equal(await demo.stop(), 0, "the demo stops cleanly on SIGTERM");
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "demo: /mcp/docs signs in on its own; SDK v1 (2025-11-25) and SDK v2 pinned to 2026-07-28 call it",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const demo = await spawnService({ PORT: "0" }, denoRunArgs(DEMO));
+    const v1 = new Client({ name: "demo-test", version: "1.0.0" });
+    const v2 = new ClientV2(
+      { name: "demo-test", version: "1.0.0" },
+      { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+    );
+    try {
+      const docsUrl = new URL(`${demo.url}/mcp/docs`);
+      const provider = new MemoryOAuthProvider("http://127.0.0.1:9/callback", "demo docs client");
+      const first = new StreamableHTTPClientTransport(docsUrl, { authProvider: provider });
+      await assert.rejects(
+        new Client({ name: "demo-test", version: "1.0.0" }).connect(first),
+        UnauthorizedError,
+      );
+      assert.ok(provider.authorizationUrl);
+      assert.equal(provider.authorizationUrl.searchParams.get("resource"), docsUrl.href);
+      const gitlabUrl = new URL(demo.listening.gitlab);
+      const { callback } = await followPageWithoutBrowser(provider.authorizationUrl, gitlabUrl);
+      await first.finishAuth(callback.searchParams.get("code") ?? "");
+
+      await v1.connect(new StreamableHTTPClientTransport(docsUrl, { authProvider: provider }));
+      assert.equal(v1.getServerVersion()?.name, "gitlab-demo-docs");
+      assert.equal(textOf(await v1.callTool({ name: "docs_reader" })), "ada reads the handbook");
+
+      const token = provider.tokens()?.access_token ?? "";
+      await v2.connect(
+        new TransportV2(docsUrl, { authProvider: { token: () => Promise.resolve(token) } }),
+      );
+      const read = await v2.readResource({ uri: HANDBOOK_URI });
+      assert.match(String((read.contents[0] as { text?: string }).text), /demo handbook/);
+
+      const atMain = await fetch(`${demo.url}/mcp`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${token}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+      });
+      await atMain.body?.cancel();
+      assert.equal(atMain.status, 401, "a token for /mcp/docs is refused at /mcp");
+    } finally {
+      await v1.close();
+      await v2.close();
       assert.equal(await demo.stop(), 0, "the demo stops cleanly on SIGTERM");
     }
   },
