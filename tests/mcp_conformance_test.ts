@@ -1,8 +1,10 @@
 /**
  * The official MCP conformance suite (npm `@modelcontextprotocol/conformance`, its server
  * scenarios) against our "everything" MCP server (dev/conformance_server.ts: every fixture the
- * scenarios call by name, written from their checks), run twice: directly, and through the
- * gateway with a real access token. The two runs must agree check by check. The suite's CLI
+ * scenarios call by name, written from their checks), run three times: directly, through the
+ * gateway at `/mcp`, and through it at `/mcp/fixtures` (a server of MCP_SERVERS_FILE, issue 35),
+ * each with a real access token for that server. The gateway runs must agree with the direct
+ * one check by check. The suite's CLI
  * cannot add request headers, so a loopback forwarder in front of the in-process app adds
  * `Authorization: Bearer <token>`. tests/conformance_baseline.json names the scenarios the
  * fixture server fails directly, each with why; the direct run must fail exactly those.
@@ -13,7 +15,7 @@
 import assert from "node:assert/strict";
 import { startConformanceServer } from "../dev/conformance_server.ts";
 import { startModernConformanceServer } from "../dev/conformance_server_v2.ts";
-import { issueTokens, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
+import { exchange, issueCode, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
 
 const ROOT = new URL("../", import.meta.url);
 /** Scenarios of 2025-03-26 to 2025-11-25 (SDK v1 era). */
@@ -33,11 +35,14 @@ interface Check {
 /** Scenario name → its checks. */
 type Results = Map<string, Check[]>;
 
+/** The name the fixture server has in the servers file, so it is also at `/mcp/fixtures`. */
+const NAMED = "fixtures";
+
 /**
- * A loopback server that hands every request to the in-process app as `{TEST_BASE}/mcp`,
- * adding the access token the conformance CLI has no option to send.
+ * A loopback server that hands every request to the in-process app at `path`, adding the access
+ * token the conformance CLI has no option to send.
  */
-function startTokenForwarder(t: TestApp, accessToken: string) {
+function startTokenForwarder(t: TestApp, accessToken: string, path: string) {
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (request) => {
     const headers = new Headers(request.headers);
     headers.set("Authorization", `Bearer ${accessToken}`);
@@ -51,7 +56,7 @@ function startTokenForwarder(t: TestApp, accessToken: string) {
       }),
     );
   });
-  return { url: `http://127.0.0.1:${server.addr.port}/mcp`, close: () => server.shutdown() };
+  return { url: `http://127.0.0.1:${server.addr.port}${path}`, close: () => server.shutdown() };
 }
 
 /** Which suite to run, and how. */
@@ -145,10 +150,66 @@ function failedScenarios(results: Results): string[] {
     .sort();
 }
 
-async function gatewayApp(upstreamUrl: string): Promise<{ t: TestApp; accessToken: string }> {
-  const t = await makeTestApp({ env: { MCP_UPSTREAM_URL: upstreamUrl } });
-  const { access_token } = await issueTokens(t);
-  return { t, accessToken: access_token };
+/** The gateway in front of the fixture server at `/mcp` and at `/mcp/fixtures`. */
+interface GatewayRuns {
+  t: TestApp;
+  /** The forwarders' paths and the access token each sends. */
+  paths: { path: string; accessToken: string }[];
+  close(): Promise<void>;
+}
+
+async function gatewayApp(upstreamUrl: string): Promise<GatewayRuns> {
+  const dir = await Deno.makeTempDir();
+  const serversFile = `${dir}/servers.json`;
+  await Deno.writeTextFile(
+    serversFile,
+    JSON.stringify({ servers: [{ name: NAMED, url: upstreamUrl }] }),
+  );
+  const t = await makeTestApp({
+    env: { MCP_UPSTREAM_URL: upstreamUrl, MCP_SERVERS_FILE: serversFile },
+  });
+  const paths = [];
+  for (const path of ["/mcp", `/mcp/${NAMED}`]) {
+    const resource = { resource: `${TEST_BASE}${path}` };
+    const response = await exchange(t, await issueCode(t, resource), resource);
+    assert.equal(response.status, 200, await response.clone().text());
+    paths.push({ path, accessToken: (await response.json()).access_token });
+  }
+  return {
+    t,
+    paths,
+    async close() {
+      t.close();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+/** Runs the suite directly, then through the gateway at each path, and compares each run. */
+async function runEveryWay(
+  t: Deno.TestContext,
+  suite: Suite,
+  baseline: SuiteBaseline,
+  fixturesUrl: string,
+): Promise<void> {
+  const gateway = await gatewayApp(fixturesUrl);
+  try {
+    const direct = await runSuite(suite, fixturesUrl);
+    await t.step("the direct run fails exactly the baseline's scenarios", () => {
+      assert.deepEqual(failedScenarios(direct), Object.keys(baseline.direct).sort());
+    });
+    for (const { path, accessToken } of gateway.paths) {
+      const forwarder = startTokenForwarder(gateway.t, accessToken, path);
+      try {
+        const through = await runSuite(suite, forwarder.url);
+        await t.step(`through ${path}`, (step) => compareRuns(step, baseline, direct, through));
+      } finally {
+        await forwarder.close();
+      }
+    }
+  } finally {
+    await gateway.close();
+  }
 }
 
 /** What tests/conformance_baseline.json says about one suite, scenario → why. */
@@ -175,9 +236,6 @@ async function compareRuns(
   direct: Results,
   gateway: Results,
 ): Promise<void> {
-  await t.step("the direct run fails exactly the baseline's scenarios", () => {
-    assert.deepEqual(failedScenarios(direct), Object.keys(baseline.direct).sort());
-  });
   await t.step("the same scenarios ran both ways", () => {
     assert.deepEqual([...gateway.keys()].sort(), [...direct.keys()].sort());
   });
@@ -198,22 +256,16 @@ async function compareRuns(
 
 Deno.test({
   name:
-    "MCP conformance suite 0.1.16 (2025-03-26 to 2025-11-25): the fixture server gives the same results through the gateway as directly",
+    "MCP conformance suite 0.1.16 (2025-03-26 to 2025-11-25): the fixture server gives the same results through the gateway (/mcp and /mcp/<name>) as directly",
   // The suite's runner is a Node program in a child process.
   sanitizeResources: false,
   sanitizeOps: false,
   async fn(t) {
     const baseline = await readBaseline("0.1.16");
     const fixtures = startConformanceServer();
-    const { t: app, accessToken } = await gatewayApp(fixtures.url);
-    const forwarder = startTokenForwarder(app, accessToken);
     try {
-      const direct = await runSuite(SUITE_2025, fixtures.url);
-      const gateway = await runSuite(SUITE_2025, forwarder.url);
-      await compareRuns(t, baseline, direct, gateway);
+      await runEveryWay(t, SUITE_2025, baseline, fixtures.url);
     } finally {
-      await forwarder.close();
-      app.close();
       await fixtures.close();
     }
   },
@@ -221,21 +273,15 @@ Deno.test({
 
 Deno.test({
   name:
-    "MCP conformance suite 0.2.0-alpha.12, requirements of 2026-07-28: the fixture server gives the same results through the gateway as directly",
+    "MCP conformance suite 0.2.0-alpha.12, requirements of 2026-07-28: the fixture server gives the same results through the gateway (/mcp and /mcp/<name>) as directly",
   sanitizeResources: false,
   sanitizeOps: false,
   async fn(t) {
     const baseline = await readBaseline("0.2.0-alpha.12 --requirements 2026-07-28");
     const fixtures = startModernConformanceServer();
-    const { t: app, accessToken } = await gatewayApp(fixtures.url);
-    const forwarder = startTokenForwarder(app, accessToken);
     try {
-      const direct = await runSuite(SUITE_2026, fixtures.url);
-      const gateway = await runSuite(SUITE_2026, forwarder.url);
-      await compareRuns(t, baseline, direct, gateway);
+      await runEveryWay(t, SUITE_2026, baseline, fixtures.url);
     } finally {
-      await forwarder.close();
-      app.close();
       await fixtures.close();
     }
   },
