@@ -34,6 +34,7 @@ import { loadTemplates } from "./src/pages/mod.ts";
 import type { StoreDatabase } from "./src/store/mod.ts";
 import { openDatabase } from "./src/store/open.ts";
 import type { CallPolicyHolder, Reload } from "./src/access/call_policy_file.ts";
+import { POLICY_FILE_CHECK_MS, watchPolicyFile } from "./src/access/call_policy_watch.ts";
 
 const SHUTDOWN_GRACE_MS = 10_000;
 
@@ -163,6 +164,8 @@ function logListening(
   const url = `http://${host}:${port}`;
   logger.info("listening", {
     url,
+    // The process to send SIGHUP or SIGTERM to (not npx's or `deno task`'s).
+    pid: Deno.pid,
     gitlab: config.upstream.url.href,
     securityProfile: config.securityProfile,
     signIn: config.upstream.signIn,
@@ -197,11 +200,16 @@ function warnIfOpenToAnyone(config: Config, logger: Logger): void {
 }
 
 /**
- * SIGHUP reads MCP_POLICY_FILE again (where the platform has signals: not on Windows); a file
- * that cannot be used keeps the policy in force and logs an error.
+ * MCP_POLICY_FILE is read again when its content changes on disk (checked every few seconds)
+ * and on SIGHUP (where the platform has signals: not on Windows); a file that cannot be used
+ * keeps the policy in force and logs an error.
  */
-function reloadOnHangup(callPolicy: CallPolicyHolder, logger: Logger): void {
-  if (Deno.build.os === "windows" || callPolicy.current() === undefined) return;
+function reloadOnChange(callPolicy: CallPolicyHolder, logger: Logger): void {
+  if (callPolicy.current() === undefined) return;
+  watchPolicyFile(callPolicy, (reload) => logReload(reload, logger), {
+    everyMs: POLICY_FILE_CHECK_MS,
+  });
+  if (Deno.build.os === "windows") return;
   Deno.addSignalListener("SIGHUP", () => logReload(callPolicy.reload(), logger));
 }
 
@@ -235,7 +243,7 @@ async function start(onDeploy: boolean): Promise<void> {
     const stop = () => void service.shutdown();
     Deno.addSignalListener("SIGTERM", stop);
     Deno.addSignalListener("SIGINT", stop);
-    reloadOnHangup(service.callPolicy, logger);
+    reloadOnChange(service.callPolicy, logger);
   }
   await service.finished;
 }
@@ -251,7 +259,7 @@ async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   const logger = createLogger();
   const env = Deno.env.toObject();
   const { app, config, callPolicy } = await orExit(logger, () => composeService(env, logger));
-  reloadOnHangup(callPolicy, logger);
+  reloadOnChange(callPolicy, logger);
   // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
   logger.info("ready to serve");
   return {

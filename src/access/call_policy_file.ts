@@ -53,6 +53,8 @@ export type Reload =
 export interface CallPolicyHolder {
   /** The policy in force; undefined: no MCP_POLICY_FILE, every call passes. */
   current(): CallPolicy | undefined;
+  /** MCP_POLICY_FILE's path; undefined when it is unset. */
+  path(): string | undefined;
   /** Reads the file again; a file that cannot be used keeps the policy in force. */
   reload(): Reload;
 }
@@ -69,6 +71,7 @@ export function createCallPolicyHolder(
   let inForce = initial;
   return {
     current: () => inForce?.policy,
+    path: () => inForce?.path,
     reload() {
       if (inForce === undefined) return { kind: "none" };
       const { path } = inForce;
