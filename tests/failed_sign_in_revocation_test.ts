@@ -1,15 +1,19 @@
 /**
  * Issue 22 §1.13: when a sign-in fails after GitLab issued a token (the user lookup fails), that
  * token is revoked at GitLab: no session holds it, so nothing else ever would. A transient
- * failure of the device flow keeps it, for the next poll to use.
+ * failure of the device flow keeps it, for the next poll to use, and a flow that expires still
+ * holding it has it revoked by the next sweep (issue 33 §1.9).
  */
 
 import assert from "node:assert/strict";
+import { sweepAbandonedSignIns } from "../src/session/end.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,
   consentFormOf,
   CookieJar,
+  countRecords,
+  issueCode,
   poll,
   startFlow,
   TEST_BASE,
@@ -68,4 +72,41 @@ Deno.test("device flow: a terminal user lookup failure revokes the token; a tran
     t.upstream.user = new UpstreamError("terminal", "invalid_token", "revoked");
     assert.equal((await (await poll(t, terminal)).json()).status, "failed");
     assert.deepEqual(t.upstream.revokedTokens, ["gl-terminal"]);
+  }));
+
+/** A device flow whose GitLab token arrived but whose user lookup failed transiently. */
+async function strandFlow(t: TestApp, state: string, gitlabToken: string): Promise<string> {
+  const flowState = await startFlow(t, { state });
+  t.upstream.approve({ accessToken: gitlabToken, refreshToken: `${gitlabToken}-r` });
+  t.upstream.user = new UpstreamError("transient", "timeout", "slow");
+  assert.equal((await (await poll(t, flowState)).json()).status, "pending");
+  return flowState;
+}
+
+Deno.test("device flow: a token kept after a transient failure is revoked once the flow expires unfinished (issue 33 §1.9)", () =>
+  withApp(async (t) => {
+    await strandFlow(t, "stranded", "gl-stranded");
+    // Another flow holds a token too, and finishes: its token belongs to a session now.
+    const finished = await strandFlow(t, "finished", "gl-finished");
+    t.upstream.user = { id: 4242, username: "ada" };
+    t.clock.advance(6_000);
+    assert.equal((await (await poll(t, finished)).json()).status, "complete");
+    assert.equal(await countRecords(t.kv, "stranded"), 1, "only the unfinished flow's");
+
+    t.clock.advance(t.upstream.device.expiresInSeconds * 1000 + 1);
+    await issueCode(t); // a sign-in completing runs the sweep
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-stranded"]);
+    assert.equal(await countRecords(t.kv, "stranded"), 0);
+  }));
+
+Deno.test("device flow: parallel sweeps revoke a stranded token exactly once", () =>
+  withApp(async (t) => {
+    await strandFlow(t, "a", "gl-a");
+    await strandFlow(t, "b", "gl-b");
+    t.upstream.user = { id: 4242, username: "ada" };
+    t.clock.advance(t.upstream.device.expiresInSeconds * 1000 + 1);
+    const { store, logger, verifiedTokens } = t.deps;
+    const deps = { store, logger, verifiedTokens, upstream: t.upstream };
+    await Promise.all(Array.from({ length: 10 }, () => sweepAbandonedSignIns(deps, {})));
+    assert.deepEqual(t.upstream.revokedTokens.sort(), ["gl-a", "gl-b"]);
   }));

@@ -117,4 +117,23 @@ export async function sweepAbandonedSignIns(deps: EndDeps, fields: LogFields): P
     deps.logger.info("unredeemed sign-in ended", { ...fields, sessionId: signIn.sessionId });
     return revokeUpstreamTokens(deps, signIn, { ...fields, sessionId: signIn.sessionId });
   }));
+  await sweepStrandedTokens(deps, fields);
+}
+
+/**
+ * Revokes the GitLab tokens of device flows that expired holding one (GitLab issued it, the
+ * user lookup kept failing, the page stopped polling). Never throws.
+ */
+async function sweepStrandedTokens(deps: EndDeps, fields: LogFields): Promise<void> {
+  let stranded;
+  try {
+    stranded = await deps.store.takeStrandedTokens(SWEEP_LIMIT);
+  } catch (error) {
+    deps.logger.warn("sweep of abandoned device flows failed", { ...fields, error: String(error) });
+    return;
+  }
+  await Promise.all(stranded.map((tokens) => {
+    deps.logger.info("device flow expired holding a GitLab token: revoking it", fields);
+    return revokeUpstreamTokens(deps, tokens, fields);
+  }));
 }

@@ -6,11 +6,20 @@
 import type { SecretBox } from "../secret_box.ts";
 import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
-import { codeKey, flowKey, recordPrefix, repeatKey, sessionKey, unredeemedKey } from "./keys.ts";
+import {
+  codeKey,
+  flowKey,
+  recordPrefix,
+  repeatKey,
+  sessionKey,
+  strandedTokensKey,
+  unredeemedKey,
+} from "./keys.ts";
 import type {
   CodeRecord,
   FlowRecord,
   SessionRecord,
+  StrandedTokens,
   UnredeemedSignIn,
   UpstreamTokenSet,
 } from "./records.ts";
@@ -45,7 +54,10 @@ export interface FlowStore {
   getFlow(flowState: string): Promise<Versioned<FlowRecord> | null>;
   /** Deletes the flow if unchanged since read; false when someone else changed it first. */
   deleteFlow(flow: Versioned<FlowRecord>): Promise<boolean>;
-  /** Keeps upstream tokens in the flow; null when the flow changed since read. */
+  /**
+   * Keeps upstream tokens in the flow, and a sealed copy that a sweep revokes if the flow expires
+   * before it completes; null when the flow changed since read.
+   */
   saveFlowUpstreamTokens(
     flow: Versioned<FlowRecord>,
     tokens: UpstreamTokenSet,
@@ -130,11 +142,23 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
     },
 
     deleteFlow(flow) {
-      return io.commit(forgetRepeat(io.atomic().check(flow).delete(flow.key), flow.value));
+      return io.commit(endFlow(io.atomic().check(flow), flow));
     },
 
-    saveFlowUpstreamTokens(flow, tokens) {
-      return rewriteFlow(flow, { ...flow.value, upstreamTokens: tokens });
+    async saveFlowUpstreamTokens(flow, tokens) {
+      const value = { ...flow.value, upstreamTokens: tokens };
+      const stored = await sealFlow(value);
+      const { accessToken, refreshToken } = tokens;
+      const stranded: StrandedTokens = {
+        sealedUpstreamTokens: await secrets.seal(JSON.stringify({ accessToken, refreshToken })),
+      };
+      const result = await io.atomic().check(flow)
+        .set(flow.key, stored, { expireIn: io.ttlUntil(value.expiresAt) })
+        .set(strandedTokensKey(value.expiresAt, flowId(flow)), stranded, {
+          expireIn: io.ttlUntil(value.expiresAt + UNREDEEMED_KEEP_MS),
+        })
+        .commit();
+      return result.ok ? { key: flow.key, value, versionstamp: result.versionstamp } : null;
     },
 
     deferFlowPolling(flow, intervalSeconds, nextPollAt) {
@@ -145,7 +169,7 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
       return io.commit(
         withCompletion(
           io,
-          forgetRepeat(io.atomic().check(flow).delete(flow.key), flow.value),
+          endFlow(io.atomic().check(flow), flow),
           completion,
         ),
       );
@@ -153,9 +177,19 @@ export function createFlowStore(io: StoreIo, secrets: SecretBox): FlowStore {
   };
 }
 
-/** A flow that ends takes the record of the request that started it along (see repeats.ts). */
-function forgetRepeat(op: AtomicWrite, flow: FlowRecord): AtomicWrite {
-  return flow.requestHash === undefined ? op : op.delete(repeatKey(flow.requestHash));
+/**
+ * `op` that deletes the flow, the record of the request that started it (see repeats.ts) and the
+ * copy of any token it held: a flow that ends has handed its token on or given it up.
+ */
+function endFlow(op: AtomicWrite, flow: Versioned<FlowRecord>): AtomicWrite {
+  op.delete(flow.key);
+  if (flow.value.upstreamTokens) op.delete(strandedTokensKey(flow.value.expiresAt, flowId(flow)));
+  return flow.value.requestHash === undefined ? op : op.delete(repeatKey(flow.value.requestHash));
+}
+
+/** The flow key's hash, which names the flow's stranded token. */
+function flowId(flow: Versioned<FlowRecord>): string {
+  return String(flow.key[flow.key.length - 1]);
 }
 
 /**

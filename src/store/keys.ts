@@ -8,6 +8,7 @@
  * | ["signin", sha256(id or state)]     | StoredSignIn      | 10 minutes                    |
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
  * | ["unredeemed", expiresAt, session]  | UnredeemedSignIn  | until swept (GC: a week)      |
+ * | ["stranded", expiresAt, sha256(flow_state)] | StrandedTokens | until swept (GC: a week)  |
  * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
@@ -36,6 +37,7 @@ export const RECORD_KINDS = [
   "signin",
   "code",
   "unredeemed",
+  "stranded",
   "session",
   "lease",
   "client",
@@ -83,6 +85,20 @@ export function unredeemedKey(codeExpiresAt: number, sessionId: string): Deno.Kv
 /** The range of unredeemed sign-ins whose code expired before `nowMs`. */
 export function abandonedSignInRange(nowMs: number): Deno.KvListSelector {
   return { start: ["unredeemed"], end: ["unredeemed", nowMs] };
+}
+
+/**
+ * The key of the GitLab token a device flow holds before it completes (GitLab issued it, then
+ * the user lookup failed for a while): ordered by the flow's expiry, so the flows abandoned with
+ * a token are a key range. `flowId` is the flow key's hash.
+ */
+export function strandedTokensKey(flowExpiresAt: number, flowId: string): Deno.KvKey {
+  return ["stranded", flowExpiresAt, flowId];
+}
+
+/** The range of tokens held by flows that expired before `nowMs`. */
+export function strandedTokensRange(nowMs: number): Deno.KvListSelector {
+  return { start: ["stranded"], end: ["stranded", nowMs] };
 }
 
 /** The key of a device authorization by its device code's hash (`deviceCodeHash`). */

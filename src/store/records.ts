@@ -162,6 +162,11 @@ export interface DeviceAuthorizationRecord {
  * A sign-in whose code has not been redeemed: what is needed to revoke its GitLab tokens once
  * the code expired unused (its session expires with the code).
  */
+/** The GitLab token of a device flow that has it but has not completed (sealed, as a session's). */
+export interface StrandedTokens {
+  sealedUpstreamTokens: string;
+}
+
 export interface UnredeemedSignIn {
   sessionId: string;
   /** The session's `sealedUpstreamTokens`. */

@@ -2,12 +2,13 @@
  * Sign-ins whose authorization code was never redeemed. Completing a device flow stores one
  * beside the code and the session; redeeming the code deletes it in the same commit. One still
  * there after its code expired is abandoned: taking it deletes it and its session, and hands
- * back the sealed GitLab tokens for a best-effort revocation.
+ * back the sealed GitLab tokens for a best-effort revocation. So does a device flow that expired
+ * holding a GitLab token it never handed to a session (issue 33 §1.9).
  */
 
 import type { StoreIo, Versioned } from "./io.ts";
-import { abandonedSignInRange, sessionKey } from "./keys.ts";
-import type { UnredeemedSignIn } from "./records.ts";
+import { abandonedSignInRange, sessionKey, strandedTokensRange } from "./keys.ts";
+import type { StrandedTokens, UnredeemedSignIn } from "./records.ts";
 
 /**
  * How long an abandoned sign-in waits for a sweep before KV collects it unrevoked (GitLab
@@ -22,6 +23,11 @@ export interface UnredeemedStore {
    * those this call deleted (a concurrent sweep gets the others).
    */
   takeAbandonedSignIns(limit: number): Promise<UnredeemedSignIn[]>;
+  /**
+   * Deletes up to `limit` tokens of device flows that expired before completing; answers those
+   * this call deleted.
+   */
+  takeStrandedTokens(limit: number): Promise<StrandedTokens[]>;
 }
 
 /** Unredeemed sign-ins over the shared KV access. */
@@ -38,6 +44,16 @@ export function createUnredeemedStore(io: StoreIo): UnredeemedStore {
       const entries = await io.listRange<UnredeemedSignIn>(range, limit);
       const taken = await Promise.all(entries.map(take));
       return taken.filter((signIn) => signIn !== null);
+    },
+    async takeStrandedTokens(limit) {
+      const range = strandedTokensRange(io.clock.now());
+      const entries = await io.listRange<StrandedTokens>(range, limit);
+      const taken = await Promise.all(
+        entries.map(async (entry) =>
+          await io.commit(io.atomic().check(entry).delete(entry.key)) ? entry.value : null
+        ),
+      );
+      return taken.filter((tokens) => tokens !== null);
     },
   };
 }
