@@ -14,6 +14,7 @@ import { OAuthError } from "../http/errors.ts";
 import { BoundedLabel, type Counter, type Histogram, NO_LABELS, Registry } from "./registry.ts";
 import { createSessionsAlive } from "./sessions_alive.ts";
 import { createOperatorRevocations } from "./operator_revocations.ts";
+import { MCP_METHODS } from "./mcp_methods.ts";
 
 const PREFIX = "gitlab_mcp_auth_";
 
@@ -40,47 +41,6 @@ const COMMIT_BUCKETS = [
  * `tools/list` answer or a policy rule gave, never what a caller sends.
  */
 export const MAX_TOOL_LABELS = 100;
-
-/**
- * The JSON-RPC methods of MCP (every revision) that get a label value of their own; any other
- * is `other`, so a caller's made-up methods never become label values.
- */
-export const MCP_METHODS = [
-  "initialize",
-  "ping",
-  "server/discover",
-  "tools/list",
-  "tools/call",
-  "resources/list",
-  "resources/read",
-  "resources/templates/list",
-  "resources/subscribe",
-  "resources/unsubscribe",
-  "subscriptions/listen",
-  "prompts/list",
-  "prompts/get",
-  "completion/complete",
-  "logging/setLevel",
-  "sampling/createMessage",
-  "elicitation/create",
-  "roots/list",
-  "tasks/get",
-  "tasks/result",
-  "tasks/list",
-  "tasks/cancel",
-  "notifications/initialized",
-  "notifications/cancelled",
-  "notifications/progress",
-  "notifications/message",
-  "notifications/roots/list_changed",
-  "notifications/resources/list_changed",
-  "notifications/resources/updated",
-  "notifications/prompts/list_changed",
-  "notifications/tools/list_changed",
-  "notifications/elicitation/complete",
-  "notifications/tasks/status",
-  "notifications/subscriptions/acknowledged",
-] as const;
 
 /** The route label of a request no route serves (404, or a Host header refused first). */
 export const UNKNOWN_ROUTE = "unknown";
