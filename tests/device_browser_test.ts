@@ -1,6 +1,7 @@
 /**
- * The user's side of our device authorization endpoint (issue 36) in a real browser (Chromium
- * through playwright-core) against the service as a process and the simulated GitLab, in both
+ * Our device authorization endpoint (issue 36) end to end: oauth4webapi's device-flow functions
+ * as the CLI, and the user's side in a real browser (Chromium through playwright-core) against
+ * the service as a process and the simulated GitLab, in both
  * sign-in modes: the code link, the page's client and warning, "Continue with GitLab", GitLab's
  * Approve (redirect) or GitLab's device page (device mode), our Approve, and the client's poll;
  * the token then calls a tool through /mcp. Ignored without Chromium, except under CI.
@@ -10,42 +11,60 @@ import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import * as oauth from "oauth4webapi";
 import type { Page } from "playwright-core";
 import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
 import { type BrowserRig, ignoreBrowserTests, startBrowserRig } from "./_browser.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 
+/** oauth4webapi talks to the service on loopback over http. */
+const INSECURE = { [oauth.allowInsecureRequests]: true };
+
 interface Started {
-  clientId: string;
+  as: oauth.AuthorizationServer;
+  client: oauth.Client;
   device_code: string;
   verification_uri_complete: string;
 }
 
+/** A CLI's start, with oauth4webapi: registration, discovery, the device authorization. */
 async function startDeviceAuthorization(base: string): Promise<Started> {
   const registered = await (await fetch(`${base}/register`, {
     method: "POST",
     headers: { "Content-Type": "application/json" },
     body: JSON.stringify({ client_name: "build-box agent", grant_types: [DEVICE_CODE_GRANT_TYPE] }),
   })).json();
-  const started = await (await fetch(`${base}/device_authorization`, {
-    method: "POST",
-    body: new URLSearchParams({ client_id: registered.client_id }),
-  })).json();
-  return { clientId: registered.client_id, ...started };
+  const issuer = new URL(base);
+  const as = await oauth.processDiscoveryResponse(
+    issuer,
+    await oauth.discoveryRequest(issuer, { algorithm: "oauth2", ...INSECURE }),
+  );
+  const client: oauth.Client = {
+    client_id: registered.client_id,
+    token_endpoint_auth_method: "none",
+  };
+  const started = await oauth.processDeviceAuthorizationResponse(
+    as,
+    client,
+    await oauth.deviceAuthorizationRequest(as, client, oauth.None(), {}, INSECURE),
+  );
+  assert.ok(started.verification_uri_complete);
+  return {
+    as,
+    client,
+    device_code: started.device_code,
+    verification_uri_complete: started.verification_uri_complete,
+  };
 }
 
-async function redeem(base: string, started: Started): Promise<string> {
-  const response = await fetch(`${base}/token`, {
-    method: "POST",
-    body: new URLSearchParams({
-      grant_type: DEVICE_CODE_GRANT_TYPE,
-      device_code: started.device_code,
-      client_id: started.clientId,
-    }),
-  });
-  const body = await response.json();
-  assert.equal(response.status, 200, JSON.stringify(body));
-  return body.access_token;
+/** The CLI's poll once the user approved, with oauth4webapi: the access token. */
+async function redeem({ as, client, device_code }: Started): Promise<string> {
+  const tokens = await oauth.processDeviceCodeResponse(
+    as,
+    client,
+    await oauth.deviceCodeGrantRequest(as, client, oauth.None(), device_code, INSECURE),
+  );
+  return tokens.access_token;
 }
 
 async function callTool(base: string, accessToken: string): Promise<void> {
@@ -100,7 +119,7 @@ function deviceBrowserTest(
         await page.goto(started.verification_uri_complete);
         await assertAskingPage(page);
         await body(r, page, started);
-        await callTool(r.service.url, await redeem(r.service.url, started));
+        await callTool(r.service.url, await redeem(started));
       } finally {
         await r.close();
         await mcp.close();
