@@ -2,11 +2,13 @@
  * The user's sign-in at `/device` through GitLab, in both sign-in modes (GITLAB_SIGN_IN=redirect
  * and GitLab's own device flow), over real HTTP against the real app and the fake GitLab: "Continue" goes to GitLab, the
  * callback asks Approve / Deny (a form with a CSRF token bound to the browser), and the client's
- * poll then gets tokens, `access_denied`, or (for a user the allow-lists refuse) `access_denied`.
+ * poll then gets tokens, or `access_denied` (Deny on our page or at GitLab, or a user the
+ * allow-lists refuse).
  */
 
 import assert from "node:assert/strict";
 import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
+import { UpstreamError } from "../src/upstream/types.ts";
 import {
   assertError,
   CookieJar,
@@ -223,6 +225,35 @@ Deno.test("device sign-in (GitLab device flow): a refused user's device gets acc
     assert.match(done.error, /@ada is not allowed to sign in here/);
     await assertError(await poll(t, started), 400, "access_denied");
   }, { env: { ALLOWED_GITLAB_USERS: "grace" } });
+});
+
+Deno.test("device sign-in: Deny at GitLab answers the device access_denied, in both modes", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const jar = new CookieJar();
+    const entered = await t.app(
+      new Request(`${TEST_BASE}/device?user_code=${started.userCode}`),
+    );
+    jar.store(entered);
+    const toGitLab = await post(t, jar, { ...formOf(await entered.text()), action: "continue" });
+    const state = new URL(toGitLab.headers.get("location") ?? "").searchParams.get("state");
+    const back = await t.app(
+      new Request(`${TEST_BASE}/oauth/callback?error=access_denied&state=${state}`, {
+        headers: jar.headers(),
+      }),
+    );
+    await back.body?.cancel();
+    await assertError(await poll(t, started), 400, "access_denied");
+  }, { env: REDIRECT });
+
+  await withApp(async (t) => {
+    const started = await start(t);
+    const flowState = await continueToDeviceFlow(t, started, new CookieJar());
+    t.upstream.polls.push(new UpstreamError("terminal", "access_denied", "denied"));
+    const done = await (await pollFlow(t, flowState)).json();
+    assert.equal(done.status, "failed", JSON.stringify(done));
+    await assertError(await poll(t, started), 400, "access_denied");
+  });
 });
 
 Deno.test("device sign-in: approved and denied are logged once each, with the client, and counted", async () => {

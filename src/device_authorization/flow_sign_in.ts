@@ -71,8 +71,20 @@ export function storeDeviceFlowSignIn(
   return storeDeviceSignIn(ctx, userCodeHash, vouched, () => ctx.deps.store.deleteFlow(flow));
 }
 
-/** A user the allow-lists refused: the authorization is denied (audited once). */
-export async function denyRefusedDevice(ctx: SignInContext, userCodeHash: string): Promise<void> {
+/** The audit's reasons for a denied device authorization the user did not deny on our page. */
+export const REFUSED_BY_ALLOW_LISTS = "refused by the allow-lists";
+export const DENIED_AT_GITLAB = "denied at GitLab";
+
+/**
+ * The sign-in for a device authorization ended in a no: the allow-lists refused the user, or the
+ * user denied at GitLab. The authorization is denied (audited once), so the device's next poll
+ * answers `access_denied` instead of waiting for the code to expire.
+ */
+export async function denyDevice(
+  ctx: SignInContext,
+  userCodeHash: string,
+  reason: string,
+): Promise<void> {
   const { store } = ctx.deps;
   const denied = await changeDeviceAuthorization(
     ctx,
@@ -83,7 +95,7 @@ export async function denyRefusedDevice(ctx: SignInContext, userCodeHash: string
   );
   if (denied) {
     auditDeviceAuthorization(ctx.deps, "denied", denied.clientId, ctx.requestId, {
-      reason: "refused by the allow-lists",
+      reason,
     });
   }
 }

@@ -33,6 +33,7 @@ import {
 import { UpstreamError } from "../upstream/types.ts";
 import { signInFailure } from "../metrics/catalog.ts";
 import { completeDeviceSignIn } from "../device_authorization/completion.ts";
+import { DENIED_AT_GITLAB, denyDevice } from "../device_authorization/flow_sign_in.ts";
 
 /** Handles `GET /oauth/callback`. */
 export async function handleCallback(ctx: SignInContext): Promise<Response> {
@@ -51,6 +52,10 @@ export async function handleCallback(ctx: SignInContext): Promise<Response> {
       ? error
       : "unrecognized";
     ctx.deps.metrics.signInsFinished.inc({ mode: "redirect", outcome: signInFailure(error) });
+    const deviceUserCodeHash = signIn.value.deviceUserCodeHash;
+    if (error === "access_denied" && deviceUserCodeHash !== undefined) {
+      await denyDevice(ctx, deviceUserCodeHash, DENIED_AT_GITLAB);
+    }
     // The user said no upstream; anything else upstream is our problem, not the client's.
     return returnToClient(ctx, signIn.value, {
       error: error === "access_denied" ? "access_denied" : "server_error",
