@@ -257,7 +257,11 @@ Deno.test("4.2 fetchUser failing transiently → 200 pending; next poll complete
     assert.deepEqual(first.body, { status: "pending" });
     assert.equal(t.upstream.calls.poll, 1);
     assert.equal(t.upstream.calls.user, 1);
-    assert.deepEqual(await kvKinds(t), ["flow", "repeat"], "no code, no session yet");
+    assert.deepEqual(
+      await kvKinds(t),
+      ["flow", "repeat", "stranded"],
+      "no code, no session yet; the token is watched in case the flow is abandoned",
+    );
 
     t.upstream.user = { id: 4242, username: "ada" };
     const code = assertComplete(await pollOnce(t, flowState), {
@@ -270,6 +274,7 @@ Deno.test("4.2 fetchUser failing transiently → 200 pending; next poll complete
     assert.ok(stored);
     const session = await t.store.getSession(stored.value.sessionId);
     assert.equal((await gitlabTokensOf(t.store, session))?.accessToken, "gl-access-0");
+    assert.ok(!(await kvKinds(t)).includes("stranded"), "the session holds the token now");
   }));
 
 // ---- 2.4 poll body ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import type { SignInContext } from "../sign_in/deps.ts";
 import { alreadyUsed, notice } from "../sign_in/redirect_flow.ts";
 import type { UpstreamTokenSet } from "../store/records.ts";
 import type { UpstreamUser } from "../upstream/types.ts";
-import { denyDevice, REFUSED_BY_ALLOW_LISTS, storeDeviceSignIn } from "./flow_sign_in.ts";
+import { denyDevice, storeDeviceSignIn } from "./flow_sign_in.ts";
 import { authorizationPage } from "./page.ts";
 
 /** Completes the sign-in of the authorization whose user code hashes to `userCodeHash`. */
@@ -21,7 +21,7 @@ export async function completeDeviceSignIn(
 ): Promise<Response> {
   const admission = await admitSignIn(ctx, tokens, user);
   if (admission.kind === "refused") {
-    await denyDevice(ctx, userCodeHash, REFUSED_BY_ALLOW_LISTS);
+    await denyDevice(ctx, userCodeHash, "refused by the allow-lists");
     return notice(
       ctx,
       403,

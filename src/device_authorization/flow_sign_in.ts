@@ -71,9 +71,8 @@ export function storeDeviceFlowSignIn(
   return storeDeviceSignIn(ctx, userCodeHash, vouched, () => ctx.deps.store.deleteFlow(flow));
 }
 
-/** The audit's reasons for a denied device authorization the user did not deny on our page. */
-export const REFUSED_BY_ALLOW_LISTS = "refused by the allow-lists";
-export const DENIED_AT_GITLAB = "denied at GitLab";
+/** Why a device authorization was denied other than on our page: the audit line's `reason`. */
+export type DenialReason = "refused by the allow-lists" | "denied at GitLab";
 
 /**
  * The sign-in for a device authorization ended in a no: the allow-lists refused the user, or the
@@ -83,7 +82,7 @@ export const DENIED_AT_GITLAB = "denied at GitLab";
 export async function denyDevice(
   ctx: SignInContext,
   userCodeHash: string,
-  reason: string,
+  reason: DenialReason,
 ): Promise<void> {
   const { store } = ctx.deps;
   const denied = await changeDeviceAuthorization(
@@ -98,4 +97,13 @@ export async function denyDevice(
       reason,
     });
   }
+}
+
+/** A GitLab device flow started from `/device` ended in a no: its device authorization too. */
+export async function denyDeviceOfFlow(
+  ctx: SignInContext,
+  flow: FlowRecord,
+  reason: DenialReason,
+): Promise<void> {
+  if (flow.deviceUserCodeHash !== undefined) await denyDevice(ctx, flow.deviceUserCodeHash, reason);
 }

@@ -33,7 +33,7 @@ import {
 import { UpstreamError } from "../upstream/types.ts";
 import { signInFailure } from "../metrics/catalog.ts";
 import { completeDeviceSignIn } from "../device_authorization/completion.ts";
-import { DENIED_AT_GITLAB, denyDevice } from "../device_authorization/flow_sign_in.ts";
+import { denyDevice } from "../device_authorization/flow_sign_in.ts";
 
 /** Handles `GET /oauth/callback`. */
 export async function handleCallback(ctx: SignInContext): Promise<Response> {
@@ -54,7 +54,7 @@ export async function handleCallback(ctx: SignInContext): Promise<Response> {
     ctx.deps.metrics.signInsFinished.inc({ mode: "redirect", outcome: signInFailure(error) });
     const deviceUserCodeHash = signIn.value.deviceUserCodeHash;
     if (error === "access_denied" && deviceUserCodeHash !== undefined) {
-      await denyDevice(ctx, deviceUserCodeHash, DENIED_AT_GITLAB);
+      await denyDevice(ctx, deviceUserCodeHash, "denied at GitLab");
     }
     // The user said no upstream; anything else upstream is our problem, not the client's.
     return returnToClient(ctx, signIn.value, {

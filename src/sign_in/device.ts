@@ -34,12 +34,7 @@ import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
 import { admitNewFlow } from "./pending_caps.ts";
 import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
 import { signInFailure } from "../metrics/catalog.ts";
-import {
-  DENIED_AT_GITLAB,
-  denyDevice,
-  REFUSED_BY_ALLOW_LISTS,
-  storeDeviceFlowSignIn,
-} from "../device_authorization/flow_sign_in.ts";
+import { denyDeviceOfFlow, storeDeviceFlowSignIn } from "../device_authorization/flow_sign_in.ts";
 import { PATHS } from "../http/paths.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */
@@ -285,10 +280,7 @@ async function advanceFlow(
   }
   if (admission.kind === "refused") {
     await ctx.deps.store.deleteFlow(flow);
-    const deviceUserCodeHash = flow.value.deviceUserCodeHash;
-    if (deviceUserCodeHash !== undefined) {
-      await denyDevice(ctx, deviceUserCodeHash, REFUSED_BY_ALLOW_LISTS);
-    }
+    await denyDeviceOfFlow(ctx, flow.value, "refused by the allow-lists");
     return outcome(200, { status: "failed", error: admission.message });
   }
   return await complete(ctx, flow, tokens, user, admission.access);
@@ -398,9 +390,6 @@ async function upstreamFailed(
   }
   await ctx.deps.store.deleteFlow(flow);
   ctx.deps.metrics.signInsFinished.inc({ mode: "device", outcome: signInFailure(error.code) });
-  const deviceUserCodeHash = flow.value.deviceUserCodeHash;
-  if (error.code === "access_denied" && deviceUserCodeHash !== undefined) {
-    await denyDevice(ctx, deviceUserCodeHash, DENIED_AT_GITLAB);
-  }
+  if (error.code === "access_denied") await denyDeviceOfFlow(ctx, flow.value, "denied at GitLab");
   return outcome(200, { status: "failed", error: error.message });
 }
