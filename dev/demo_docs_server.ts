@@ -14,6 +14,7 @@ import {
   localhostAllowedHostnames,
   McpServer,
 } from "@modelcontextprotocol/server";
+import { READ_ONLY_TOOL } from "./demo_mcp_server.ts";
 
 /** The handbook page the server serves as a resource. */
 export const HANDBOOK_URI = "docs://handbook/welcome";
@@ -50,12 +51,7 @@ function createDocsServer(gitlabUrl: URL): McpServer {
     {
       title: "Who reads the docs",
       description: "The GitLab user this docs session is signed in as",
-      annotations: {
-        readOnlyHint: true,
-        destructiveHint: false,
-        idempotentHint: true,
-        openWorldHint: false,
-      },
+      annotations: READ_ONLY_TOOL,
     },
     async (ctx) => {
       const bearer = /^Bearer\s+(\S+)$/i.exec(ctx.http?.req?.headers.get("authorization") ?? "");

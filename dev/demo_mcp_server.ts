@@ -53,7 +53,7 @@ function registerDeleteProject(server: McpServer): void {
  * Both tools only read GitLab. Without these hints clients assume the MCP defaults (a tool may
  * change and destroy things) and label `whoami` destructive or ask before every call.
  */
-const READ_ONLY_TOOL = {
+export const READ_ONLY_TOOL = {
   readOnlyHint: true,
   destructiveHint: false,
   idempotentHint: true,

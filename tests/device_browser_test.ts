@@ -1,10 +1,10 @@
 /**
  * Our device authorization endpoint (issue 36) end to end: oauth4webapi's device-flow functions
  * as the CLI, and the user's side in a real browser (Chromium through playwright-core) against
- * the service as a process and the simulated GitLab, in both
- * sign-in modes: the code link, the page's client and warning, "Continue with GitLab", GitLab's
- * Approve (redirect) or GitLab's device page (device mode), our Approve, and the client's poll;
- * the token then calls a tool through /mcp. Ignored without Chromium, except under CI.
+ * the service as a process and the simulated GitLab, in both sign-in modes: the code link, the
+ * page's client and warning, "Continue with GitLab", GitLab's Approve (redirect) or GitLab's
+ * device page (device mode), our Approve, and the CLI's poll; the token then calls a tool
+ * through /mcp. Ignored without Chromium, except under CI.
  */
 
 import assert from "node:assert/strict";

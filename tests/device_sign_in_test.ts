@@ -104,6 +104,20 @@ async function signIn(t: TestApp, started: Started, jar: CookieJar): Promise<str
   return page;
 }
 
+/** Redirect mode, a fresh browser: enters the code, continues, and GitLab answers `answer`. */
+async function backFromGitLab(t: TestApp, started: Started, answer: string): Promise<Response> {
+  const jar = new CookieJar();
+  const entered = await t.app(new Request(`${TEST_BASE}/device?user_code=${started.userCode}`));
+  jar.store(entered);
+  const toGitLab = await post(t, jar, { ...formOf(await entered.text()), action: "continue" });
+  const state = new URL(toGitLab.headers.get("location") ?? "").searchParams.get("state");
+  return await t.app(
+    new Request(`${TEST_BASE}/oauth/callback?${answer}&state=${state}`, {
+      headers: jar.headers(),
+    }),
+  );
+}
+
 Deno.test("device sign-in (redirect mode): Continue, GitLab, Approve; the client's poll gets tokens once", async () => {
   await withApp(async (t) => {
     const started = await start(t);
@@ -151,19 +165,7 @@ Deno.test("device sign-in (redirect mode): Deny answers the client's poll access
 Deno.test("device sign-in (redirect mode): a user the allow-lists refuse reads why; the device gets access_denied", async () => {
   await withApp(async (t) => {
     const started = await start(t);
-    const jar = new CookieJar();
-    const entered = await t.app(
-      new Request(`${TEST_BASE}/device?user_code=${started.userCode}`),
-    );
-    jar.store(entered);
-    const form = formOf(await entered.text());
-    const toGitLab = await post(t, jar, { ...form, action: "continue" });
-    const state = new URL(toGitLab.headers.get("location") ?? "").searchParams.get("state");
-    const back = await t.app(
-      new Request(`${TEST_BASE}/oauth/callback?code=gitlab-code&state=${state}`, {
-        headers: jar.headers(),
-      }),
-    );
+    const back = await backFromGitLab(t, started, "code=gitlab-code");
     const html = await back.text();
     assert.equal(back.status, 403, html);
     assert.match(html, /@ada is not allowed to sign in here/);
@@ -230,18 +232,7 @@ Deno.test("device sign-in (GitLab device flow): a refused user's device gets acc
 Deno.test("device sign-in: Deny at GitLab answers the device access_denied, in both modes", async () => {
   await withApp(async (t) => {
     const started = await start(t);
-    const jar = new CookieJar();
-    const entered = await t.app(
-      new Request(`${TEST_BASE}/device?user_code=${started.userCode}`),
-    );
-    jar.store(entered);
-    const toGitLab = await post(t, jar, { ...formOf(await entered.text()), action: "continue" });
-    const state = new URL(toGitLab.headers.get("location") ?? "").searchParams.get("state");
-    const back = await t.app(
-      new Request(`${TEST_BASE}/oauth/callback?error=access_denied&state=${state}`, {
-        headers: jar.headers(),
-      }),
-    );
+    const back = await backFromGitLab(t, started, "error=access_denied");
     await back.body?.cancel();
     await assertError(await poll(t, started), 400, "access_denied");
   }, { env: REDIRECT });
