@@ -3,18 +3,32 @@
  * API with the GitLab token the gateway put in place of the client's, so a tool answer shows
  * whose GitLab account the MCP client reached.
  *
- * Development only (the MCP SDK is a dev dependency).
+ * Built with the MCP TypeScript SDK v2 (`@modelcontextprotocol/server`, `createMcpHandler`), like
+ * the docs server beside it: its dependency closure is three packages, where SDK v1's server
+ * brings express, hono and some ninety more to every first `deno task demo` (issue 33 §2.7).
+ *
+ * Development only (dev/deno.json is the demo's configuration, not the service's).
  */
 
-// @ts-types="@modelcontextprotocol/sdk/server/mcp"
-import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
-import { type McpHttpServer, serveMcp, toolRequestHeaders } from "./mcp_http.ts";
+import {
+  createMcpHandler,
+  hostHeaderValidationResponse,
+  localhostAllowedHostnames,
+  McpServer,
+} from "@modelcontextprotocol/server";
 
 /** A tool's answer: text for the model, and whether it is an error. */
 interface ToolAnswer {
   [key: string]: unknown;
   content: { type: "text"; text: string }[];
   isError?: boolean;
+}
+
+/** A running demo MCP server. */
+export interface DemoMcpServer {
+  /** e.g. `http://127.0.0.1:40123/mcp` (every path answers alike). */
+  url: string;
+  close(): Promise<void>;
 }
 
 /**
@@ -24,12 +38,25 @@ interface ToolAnswer {
 export function startDemoMcpServer(
   gitlabUrl: URL,
   options: { withRefusedTool?: boolean } = {},
-): McpHttpServer {
-  return serveMcp(() => {
+): DemoMcpServer {
+  const handler = createMcpHandler(() => {
     const server = createDemoMcpServer(gitlabUrl);
     if (options.withRefusedTool) registerDeleteProject(server);
     return server;
   });
+  const server = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    (request) =>
+      hostHeaderValidationResponse(request, localhostAllowedHostnames()) ??
+        handler.fetch(request),
+  );
+  return {
+    url: `http://127.0.0.1:${server.addr.port}/mcp`,
+    async close() {
+      await handler.close();
+      await server.shutdown();
+    },
+  };
 }
 
 /**
@@ -69,13 +96,20 @@ function createDemoMcpServer(gitlabUrl: URL): McpServer {
       description: "The GitLab user this MCP session is signed in as",
       annotations: READ_ONLY_TOOL,
     },
-    async (extra) => {
-      const token = gitlabToken(toolRequestHeaders(extra.requestInfo));
-      return await callGitLab(gitlabUrl, "/api/v4/user", token, (user) => {
-        const { id, username, name } = user as { id: number; username: string; name: string };
-        return JSON.stringify({ id, username, name });
-      });
-    },
+    async (ctx) =>
+      await callGitLab(
+        gitlabUrl,
+        "/api/v4/user",
+        gitlabToken(ctx.http?.req?.headers),
+        (user) => {
+          const { id, username, name } = user as {
+            id: number;
+            username: string;
+            name: string;
+          };
+          return JSON.stringify({ id, username, name });
+        },
+      ),
   );
   server.registerTool(
     "list_projects",
@@ -84,26 +118,25 @@ function createDemoMcpServer(gitlabUrl: URL): McpServer {
       description: "The GitLab projects of the signed-in user",
       annotations: READ_ONLY_TOOL,
     },
-    async (extra) => {
-      const token = gitlabToken(toolRequestHeaders(extra.requestInfo));
-      return await callGitLab(
+    async (ctx) =>
+      await callGitLab(
         gitlabUrl,
         "/api/v4/projects?membership=true",
-        token,
+        gitlabToken(ctx.http?.req?.headers),
         (list) =>
           (list as { path_with_namespace: string; web_url: string }[])
             .map((project) => `${project.path_with_namespace}  ${project.web_url}`)
             .join("\n"),
-      );
-    },
+      ),
   );
   return server;
 }
 
 /** The GitLab token the gateway forwarded (Authorization, or PRIVATE-TOKEN if so configured). */
-function gitlabToken(headers: Headers): string | undefined {
-  const bearer = /^Bearer\s+(\S+)$/i.exec(headers.get("authorization") ?? "")?.[1];
-  return bearer ?? headers.get("private-token") ?? undefined;
+function gitlabToken(headers: Headers | undefined): string | undefined {
+  const bearer = /^Bearer\s+(\S+)$/i.exec(headers?.get("authorization") ?? "")
+    ?.[1];
+  return bearer ?? headers?.get("private-token") ?? undefined;
 }
 
 async function callGitLab(

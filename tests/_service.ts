@@ -46,6 +46,15 @@ export function denoRunArgs(entry: string, entryArgs: string[] = []): string[] {
   return ["run", ...PERMISSIONS, entry, ...entryArgs];
 }
 
+/** dev/demo.ts and the configuration `deno task demo` runs it with (its own imports and lock). */
+export const DEMO = new URL("../dev/demo.ts", import.meta.url).pathname;
+const DEMO_CONFIG = new URL("../dev/deno.json", import.meta.url).pathname;
+
+/** `deno task demo`'s way: `deno run --config dev/deno.json dev/demo.ts`. */
+export function demoRunArgs(permissions: string[] = PERMISSIONS): string[] {
+  return ["run", "--config", DEMO_CONFIG, ...permissions, DEMO];
+}
+
 /** `deno task start`'s way: `deno run main.ts start`. */
 const RUN_START_ARGS = denoRunArgs(MAIN, ["start"]);
 

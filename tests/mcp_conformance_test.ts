@@ -84,6 +84,9 @@ async function runSuite(suite: Suite, url: string): Promise<Results> {
     const child = new Deno.Command(Deno.execPath(), {
       args: [
         "run",
+        // The suites are test packages: they are in the tests' lock, never in the service's.
+        "--config",
+        "tests/deno.json",
         "-A",
         "--quiet",
         suite.specifier,

@@ -2,6 +2,7 @@
 
 import assert from "node:assert/strict";
 import {
+  demoRunArgs,
   postMcpOverHttp,
   signInOverHttp,
   spawnService,
@@ -73,7 +74,7 @@ Deno.test("logs are JSON lines with a request id per request", async () => {
 
 Deno.test("deno task demo: prints a client URL that starts a sign-in at the service", async () => {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", new URL("../dev/demo.ts", import.meta.url).pathname],
+    args: demoRunArgs(["-A"]),
     env: { PORT: "0" },
     stdout: "piped",
     stderr: "null",

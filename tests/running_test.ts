@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { assertOneWinner, TEST_SECRET } from "./_helpers.ts";
 import {
+  demoRunArgs,
   denoServeArgs,
   fetchJson,
   postToken,
@@ -114,8 +115,7 @@ Deno.test("PORT already in use: one line naming the port and PORT, exit 1, no st
     assertOneLineNaming(output.lines.filter((line) => !line.includes('"warn"')), port);
   });
   await t.step("deno task demo", async () => {
-    const demo = new URL("dev/demo.ts", ROOT).pathname;
-    const output = await runToExit(["run", "--allow-all", demo], env);
+    const output = await runToExit(demoRunArgs(["--allow-all"]), env);
     assert.equal(output.code, 1);
     assertOneLineNaming(output.lines, port);
   });
