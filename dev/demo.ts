@@ -22,10 +22,16 @@ const port = demoPort(env, host);
 const gitlab = startSimulatedGitLab({ clientId: "demo-gitlab-app" });
 const mcp = startDemoMcpServer(gitlab.url, { withRefusedTool: true });
 const docs = startDemoDocsServer(gitlab.url);
-const ownServersFile = env.MCP_SERVERS_FILE === undefined;
-const serversFile = env.MCP_SERVERS_FILE ?? await writeDemoServers(docs.url);
-const ownPolicyFile = env.MCP_POLICY_FILE === undefined;
-const policyFile = env.MCP_POLICY_FILE ?? await writeDemoPolicy();
+// The servers file names the docs server's port, known only now, so it is written to a folder
+// of the demo's own; the service reads it once, at start, so the folder goes as soon as the
+// service has started (or failed to): no exit path, a crash or SIGKILL included, leaves it.
+const ownFiles = await Deno.makeTempDir({ prefix: "demo-" });
+const serversFile = env.MCP_SERVERS_FILE ?? await writeDemoServers(ownFiles, docs.url);
+/**
+ * The demo's MCP_POLICY_FILE: `delete_project` only for maintainers of `demo/admins`, whom the
+ * simulated GitLab has none of, so a newcomer sees a tool refused (and left out of the list).
+ */
+const policyFile = env.MCP_POLICY_FILE ?? new URL("demo_policy.json", import.meta.url).pathname;
 let service: RunningService;
 try {
   service = await startService({
@@ -46,6 +52,7 @@ try {
       : {}),
   }, createLogger());
 } catch (error) {
+  await Deno.remove(ownFiles, { recursive: true });
   if (!(error instanceof ConfigError)) throw error;
   // One line, no stack trace: most often PORT is taken by an earlier demo still running.
   await Deno.stderr.write(new TextEncoder().encode(`demo: ${error.message}\n`));
@@ -54,24 +61,11 @@ try {
   await gitlab.close();
   Deno.exit(1);
 }
-
-/**
- * The demo's MCP_POLICY_FILE: `delete_project` only for maintainers of `demo/admins`, whom the
- * simulated GitLab has none of, so a newcomer sees a tool refused (and left out of the list).
- */
-async function writeDemoPolicy(): Promise<string> {
-  const path = await Deno.makeTempFile({ prefix: "demo-policy-", suffix: ".json" });
-  const policy = {
-    default: "allow",
-    rules: [{ tools: ["delete_*"], allow: { groups: ["demo/admins:maintainer"] } }],
-  };
-  await Deno.writeTextFile(path, JSON.stringify(policy, null, 2));
-  return path;
-}
+await Deno.remove(ownFiles, { recursive: true });
 
 /** The demo's MCP_SERVERS_FILE: the docs server at `/mcp/docs`, beside the demo's `/mcp`. */
-async function writeDemoServers(docsUrl: string): Promise<string> {
-  const path = await Deno.makeTempFile({ prefix: "demo-servers-", suffix: ".json" });
+async function writeDemoServers(dir: string, docsUrl: string): Promise<string> {
+  const path = `${dir}/servers.json`;
   await Deno.writeTextFile(path, JSON.stringify({ servers: [{ name: "docs", url: docsUrl }] }));
   return path;
 }
@@ -110,7 +104,7 @@ const client = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, asy
     const authorize = new URL(`${service.url}/authorize`);
     authorize.search = new URLSearchParams({
       response_type: "code",
-      client_id: "demo-client",
+      client_id: clientId,
       redirect_uri: callback,
       code_challenge: sha256Base64Url(verifier),
       code_challenge_method: "S256",
@@ -192,6 +186,44 @@ function escape(text: string): string {
 }
 
 const clientUrl = `http://127.0.0.1:${client.addr.port}/`;
+
+// Before anything else is awaited: a signal during the client's registration stops all too.
+const stop = async () => {
+  await service.shutdown();
+  await client.shutdown();
+  await mcp.close();
+  await docs.close();
+  await gitlab.close();
+  Deno.exit(0);
+};
+Deno.addSignalListener("SIGINT", stop);
+Deno.addSignalListener("SIGTERM", stop);
+
+const clientId = await registerExampleClient(`${clientUrl}callback`);
+
+/**
+ * Registers the example client as MCP clients do (RFC 7591), so the sign-in page names it
+ * instead of warning of an unknown id any app could send. Where registration is closed
+ * (`ALLOWED_REDIRECT_URIS` without loopback), it goes on unregistered and says so.
+ */
+async function registerExampleClient(redirectUri: string): Promise<string> {
+  const response = await fetch(`${service.url}/register`, {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({
+      client_name: "Demo example client",
+      redirect_uris: [redirectUri],
+      token_endpoint_auth_method: "none",
+    }),
+  });
+  const body = await response.json();
+  if (response.status === 201) return body.client_id;
+  await Deno.stderr.write(new TextEncoder().encode(
+    `demo: the example client could not register (${response.status} ${body.error}): ` +
+      "its sign-in page will call it unknown\n",
+  ));
+  return "demo-client";
+}
 const banner = [
   "",
   "  Demo running — everything is on this machine, nothing reaches gitlab.com.",
@@ -201,13 +233,14 @@ const banner = [
   ...(service.config.upstream.signIn === "redirect"
     ? [
       '  2. Click "Continue with GitLab" on the consent page (Cancel to see a refusal): a',
-      `     simulated GitLab (${gitlab.url.origin}) asks; click Approve (or Deny).`,
+      `     simulated GitLab (${gitlab.url.origin}) asks; click Authorize (or Deny).`,
       "  3. GitLab returns you to the service, which sends you on to the client with a code.",
       "     Sign in again: the consent is remembered, you go straight to GitLab.",
     ]
     : [
       `  2. Click "Open GitLab" on that page: a simulated GitLab (${gitlab.url.origin}) asks for`,
-      "     the code; click Approve (or Deny to see a failure).",
+      "     the code; click Authorize (or Deny: the first tab then offers",
+      '     "Return to the application", and the client shows the refusal).',
       "  3. Back on the first tab, the page redirects to the client, which redeems the code.",
     ]),
   "",
@@ -225,16 +258,3 @@ const banner = [
   "",
 ].join("\n");
 await Deno.stdout.write(new TextEncoder().encode(banner + "\n"));
-
-const stop = async () => {
-  await service.shutdown();
-  await client.shutdown();
-  await mcp.close();
-  await docs.close();
-  await gitlab.close();
-  if (ownPolicyFile) await Deno.remove(policyFile).catch(() => {});
-  if (ownServersFile) await Deno.remove(serversFile).catch(() => {});
-  Deno.exit(0);
-};
-Deno.addSignalListener("SIGINT", stop);
-Deno.addSignalListener("SIGTERM", stop);

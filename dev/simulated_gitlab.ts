@@ -1,7 +1,7 @@
 /**
  * A simulated GitLab for the demo and for end-to-end tests: the OAuth device authorization grant,
  * the authorization code grant with PKCE (an "Authorize application" page at `/oauth/authorize`
- * with Approve and Deny), the refresh-token grant (with rotation), token revocation,
+ * with Authorize and Deny), the refresh-token grant (with rotation), token revocation,
  * `GET /api/v4/user`, group memberships (`GET /api/v4/groups/:id/members/all/:user_id`, inherited
  * from parent groups), and a small "Device authorization" page where a person approves or denies
  * a user code.

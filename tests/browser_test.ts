@@ -25,14 +25,14 @@ function authorizeUrl(r: Rig, params: Record<string, string> = {}): string {
 
 const browserTest = browserRigTest;
 
-async function approveInNewTab(page: Page, r: Rig, decision: "Approve" | "Deny") {
+async function approveInNewTab(page: Page, r: Rig, decision: "Authorize" | "Deny") {
   const [popup] = await Promise.all([page.waitForEvent("popup"), page.click("#verify-link")]);
   await popup.waitForLoadState();
   assert.ok(popup.url().startsWith(r.gitlab.url.origin), popup.url());
   await popup.getByRole("button", { name: decision }).click();
   // Closed once GitLab's answer has loaded: Chromium may never finish closing a page whose
   // form post is still under way (waitForLoadState alone can answer for the form's own page).
-  const answer = decision === "Approve" ? "Device approved" : "Device denied";
+  const answer = decision === "Authorize" ? "Device approved" : "Device denied";
   await popup.getByRole("heading", { name: answer }).waitFor({ timeout: 15_000 });
   await popup.close();
 }
@@ -50,7 +50,7 @@ browserTest(
     const after = await page.textContent("#countdown");
     assert.ok(toSeconds(after) < toSeconds(before), `${before} → ${after}`);
 
-    await approveInNewTab(page, r, "Approve");
+    await approveInNewTab(page, r, "Authorize");
     // The page polls 5 s after load, then waits 1 s before redirecting.
     await page.waitForURL((url) => url.href.startsWith(r.callback), { timeout: 20_000 });
     const landed = new URL(page.url());

@@ -20,14 +20,12 @@ import { HANDBOOK_URI } from "../dev/demo_docs_server.ts";
 import { startDemoMcpServer } from "../dev/demo_mcp_server.ts";
 import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
 import {
-  denoRunArgs,
+  demoRunArgs,
   followPageWithoutBrowser,
   redirectSignInWithoutBrowser,
   spawnService,
   waitFor,
 } from "./_service.ts";
-
-const DEMO = new URL("../dev/demo.ts", import.meta.url).pathname;
 
 /** The text of a tool's first content item. */
 function textOf(result: Awaited<ReturnType<Client["callTool"]>>): string {
@@ -40,7 +38,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const demo = await spawnService({ PORT: "0" }, denoRunArgs(DEMO));
+    const demo = await spawnService({ PORT: "0" }, demoRunArgs());
     const client = new Client({ name: "demo-test", version: "1.0.0" });
     try {
       const gitlabUrl = new URL(demo.listening.gitlab);
@@ -97,7 +95,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const demo = await spawnService({ PORT: "0" }, denoRunArgs(DEMO));
+    const demo = await spawnService({ PORT: "0" }, demoRunArgs());
     const v1 = new Client({ name: "demo-test", version: "1.0.0" });
     const v2 = new ClientV2(
       { name: "demo-test", version: "1.0.0" },
@@ -153,7 +151,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const demo = await spawnService({ PORT: "0", GITLAB_SIGN_IN: "redirect" }, denoRunArgs(DEMO));
+    const demo = await spawnService({ PORT: "0", GITLAB_SIGN_IN: "redirect" }, demoRunArgs());
     try {
       await waitFor(() => demo.logs.some((line) => line.includes("Open the example client")));
       const banner = demo.logs.find((line) => line.includes("Open the example client")) ?? "";
@@ -178,6 +176,86 @@ Deno.test({
   },
 });
 
+Deno.test({
+  name:
+    "demo (device mode): the example client is registered and named; GitLab's word is Authorize; Deny → Return to the application → the client reports it",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const demo = await spawnService({ PORT: "0" }, demoRunArgs());
+    try {
+      await waitFor(() => demo.logs.some((line) => line.includes("Open the example client")));
+      const banner = demo.logs.join("\n");
+      assert.match(banner, /click Authorize \(or Deny/);
+      assert.doesNotMatch(banner, /Approve/);
+      const clientUrl = banner.match(/example client: +(http:\/\/127\.0\.0\.1:\d+\/)/)?.[1];
+      assert.ok(clientUrl, banner);
+      const start = await fetch(clientUrl, { redirect: "manual" });
+      await start.body?.cancel();
+      const authorize = new URL(start.headers.get("location") ?? "");
+      assert.notEqual(authorize.searchParams.get("client_id"), "demo-client", "a registered id");
+      const page = await (await fetch(authorize)).text();
+      assert.match(page, /<bdi>Demo example client<\/bdi><\/strong> wants to sign you in/);
+      assert.doesNotMatch(page, /id="client-unknown"/, "not 'unknown and unverified'");
+      assert.match(page, /click <strong>Authorize<\/strong>/);
+
+      const gitlabUrl = new URL(demo.listening.gitlab);
+      const gitlabPage = await (await fetch(new URL("/oauth/device", gitlabUrl))).text();
+      assert.match(gitlabPage, /value="approve">Authorize<\/button>/, "GitLab's word, too");
+      const userCode = page.match(/<p id="user-code"[^>]*>([^<]+)<\/p>/)?.[1].trim() ?? "";
+      const denied = await fetch(new URL("/oauth/device", gitlabUrl), {
+        method: "POST",
+        body: new URLSearchParams({ user_code: userCode, action: "deny" }),
+      });
+      assert.match(await denied.text(), /Device denied/);
+      // The page's "Return to the application" link (shown once the poll reports the denial).
+      const back = page.match(/<a class="button" id="return-link" href="([^"]+)"/)?.[1];
+      assert.ok(back, "the page has a Return to the application link");
+      assert.match(page, />Return to the application<\/a>/);
+      const answer = await (await fetch(back.replaceAll("&amp;", "&"))).text();
+      assert.match(answer, /<h1>Sign-in cancelled<\/h1>/);
+      assert.match(answer, /error=access_denied/);
+    } finally {
+      assert.equal(await demo.stop(), 0);
+    }
+  },
+});
+
+Deno.test({
+  name:
+    "demo: leaves nothing in the temporary directory, however it ends (SIGTERM, SIGKILL, a start-up error)",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn(t) {
+    const tmp = await Deno.makeTempDir({ prefix: "demo-test-tmpdir-" });
+    const leftover = () => [...Deno.readDirSync(tmp)].map((entry) => entry.name);
+    try {
+      for (const signal of ["SIGTERM", "SIGKILL"] as const) {
+        await t.step(signal, async () => {
+          const demo = await spawnService({ PORT: "0", TMPDIR: tmp }, demoRunArgs());
+          await waitFor(() => demo.logs.some((line) => line.includes("Open the example client")));
+          assert.equal(await demo.stop(signal), signal === "SIGTERM" ? 0 : 137);
+          assert.deepEqual(leftover(), []);
+        });
+      }
+      await t.step("PORT taken", async () => {
+        using taken = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+        const output = await new Deno.Command(Deno.execPath(), {
+          args: demoRunArgs(),
+          env: { PORT: String(taken.addr.port), TMPDIR: tmp },
+          stdin: "null",
+          stdout: "null",
+          stderr: "piped",
+        }).output();
+        assert.equal(output.code, 1, new TextDecoder().decode(output.stderr));
+        assert.deepEqual(leftover(), []);
+      });
+    } finally {
+      await Deno.remove(tmp, { recursive: true });
+    }
+  },
+});
+
 /** A free port on `hostname`, or undefined when this machine has no such address. */
 function freePort(hostname: string): string | undefined {
   try {
@@ -193,7 +271,7 @@ function freePort(hostname: string): string | undefined {
 async function redirectDemoIssuer(host: string, reachedAt: string, port: string): Promise<string> {
   const demo = await spawnService(
     { PORT: port, HOST: host, GITLAB_SIGN_IN: "redirect" },
-    denoRunArgs(DEMO),
+    demoRunArgs(),
   );
   try {
     const response = await fetch(`${reachedAt}/.well-known/oauth-authorization-server`);

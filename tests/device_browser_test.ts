@@ -2,7 +2,7 @@
  * Our device authorization endpoint (issue 36) end to end: oauth4webapi's device-flow functions
  * as the CLI, and the user's side in a real browser (Chromium through playwright-core) against
  * the service as a process and the simulated GitLab, in both sign-in modes: the code link, the
- * page's client and warning, "Continue with GitLab", GitLab's Approve (redirect) or GitLab's
+ * page's client and warning, "Continue with GitLab", GitLab's Authorize (redirect) or GitLab's
  * device page (device mode), our Approve, and the CLI's poll; the token then calls a tool
  * through /mcp. Ignored without Chromium, except under CI.
  */
@@ -129,7 +129,7 @@ function deviceBrowserTest(
 }
 
 deviceBrowserTest(
-  "device browser (redirect sign-in): code link → Continue → GitLab Approve → our Approve → tokens → a tool",
+  "device browser (redirect sign-in): code link → Continue → GitLab Authorize → our Approve → tokens → a tool",
   { GITLAB_SIGN_IN: "redirect", GITLAB_CLIENT_SECRET: "browser-secret" },
   async (r, page) => {
     await Promise.all([
@@ -138,7 +138,7 @@ deviceBrowserTest(
     ]);
     await Promise.all([
       page.waitForURL((url) => url.href.startsWith(r.service.url)),
-      page.getByRole("button", { name: "Approve" }).click(),
+      page.getByRole("button", { name: "Authorize" }).click(),
     ]);
     await approveHere(page);
   },
@@ -152,7 +152,7 @@ deviceBrowserTest(
     await page.locator("#verify-link").waitFor();
     const [popup] = await Promise.all([page.waitForEvent("popup"), page.click("#verify-link")]);
     await popup.waitForLoadState();
-    await popup.getByRole("button", { name: "Approve" }).click();
+    await popup.getByRole("button", { name: "Authorize" }).click();
     await popup.getByRole("heading", { name: "Device approved" }).waitFor({ timeout: 15_000 });
     await popup.close();
     // The page polls 5 s after load, then returns to /device.

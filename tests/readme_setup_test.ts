@@ -11,24 +11,7 @@ import { isAllowedRedirect } from "../src/clients/redirect_allow_list.ts";
 import { loadConfig, oauthSettings } from "../src/app/config.ts";
 import { parseRedirectPatterns } from "../src/clients/config.ts";
 import { TEST_BASE, TEST_SECRET, withEnv } from "./_helpers.ts";
-
-const README = new URL("../README.md", import.meta.url);
-
-/** The markdown of the section under `## heading`, up to the next `## `. */
-export async function readmeSection(heading: string): Promise<string> {
-  const text = await Deno.readTextFile(README);
-  const start = text.indexOf(`\n## ${heading}\n`);
-  assert.ok(start >= 0, `README has a section "${heading}"`);
-  const end = text.indexOf("\n## ", start + 1);
-  return text.slice(start, end < 0 ? undefined : end);
-}
-
-/** The lines of each ```sh block of `markdown`, without their indentation. */
-export function shellBlocks(markdown: string): string[][] {
-  return [...markdown.matchAll(/^( *)```sh\n([\s\S]*?)^\1```$/gm)].map(([, indent, body]) =>
-    body.split("\n").filter((line) => line.trim() !== "").map((line) => line.slice(indent.length))
-  );
-}
+import { README, readmeSection, shellBlocks } from "./_readme.ts";
 
 /** The commands of a shell block, comments stripped. */
 function commands(lines: string[]): string[] {

@@ -1,7 +1,7 @@
 /**
  * The redirect sign-in (GITLAB_SIGN_IN=redirect) in a real browser (Chromium through
  * playwright-core) against the real service and the simulated GitLab: consent page → GitLab's
- * Approve → callback → client with code, state and iss → /token; the second sign-in skipping the
+ * Authorize → callback → client with code, state and iss → /token; the second sign-in skipping the
  * consent page; Cancel and GitLab's Deny; a callback without the browser's cookie; a replayed
  * callback; consent POSTs without or with a wrong CSRF token; an account this service refuses
  * reading our page. Reported as ignored when Chromium is absent, except under CI, where they
@@ -42,13 +42,13 @@ function landedAt(page: Page, r: Rig): URLSearchParams {
 }
 
 browserTest(
-  "redirect browser: consent → GitLab Approve → client with code, state, iss → /token; the second sign-in skips the consent page",
+  "redirect browser: consent → GitLab Authorize → client with code, state, iss → /token; the second sign-in skips the consent page",
   async (r, page) => {
     await page.goto(authorizeUrl(r));
     assert.match(await page.textContent("#client") ?? "", /browser-client/);
     assert.match(await page.textContent("#scopes") ?? "", /api/);
     await clickAndWaitFor(page, "Continue with GitLab", r.gitlab.url.origin);
-    await clickAndWaitFor(page, "Approve", r.callback);
+    await clickAndWaitFor(page, "Authorize", r.callback);
     const landed = landedAt(page, r);
     assert.deepEqual([...landed.keys()], ["code", "state", "iss"]);
     assert.equal(landed.get("state"), "st-42");
@@ -59,7 +59,7 @@ browserTest(
 
     await page.goto(authorizeUrl(r, "st-43"));
     assert.ok(page.url().startsWith(`${r.gitlab.url.origin}/oauth/authorize`), page.url());
-    await clickAndWaitFor(page, "Approve", r.callback);
+    await clickAndWaitFor(page, "Authorize", r.callback);
     assert.equal(landedAt(page, r).get("state"), "st-43");
     assert.equal(r.gitlab.calls.authorizationCode, 2);
     assert.equal(r.gitlab.calls.authorizeDevice, 0, "no device flow in redirect mode");
@@ -101,7 +101,7 @@ browserTest(
     await page.context().clearCookies();
     const [answer] = await Promise.all([
       page.waitForResponse((response) => response.url().includes("/oauth/callback")),
-      page.getByRole("button", { name: "Approve" }).click(),
+      page.getByRole("button", { name: "Authorize" }).click(),
     ]);
     assert.equal(answer.status(), 400);
     await page.locator("#message").waitFor();
@@ -118,7 +118,7 @@ browserTest("redirect browser: a replayed callback gets the 400 page", async (r,
   });
   await page.goto(authorizeUrl(r));
   await clickAndWaitFor(page, "Continue with GitLab", r.gitlab.url.origin);
-  await clickAndWaitFor(page, "Approve", r.callback);
+  await clickAndWaitFor(page, "Authorize", r.callback);
   assert.equal(callbacks.length, 1);
 
   const replay = await page.goto(callbacks[0]);
@@ -172,7 +172,7 @@ browserRigTest(
   async (r, page) => {
     await page.goto(authorizeUrl(r));
     await clickAndWaitFor(page, "Continue with GitLab", r.gitlab.url.origin);
-    await clickAndWaitFor(page, "Approve", r.service.url);
+    await clickAndWaitFor(page, "Authorize", r.service.url);
     // Our page, staying put: no redirect of its own, the reason in words.
     assert.ok(page.url().startsWith(`${r.service.url}/oauth/callback`), page.url());
     assert.match(await page.textContent("h1") ?? "", /Sign-in refused by this service/);

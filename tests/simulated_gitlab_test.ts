@@ -66,7 +66,7 @@ Deno.test("verification page", async (t) => {
       assert.match(answer.text, /<label for="user_code">User code<\/label>/);
       assert.match(answer.text, /<input id="user_code" name="user_code" value="WXYZ-0001"/);
       assert.match(answer.text, /<form method="post" action="\/oauth\/device">/);
-      assert.match(answer.text, /<button type="submit" name="action" value="approve">Approve</);
+      assert.match(answer.text, /<button type="submit" name="action" value="approve">Authorize</);
       assert.match(answer.text, /<button [^>]*value="deny"[^>]*>Deny</);
     });
 

@@ -201,7 +201,7 @@ export function createSimulatedGitLabHandler(
     return authorizeApplicationPage(state.defaultUser().username, params);
   }
 
-  /** Approve: a code back to the redirect URI; Deny: `access_denied` (RFC 6749 §4.1.2.1). */
+  /** Authorize: a code back to the redirect URI; Deny: `access_denied` (RFC 6749 §4.1.2.1). */
   function authorizeDecision(form: URLSearchParams): Response {
     calls.authorizePage++;
     const checked = checkAuthorizationRequest(form);
@@ -364,7 +364,7 @@ export function createSimulatedGitLabHandler(
       return deviceFormPage(400, user.username, "", "Enter the code shown on your device.");
     }
     if (action !== "approve" && action !== "deny") {
-      return deviceFormPage(400, user.username, userCode, "Choose Approve or Deny.");
+      return deviceFormPage(400, user.username, userCode, "Choose Authorize or Deny.");
     }
     const outcome = state.decide(userCode, action === "approve", user.id);
     return decisionPage(outcome, user.username, userCode);

@@ -63,14 +63,14 @@ function deviceForm(username: string, userCode: string, message?: string): strin
         <input id="user_code" name="user_code" value="${escapeHtml(userCode)}" autocomplete="off"
           autocapitalize="characters" spellcheck="false" placeholder="ABCD-1234" required>
         <div class="actions">
-          <button type="submit" name="action" value="approve">Approve</button>
+          <button type="submit" name="action" value="approve">Authorize</button>
           <button type="submit" name="action" value="deny" class="secondary">Deny</button>
         </div>
       </form>`;
 }
 
 /**
- * GitLab's "Authorize application" page of the authorization code grant: Approve or Deny,
+ * GitLab's "Authorize application" page of the authorization code grant: Authorize or Deny,
  * posting the request's parameters back. Its answer sends the browser to the application's
  * redirect URI, which may send it on anywhere (Chromium applies `form-action` to every redirect
  * that follows), so this page does not restrict where forms lead, as GitLab's does not.
@@ -88,7 +88,7 @@ export function authorizeApplicationPage(username: string, params: URLSearchPara
       <form method="post" action="/oauth/authorize">
         ${hidden}
         <div class="actions">
-          <button type="submit" name="action" value="approve">Approve</button>
+          <button type="submit" name="action" value="approve">Authorize</button>
           <button type="submit" name="action" value="deny" class="secondary">Deny</button>
         </div>
       </form>`,
