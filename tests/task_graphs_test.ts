@@ -161,7 +161,9 @@ async function cachedPackages(denoDir: string): Promise<Set<string>> {
   const found = new Set<string>();
   const list = async (path: string) => {
     try {
-      return [...Deno.readDirSync(path)].filter((entry) => entry.isDirectory).map((e) => e.name);
+      const names: string[] = [];
+      for await (const entry of Deno.readDir(path)) if (entry.isDirectory) names.push(entry.name);
+      return names;
     } catch (error) {
       if (error instanceof Deno.errors.NotFound) return [];
       throw error;
