@@ -1,14 +1,25 @@
-/** Reading the README's sections and shell blocks, for the tests that run what it prints. */
+/**
+ * Reading the sections and shell blocks of the README and the pages of docs/, for the tests that
+ * run what they print.
+ */
 
 import assert from "node:assert/strict";
 
 export const README = new URL("../README.md", import.meta.url);
 
-/** The markdown of the section under `## heading`, up to the next `## `. */
-export async function readmeSection(heading: string): Promise<string> {
-  const text = await Deno.readTextFile(README);
+/** A page of docs/ (`"operating.md"`, `"configuration.md"`, …). */
+export function docsPage(name: string): URL {
+  return new URL(`../docs/${name}`, import.meta.url);
+}
+
+/** The markdown of the section under `## heading` of `page`, up to the next `## `. */
+export async function readmeSection(heading: string, page: URL = README): Promise<string> {
+  const text = await Deno.readTextFile(page);
   const start = text.indexOf(`\n## ${heading}\n`);
-  assert.ok(start >= 0, `README has a section "${heading}"`);
+  assert.ok(
+    start >= 0,
+    `${page.pathname.split("/").slice(-2).join("/")} has a section "${heading}"`,
+  );
   const end = text.indexOf("\n## ", start + 1);
   return text.slice(start, end < 0 ? undefined : end);
 }

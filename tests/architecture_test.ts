@@ -1,10 +1,11 @@
 /**
  * The house stays in layers: what `src/` imports is read from the code itself (relative
- * `import`/`export … from` specifiers, type-only ones included) and held to the rules the README's
- * "Code layout" states. Floors, from the ground up: the HTTP toolkit and the loose files at
- * `src/`'s root; the store and configuration kits; the domain wings; the top floor that composes
- * the service (`src/app/`, with the operator's CLI, which is another way in). An import from a
- * lower floor to a higher one is a sign that something lives on the wrong floor.
+ * `import`/`export … from` specifiers, type-only ones included) and held to the rules
+ * docs/development.md's "Code layout" states. Floors, from the ground up: the HTTP toolkit and
+ * the loose files at `src/`'s root; the store and configuration kits; the domain wings; the top
+ * floor that composes the service (`src/app/`, with the operator's CLI, which is another way
+ * in). An import from a lower floor to a higher one is a sign that something lives on the wrong
+ * floor.
  */
 
 import assert from "node:assert/strict";
@@ -138,10 +139,10 @@ Deno.test(`architecture: at most ${MAX_LOOSE_FILES} loose files at src/'s root`,
   assert.ok(loose.length <= MAX_LOOSE_FILES, loose.map((file) => file.path).join(", "));
 });
 
-Deno.test("architecture: README's Code layout names every folder of src/, and only those", async () => {
-  const readme = await Deno.readTextFile(join(ROOT, "README.md"));
+Deno.test("architecture: docs/development.md's Code layout names every folder of src/, and only those", async () => {
+  const readme = await Deno.readTextFile(join(ROOT, "docs/development.md"));
   const start = readme.indexOf("### Code layout");
-  assert.ok(start >= 0, "README.md has a Code layout section");
+  assert.ok(start >= 0, "docs/development.md has a Code layout section");
   const end = readme.indexOf("\n#", start + 1);
   const section = readme.slice(start, end < 0 ? undefined : end);
   const named = new Set(
@@ -158,7 +159,7 @@ Deno.test("architecture: README's Code layout names every folder of src/, and on
       return true;
     }
   });
-  assert.deepEqual(missing, [], "folders the README names that do not exist");
+  assert.deepEqual(missing, [], "folders docs/development.md names that do not exist");
   assert.deepEqual(folders.filter((folder) => !named.has(folder)).sort(), [], "unnamed folders");
   assert.equal(relative(ROOT, join(ROOT, "src")), "src");
 });

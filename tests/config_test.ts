@@ -284,8 +284,8 @@ Deno.test("OAuth settings", async (t) => {
   });
 });
 
-Deno.test("README's configuration table matches CONFIG_VARIABLES", async (t) => {
-  const readme = await Deno.readTextFile(new URL("../README.md", import.meta.url));
+Deno.test("docs/configuration.md's table matches CONFIG_VARIABLES", async (t) => {
+  const readme = await Deno.readTextFile(new URL("../docs/configuration.md", import.meta.url));
   const variables = listConfigVariables();
 
   await t.step("each variable appears once in CONFIG_VARIABLES", () => {
@@ -307,10 +307,10 @@ Deno.test("README's configuration table matches CONFIG_VARIABLES", async (t) => 
   });
 });
 
-/** The body rows of the markdown table in README's "## Configuration" section, as cells. */
+/** The body rows of the markdown table in docs/configuration.md's "## Configuration", as cells. */
 function configurationRows(readme: string): string[][] {
   const section = readme.split(/^## /m).find((part) => part.startsWith("Configuration\n"));
-  assert.ok(section, 'README has a "## Configuration" section');
+  assert.ok(section, 'docs/configuration.md has a "## Configuration" section');
   const rows = section.split("\n").filter((line) => line.startsWith("|")).map(tableCells);
   assert.deepEqual(rows[0], ["variable", "default", "meaning"], "the table's header");
   return rows.slice(2);
@@ -321,7 +321,7 @@ function tableCells(row: string): string[] {
   return row.replace(/^\|/, "").replace(/\|\s*$/, "").split(/(?<!\\)\|/).map((cell) => cell.trim());
 }
 
-/** `NAME` in backticks, as the README's variable column writes it. */
+/** `NAME` in backticks, as the table's variable column writes it. */
 function variableName(cell: string): string {
   const match = cell.match(/^`([A-Z0-9_]+)`$/);
   assert.ok(match, `a variable cell is one \`NAME\`: ${cell}`);

@@ -1,10 +1,11 @@
 /**
  * The project's markdown holds together: every internal link (`#anchor`, a relative path, a
- * path with an anchor into another markdown file) has a target, every section the README's
- * table of contents names exists, and every `<!-- name:start -->` marker has its
+ * path with an anchor into another markdown file) has a target, every section and page the
+ * README's table of contents names exists, the README stays a landing page (at most 400 lines,
+ * naming every page of docs/), and every `<!-- name:start -->` marker has its
  * `<!-- name:end -->`; no link leaves the repository (it would be dead on a clone without
- * what lies beside it). Covers README.md, bench/README.md and every markdown file under docs/, deploy/
- * and dev/. Links to http(s) URLs are not checked (no network in tests).
+ * what lies beside it). Covers README.md, bench/README.md and every markdown file under docs/,
+ * deploy/ and dev/. Links to http(s) URLs are not checked (no network in tests).
  *
  * Anchors follow GitHub's rules (github-slugger): the heading's text, lowercased, without
  * punctuation except `-` and `_`, spaces turned into `-`; a repeated heading gets `-1`, `-2`, ….
@@ -189,20 +190,22 @@ export function markerProblems(text: string): string[] {
 }
 
 /**
- * The `#anchor` links of the README's table of contents: the bullet list of links between the
- * title and the first section.
+ * The links of the README's table of contents: the bullet list of links between the title and
+ * the first section (`#anchor`s of the README and pages of docs/).
  */
 export function tableOfContents(readme: string): Link[] {
   const head = withoutFences(readme).split(/^## /m)[0];
   const lines = head.split("\n");
-  const start = lines.findIndex((line) => /^- \[[^\]]+\]\(#/.test(line));
+  const start = lines.findIndex((line) => /^- .*\]\(/.test(line));
   if (start < 0) return [];
   let end = start;
   while (end + 1 < lines.length && /^(- |\s+)\S/.test(lines[end + 1])) end++;
   const list = lines.slice(start, end + 1).join("\n");
-  return links(list).filter((link) => link.target.startsWith("#"))
-    .map((link) => ({ ...link, line: link.line + start }));
+  return links(list).map((link) => ({ ...link, line: link.line + start }));
 }
+
+/** The README's longest allowed length: a landing page, the rest lives in docs/. */
+const README_MAX_LINES = 400;
 
 // ---- the tests -------------------------------------------------------------------------------
 
@@ -274,13 +277,49 @@ Deno.test("markdown files: every start marker has its end marker", async (t) => 
   }
 });
 
-Deno.test("README: every section its table of contents names exists", async () => {
+Deno.test("the link checker: an anchor into another markdown file must be one of its headings", async () => {
+  const at = (target: string) => brokenLink("README.md", "# Here\n", { target, line: 1 });
+  assert.equal(await at("docs/configuration.md#configuration"), undefined);
+  assert.equal(
+    await at("docs/configuration.md#no-such-heading"),
+    "no heading #no-such-heading in docs/configuration.md",
+  );
+  assert.equal(await at("#here"), undefined);
+  assert.equal(await at("#nowhere"), "no heading #nowhere in README.md");
+  assert.equal(await at("docs/no-such-page.md"), "no file docs/no-such-page.md");
+  assert.equal(await at("../outside.md"), "a link out of the repository: ../outside.md");
+  assert.equal(
+    await brokenLink("docs/security.md", "", { target: "operating.md#metrics", line: 1 }),
+    undefined,
+    "relative to the linking file's folder",
+  );
+});
+
+Deno.test("README: every section and page its table of contents names exists", async () => {
   const readme = await Deno.readTextFile(join(ROOT, "README.md"));
   const contents = tableOfContents(readme);
   assert.ok(contents.length >= 5, `a table of contents near the top: ${JSON.stringify(contents)}`);
-  const sections = anchors(readme);
-  const missing = contents.filter((link) => !sections.has(link.target.slice(1)));
-  assert.deepEqual(missing.map((link) => link.target), [], "sections the contents name");
+  const missing: string[] = [];
+  for (const link of contents) {
+    const why = await brokenLink("README.md", readme, link);
+    if (why) missing.push(`${link.target}: ${why}`);
+  }
+  assert.deepEqual(missing, [], "sections and pages the contents name");
+});
+
+Deno.test("README: its table of contents names every page of docs/", async () => {
+  const readme = await Deno.readTextFile(join(ROOT, "README.md"));
+  const named = new Set(
+    tableOfContents(readme).map((link) => link.target.split("#")[0]).filter((path) => path !== ""),
+  );
+  const pages = (await markdownUnder("docs")).filter((page) => !named.has(page));
+  assert.deepEqual(pages, [], "pages of docs/ the README's contents do not name");
+});
+
+Deno.test(`README: a landing page of at most ${README_MAX_LINES} lines`, async () => {
+  const readme = await Deno.readTextFile(join(ROOT, "README.md"));
+  const lines = readme.split("\n").length - (readme.endsWith("\n") ? 1 : 0);
+  assert.ok(lines <= README_MAX_LINES, `README.md has ${lines} lines: move a section to docs/`);
 });
 
 Deno.test("README: opens with the demo and the test command", async () => {

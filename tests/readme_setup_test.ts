@@ -1,8 +1,8 @@
 /**
  * What the README tells a first-time operator to type works as typed: "Run it with GitLab"
  * step 2 creates the KV file's folder before the service needs it, and its settings make a
- * complete configuration; the client allow-list example admits the real redirect URIs of the
- * clients the README names, and registers each of them with the real app.
+ * complete configuration; the client allow-list example (docs/security.md) admits the real
+ * redirect URIs of the clients it names, and registers each of them with the real app.
  */
 
 import assert from "node:assert/strict";
@@ -11,7 +11,7 @@ import { isAllowedRedirect } from "../src/clients/redirect_allow_list.ts";
 import { loadConfig, oauthSettings } from "../src/app/config.ts";
 import { parseRedirectPatterns } from "../src/clients/config.ts";
 import { TEST_BASE, TEST_SECRET, withEnv } from "./_helpers.ts";
-import { README, readmeSection, shellBlocks } from "./_readme.ts";
+import { docsPage, readmeSection, shellBlocks } from "./_readme.ts";
 
 /** The commands of a shell block, comments stripped. */
 function commands(lines: string[]): string[] {
@@ -70,7 +70,7 @@ const CLIENTS: { name: string; registers: string[]; uses: string[]; source: stri
     name: "Claude (claude.ai, Desktop)",
     registers: ["https://claude.ai/api/mcp/auth_callback"],
     uses: ["https://claude.ai/api/mcp/auth_callback", "https://claude.com/api/mcp/auth_callback"],
-    source: "README Connecting MCP clients; RevenueCat/ai-toolkit#58",
+    source: "docs/mcp-clients.md Connecting MCP clients; RevenueCat/ai-toolkit#58",
   },
   {
     name: "Claude Code",
@@ -152,16 +152,19 @@ const LOOK_ALIKES = [
   "http://evil.example:6274/oauth/callback",
 ];
 
-/** The ALLOWED_REDIRECT_URIS of the README's allow-list example, parsed as the service does. */
+/**
+ * The ALLOWED_REDIRECT_URIS of the allow-list example (docs/security.md, "Client allow-list"),
+ * parsed as the service does.
+ */
 async function readmeAllowList(): Promise<{ raw: string; patterns: string[] }> {
-  const text = await Deno.readTextFile(README);
+  const text = await Deno.readTextFile(docsPage("security.md"));
   const section = text.split("\n### Client allow-list\n")[1]?.split("\n### ")[0] ?? "";
   const raw = section.match(/^ALLOWED_REDIRECT_URIS=(\S+)$/m)?.[1];
   assert.ok(raw, "the Client allow-list section has an ALLOWED_REDIRECT_URIS example");
   return { raw, patterns: parseRedirectPatterns("ALLOWED_REDIRECT_URIS", raw) };
 }
 
-Deno.test("README client allow-list: the example admits each named client's real redirect URIs, not look-alikes", async (t) => {
+Deno.test("docs client allow-list: the example admits each named client's real redirect URIs, not look-alikes", async (t) => {
   const { patterns } = await readmeAllowList();
   for (const client of CLIENTS) {
     await t.step(client.name, () => {
@@ -173,7 +176,7 @@ Deno.test("README client allow-list: the example admits each named client's real
   for (const uri of LOOK_ALIKES) assert.ok(!isAllowedRedirect(uri, patterns), `refuses ${uri}`);
 });
 
-Deno.test("README client allow-list: with the example set, each client's real registration succeeds", async () => {
+Deno.test("docs client allow-list: with the example set, each client's real registration succeeds", async () => {
   const { raw } = await readmeAllowList();
   await withEnv({ REDIRECT_URI_POLICY: "registered", ALLOWED_REDIRECT_URIS: raw }, async (t) => {
     for (const client of CLIENTS) {

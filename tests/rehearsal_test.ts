@@ -1,5 +1,5 @@
 /**
- * `deno task sim-gitlab` (issue 33 §2.5) and the README's "Rehearse the production setup without
+ * `deno task sim-gitlab` (issue 33 §2.5) and docs/operating.md's "Rehearse the production setup without
  * GitLab", run as printed: its sim-gitlab command, the example MCP server, and the service's
  * exports (strict, PostgreSQL, a group allow-list, a policy) with only the ports moved to free
  * ones and Docker's PostgreSQL replaced by a throwaway cluster. Ada is admitted and calls
@@ -11,7 +11,7 @@ import assert from "node:assert/strict";
 import { consentFormOf, CookieJar, PKCE, TEST_SECRET } from "./_helpers.ts";
 import { freePort, waitUntilListening } from "./_node.ts";
 import { ignorePostgresTests, sharedPostgres } from "./_postgres.ts";
-import { readmeSection, shellBlocks } from "./_readme.ts";
+import { docsPage, readmeSection, shellBlocks } from "./_readme.ts";
 import {
   decideAtGitLab,
   fetchJson,
@@ -73,7 +73,7 @@ async function startDeno(
 
 /** The README's commands, with `npx -y deno@2.9.6` standing for this Deno. */
 async function readmeCommands(): Promise<{ simArgs: string[]; mcp: string; exports: string[] }> {
-  const blocks = shellBlocks(await readmeSection(SECTION));
+  const blocks = shellBlocks(await readmeSection(SECTION, docsPage("operating.md")));
   const lines = blocks.flat().map((line) => line.replace(/\s+#.*$/, "").trim());
   const sim = lines.find((line) => line.includes("task sim-gitlab"));
   const mcp = lines.find((line) => line.includes("example_mcp_server.ts"));
