@@ -33,8 +33,8 @@ import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";
 import type { StoreDatabase } from "./src/store/mod.ts";
 import { openDatabase } from "./src/store/open.ts";
-import type { CallPolicyHolder, Reload } from "./src/access/call_policy_file.ts";
-import { POLICY_FILE_CHECK_MS, watchPolicyFile } from "./src/access/call_policy_watch.ts";
+import type { AppDeps } from "./src/app/context.ts";
+import { followConfigFiles, hasFollowedFiles } from "./src/app/file_reloads.ts";
 
 const SHUTDOWN_GRACE_MS = 10_000;
 
@@ -46,17 +46,20 @@ export interface Composition {
   kv: StoreDatabase;
   /** Closes `kv` (PostgreSQL: drains its pool). */
   closeKv(): Promise<void>;
-  /** MCP_POLICY_FILE's policy in force, reloaded on SIGHUP. */
-  callPolicy: CallPolicyHolder;
+  /** What a reload of MCP_POLICY_FILE or MCP_SERVERS_FILE changes. */
+  reloadable: Reloadable;
 }
+
+/** The parts of the service a reload of its configuration files changes. */
+type Reloadable = Pick<AppDeps, "config" | "callPolicy" | "servers" | "openStreams">;
 
 /** A running service. */
 export interface RunningService {
   /** Where it listens, e.g. `http://127.0.0.1:8000`. */
   url: string;
   config: Config;
-  /** MCP_POLICY_FILE's policy in force, reloaded on SIGHUP. */
-  callPolicy: CallPolicyHolder;
+  /** What a reload of MCP_POLICY_FILE or MCP_SERVERS_FILE changes. */
+  reloadable: Reloadable;
   /** Stops accepting, finishes in-flight requests (bounded), closes KV. */
   shutdown(): Promise<void>;
   finished: Promise<void>;
@@ -80,7 +83,7 @@ export async function composeService(env: Env, logger: Logger): Promise<Composit
     // The runtime's proxy variables decide how the MCP server is reached.
     mcpClient: config.mcpUpstreamUrl && mcpClientFor(config.mcpUpstreamUrl, env),
   });
-  return { app: createApp(deps), config, kv, closeKv, callPolicy: deps.callPolicy };
+  return { app: createApp(deps), config, kv, closeKv, reloadable: deps };
 }
 
 /**
@@ -91,7 +94,7 @@ export async function startService(
   env: Env,
   logger: Logger = createLogger(),
 ): Promise<RunningService> {
-  const { app, config, closeKv, callPolicy } = await composeService(env, logger);
+  const { app, config, closeKv, reloadable } = await composeService(env, logger);
   const { promise: listening, resolve } = Promise.withResolvers<string>();
   let server: Deno.HttpServer;
   try {
@@ -108,7 +111,7 @@ export async function startService(
   return {
     url: await listening,
     config,
-    callPolicy,
+    reloadable,
     finished: server.finished,
     shutdown() {
       stopping ??= (async () => {
@@ -200,25 +203,16 @@ function warnIfOpenToAnyone(config: Config, logger: Logger): void {
 }
 
 /**
- * MCP_POLICY_FILE is read again when its content changes on disk (checked every few seconds)
- * and on SIGHUP (where the platform has signals: not on Windows); a file that cannot be used
- * keeps the policy in force and logs an error.
+ * MCP_POLICY_FILE and MCP_SERVERS_FILE are read again when their content changes on disk
+ * (checked every few seconds) and on SIGHUP (where the platform has signals: not on Windows); a
+ * file that cannot be used keeps what is in force and logs an error. Without either file SIGHUP
+ * keeps its default meaning.
  */
-function reloadOnChange(callPolicy: CallPolicyHolder, logger: Logger): void {
-  if (callPolicy.current() === undefined) return;
-  watchPolicyFile(callPolicy, (reload) => logReload(reload, logger), {
-    everyMs: POLICY_FILE_CHECK_MS,
-  });
+function reloadOnChange(reloadable: Reloadable, logger: Logger): void {
+  if (!hasFollowedFiles(reloadable)) return;
+  const files = followConfigFiles(reloadable, logger);
   if (Deno.build.os === "windows") return;
-  Deno.addSignalListener("SIGHUP", () => logReload(callPolicy.reload(), logger));
-}
-
-function logReload(reload: Reload, logger: Logger): void {
-  if (reload.kind === "reloaded") {
-    logger.info("MCP_POLICY_FILE reloaded", { file: reload.path, rules: reload.rules });
-  } else if (reload.kind === "kept") {
-    logger.error(`MCP_POLICY_FILE not reloaded, the policy in force stays: ${reload.problem}`);
-  }
+  Deno.addSignalListener("SIGHUP", () => files.reload());
 }
 
 /** Runs `step`; a ConfigError ends the process with one line and exit code 1. */
@@ -243,7 +237,7 @@ async function start(onDeploy: boolean): Promise<void> {
     const stop = () => void service.shutdown();
     Deno.addSignalListener("SIGTERM", stop);
     Deno.addSignalListener("SIGINT", stop);
-    reloadOnChange(service.callPolicy, logger);
+    reloadOnChange(service.reloadable, logger);
   }
   await service.finished;
 }
@@ -258,8 +252,8 @@ async function admin(): Promise<never> {
 async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   const logger = createLogger();
   const env = Deno.env.toObject();
-  const { app, config, callPolicy } = await orExit(logger, () => composeService(env, logger));
-  reloadOnChange(callPolicy, logger);
+  const { app, config, reloadable } = await orExit(logger, () => composeService(env, logger));
+  reloadOnChange(reloadable, logger);
   // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
   logger.info("ready to serve");
   return {

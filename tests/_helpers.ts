@@ -214,9 +214,7 @@ export async function makeTestAppOn<D extends StoreDatabase>(
     store: deps.store,
     deps,
     close: () => {
-      deps.mcpClient?.close();
-      for (const client of Object.values(deps.serverClients)) client.close();
-      for (const client of Object.values(deps.serverClients)) client.close();
+      deps.servers.close();
     },
   };
 }
@@ -273,8 +271,7 @@ export async function makeTestApp(
     config,
     deps,
     close: () => {
-      deps.mcpClient?.close();
-      for (const client of Object.values(deps.serverClients)) client.close();
+      deps.servers.close();
       kv.close();
     },
   };

@@ -10,7 +10,7 @@ import {
   readPolicyFile,
   type Reload,
 } from "../src/access/call_policy_file.ts";
-import { watchPolicyFile } from "../src/access/call_policy_watch.ts";
+import { watchFile } from "../src/config/file_watch.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 import { spawnService, waitFor } from "./_service.ts";
 
@@ -45,7 +45,7 @@ Deno.test("policy watch: a symlink swap is reloaded once; a broken file is repor
   try {
     const holder = createCallPolicyHolder(readPolicyFile(map.path), () => {});
     const reloads: Reload["kind"][] = [];
-    const watch = watchPolicyFile(holder, (reload) => reloads.push(reload.kind));
+    const watch = watchFile(holder, (reload) => reloads.push(reload.kind));
     watch.check();
     assert.deepEqual(reloads, [], "an unchanged file is not reloaded");
 

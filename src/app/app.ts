@@ -23,7 +23,8 @@ import {
   type Route,
   routesFor,
 } from "./router.ts";
-import { createMcpGateway, servedServers } from "../gateway/proxy.ts";
+import { createMcpGateway } from "../gateway/proxy.ts";
+import type { ServedServer } from "../gateway/served_set.ts";
 import { gatewayRoute } from "./gateway_route.ts";
 import { ROUTES } from "./route_table.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
@@ -41,12 +42,7 @@ const SECURITY_HEADER_NAMES: ReadonlySet<string> = new Set(SECURITY_HEADERS.map(
 
 /** Creates the service's request handler. */
 export function createApp(deps: AppDeps): FetchHandler {
-  const gateways = servedServers(deps).map((server) => {
-    const gateway = createMcpGateway(deps, server);
-    return { gateway, route: gatewayRoute(gateway) };
-  });
-  const gatewayRouteFor = (url: URL, baseUrl: string) =>
-    gateways.find(({ gateway }) => gateway.serves(url, baseUrl))?.route;
+  const gatewayRouteFor = gatewayRoutes(deps);
   const trusted = createProxyTrust(deps.config.trustProxy);
   const trustsProxies = deps.config.trustProxy.length > 0;
   const limitedClientOf = createLimitedClient(deps.config);
@@ -105,6 +101,25 @@ export function createApp(deps: AppDeps): FetchHandler {
       ...logFields,
     });
     return response;
+  };
+}
+
+/**
+ * The gateway's route for a request's path, if an MCP server is served there now: one lookup in
+ * the served set (a reload of MCP_SERVERS_FILE changes what it finds), and each server's gateway
+ * built on its first request and kept as long as the server is.
+ */
+function gatewayRoutes(deps: AppDeps): (url: URL, baseUrl: string) => Route | undefined {
+  const routes = new WeakMap<ServedServer, Route>();
+  return (url, baseUrl) => {
+    const server = deps.servers.at(url, baseUrl);
+    if (server === undefined) return undefined;
+    let route = routes.get(server);
+    if (route === undefined) {
+      route = gatewayRoute(createMcpGateway(deps, server));
+      routes.set(server, route);
+    }
+    return route;
   };
 }
 

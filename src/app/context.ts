@@ -1,6 +1,6 @@
 /** The dependencies a request handler works with, and what each request knows of itself. */
 
-import type { McpClient } from "../gateway/mcp_client/types.ts";
+import type { ServedSet } from "../gateway/served_set.ts";
 import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { Clock } from "../clock.ts";
 import type { Config } from "./config.ts";
@@ -48,10 +48,11 @@ export interface AppDeps {
   oauth?: OAuthDeps;
   /** MCP_POLICY_FILE's policy in force (reloaded on SIGHUP); holds none when it is unset. */
   callPolicy: CallPolicyHolder;
-  /** Reaches the MCP server behind the gateway; absent when MCP_UPSTREAM_URL is not set. */
-  mcpClient?: McpClient;
-  /** The clients of the named MCP servers (MCP_SERVERS_FILE), by name. */
-  serverClients: Readonly<Record<string, McpClient>>;
+  /**
+   * The MCP servers the gateway serves now (`/mcp`'s and MCP_SERVERS_FILE's), with their
+   * clients; a reload of MCP_SERVERS_FILE replaces the named ones.
+   */
+  servers: ServedSet;
 }
 
 /** One request as a route sees it, with the whole service as its dependencies. */

@@ -6,6 +6,7 @@
  */
 
 import { mcpClientFor } from "../gateway/mcp_client/for_url.ts";
+import { createServedSet } from "../gateway/served_set.ts";
 import type { McpClient } from "../gateway/mcp_client/types.ts";
 import {
   type ClientMetadataFetcher,
@@ -106,14 +107,12 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       consentSigner: createConsentSigner(jwtSecrets(settings.jwtSecret, config)),
     },
     callPolicy,
-    mcpClient: resources.mcpClient ??
-      (config.mcpUpstreamUrl ? mcpClientFor(config.mcpUpstreamUrl) : undefined),
-    serverClients: Object.fromEntries(
-      (config.mcpServersFile?.servers ?? []).map(({ name, url }) => [
-        name,
-        (resources.mcpClientFor ?? mcpClientFor)(url),
-      ]),
-    ),
+    servers: createServedSet({
+      config,
+      mcpClient: resources.mcpClient ??
+        (config.mcpUpstreamUrl ? mcpClientFor(config.mcpUpstreamUrl) : undefined),
+      clientFor: resources.mcpClientFor ?? ((url) => mcpClientFor(url)),
+    }, config.mcpServersFile?.servers),
   };
 }
 

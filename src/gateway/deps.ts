@@ -43,8 +43,6 @@ export interface GatewayDeps {
   callPolicy: CallPolicyHolder;
   verifiedTokens: VerifiedTokens;
   openStreams: OpenStreams;
-  /** Reaches the MCP server; absent when MCP_UPSTREAM_URL is not set. */
-  mcpClient?: McpClient;
 }
 
 /** What exists only once OAuth is configured: the provider, and the signer of our tokens. */

@@ -292,7 +292,11 @@ async function relay(x: Exchange): Promise<Exit> {
   }
   const filter = answerListFilter(x.gateway, x.policy, x.caller, x.post?.messages ?? []);
   try {
-    const relaying = { openStreams: gateway.deps.openStreams, headers: ctx.standardHeaders() };
+    const relaying = {
+      openStreams: gateway.deps.openStreams,
+      headers: ctx.standardHeaders(),
+      server: gateway.server,
+    };
     return {
       relayed: await relayResponse(relaying, upstream, auth, gateway.audit, auditOf(x), filter),
     };

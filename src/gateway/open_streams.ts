@@ -4,7 +4,8 @@
  * ended in this process (`endSession`, called wherever the verified-token memory forgets a
  * session), and within a check interval when it ended elsewhere (another instance, the operator's
  * CLI): one timer per process, running only while streams are open, reads the sessions of all
- * open streams together (the store's group read makes that one KV read per ten sessions).
+ * open streams together (the store's group read makes that one KV read per ten sessions). The
+ * streams of an MCP server that a reload of MCP_SERVERS_FILE removed end at once (`endServer`).
  */
 
 import type { Clock } from "../clock.ts";
@@ -32,6 +33,8 @@ export interface StreamAuthorization {
   sessionId: string;
   /** When the access token expires (milliseconds). */
   expiresAtMs: number;
+  /** The MCP server it comes from (`default` for `/mcp`). */
+  server: string;
 }
 
 /** The registry of open streams. */
@@ -47,6 +50,8 @@ export interface OpenStreams {
   ): ReadableStream<Uint8Array>;
   /** Ends every stream of a session that just ended in this process. */
   endSession(sessionId: string): void;
+  /** Ends every stream of an MCP server that is no longer served. */
+  endServer(server: string): void;
   /** Checks every open stream now (what the timer runs). */
   check(): Promise<void>;
   /** How many streams are open. */
@@ -60,7 +65,13 @@ export interface StreamObserver {
 }
 
 /** How a held stream ended. */
-export type StreamEnd = "complete" | "client_closed" | "revoked" | "expired" | "failed";
+export type StreamEnd =
+  | "complete"
+  | "client_closed"
+  | "revoked"
+  | "expired"
+  | "server_removed"
+  | "failed";
 
 interface Held extends StreamAuthorization {
   end(why: StreamEnd): void;
@@ -139,6 +150,11 @@ export function createOpenStreams(deps: OpenStreamsDeps): OpenStreams {
     endSession(sessionId) {
       for (const held of [...streams]) {
         if (held.sessionId === sessionId) held.end("revoked");
+      }
+    },
+    endServer(server) {
+      for (const held of [...streams]) {
+        if (held.server === server) held.end("server_removed");
       }
     },
     check,

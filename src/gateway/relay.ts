@@ -20,10 +20,14 @@ import {
   UnfilterableList,
 } from "./list_filter.ts";
 
-/** What relaying uses: the open streams, and the headers the app puts on every answer. */
+/**
+ * What relaying uses: the open streams, the headers the app puts on every answer, and the MCP
+ * server's name (its streams end when a reload removes it).
+ */
 export interface Relaying {
   openStreams: Pick<OpenStreams, "hold">;
   headers: HeaderList;
+  server: string;
 }
 
 /** Largest JSON response read whole to tell a JSON-RPC error from a result. */
@@ -62,6 +66,7 @@ export async function relayResponse(
     const held = relaying.openStreams.hold(events, {
       sessionId: auth.sessionId,
       expiresAtMs: auth.tokenExpiresAtMs,
+      server: relaying.server,
     }, {
       see: watcher?.feed,
       finished: () =>

@@ -40,7 +40,7 @@ export interface GrantDeps extends EndDeps {
     & RecheckDeps["config"]
     & Pick<ClientsConfig, "redirectUriPolicy">
     & Pick<UpstreamConfig, "upstreamTimeoutMs">
-    & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
+    & Pick<GatewayConfig, "mcpResourceUrl">
     & GrantSwitches
     & { revokeOnCodeReplay: boolean };
   metrics: Pick<Metrics, "refreshReplays" | "deviceAuthorizations">;
@@ -49,6 +49,8 @@ export interface GrantDeps extends EndDeps {
   upstream: Upstream;
   /** The groups MCP_POLICY_FILE names now (learnt when access is re-checked). */
   policyGroups(): string[];
+  /** The protected resources served now for an issuer (`/mcp`'s first). */
+  servedResources(issuer: string): string[];
 }
 
 /** One token request as a grant sees it. */

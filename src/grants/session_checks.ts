@@ -13,7 +13,6 @@ import {
   mcpResourceUrl,
   requireServedResource,
   sameResource,
-  servedResources,
 } from "../http/resource.ts";
 import { redact } from "../logger.ts";
 import { afterSessionEnded } from "../session/end.ts";
@@ -56,13 +55,13 @@ export function protectedResource(deps: Pick<GrantDeps, "config">, issuer: strin
  * session was authorized for (a session from before resource indicators is for that server).
  */
 export function requireSessionResource(
-  deps: Pick<GrantDeps, "config">,
+  deps: Pick<GrantDeps, "servedResources">,
   request: GrantRequest,
   session: SessionRecord,
 ): void {
   const requested = request.params.get("resource");
   if (requested === undefined) return;
-  requireServedResource(requested, servedResources(deps.config, request.issuer));
+  requireServedResource(requested, deps.servedResources(request.issuer));
   if (session.resource !== undefined && !sameResource(requested, session.resource)) {
     throw invalidTarget("resource is not the one this grant was authorized for");
   }

@@ -75,21 +75,6 @@ export function namedServerResource(baseUrl: string, name: string): string {
   return `${baseUrl}/mcp/${name}`;
 }
 
-/** What the served resources are derived from: MCP_RESOURCE_URL and MCP_SERVERS_FILE's names. */
-export interface ServedResourceSettings {
-  mcpResourceUrl?: string;
-  mcpServersFile?: { servers: readonly { name: string }[] };
-}
-
-/** Every protected resource a token may be asked for: `/mcp`'s first, then each named server's. */
-export function servedResources(config: ServedResourceSettings, baseUrl: string): string[] {
-  const named = config.mcpServersFile?.servers ?? [];
-  return [
-    mcpResourceUrl(config, baseUrl),
-    ...named.map(({ name }) => namedServerResource(baseUrl, name)),
-  ];
-}
-
 /**
  * The served resource a request names: the first (`/mcp`'s) when `requested` is absent, the one
  * it names (as sameResource compares) otherwise; else 400 `invalid_target`.

@@ -16,7 +16,7 @@ import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
 import { PKCE_METHOD } from "../sign_in/pkce.ts";
 import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
-import { requireServedResource, servedResources } from "../http/resource.ts";
+import { requireServedResource } from "../http/resource.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
 import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
@@ -47,7 +47,7 @@ export async function handleAuthorize(ctx: SignInContext): Promise<Response> {
   const request = parseAuthorizationRequest(ctx.url.searchParams);
   const resource = requireServedResource(
     request.resource,
-    servedResources(ctx.deps.config, ctx.baseUrl),
+    ctx.deps.servers.resources(ctx.baseUrl),
   );
   const client = await identifyClient(ctx, request);
   requireAllowedRedirect(ctx, client.redirectUri);

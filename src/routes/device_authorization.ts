@@ -12,7 +12,7 @@ import { newUserCode } from "../device_authorization/user_code.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { PATHS } from "../http/paths.ts";
-import { requireServedResource, servedResources } from "../http/resource.ts";
+import { requireServedResource } from "../http/resource.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
@@ -33,7 +33,7 @@ export async function handleDeviceAuthorization(ctx: SignInContext): Promise<Res
   const scope = requireServedScopes(params.get("scope"));
   const resource = requireServedResource(
     params.get("resource"),
-    servedResources(config, ctx.baseUrl),
+    ctx.deps.servers.resources(ctx.baseUrl),
   );
   const client = await identifyDeviceClient(ctx.deps, clientId);
   if (client.registration) await store.recordClientUse(client.registration);

@@ -3,7 +3,7 @@
  * metadata of the MCP server this service protects (RFC 9728).
  */
 
-import type { GatewayConfig } from "../gateway/config.ts";
+import type { ServedSet } from "../gateway/served_set.ts";
 import type { IntrospectionConfig } from "../introspection/config.ts";
 import type { KeysConfig } from "../keys/config.ts";
 import type { RequestContext } from "../http/request_context.ts";
@@ -15,13 +15,14 @@ interface MetadataDeps {
   config:
     & Pick<KeysConfig, "accessTokenAlg">
     & IntrospectionConfig
-    & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
     & Pick<DeviceAuthorizationConfig, "deviceAuthorization">
     & { baseUrl?: string };
   upstreamProfile: Pick<UpstreamProfile, "displayName">;
+  /** The MCP servers served now: each has its protected resource metadata. */
+  servers: Pick<ServedSet, "resources">;
 }
 import { json, NO_STORE } from "../http/responses.ts";
-import { pathOf, servedResources } from "../http/resource.ts";
+import { pathOf } from "../http/resource.ts";
 import { PATHS } from "../http/paths.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import { servedGrantTypes } from "../grants/registry.ts";
@@ -99,8 +100,8 @@ function optionalEndpoints(
 export function handleProtectedResourceMetadata(
   ctx: RequestContext<MetadataDeps>,
 ): Promise<Response> {
-  const { config, upstreamProfile } = ctx.deps;
-  const [main, ...named] = servedResources(config, ctx.baseUrl);
+  const { upstreamProfile, servers } = ctx.deps;
+  const [main, ...named] = servers.resources(ctx.baseUrl);
   const suffix = ctx.url.pathname.slice(PATHS.protectedResourceMetadata.length)
     .replace(/\/+$/, "");
   const resource = suffix === "" || suffix === pathOf(main)

@@ -15,13 +15,15 @@ import { grantFor } from "../grants/registry.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
+import type { ServedSet } from "../gateway/served_set.ts";
 
 /** What the token endpoint uses: what its grants use, and the policy file's groups. */
 type TokenContext =
   & RequestContext<
-    & Omit<GrantDeps, "signer" | "upstream" | "policyGroups" | "metrics">
+    & Omit<GrantDeps, "signer" | "upstream" | "policyGroups" | "servedResources" | "metrics">
     & {
       callPolicy: CallPolicyHolder;
+      servers: Pick<ServedSet, "resources">;
       metrics: Pick<Metrics, "refreshReplays" | "deviceAuthorizations" | "countGrant">;
       config: { requestBodyTimeoutMs: number };
     }
@@ -56,7 +58,7 @@ function unsupportedGrantType(grantType: string | undefined): OAuthError {
 
 /** The service's parts the grants use. */
 function grantDeps(ctx: TokenContext): GrantDeps {
-  const { store, clock, config, logger, metrics, verifiedTokens, callPolicy } = ctx.deps;
+  const { store, clock, config, logger, metrics, verifiedTokens, callPolicy, servers } = ctx.deps;
   return {
     store,
     clock,
@@ -67,6 +69,7 @@ function grantDeps(ctx: TokenContext): GrantDeps {
     signer: ctx.oauth.signer,
     upstream: ctx.oauth.upstream,
     policyGroups: () => heldPolicyGroups(callPolicy),
+    servedResources: (issuer) => servers.resources(issuer),
   };
 }
 

@@ -9,7 +9,7 @@ import type { AccessConfig } from "../access/config.ts";
 import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { ClientsConfig } from "../clients/config.ts";
 import type { Clock } from "../clock.ts";
-import type { GatewayConfig } from "../gateway/config.ts";
+import type { ServedSet } from "../gateway/served_set.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { RateLimit } from "../http/rate_limit.ts";
 import type { RequestContext } from "../http/request_context.ts";
@@ -32,7 +32,6 @@ export type SignInSettings =
   & ClientsConfig
   & SignInConfig
   & DeviceAuthorizationConfig
-  & Pick<GatewayConfig, "mcpResourceUrl" | "mcpServersFile">
   & {
     baseUrl?: string;
     requestBodyTimeoutMs: number;
@@ -52,6 +51,8 @@ export interface SignInDeps {
   templates: Templates;
   /** The policy file's groups are learnt at sign-in too. */
   callPolicy: CallPolicyHolder;
+  /** The MCP servers served now: a sign-in is for one of them. */
+  servers: Pick<ServedSet, "resources">;
   clientMetadataFetcher: ClientMetadataFetcher;
   upstreamProfile: UpstreamProfile;
   /** Ending an abandoned sign-in's session forgets its tokens here too. */
