@@ -74,7 +74,10 @@ export const GATEWAY_VARIABLES = {
     "the protected MCP server (RFC 9728 `resource`)",
     "`{base}/mcp`",
   ),
-  /** More MCP servers, each behind `/mcp/<name>` with its own audience. Undefined: none. */
+  /**
+   * More MCP servers, each behind `/mcp/<name>` with its own audience; read at start-up, again on
+   * SIGHUP and when the file changes (src/app/file_reloads.ts). Undefined: none.
+   */
   mcpServersFile: variable(
     "MCP_SERVERS_FILE",
     undefined,
