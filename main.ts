@@ -242,7 +242,7 @@ async function start(onDeploy: boolean): Promise<void> {
   await service.finished;
 }
 
-/** `main.ts admin …`: the operator's CLI on the same KV (see README "Operator's CLI"). */
+/** `main.ts admin …`: the operator's CLI on the same KV (docs/operating.md "Operator's CLI"). */
 async function admin(): Promise<never> {
   const { runAdmin } = await import("./src/admin/cli.ts");
   Deno.exit(await runAdmin(Deno.args.slice(1), Deno.env.toObject()));

@@ -383,7 +383,7 @@ Deno.test({
       assert.ok(await stillSignedIn(), "nothing was deleted");
       assert.equal(gitlab.revokedTokens.size, revokedBefore);
 
-      // As the README allows: ENCRYPTION_KEY without JWT_SECRET opens the GitLab tokens.
+      // As docs/operating.md allows: ENCRYPTION_KEY without JWT_SECRET opens the GitLab tokens.
       const revoked = await cli({ ...gitlabEnv, ENCRYPTION_KEY: key });
       assert.equal(revoked.code, 0, revoked.stderr);
       const [action] = jsonLines(revoked.stdout).filter((l) => l.message === "operator action");

@@ -210,7 +210,7 @@ Deno.test("compose's example MCP server answers whoami through the real gateway"
 
 Deno.test("deploy/: every variable of env.example, and any the operator adds, reaches the service; the profile is strict", async () => {
   const example = await filledEnvExample();
-  // What the README invites an operator to add to the file.
+  // What docs/operating.md invites an operator to add to the file.
   const file = {
     ...example,
     ALLOWED_REDIRECT_URIS: "https://claude.ai/api/mcp/auth_callback,http://127.0.0.1:*/*",

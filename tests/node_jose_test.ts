@@ -1,7 +1,8 @@
 /**
  * Verifiers that are not ours, over HTTP against a served app: npm jose's createRemoteJWKSet in
- * a Node process verifies our ES256 and EdDSA tokens across a key rotation; the README's Node
- * and Deno resource-server examples (deploy/examples/) run and accept and refuse as they say.
+ * a Node process verifies our ES256 and EdDSA tokens across a key rotation; the Node and Deno
+ * resource-server examples (deploy/examples/, docs/resource-servers.md) run and accept and refuse
+ * as they say.
  */
 
 import assert from "node:assert/strict";
@@ -77,7 +78,7 @@ for (const algorithm of ["ES256", "EdDSA"] as Algorithm[]) {
   });
 }
 
-Deno.test("README's Node example (deploy/examples) accepts our ES256 tokens and refuses others", async () => {
+Deno.test("docs' Node example (deploy/examples) accepts our ES256 tokens and refuses others", async () => {
   const service = await serveTestApp(signingEnv("ES256", await freshKeys("ES256", 1)));
   const node = await startNodeServer(NODE_EXAMPLE, { AUTH_ISSUER: service.url });
   try {
@@ -98,7 +99,7 @@ Deno.test("README's Node example (deploy/examples) accepts our ES256 tokens and 
   }
 });
 
-Deno.test("README's Deno example (deploy/examples) works in both modes against a running service", async () => {
+Deno.test("docs' Deno example (deploy/examples) works in both modes against a running service", async () => {
   const service = await serveTestApp({
     ...signingEnv("EdDSA", await freshKeys("EdDSA", 1)),
     INTROSPECTION_TOKENS: CALLER,

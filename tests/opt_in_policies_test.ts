@@ -1,4 +1,4 @@
-/** The opt-in policies, off by default (README "Opt-in policies"). */
+/** The opt-in policies, off by default (docs/security.md "Opt-in policies"). */
 
 import assert from "node:assert/strict";
 import { findSessionByRefreshToken } from "../src/session/life.ts";

@@ -1,9 +1,10 @@
 /**
- * The GitLab poll budget and the pending-flow caps (issue 22 §1.1; README "Poll economy",
- * "Abuse limits"): GITLAB_POLL_BUDGET polls a second over all instances, shared fairly among
- * client prefixes (IPv4 /24, IPv6 /56), a reserve for flows near their expiry, halved after
- * GitLab's 429; MAX_PENDING_FLOWS in all and MAX_PENDING_FLOWS_PER_PREFIX per prefix, checked
- * before GitLab is asked to start a flow. Over HTTP against the real app, on the fake clock.
+ * The GitLab poll budget and the pending-flow caps (issue 22 §1.1; docs/spec-choices.md "Poll
+ * economy", docs/security.md "Abuse limits"): GITLAB_POLL_BUDGET polls a second over all instances,
+ * shared fairly among client prefixes (IPv4 /24, IPv6 /56), a reserve for flows near their expiry,
+ * halved after GitLab's 429; MAX_PENDING_FLOWS in all and MAX_PENDING_FLOWS_PER_PREFIX per prefix,
+ * checked before GitLab is asked to start a flow. Over HTTP against the real app, on the fake
+ * clock.
  */
 
 import assert from "node:assert/strict";

@@ -1,9 +1,9 @@
 /**
- * Poll economy (not in the spec; README "Where the spec is silent"): GitLab is polled for a flow
- * at most once per `interval` after its last answer however often the page polls us, across
- * instances sharing the KV; a GitLab 429 (or `RateLimit-Remaining: 0`) pauses every poll of
- * every flow on every instance until its `Retry-After` / `RateLimit-Reset`. Pages keep hearing
- * the spec's `{status: "pending"}` meanwhile. The clock is injected: nothing sleeps.
+ * Poll economy (not in the spec; docs/spec-choices.md "Where the spec is silent"): GitLab is polled
+ * for a flow at most once per `interval` after its last answer however often the page polls us,
+ * across instances sharing the KV; a GitLab 429 (or `RateLimit-Remaining: 0`) pauses every poll of
+ * every flow on every instance until its `Retry-After` / `RateLimit-Reset`. Pages keep hearing the
+ * spec's `{status: "pending"}` meanwhile. The clock is injected: nothing sleeps.
  */
 
 import assert from "node:assert/strict";

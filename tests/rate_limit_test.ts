@@ -1,5 +1,5 @@
 /**
- * Per-client-IP rate limits (not in the spec; see README): over a limit the answer is 429
+ * Per-client-IP rate limits (not in the spec; see docs/security.md): over a limit the answer is 429
  * `temporarily_unavailable` with `Retry-After`, before any other work (GitLab is not called).
  * Counted per fixed window in KV, so the count is shared by every instance on one KV.
  */

@@ -17,7 +17,7 @@ import {
   withEnv,
 } from "./_helpers.ts";
 
-/** The README's production example. */
+/** The production example of docs/security.md's client allow-list. */
 const PATTERNS = [
   "https://claude.ai/api/mcp/auth_callback",
   "https://vscode.dev/redirect",

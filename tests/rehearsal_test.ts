@@ -25,7 +25,7 @@ const ROOT = new URL("../", import.meta.url);
 const SECTION = "Rehearse the production setup without GitLab";
 const CLIENT_REDIRECT = "http://127.0.0.1:9/callback";
 
-/** A process started from a README line, stopped by SIGTERM. */
+/** A process started from a line of the rehearsal, stopped by SIGTERM. */
 interface Started {
   output: string[];
   stop(): Promise<Deno.CommandStatus>;
@@ -71,7 +71,7 @@ async function startDeno(
   };
 }
 
-/** The README's commands, with `npx -y deno@2.9.6` standing for this Deno. */
+/** The rehearsal's commands, with `npx -y deno@2.9.6` standing for this Deno. */
 async function readmeCommands(): Promise<{ simArgs: string[]; mcp: string; exports: string[] }> {
   const blocks = shellBlocks(await readmeSection(SECTION, docsPage("operating.md")));
   const lines = blocks.flat().map((line) => line.replace(/\s+#.*$/, "").trim());
@@ -87,7 +87,7 @@ async function readmeCommands(): Promise<{ simArgs: string[]; mcp: string; expor
   };
 }
 
-/** Rewrites the README's ports (9000, 3000, 8000) to free ones. */
+/** Rewrites the rehearsal's ports (9000, 3000, 8000) to free ones. */
 function movePorts(text: string, ports: Record<string, number>): string {
   return text.replace(/\b(9000|3000|8000)\b/g, (port) => String(ports[port]));
 }
@@ -160,7 +160,7 @@ async function whoami(serviceUrl: string): Promise<Record<string, unknown>> {
 
 Deno.test({
   name:
-    "README rehearsal as printed: strict, PostgreSQL, groups and policy against deno task sim-gitlab (ada, bob, carol)",
+    "Rehearsal as printed: strict, PostgreSQL, groups and policy against deno task sim-gitlab (ada, bob, carol)",
   ignore: ignorePostgresTests,
   sanitizeResources: false,
   sanitizeOps: false,

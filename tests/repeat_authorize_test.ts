@@ -1,7 +1,7 @@
 /**
- * A repeated `/authorize` (not in the spec; README "Where the spec is silent"): the identical
- * request (every parameter) within 60 seconds — a double redirect, a prefetch, a reload — shows
- * the same flow instead of starting a second GitLab device flow. A different request, a flow
+ * A repeated `/authorize` (not in the spec; docs/spec-choices.md "Where the spec is silent"): the
+ * identical request (every parameter) within 60 seconds — a double redirect, a prefetch, a reload —
+ * shows the same flow instead of starting a second GitLab device flow. A different request, a flow
  * that is complete or expired, or the end of the 60 seconds starts a fresh one.
  */
 

@@ -4,7 +4,7 @@
  * (`deny`) the users and groups it names. Parsing refuses anything it does not understand, so a
  * typo never widens access; deciding reads only what the session learnt at sign-in.
  *
- * @see README.md "What they may call"
+ * @see docs/gateway.md "What they may call"
  */
 
 import { type AllowedGroup, parseAllowedGroups, parseAllowedUsers } from "./policy.ts";

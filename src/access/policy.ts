@@ -3,7 +3,7 @@
  * GitLab roles and their access levels, and the decision from what GitLab said of the user's
  * memberships. Knows nothing of HTTP or the store; `admission.ts` asks GitLab.
  *
- * @see README.md "Who can sign in", https://docs.gitlab.com/api/members/#roles
+ * @see docs/security.md "Who can sign in", https://docs.gitlab.com/api/members/#roles
  */
 
 import { ConfigError } from "../config/variable.ts";

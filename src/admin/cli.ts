@@ -62,7 +62,8 @@ export async function runAdmin(
     output.out(JSON.stringify(await generateSigningKey(command.alg, new Date(systemClock.now()))));
     output.err(
       "# A private key: add it to SIGNING_KEYS (a JSON array), second to publish it first, " +
-        "first to sign with it (README: rotation). Keep it as secret as JWT_SECRET.",
+        "first to sign with it (docs/resource-servers.md: rotating a signing key). " +
+        "Keep it as secret as JWT_SECRET.",
     );
     return 0;
   }

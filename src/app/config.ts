@@ -4,7 +4,7 @@
  * listens, its base URL, proxies, the security profile, rate limits), puts them in one table,
  * and checks what ties several wings together. Nothing else reads the environment.
  *
- * @see README.md "Configuration"
+ * @see docs/configuration.md "Configuration"
  */
 
 import { ACCESS_VARIABLES, accessPolicyOf } from "../access/config.ts";
@@ -149,7 +149,7 @@ const SERVICE_VARIABLES = {
 
 /**
  * Every environment variable the service reads, keyed by its Config field. Adding a variable is
- * one entry in its wing's table and one row in README.md's configuration table (a test compares
+ * one entry in its wing's table and one row in docs/configuration.md's table (a test compares
  * the two). The signing secret comes first: when several values are wrong, JWT_SECRET's error is
  * reported.
  */
@@ -182,7 +182,7 @@ export type SecurityProfile = "spec" | "strict";
  * closes what the spec leaves open: the phishable device flow, unregistered redirect URIs and
  * replayed codes and refresh tokens.
  *
- * @see README.md "Security profile", RFC 9700 §2.1 and §4.14.2, RFC 8628 §5.4
+ * @see docs/security.md "Security profile", RFC 9700 §2.1 and §4.14.2, RFC 8628 §5.4
  */
 export const PROFILE_DEFAULTS: Readonly<Record<SecurityProfile, Readonly<Env>>> = {
   spec: {},

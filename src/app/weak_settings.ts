@@ -2,7 +2,7 @@
  * Settings that start but leave the service weaker than its operator likely meant: each is one
  * start-up warning, never a refusal (a test or a closed network may want them).
  *
- * @see README.md "Security profile"
+ * @see docs/security.md "Security profile"
  */
 
 import { isLoopbackIp } from "../http/ip_address.ts";

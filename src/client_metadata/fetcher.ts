@@ -8,8 +8,8 @@
  * resolves the name again itself; a name that answers a public address to the first lookup
  * and a private one to the second (a zero TTL) can still reach a private address. Connecting
  * to the checked address would close this, but Deno's `fetch` cannot be told the address to
- * use for a name while keeping TLS verification for that name. README "Client ID Metadata
- * Documents" says so.
+ * use for a name while keeping TLS verification for that name. docs/mcp-clients.md "Client ID
+ * Metadata Documents" says so.
  *
  * @see draft-ietf-oauth-client-id-metadata-document §4 and §6
  */

@@ -3,7 +3,7 @@
  * for a port (`http://127.0.0.1:*`) or the rest of one path segment (`/callback/*`,
  * `cursor://*`); everything else matches exactly, character for character.
  *
- * @see README "Client allow-list", OAuth 2.1 §2.3.1 (exact redirect URI matching)
+ * @see docs/security.md "Client allow-list", OAuth 2.1 §2.3.1 (exact redirect URI matching)
  */
 
 /** What a port wildcard matches: one to five digits. */

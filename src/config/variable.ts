@@ -22,9 +22,9 @@ export interface ConfigVariable<T> {
   readonly name: string;
   /** The text used when the variable is unset or blank; undefined: none. */
   readonly defaultValue: string | undefined;
-  /** The default exactly as README.md's configuration table shows it. */
+  /** The default exactly as docs/configuration.md's table shows it. */
   readonly shownDefault: string;
-  /** One line, as in README.md's configuration table. */
+  /** One line, as in docs/configuration.md's table. */
   readonly meaning: string;
   /** The value in `env`, the default when unset or blank. Throws ConfigError. */
   read(env: Env): T;

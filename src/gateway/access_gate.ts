@@ -5,7 +5,7 @@
  * ends the session (401); GitLab unable to answer past ACCESS_RECHECK_GRACE_SECONDS answers 503
  * and keeps the session.
  *
- * @see README.md "Who can sign in"
+ * @see docs/security.md "Who can sign in"
  */
 
 import type { AccessConfig } from "../access/config.ts";

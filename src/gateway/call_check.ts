@@ -6,7 +6,7 @@
  * hand that to the caller as the call's error, while a 4xx is a transport failure to them (an
  * SDK throws it as an HTTP error, and a 403 may send it to re-authorize for more scope).
  *
- * @see README.md "What they may call"
+ * @see docs/gateway.md "What they may call"
  */
 
 import {

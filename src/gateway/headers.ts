@@ -5,8 +5,8 @@
  * on blindly could override or exfiltrate the user's GitLab token; and an MCP server's
  * `Set-Cookie` would land on the service's own origin.
  *
- * @see MCP spec "Streamable HTTP" (session and protocol-version headers), README "The gateway's
- *   headers"
+ * @see MCP spec "Streamable HTTP" (session and protocol-version headers), docs/gateway.md
+ *   "The gateway's headers"
  */
 
 /**

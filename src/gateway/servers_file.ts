@@ -5,7 +5,7 @@
  * repeated key, a field of the wrong kind) stops start-up with one line naming the file, the
  * entry (by name, or index) and the field, so a typo never widens or narrows access silently.
  *
- * @see README.md "Several MCP servers"
+ * @see docs/gateway.md "Several MCP servers"
  */
 
 import { LineCounter, parseDocument } from "yaml";

@@ -3,7 +3,7 @@
  * user approved at `/device`; then, once, the same tokens as the code grant (the sign-in's
  * session, its resource, lifetimes and refresh rotation).
  *
- * @see README.md "Headless clients: device authorization"
+ * @see docs/mcp-clients.md "Headless clients: device authorization"
  */
 
 import { deviceAuthorizationOn } from "../device_authorization/config.ts";

@@ -4,7 +4,7 @@
  * its left are whatever the client chose to send, so they never count. A client the forwarded
  * chain does not name by an address is UNKNOWN_CLIENT.
  *
- * @see RFC 7239 §5.2 (the proxy chain, appended on the right), README "Abuse limits"
+ * @see RFC 7239 §5.2 (the proxy chain, appended on the right), docs/security.md "Abuse limits"
  */
 
 import { canonicalIpText, createRangeMatcher } from "./ip_address.ts";

@@ -5,7 +5,7 @@
  * translates, or nobody when the client is exempt (loopback under RATE_LIMIT_LOOPBACK=exempt, an
  * address in RATE_LIMIT_EXEMPT). UNKNOWN_CLIENT is counted, never exempt.
  *
- * @see README "Abuse limits"
+ * @see docs/security.md "Abuse limits"
  */
 
 import { UNKNOWN_CLIENT } from "./client_ip.ts";

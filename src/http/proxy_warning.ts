@@ -5,7 +5,7 @@
  * TRUST_PROXY is unset logs one warning with the fix; once per app, never per request. Every one
  * of the first requests is looked at, then one in sixteen.
  *
- * @see README "Abuse limits", RFC 7239
+ * @see docs/security.md "Abuse limits", RFC 7239
  */
 
 import { isLoopbackIp } from "./ip_address.ts";

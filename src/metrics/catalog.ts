@@ -68,7 +68,7 @@ export const SIGN_IN_OUTCOMES = ["completed", "denied", "failed", "expired", "re
 export type SignInOutcome = (typeof SIGN_IN_OUTCOMES)[number];
 /** `issued`, or the OAuth error code the token endpoint answered. */
 export type GrantOutcome = "issued" | OAuthError["code"];
-/** A served `grant_type` (src/grants/registry.ts, whose list README names too), or `other`. */
+/** A served `grant_type` (src/grants/registry.ts, whose list docs/ names too), or `other`. */
 export type GrantTypeLabel = string;
 /** The grant label of a `grant_type` the service does not serve. */
 export const OTHER_GRANT_TYPE = "other";
@@ -140,7 +140,7 @@ export type BucketLabel = (typeof RATE_LIMIT_BUCKETS)[number];
 /**
  * Every label value the service itself chooses, by metric (without the prefix) and label: all
  * values of the labels enumerated above, and the words that stand beside values from outside
- * (route paths, methods, tools, statuses). README "Metrics" names each one, and
+ * (route paths, methods, tools, statuses). docs/operating.md "Metrics" names each one, and
  * tests/metrics_test.ts compares the two.
  */
 export const LABEL_WORDS: Readonly<Record<string, Readonly<Record<string, readonly string[]>>>> = {

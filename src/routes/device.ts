@@ -6,7 +6,7 @@
  * limited per client address (`device_authorization/wrong_codes.ts`). `POST`: the page's form
  * (CSRF token bound to the browser): "Continue" to the upstream sign-in, then Approve / Deny.
  *
- * @see README.md "Headless clients: device authorization"
+ * @see docs/mcp-clients.md "Headless clients: device authorization"
  */
 
 import { sha256Base64Url, timingSafeEqual } from "../crypto.ts";

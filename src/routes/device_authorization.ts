@@ -2,7 +2,7 @@
  * `POST /device_authorization` (RFC 8628 §3.1–3.2): a client without a browser asks for a
  * device code to poll `/token` with, and a user code for its user to enter at `/device`.
  *
- * @see README.md "Headless clients: device authorization"
+ * @see docs/mcp-clients.md "Headless clients: device authorization"
  */
 
 import { randomToken } from "../crypto.ts";

@@ -3,7 +3,7 @@
  * `GET /healthz` (liveness): the process serves requests. `GET /readyz` (readiness): it can
  * also do its job, KV reachable and OAuth configured.
  *
- * @see README.md "Health probes"
+ * @see docs/operating.md "Health probes"
  */
 
 import type { RequestContext } from "../http/request_context.ts";

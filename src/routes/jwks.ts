@@ -8,7 +8,8 @@ import type { RequestContext } from "../http/request_context.ts";
 import type { TokenSigner } from "../jwt.ts";
 import { json } from "../http/responses.ts";
 
-/** As long as a resource server may keep the set; rotation waits this long (README). */
+/** As long as a resource server may keep the set; rotation waits this long
+ * (docs/resource-servers.md). */
 export const JWKS_MAX_AGE_SECONDS = 300;
 
 /** The public keys, never a private part. */

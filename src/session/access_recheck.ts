@@ -5,7 +5,7 @@
  * after it fell due, then the caller fails closed (503); the session is kept for when GitLab
  * answers again.
  *
- * @see README.md "Who can sign in"
+ * @see docs/security.md "Who can sign in"
  */
 
 import { decideAccess, groupsToAsk } from "../access/admission.ts";

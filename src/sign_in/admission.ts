@@ -4,7 +4,7 @@
  * refused sign-in's GitLab token is revoked at once and the refusal logged as a warning with
  * the username and the reason; the caller answers the mode's refusal.
  *
- * @see README.md "Who can sign in"
+ * @see docs/security.md "Who can sign in"
  */
 
 import { decideAccess } from "../access/admission.ts";

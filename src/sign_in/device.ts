@@ -10,7 +10,8 @@
  * flow (RFC 8628 §3.5, `slow_down` growing it), never while it asked the whole service to pause,
  * and by one instance at a time; on approval the session and the code are stored in one commit.
  *
- * @see spec §3.1, §4.1, §4.2, RFC 8628 §3.1–3.5, README "Where the spec is silent"
+ * @see spec §3.1, §4.1, §4.2, RFC 8628 §3.1–3.5, docs/spec-choices.md "Where the spec is
+ *   silent"
  */
 
 import type { SignInContext } from "./deps.ts";

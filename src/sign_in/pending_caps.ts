@@ -5,7 +5,7 @@
  * flows expires. Clients the per-address limits exempt (loopback under RATE_LIMIT_LOOPBACK=exempt,
  * RATE_LIMIT_EXEMPT) are exempt here too; their flows still count in all.
  *
- * @see README "Abuse limits"
+ * @see docs/security.md "Abuse limits"
  */
 
 import type { SignInContext } from "./deps.ts";

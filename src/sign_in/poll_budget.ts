@@ -11,7 +11,8 @@
  * A 429 from GitLab on a device-token poll (the traffic this budget governs) halves the budget
  * from the end of the pause it imposes; it then grows back linearly to GITLAB_POLL_BUDGET.
  *
- * @see README "Poll economy (device mode)", "Abuse limits"
+ * @see docs/spec-choices.md "Poll economy (device mode)",
+ *   docs/security.md "Abuse limits"
  */
 
 import type { SignInContext } from "./deps.ts";

@@ -6,7 +6,7 @@
  *
  * Sessions have no per-user index (it would cost every sign-in and every rotation a second
  * key); finding a user's sessions is one scan of the session records, measured at about a
- * second per 100,000 sessions (README "Operator's CLI").
+ * second per 100,000 sessions (docs/operating.md "Operator's CLI").
  */
 
 import type { StoreIo } from "./io.ts";

@@ -1,6 +1,6 @@
 /**
  * The records the service stores. Field names follow spec §2.1–2.3; where a field would hold a
- * secret we keep what we need of it instead (see README "Storage").
+ * secret we keep what we need of it instead (see docs/security.md "Storage").
  */
 
 /** Upstream tokens with an absolute expiry (0 when the upstream gave no `expires_in`). */
