@@ -35,6 +35,7 @@ import type { StoreDatabase } from "./src/store/mod.ts";
 import { openDatabase } from "./src/store/open.ts";
 import type { AppDeps } from "./src/app/context.ts";
 import { followConfigFiles, hasFollowedFiles } from "./src/app/file_reloads.ts";
+import { METRICS_CHANNEL } from "./src/metrics/workers.ts";
 
 const SHUTDOWN_GRACE_MS = 10_000;
 
@@ -67,9 +68,14 @@ export interface RunningService {
 
 /**
  * Reads the configuration, opens KV and builds the app. Throws ConfigError on a bad value, and
- * on a KV that cannot be opened (naming KV_PATH).
+ * on a KV that cannot be opened (naming KV_PATH). `metricsWorkers`: the channel of the
+ * process's `deno serve` workers, whose counts each scrape adds up.
  */
-export async function composeService(env: Env, logger: Logger): Promise<Composition> {
+export async function composeService(
+  env: Env,
+  logger: Logger,
+  metricsWorkers?: BroadcastChannel,
+): Promise<Composition> {
   const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
   warnIfOpenToAnyone(config, logger);
@@ -82,6 +88,7 @@ export async function composeService(env: Env, logger: Logger): Promise<Composit
     templates: await loadTemplates(),
     // The runtime's proxy variables decide how the MCP server is reached.
     mcpClient: config.mcpUpstreamUrl && mcpClientFor(config.mcpUpstreamUrl, env),
+    metricsWorkers,
   });
   return { app: createApp(deps), config, kv, closeKv, reloadable: deps };
 }
@@ -252,7 +259,10 @@ async function admin(): Promise<never> {
 async function serveEntry(): Promise<Deno.ServeDefaultExport> {
   const logger = createLogger();
   const env = Deno.env.toObject();
-  const { app, config, reloadable } = await orExit(logger, () => composeService(env, logger));
+  const { app, config, reloadable } = await orExit(
+    logger,
+    () => composeService(env, logger, metricsChannel()),
+  );
   reloadOnChange(reloadable, logger);
   // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
   logger.info("ready to serve");
@@ -260,6 +270,18 @@ async function serveEntry(): Promise<Deno.ServeDefaultExport> {
     fetch: app,
     onListen: (address) => void logListening(address, config, signInReason(env), logger),
   };
+}
+
+/**
+ * Every `deno serve --parallel` worker joins this channel, so a scrape, which reaches one
+ * worker, reports them all. An open channel keeps a worker alive: it is closed when `deno serve`
+ * is told to stop, or the process would not exit.
+ */
+function metricsChannel(): BroadcastChannel {
+  const channel = new BroadcastChannel(METRICS_CHANNEL);
+  const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGTERM", "SIGINT"];
+  for (const signal of signals) Deno.addSignalListener(signal, () => channel.close());
+  return channel;
 }
 
 // Without `fetch` (imported, or listening itself) Deno neither serves the export nor warns.

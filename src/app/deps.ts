@@ -59,6 +59,8 @@ export interface Resources {
   mcpClientFor?: (url: URL) => McpClient;
   /** Reaches the MCP server; by default the client for MCP_UPSTREAM_URL's scheme. */
   mcpClient?: McpClient;
+  /** Under `deno serve --parallel`: the workers' channel, so a scrape counts every worker. */
+  metricsWorkers?: BroadcastChannel;
 }
 
 /** The app's dependencies; `oauth` only when GITLAB_CLIENT_ID and JWT_SECRET are both set. */
@@ -69,6 +71,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     clock,
     countLiveSessions: () => store.countLiveSessions(),
     takeOperatorRevocations: () => store.takeOperatorRevocations(),
+    workers: resources.metricsWorkers,
   });
   const store = createStore(
     kv,

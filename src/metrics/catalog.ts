@@ -4,9 +4,10 @@
  * here has a bounded set of values: route keys, status codes, our own outcome words, and names
  * from outside (gateway methods and tools) kept to the first ones seen.
  *
- * Counters count in this process only: with several processes Prometheus scrapes each and
- * `sum()` adds them. `sessions_alive` is read from the shared store, so every process reports
- * the same number (`max()` it).
+ * Counters count in this process: with several processes Prometheus scrapes each and `sum()`
+ * adds them; under `deno serve --parallel` a scrape adds the other workers' counts (workers.ts).
+ * `sessions_alive` is read from the shared store, so every process reports the same number
+ * (`max()` it).
  */
 
 import type { Clock } from "../clock.ts";
@@ -15,6 +16,7 @@ import { BoundedLabel, type Counter, type Histogram, NO_LABELS, Registry } from 
 import { createSessionsAlive } from "./sessions_alive.ts";
 import { createOperatorRevocations } from "./operator_revocations.ts";
 import { MCP_METHODS } from "./mcp_methods.ts";
+import { shareCounts } from "./workers.ts";
 
 const PREFIX = "gitlab_mcp_auth_";
 
@@ -210,6 +212,8 @@ export interface MetricsSources {
   clock: Clock;
   countLiveSessions(): Promise<number>;
   takeOperatorRevocations(): Promise<number>;
+  /** The other `deno serve --parallel` workers' channel: each scrape adds their counts. */
+  workers?: BroadcastChannel;
 }
 
 /** The service's metrics, in a registry of their own. */
@@ -306,6 +310,7 @@ export function createMetrics(sources: MetricsSources): Metrics {
   // Tools earn a label when listed or named in a rule (learnTool), never by being called.
   const tools = new BoundedLabel(MAX_TOOL_LABELS);
   const methods: ReadonlySet<string> = new Set(MCP_METHODS);
+  const workers = sources.workers && shareCounts(sources.workers, () => registry.snapshot());
 
   return {
     observeRequest(route, status, ms) {
@@ -352,7 +357,7 @@ export function createMetrics(sources: MetricsSources): Metrics {
     storeCommitDuration,
     async render() {
       await operatorRevocations.take();
-      return await registry.render();
+      return await registry.render(await workers?.collect());
     },
   };
 }

@@ -24,10 +24,28 @@ const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
 /** Separates label values in a child's key; never part of a value we record. */
 const KEY_SEPARATOR = "\u0000";
 
-/** What every metric family renders. */
+/** One series' counts as another worker sends them: a counter's value, or a histogram's. */
+export type SeriesCounts = number | HistogramCounts;
+
+/** A histogram series' counts: per bucket (not cumulative, the last is +Inf), sum and count. */
+export interface HistogramCounts {
+  counts: number[];
+  sum: number;
+  count: number;
+}
+
+/**
+ * A registry's counts, to be added to another worker's at a scrape: by family name, then by
+ * the series' label text (`name="value",...`, escaped; empty without labels).
+ */
+export type Snapshot = Record<string, Record<string, SeriesCounts>>;
+
+/** What every metric family renders, with the same family's counts of other workers. */
 interface Family {
   readonly name: string;
-  render(lines: string[]): void | Promise<void>;
+  render(lines: string[], others: readonly Record<string, SeriesCounts>[]): void | Promise<void>;
+  /** This process's counts (gauges, read from the shared store, have none). */
+  snapshot?(): Record<string, SeriesCounts>;
 }
 
 /** What a family is made of. */
@@ -68,11 +86,26 @@ export class Registry {
     });
   }
 
-  /** The whole exposition, ending with a newline. */
-  async render(): Promise<string> {
+  /**
+   * The whole exposition, ending with a newline: each counter and histogram series adds the
+   * counts `others` (the other workers' snapshots) have for it.
+   */
+  async render(others: readonly Snapshot[] = []): Promise<string> {
     const lines: string[] = [];
-    for (const family of this.#families) await family.render(lines);
+    for (const family of this.#families) {
+      const theirs = others.map((snapshot) => snapshot[family.name]).filter((s) => s !== undefined);
+      await family.render(lines, theirs);
+    }
     return lines.join("\n") + "\n";
+  }
+
+  /** Every counter's and histogram's counts, for another worker's scrape. */
+  snapshot(): Snapshot {
+    const snapshot: Snapshot = {};
+    for (const family of this.#families) {
+      if (family.snapshot) snapshot[family.name] = family.snapshot();
+    }
+    return snapshot;
   }
 
   #add<F extends Family>(family: F): F {
@@ -101,7 +134,8 @@ abstract class LabelledFamily<T extends LabelSet, C> implements Family {
     for (const labels of options.initial ?? []) this.childOf(labels);
   }
 
-  abstract render(lines: string[]): void;
+  abstract render(lines: string[], others: readonly Record<string, SeriesCounts>[]): void;
+  abstract snapshot(): Record<string, SeriesCounts>;
   protected abstract newChild(): C;
 
   protected childOf(labels: T): C {
@@ -144,10 +178,22 @@ export class Counter<T extends LabelSet> extends LabelledFamily<T, { value: numb
     return { value: 0 };
   }
 
-  render(lines: string[]): void {
+  snapshot(): Record<string, number> {
+    const values: Record<string, number> = {};
+    for (const { labels, child } of this.children.values()) values[labels] = child.value;
+    return values;
+  }
+
+  render(lines: string[], others: readonly Record<string, SeriesCounts>[]): void {
     lines.push(...header(this.name, this.help, "counter"));
-    for (const { labels, child } of this.children.values()) {
-      lines.push(`${this.name}${braced(labels)} ${formatNumber(child.value)}`);
+    const values = new Map(Object.entries(this.snapshot()));
+    for (const other of others) {
+      for (const [labels, value] of Object.entries(other)) {
+        if (typeof value === "number") values.set(labels, (values.get(labels) ?? 0) + value);
+      }
+    }
+    for (const [labels, value] of values) {
+      lines.push(`${this.name}${braced(labels)} ${formatNumber(value)}`);
     }
   }
 }
@@ -191,9 +237,25 @@ export class Histogram<T extends LabelSet> extends LabelledFamily<T, HistogramCh
     return { counts: new Float64Array(this.buckets.length + 1), sum: 0, count: 0 };
   }
 
-  render(lines: string[]): void {
-    lines.push(...header(this.name, this.help, "histogram"));
+  snapshot(): Record<string, HistogramCounts> {
+    const series: Record<string, HistogramCounts> = {};
     for (const { labels, child } of this.children.values()) {
+      series[labels] = { counts: [...child.counts], sum: child.sum, count: child.count };
+    }
+    return series;
+  }
+
+  render(lines: string[], others: readonly Record<string, SeriesCounts>[]): void {
+    lines.push(...header(this.name, this.help, "histogram"));
+    const series = new Map(Object.entries(this.snapshot()));
+    for (const other of others) {
+      for (const [labels, theirs] of Object.entries(other)) {
+        if (!this.#fits(theirs)) continue;
+        const ours = series.get(labels);
+        series.set(labels, ours ? addHistograms(ours, theirs) : theirs);
+      }
+    }
+    for (const [labels, child] of series) {
       const prefix = labels === "" ? "" : `${labels},`;
       let cumulative = 0;
       for (let i = 0; i <= this.buckets.length; i++) {
@@ -205,6 +267,19 @@ export class Histogram<T extends LabelSet> extends LabelledFamily<T, HistogramCh
       lines.push(`${this.name}_count${braced(labels)} ${formatNumber(child.count)}`);
     }
   }
+
+  /** Whether another worker's series has this histogram's buckets. */
+  #fits(counts: SeriesCounts): counts is HistogramCounts {
+    return typeof counts === "object" && counts.counts.length === this.buckets.length + 1;
+  }
+}
+
+function addHistograms(a: HistogramCounts, b: HistogramCounts): HistogramCounts {
+  return {
+    counts: a.counts.map((count, i) => count + b.counts[i]),
+    sum: a.sum + b.sum,
+    count: a.count + b.count,
+  };
 }
 
 /**
