@@ -37,7 +37,8 @@ import type { AppDeps } from "./src/app/context.ts";
 import { followConfigFiles, hasFollowedFiles } from "./src/app/file_reloads.ts";
 import { METRICS_CHANNEL } from "./src/metrics/workers.ts";
 
-const SHUTDOWN_GRACE_MS = 10_000;
+/** How long a stopping service waits for requests in flight (deploy/kubernetes allows more). */
+export const SHUTDOWN_GRACE_MS = 10_000;
 
 /** The app built from one environment, and the KV it owns. */
 export interface Composition {

@@ -154,7 +154,7 @@ Deno.test("deploy/: the values they set make a complete configuration", async ()
 Deno.test("deploy/Dockerfile: pinned image, unprivileged, KV on the volume, liveness probe", async () => {
   const dockerfile = await read("Dockerfile");
   assert.match(dockerfile, /^FROM denoland\/deno:2\.9\.6$/m);
-  assert.match(dockerfile, /^USER deno$/m);
+  assert.match(dockerfile, /^USER 1993:1993$/m, "the image's deno user, by number");
   const kvPath = dockerfile.match(/KV_PATH=(\S+)/)?.[1] ?? "";
   const volume = dockerfile.match(/^VOLUME (\S+)$/m)?.[1] ?? "";
   assert.ok(volume && kvPath.startsWith(`${volume}/`), `${kvPath} on the volume ${volume}`);

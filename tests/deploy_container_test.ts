@@ -1,0 +1,120 @@
+/**
+ * The container (issue 38 §3), without a container runtime: the image's command is run as
+ * Deno runs it in the image, its folders mapped to temporary ones, and reads a policy file
+ * from the configuration folder; compose mounts that folder read-only, runs the service with a
+ * read-only root filesystem, and its health check, run here as compose would, asks the port
+ * the service listens on.
+ */
+
+import assert from "node:assert/strict";
+import { parse } from "yaml";
+import { TEST_SECRET } from "./_helpers.ts";
+import { spawnService } from "./_service.ts";
+
+const DEPLOY = new URL("../deploy/", import.meta.url);
+const MAIN = new URL("../main.ts", import.meta.url).pathname;
+/** The folder the image reads configuration files from (README "Containers"). */
+const CONFIG_FOLDER = "/etc/gitlab-mcp-auth";
+
+function read(name: string): Promise<string> {
+  return Deno.readTextFile(new URL(name, DEPLOY));
+}
+
+/** The Dockerfile's `CMD` (exec form). */
+async function imageCommand(): Promise<string[]> {
+  const dockerfile = await read("Dockerfile");
+  return JSON.parse(dockerfile.match(/^CMD (\[.*\])$/m)?.[1] ?? "[]");
+}
+
+/** compose.yaml's `auth` service. */
+async function composeAuth(): Promise<Record<string, unknown>> {
+  return parse(await read("compose.yaml")).services.auth;
+}
+
+/** A `--allow-read=`/`--allow-write=` flag's paths. */
+function allowed(command: string[], flag: string): string[] {
+  return command.find((arg) => arg.startsWith(`${flag}=`))?.split("=")[1].split(",") ?? [];
+}
+
+Deno.test("deploy/: the image may read its configuration folder and write only its volume; compose mounts the folder read-only on a read-only root", async () => {
+  const command = await imageCommand();
+  assert.ok(allowed(command, "--allow-read").includes(CONFIG_FOLDER));
+  assert.deepEqual(allowed(command, "--allow-write"), ["/data"]);
+  const auth = await composeAuth();
+  assert.equal(auth.read_only, true);
+  const volumes = auth.volumes as string[];
+  const mount = volumes.find((volume) => volume.split(":")[1] === CONFIG_FOLDER);
+  assert.ok(mount !== undefined && mount.endsWith(":ro"), `${CONFIG_FOLDER} mounted read-only`);
+  const source = new URL(`${mount.split(":")[0]}/`, DEPLOY);
+  assert.ok((await Deno.stat(source)).isDirectory, `${source} is in the repository`);
+  // Whatever an operator puts there stays out of git.
+  assert.match(await Deno.readTextFile(new URL(".gitignore", source)), /^\*$/m);
+});
+
+Deno.test("deploy/: the image's command reads a policy file from the configuration folder", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "container-" });
+  await Deno.mkdir(`${dir}/data`);
+  await Deno.mkdir(`${dir}/config`);
+  const policy = `${dir}/config/policy.json`;
+  await Deno.writeTextFile(
+    policy,
+    JSON.stringify({ rules: [{ tools: ["delete_*"], deny: { users: ["mallory"] } }] }),
+  );
+  // The image's folders, here: /data and the configuration folder under `dir`.
+  const args = (await imageCommand()).map((arg) =>
+    arg.replaceAll(CONFIG_FOLDER, `${dir}/config`).replaceAll("/data", `${dir}/data`)
+      .replace(/^main\.ts$/, MAIN)
+  );
+  const service = await spawnService({
+    GITLAB_CLIENT_ID: "container-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: `${dir}/data/kv.sqlite`,
+    MCP_UPSTREAM_URL: "http://127.0.0.1:9/mcp",
+    MCP_POLICY_FILE: policy,
+  }, args);
+  try {
+    assert.equal((await fetch(`${service.url}/readyz`).then((r) => r.json())).status, "ok");
+    assert.ok(service.logs.every((line) => !line.includes("configuration error")));
+  } finally {
+    assert.equal(await service.stop(), 0);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("deploy/: the health checks (image and compose) ask the port the service listens on", async () => {
+  const auth = await composeAuth();
+  const environment = auth.environment as Record<string, string>;
+  assert.equal(environment.PORT, "${PORT:-8000}", "compose sets the port it checks");
+  assert.deepEqual(auth.expose, ["${PORT:-8000}"]);
+  const caddy = parse(await read("compose.yaml")).services.caddy.environment;
+  assert.equal(caddy.AUTH_UPSTREAM, "auth:${PORT:-8000}", "Caddy proxies to that port");
+  assert.match(await read("Caddyfile"), /reverse_proxy \{\$AUTH_UPSTREAM\}/);
+  const [kind, ...composeCheck] = (auth.healthcheck as { test: string[] }).test;
+  assert.equal(kind, "CMD");
+  const dockerfile = await read("Dockerfile");
+  const imageCheck = JSON.parse(dockerfile.match(/^ {2}CMD (\[.*\])$/m)?.[1] ?? "[]");
+  // A service on a port other than the image's default: each check runs as in the container.
+  const dir = await Deno.makeTempDir({ prefix: "healthcheck-" });
+  const service = await spawnService({
+    GITLAB_CLIENT_ID: "health-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: `${dir}/kv.sqlite`,
+  });
+  try {
+    const port = new URL(service.url).port;
+    assert.notEqual(port, "8000");
+    for (const check of [composeCheck, imageCheck]) {
+      assert.equal(check[0], "deno");
+      const run = await new Deno.Command(Deno.execPath(), {
+        args: check.slice(1),
+        env: { PORT: port },
+        stdout: "null",
+        stderr: "null",
+      }).output();
+      assert.equal(run.code, 0, `${check.join(" ")} with PORT=${port}`);
+    }
+  } finally {
+    await service.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
