@@ -12,14 +12,19 @@ export interface NodeServer {
   close(): Promise<void>;
 }
 
-/** Where Deno keeps npm `jose` at the version deno.lock pins. */
-async function cachedJose(): Promise<string> {
+/** The version of npm `jose` deno.lock pins. */
+export async function lockedJoseVersion(): Promise<string> {
   const lock = JSON.parse(await Deno.readTextFile(new URL("../deno.lock", import.meta.url)));
   const entry = Object.keys(lock.npm ?? {}).find((key) => key.startsWith("jose@"));
   if (!entry) throw new Error("deno.lock pins no npm jose");
+  return entry.slice("jose@".length);
+}
+
+/** Where Deno keeps npm `jose` at the version deno.lock pins. */
+async function cachedJose(): Promise<string> {
   const info = await new Deno.Command(Deno.execPath(), { args: ["info", "--json"] }).output();
   const { npmCache } = JSON.parse(new TextDecoder().decode(info.stdout));
-  return join(npmCache, "registry.npmjs.org", "jose", entry.slice("jose@".length));
+  return join(npmCache, "registry.npmjs.org", "jose", await lockedJoseVersion());
 }
 
 /** Starts `script` (a file that listens on `PORT`) with Node; waits until it listens. */
@@ -32,6 +37,10 @@ export async function startNodeServer(
   await Deno.symlink(await cachedJose(), join(dir, "node_modules", "jose"));
   const copy = join(dir, "server.mjs");
   await Deno.copyFile(script, copy);
+  // The folder as printed: its package.json (what `npm install` reads) goes along.
+  await Deno.copyFile(new URL("package.json", script), join(dir, "package.json")).catch((error) => {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  });
   const port = freePort();
   const child = new Deno.Command("node", {
     args: [copy],

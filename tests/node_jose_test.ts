@@ -7,13 +7,13 @@
 
 import assert from "node:assert/strict";
 import { issueTokens } from "./_helpers.ts";
-import { freePort, startNodeServer, waitUntilListening } from "./_node.ts";
+import { freePort, lockedJoseVersion, startNodeServer, waitUntilListening } from "./_node.ts";
 import { serveTestApp } from "./_served_app.ts";
 import { type Algorithm, freshKeys, signingEnv } from "./_signing_keys.ts";
 import { denoRunArgs } from "./_service.ts";
 
 const VERIFIER = new URL("./_node_verifier.mjs", import.meta.url);
-const NODE_EXAMPLE = new URL("../deploy/examples/resource_server_node.mjs", import.meta.url);
+const NODE_EXAMPLE = new URL("../deploy/examples/node/resource_server.mjs", import.meta.url);
 const DENO_EXAMPLE = new URL("../deploy/examples/resource_server_deno.ts", import.meta.url);
 const CALLER = "the-example-resource-server-secret-32-bytes";
 
@@ -131,4 +131,18 @@ Deno.test("docs' Deno example (deploy/examples) works in both modes against a ru
   } finally {
     await service.close();
   }
+});
+
+Deno.test("the Node example's package.json declares the jose it is tested with (npm install gets it)", async () => {
+  const manifest = JSON.parse(await Deno.readTextFile(new URL("package.json", NODE_EXAMPLE)));
+  assert.equal(manifest.scripts.start, "node resource_server.mjs");
+  const range = manifest.dependencies.jose as string;
+  const [major, minor, patch] = (await lockedJoseVersion()).split(".").map(Number);
+  // A caret range admits the tested version: same major, not newer than it.
+  const [, rMajor, rMinor, rPatch] = range.match(/^\^(\d+)\.(\d+)\.(\d+)$/)?.map(Number) ?? [];
+  assert.equal(rMajor, major, range);
+  assert.ok(
+    rMinor < minor || (rMinor === minor && rPatch <= patch),
+    `${range} admits ${major}.${minor}.${patch}`,
+  );
 });

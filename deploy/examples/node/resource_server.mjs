@@ -1,4 +1,6 @@
-// An MCP resource server in Node that accepts the service's ES256/EdDSA access tokens (npm jose).
+// An MCP resource server in Node that accepts the service's ES256/EdDSA access tokens (npm jose,
+// declared in the package.json beside it): `npm install`, then
+// `AUTH_ISSUER=<the service's BASE_URL> npm start`.
 import { createServer } from "node:http";
 import { createRemoteJWKSet, jwtVerify } from "jose";
 
