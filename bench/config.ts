@@ -35,6 +35,8 @@ export const ALL_CASES = [
   "floor-proxy",
   "gateway-32",
   "gateway-2proc",
+  "gateway-1-server",
+  "gateway-50-servers",
 ] as const;
 
 /** The name of one case of ALL_CASES. */

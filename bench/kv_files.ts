@@ -29,6 +29,8 @@ export interface SeedRequest {
   refreshOut: string;
   /** When not "", receives `n` more sessions' codes, `<code> <verifier>` a line. */
   codesOut?: string;
+  /** The MCP server (RFC 8707 resource) the sessions are for; default `/mcp`. */
+  resource?: string;
 }
 
 /** Seeds a KV file or a database; returns the seconds it took. */
@@ -45,6 +47,7 @@ export async function seedKv(options: SeedOptions, request: SeedRequest): Promis
       BENCH_REFRESH_OUT: request.refreshOut,
       BENCH_CODES_OUT: request.codesOut ?? "",
       BENCH_CLIENT_ID: options.clientId,
+      BENCH_RESOURCE: request.resource ?? "",
     }),
   });
   if (out.code !== 0) throw new Error(`seeding failed:\n${out.stderr}`);

@@ -74,6 +74,8 @@ const PG_TARGETS = {
   /** Peak RSS of one service process on PostgreSQL, at most (MiB). */
   peakRssMiB: 150,
 };
+/** Issue 35 §4: a call costs at most this much more server CPU with 50 servers than with one. */
+const SERVERS_CPU_RATIO = 1.05;
 /** The one-process cases on PostgreSQL, whose peak RSS the target bounds. */
 const PG_ONE_PROCESS = ["refresh-pg", "code-pg", "gateway-pg"];
 
@@ -116,6 +118,7 @@ export function renderReport(info: RunInfo, results: CaseResult[], sizes: SizeRe
     ratioLines(results),
     postgresLines(info, results),
     gatewayLines(results),
+    serversLines(results),
     sizeLines(sizes),
   ].filter((section) => section.length);
   return sections.map((section) => section.join("\n")).join("\n\n");
@@ -231,6 +234,22 @@ function postgresLines(info: RunInfo, results: CaseResult[]): string[] {
 /** The CPU count at the start of the machine line ("2 × Intel…"). */
 function cpuCountOf(info: RunInfo): string {
   return info.machine.match(/^(\d+) ×/)?.[1] ?? "?";
+}
+
+/** Issue 35 §4's target: what 50 configured servers cost a call, against one, in this run. */
+function serversLines(results: CaseResult[]): string[] {
+  const byName = resultsByName(results);
+  const one = byName.get("gateway-1-server"), many = byName.get("gateway-50-servers");
+  if (!one || !many || one.skipped || many.skipped || !one.cpuUsPerReq || !one.rps) return [];
+  const cpu = many.cpuUsPerReq / one.cpuUsPerReq;
+  return [
+    `Configured servers (issue 35 §4) in this run: server CPU per call with 50 servers ÷ with ` +
+    `one = **${cpu.toFixed(3)}** (${many.cpuUsPerReq.toFixed(0)} vs ${
+      one.cpuUsPerReq.toFixed(0)
+    } ` +
+    `µs; target ≤ ${SERVERS_CPU_RATIO}: ${cpu <= SERVERS_CPU_RATIO ? "met" : "missed"}); ` +
+    `throughput ${(many.rps / one.rps).toFixed(3)}×.`,
+  ];
 }
 
 function gatewayLines(results: CaseResult[]): string[] {

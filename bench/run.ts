@@ -116,6 +116,12 @@ const MODERN_TOOL_CALL = {
     },
   }),
 };
+/** How many servers MCP_SERVERS_FILE lists in `gateway-50-servers` (issue 35 §4). */
+const SERVERS_MANY = 50;
+/** The server the `gateway-*-server(s)` cases call: the last one of their file. */
+const SERVERS_CALLED = "bench";
+/** Sessions seeded for those cases (their probe refreshes the first one). */
+const SERVERS_SESSIONS = 100;
 /** The service's GitLab when the case reaches none: a closed port. */
 const CLOSED_GITLAB = "http://127.0.0.1:9";
 /** Stateless floors ignore the token they get; at least this many random ones. */
@@ -134,6 +140,9 @@ interface RunFiles {
   randomTokens: string;
   /** The copy the service runs on. */
   runKv: string;
+  /** The KV of the `gateway-*-server(s)` cases: sessions for `/mcp/bench`, seeded on first use. */
+  serversKv: string;
+  serversRefreshTokens: string;
 }
 
 /** What the cases of a run share. */
@@ -234,6 +243,8 @@ async function runContext(
       pgCodes: `${dir}/pg-codes.txt`,
       randomTokens: `${dir}/random-tokens.txt`,
       runKv: `${dir}/run.sqlite`,
+      serversKv: `${dir}/servers.sqlite`,
+      serversRefreshTokens: `${dir}/servers-refresh-tokens.txt`,
     },
     servers: createBenchServers(processes, dir, config.port, config.serviceEnv),
     postgres,
@@ -363,6 +374,8 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
         "KV file, not pinned (wrk still on CPU 1)",
     }),
     "gateway-2proc": () => gateway(run, "gateway-2proc", undefined, PARALLEL_WORKERS),
+    "gateway-1-server": () => gatewayAmongServers(run, "gateway-1-server", 1),
+    "gateway-50-servers": () => gatewayAmongServers(run, "gateway-50-servers", SERVERS_MANY),
     "refresh-pg": () =>
       grantOnPostgres(
         run,
@@ -584,25 +597,97 @@ async function gateway(
     async probe() {
       const accessToken = await accessTokenFor(run.baseUrl, refreshTokens);
       if (!accessToken) return "no access token: the refresh grant failed";
-      await Deno.writeTextFile(target, `/mcp ${accessToken}\n`);
-      const r = await fetch(`${run.baseUrl}/mcp`, {
-        method: "POST",
-        headers: { authorization: `Bearer ${accessToken}`, ...MODERN_TOOL_CALL.headers },
-        body: MODERN_TOOL_CALL.body,
-      });
-      await r.body?.cancel();
-      return r.status === 200 ? undefined : `POST /mcp answered ${r.status}`;
+      return await probeGateway(run, "/mcp", accessToken, target);
     },
-    async cleanup(requests) {
-      const log = await Deno.readTextFile(mcp.log).catch(() => "");
-      const forwarded = Number(log.match(/"withToken":(\d+)/)?.[1] ?? NaN);
-      // The probe's request, and wrk's may include one in flight when it stopped.
-      const all = forwarded >= requests + 1;
-      return `${all ? "every" : `only ${forwarded} of ${requests + 1}`} request` +
-        `${all ? "" : "s"} reached the MCP server with the GitLab token; ` +
-        `${await auditLines(server.log)} audit lines in the service's log`;
-    },
+    cleanup: (requests) => gatewayCleanup(mcp.log, server.log, requests),
   };
+}
+
+/**
+ * POST /mcp/bench through the service to the bench's MCP server, with MCP_SERVERS_FILE listing
+ * `count` servers (`bench` last, every other at the same MCP server): what a long list costs a
+ * call (issue 35 §4: 50 servers at most 5% more CPU per call than one). Under the bench's full
+ * load, on a small KV of sessions for `/mcp/bench`, seeded on the first of these cases.
+ */
+async function gatewayAmongServers(
+  run: RunContext,
+  name: CaseName,
+  count: number,
+): Promise<Target> {
+  const mcpPort = run.config.port + 2;
+  const resource = `${run.baseUrl}/mcp/${SERVERS_CALLED}`;
+  if (!await Deno.stat(run.files.serversRefreshTokens).catch(() => undefined)) {
+    await seedKv(run.seed, {
+      store: { kvPath: run.files.serversKv },
+      n: SERVERS_SESSIONS,
+      refreshOut: run.files.serversRefreshTokens,
+      resource,
+    });
+  }
+  await copyKv(run.files.serversKv, run.files.runKv);
+  const mcpUrl = `http://127.0.0.1:${mcpPort}/mcp`;
+  const names = [
+    ...Array.from({ length: count - 1 }, (_, i) => `server-${i + 1}`),
+    SERVERS_CALLED,
+  ];
+  const file = `${run.files.dir}/${name}.yaml`;
+  await Deno.writeTextFile(
+    file,
+    `servers:\n${names.map((server) => `  - name: ${server}\n    url: ${mcpUrl}\n`).join("")}`,
+  );
+  const mcp = await run.servers.mcpServer(1, mcpPort);
+  const server = await run.servers.service(name, { kvPath: run.files.runKv }, CLOSED_GITLAB, {
+    MCP_SERVERS_FILE: file,
+    RATE_LIMIT_MCP: "off",
+  });
+  const target = `${run.files.dir}/${name}.txt`;
+  const path = `/mcp/${SERVERS_CALLED}`;
+  return {
+    server,
+    helpers: [mcp],
+    source: target,
+    mode: "mcp",
+    split: false,
+    note: `POST ${path} through the gateway, ${count} server${count > 1 ? "s" : ""} in ` +
+      `MCP_SERVERS_FILE (${SERVERS_CALLED} last), ${run.config.conns} connections`,
+    async probe() {
+      const accessToken = await accessTokenFor(run.baseUrl, run.files.serversRefreshTokens);
+      if (!accessToken) return "no access token: the refresh grant failed";
+      return await probeGateway(run, path, accessToken, target);
+    },
+    cleanup: (requests) => gatewayCleanup(mcp.log, server.log, requests),
+  };
+}
+
+/**
+ * Writes wrk's target (`path` and the token) and sends the call once: a gateway refusing it
+ * fails the case (its message) instead of measuring refusals.
+ */
+async function probeGateway(
+  run: RunContext,
+  path: string,
+  accessToken: string,
+  target: string,
+): Promise<string | undefined> {
+  await Deno.writeTextFile(target, `${path} ${accessToken}\n`);
+  const r = await fetch(`${run.baseUrl}${path}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${accessToken}`, ...MODERN_TOOL_CALL.headers },
+    body: MODERN_TOOL_CALL.body,
+  });
+  await r.body?.cancel();
+  return r.status === 200 ? undefined : `POST ${path} answered ${r.status}`;
+}
+
+/** The note's end: whether every request reached the MCP server, and the audit lines written. */
+async function gatewayCleanup(mcpLog: string, serviceLog: string, requests: number) {
+  const log = await Deno.readTextFile(mcpLog).catch(() => "");
+  const forwarded = Number(log.match(/"withToken":(\d+)/)?.[1] ?? NaN);
+  // The probe's request, and wrk's may include one in flight when it stopped.
+  const all = forwarded >= requests + 1;
+  return `${all ? "every" : `only ${forwarded} of ${requests + 1}`} request` +
+    `${all ? "" : "s"} reached the MCP server with the GitLab token; ` +
+    `${await auditLines(serviceLog)} audit lines in the service's log`;
 }
 
 /**

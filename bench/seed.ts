@@ -21,7 +21,8 @@
  * MCP client id in the records, default `bench-client`, as the harness's wrk script sends),
  * `BENCH_CODE_TTL_S` (code lifetime, default 7 days, so that a golden copy outlives a long run),
  * `BENCH_SEED_CONCURRENCY` (default 64), `BENCH_SEED_ROUND` (sessions per batch flush, default
- * 20000), `BENCH_SEED_MAX_S` (gives up after this long, default 3600).
+ * 20000), `BENCH_SEED_MAX_S` (gives up after this long, default 3600), `BENCH_RESOURCE` (the
+ * MCP server the sessions are for, e.g. `http://127.0.0.1:18090/mcp/bench`; default none: `/mcp`).
  *
  * Each session goes the way the service creates it: a flow (createFlow), completed into a code
  * and a session (completeFlow, as /oauth/poll does), and for "tokens issued" the code redeemed
@@ -49,6 +50,8 @@ interface SeedOptions {
   refreshOut: string;
   codesOut?: string;
   clientId: string;
+  /** The resource (RFC 8707) the sessions are for; undefined: `/mcp`. */
+  resource?: string;
   codeTtlMs: number;
   concurrency: number;
   /** Sessions per round (batched mode: flushed to the file after each). */
@@ -111,6 +114,7 @@ async function seedCode(
     },
     now,
     life.sessionIdleTtlSeconds,
+    opts.resource,
   );
   const code = randomToken();
   const ok = await store.completeFlow(flow, {
@@ -209,6 +213,7 @@ async function main(): Promise<void> {
     refreshOut,
     codesOut: Deno.env.get("BENCH_CODES_OUT") || undefined,
     clientId: Deno.env.get("BENCH_CLIENT_ID") || "bench-client",
+    resource: Deno.env.get("BENCH_RESOURCE") || undefined,
     codeTtlMs: envInt("BENCH_CODE_TTL_S", 7 * 86_400) * 1000,
     concurrency: Math.max(1, envInt("BENCH_SEED_CONCURRENCY", 64)),
     round: Math.max(1, envInt("BENCH_SEED_ROUND", 20_000)),
