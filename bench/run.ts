@@ -691,12 +691,12 @@ async function gatewayCleanup(mcpLog: string, serviceLog: string, requests: numb
 }
 
 /**
- * The audit lines (`"msg":"mcp"`, one per proxied message) the service wrote to its log: the
+ * The audit lines (`"message":"mcp"`, one per proxied message) the service wrote to its log: the
  * gateway cases measure with them written, as production runs.
  */
 async function auditLines(log: string): Promise<number> {
   const text = await Deno.readTextFile(log).catch(() => "");
-  return text.split('"msg":"mcp"').length - 1;
+  return text.split('"message":"mcp"').length - 1;
 }
 
 /** The service on a fresh copy of the seeded KV, with no GitLab to reach. */

@@ -138,7 +138,15 @@ export function createServedSet(
 
 /** Whether two entries say the same (every field, whatever fields entries gain). */
 function sameEntry(a: ServerEntry, b: ServerEntry): boolean {
-  return JSON.stringify(a) === JSON.stringify(b);
+  return JSON.stringify(a, comparable) === JSON.stringify(b, comparable);
+}
+
+/** What JSON.stringify would drop of a value (a Map's or a Set's contents), kept to compare. */
+function comparable(_key: string, value: unknown): unknown {
+  if (value instanceof Map) return { map: [...value] };
+  if (value instanceof Set) return { set: [...value] };
+  if (value instanceof RegExp) return { regexp: String(value) };
+  return value;
 }
 
 /** `compute` remembering its last argument and result. */
