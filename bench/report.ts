@@ -236,20 +236,31 @@ function cpuCountOf(info: RunInfo): string {
   return info.machine.match(/^(\d+) ×/)?.[1] ?? "?";
 }
 
-/** Issue 35 §4's target: what 50 configured servers cost a call, against one, in this run. */
+/**
+ * Issue 35 §4's target: what 50 configured servers cost a call, against one, in this run. The
+ * difference sought (5%) is below this machine's noise for one measurement, so a run may repeat
+ * both cases (BENCH_CASES naming them in turns): the medians of their runs are compared.
+ */
 function serversLines(results: CaseResult[]): string[] {
-  const byName = resultsByName(results);
-  const one = byName.get("gateway-1-server"), many = byName.get("gateway-50-servers");
-  if (!one || !many || one.skipped || many.skipped || !one.cpuUsPerReq || !one.rps) return [];
-  const cpu = many.cpuUsPerReq / one.cpuUsPerReq;
+  const cpuOf = (name: string) =>
+    results.filter((r) => r.name === name && !r.skipped && r.cpuUsPerReq > 0)
+      .map((r) => r.cpuUsPerReq);
+  const one = cpuOf("gateway-1-server"), many = cpuOf("gateway-50-servers");
+  if (!one.length || !many.length) return [];
+  const ratio = median(many) / median(one);
+  const runs = (values: number[]) => values.map((v) => v.toFixed(0)).join(", ");
   return [
     `Configured servers (issue 35 §4) in this run: server CPU per call with 50 servers ÷ with ` +
-    `one = **${cpu.toFixed(3)}** (${many.cpuUsPerReq.toFixed(0)} vs ${
-      one.cpuUsPerReq.toFixed(0)
-    } ` +
-    `µs; target ≤ ${SERVERS_CPU_RATIO}: ${cpu <= SERVERS_CPU_RATIO ? "met" : "missed"}); ` +
-    `throughput ${(many.rps / one.rps).toFixed(3)}×.`,
+    `one = **${ratio.toFixed(2)}** (medians: ${median(many).toFixed(0)} µs [${runs(many)}] vs ` +
+    `${median(one).toFixed(0)} µs [${runs(one)}]; target ≤ ${SERVERS_CPU_RATIO}: ` +
+    `${ratio <= SERVERS_CPU_RATIO ? "met" : "missed"}).`,
   ];
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
 }
 
 function gatewayLines(results: CaseResult[]): string[] {
