@@ -43,8 +43,8 @@ export interface ServedSet {
   named(name: string): ServedServer | undefined;
   /** The named servers' names, in the file's order. */
   names(): string[];
-  /** Every protected resource a token may be asked for now: `/mcp`'s first. */
-  resources(baseUrl: string): string[];
+  /** Every protected resource a token may be asked for now: `/mcp`'s first (do not change it). */
+  resources(baseUrl: string): readonly string[];
   /** Serves `entries` as the named servers from now on. */
   replace(entries: readonly ServerEntry[]): ServersChange;
   /** Ends the idle connections of every server's client (the service stops). */
@@ -91,6 +91,8 @@ export function createServedSet(
     resourceFor: (baseUrl) => namedServerResource(baseUrl, entry.name),
   });
   let named = new Map(entries.map((entry) => [entry.name, serve(entry)]));
+  // The resources of the last base URL asked, for the set they were made of.
+  let listed: { baseUrl: string; of: typeof named; resources: string[] } | undefined;
   // The base URL is the same on every request with BASE_URL set, and nearly always without it.
   const mainPath = lastValueMemo((baseUrl) =>
     main ? trimPath(new URL(main.resourceFor(baseUrl)).pathname) : undefined
@@ -105,10 +107,16 @@ export function createServedSet(
     },
     named: (name) => named.get(name),
     names: () => [...named.keys()],
-    resources: (baseUrl) => [
-      mcpResourceUrl(config, baseUrl),
-      ...[...named.keys()].map((name) => namedServerResource(baseUrl, name)),
-    ],
+    resources(baseUrl) {
+      if (listed?.baseUrl !== baseUrl || listed.of !== named) {
+        const resources = [
+          mcpResourceUrl(config, baseUrl),
+          ...[...named.keys()].map((name) => namedServerResource(baseUrl, name)),
+        ];
+        listed = { baseUrl, of: named, resources };
+      }
+      return listed.resources;
+    },
     replace(next) {
       const change: ServersChange = { added: [], removed: [], changed: [] };
       const replacement = new Map<string, ServedServer>();

@@ -50,7 +50,7 @@ export interface GrantDeps extends EndDeps {
   /** The groups MCP_POLICY_FILE names now (learnt when access is re-checked). */
   policyGroups(): string[];
   /** The protected resources served now for an issuer (`/mcp`'s first). */
-  servedResources(issuer: string): string[];
+  servedResources(issuer: string): readonly string[];
 }
 
 /** One token request as a grant sees it. */
