@@ -18,7 +18,7 @@ import {
 import { followConfigFiles } from "../src/app/file_reloads.ts";
 import { createLogger } from "../src/logger.ts";
 import { exchange, issueCode, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
-import { startScripted, within } from "./_gateway_mcp.ts";
+import { modernBody, startScripted, within } from "./_gateway_mcp.ts";
 import { ROUTE_TOOL, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 import {
   authorizeOverHttp,
@@ -97,6 +97,25 @@ async function openGetStream(url: string, token: string) {
   return reader;
 }
 
+/** Opens a 2026-07-28 `subscriptions/listen` POST stream at `url`; returns its reader. */
+async function openPostStream(url: string, token: string) {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+      "MCP-Protocol-Version": "2026-07-28",
+      "Mcp-Method": "subscriptions/listen",
+    },
+    body: modernBody(1, "subscriptions/listen", { notifications: {} }),
+  });
+  if (response.status !== 200) assert.fail(`${response.status}: ${await response.text()}`);
+  const reader = response.body!.getReader();
+  assert.match(await nextText(reader) ?? "", /: open/);
+  return reader;
+}
+
 /** The next chunk as text; undefined at the end of the stream (or when it broke off). */
 async function nextText(reader: ReadableStreamDefaultReader<Uint8Array>) {
   try {
@@ -139,8 +158,9 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
     const tokenA = await tokenFor(t, `${TEST_BASE}/mcp/a`);
     const tokenB = await tokenFor(t, `${TEST_BASE}/mcp/b`);
     const streamA = await openGetStream(`${url}/mcp/a`, tokenA);
+    const postA = await openPostStream(`${url}/mcp/a`, tokenA);
     const streamB = await openGetStream(`${url}/mcp/b`, tokenB);
-    readers.push(streamA, streamB);
+    readers.push(streamA, postA, streamB);
 
     files.check();
     assert.equal(lines.filter((l) => String(l.message).startsWith("MCP_SERVERS_FILE")).length, 0);
@@ -156,7 +176,8 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
     assert.equal(reloaded[0].added, "d");
 
     assert.equal(await within(nextText(streamA), 1000, "the removed server's stream"), undefined);
-    assert.equal(a.cancelled(), 1, "the removed server's side is cancelled too");
+    assert.equal(await within(nextText(postA), 1000, "its POST stream"), undefined);
+    assert.equal(a.cancelled(), 2, "the removed server's side is cancelled too");
     b.send("data: still here\n\n");
     assert.equal(await nextText(streamB), "data: still here\n\n", "a kept server's stream goes on");
 
