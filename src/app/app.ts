@@ -85,7 +85,9 @@ export function createApp(deps: AppDeps): FetchHandler {
         limitedClient,
         standardHeaders,
       };
-      response = await dispatch(route, ctx);
+      // The route's database time, in all, is bounded by DATABASE_TIMEOUT_MS (store/deadline.ts).
+      const found = route;
+      response = await deps.store.withDeadline(() => dispatch(found, ctx));
     } catch (error) {
       response = renderError(error, deps, requestId);
     }

@@ -73,12 +73,10 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     takeOperatorRevocations: () => store.takeOperatorRevocations(),
     workers: resources.metricsWorkers,
   });
-  const store = createStore(
-    kv,
-    clock,
-    createSecretBoxFromConfig(config),
-    metrics.observeStoreCommit,
-  );
+  const store = createStore(kv, clock, createSecretBoxFromConfig(config), {
+    observeCommit: metrics.observeStoreCommit,
+    timeoutMs: config.databaseTimeoutMs,
+  });
   const openStreams = createOpenStreams({ store, clock, logger });
   const provider = configuredProvider(config, resources.providers);
   const upstream = resources.upstream ??

@@ -19,6 +19,7 @@ import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
 import { requireServedResource } from "../http/resource.ts";
 import { answerRedirectSignIn } from "../sign_in/redirect_flow.ts";
 import type { ClientRecord, FlowRecord } from "../store/records.ts";
+import { StoreUnavailableError } from "../store/backend.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
 import { deviceFlowFor, type ShownFlow } from "../sign_in/device.ts";
 
@@ -73,8 +74,8 @@ export async function handleAuthorize(ctx: SignInContext): Promise<Response> {
       (device, nowMs) => flowRecord(request, client, resource, device, nowMs),
     );
   } catch (error) {
-    // The pending-flow caps' 429: no failure of ours.
-    if (error instanceof OAuthError) throw error;
+    // The pending-flow caps' 429: no failure of ours; a database that cannot answer now: 503.
+    if (error instanceof OAuthError || error instanceof StoreUnavailableError) throw error;
     logger.error("device flow start failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Failed to initiate authentication");
   }

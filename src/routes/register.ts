@@ -9,7 +9,7 @@ import type { Clock } from "../clock.ts";
 import type { ClientsConfig } from "../clients/config.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import type { Logger } from "../logger.ts";
-import type { Store } from "../store/mod.ts";
+import { type Store, StoreUnavailableError } from "../store/mod.ts";
 import { randomToken } from "../crypto.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readJson } from "../http/params.ts";
@@ -55,6 +55,8 @@ export async function handleRegister(ctx: RequestContext<RegisterDeps>): Promise
   try {
     await store.registerClient(client);
   } catch (error) {
+    // A database that cannot answer now is the app's 503 with Retry-After, not a failure here.
+    if (error instanceof StoreUnavailableError) throw error;
     logger.error("client registration failed", { requestId: ctx.requestId, error: String(error) });
     throw new OAuthError(500, "server_error", "Could not store the registration");
   }

@@ -52,6 +52,14 @@ export const STORE_VARIABLES = {
     integerBetween(1, 1000),
     "connections to PostgreSQL per process",
   ),
+  /** Database time one request may wait for, in all, before it is answered 503 (deadline.ts). */
+  databaseTimeoutMs: variable(
+    "DATABASE_TIMEOUT_MS",
+    "5000",
+    integerBetween(100, 600_000),
+    "ms a request may wait for the store (KV or PostgreSQL) in all, connecting and queueing " +
+      "included, before it is answered 503 with `Retry-After`",
+  ),
   /** Key for GitLab tokens at rest (AES-GCM); undefined: derived from JWT_SECRET with HKDF. */
   encryptionKey: variable(
     "ENCRYPTION_KEY",

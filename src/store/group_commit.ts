@@ -67,6 +67,8 @@ export class AtomicWrite implements PlannedWrite {
 
 interface Pending {
   write: PlannedWrite;
+  /** Aborted when the writer gave up: a write not yet sent is then withdrawn, never applied. */
+  signal?: AbortSignal;
   keys: string[];
   resolve(outcome: CommitOutcome): void;
   reject(error: unknown): void;
@@ -76,8 +78,8 @@ interface Pending {
 export function createGroupCommit(
   execute: ExecuteWrite,
   limits: GroupLimits = DEFAULT_LIMITS,
-): (write: PlannedWrite) => Promise<CommitOutcome> {
-  const enqueue = createSerialBatches(takeGroup, commitGroup);
+): (write: PlannedWrite, signal?: AbortSignal) => Promise<CommitOutcome> {
+  const enqueue = createSerialBatches(takeGroup, commitGroup, withdrawn);
 
   /** The next writes to commit together, in arrival order, none sharing a key. */
   function takeGroup(queue: Pending[]): Pending[] {
@@ -134,10 +136,17 @@ export function createGroupCommit(
     }
   }
 
-  return (write) =>
+  return (write, signal) =>
     new Promise<CommitOutcome>((resolve, reject) => {
-      enqueue({ write, keys: keysOf(write), resolve, reject });
+      enqueue({ write, signal, keys: keysOf(write), resolve, reject });
     });
+}
+
+/** Whether a waiting write was given up; it is rejected and never sent. */
+function withdrawn(pending: Pending): boolean {
+  if (!pending.signal?.aborted) return false;
+  pending.reject(pending.signal.reason);
+  return true;
 }
 
 function keysOf(write: PlannedWrite): string[] {

@@ -10,18 +10,25 @@ import { createSerialBatches } from "./serial_batches.ts";
 
 export type ReadMany = (keys: Deno.KvKey[]) => Promise<Deno.KvEntryMaybe<unknown>[]>;
 
+/** A read that is withdrawn while it waits when `signal` aborts (its caller gave up). */
+export type GroupReadMany = (
+  keys: Deno.KvKey[],
+  signal?: AbortSignal,
+) => Promise<Deno.KvEntryMaybe<unknown>[]>;
+
 /** Deno KV reads at most 10 keys per `getMany`. */
 const MAX_KEYS = 10;
 
 interface Pending {
   keys: Deno.KvKey[];
+  signal?: AbortSignal;
   resolve(entries: Deno.KvEntryMaybe<unknown>[]): void;
   reject(error: unknown): void;
 }
 
 /** Returns a `getMany` that reads together with whatever else is waiting. */
-export function createGroupRead(readMany: ReadMany, maxKeys = MAX_KEYS): ReadMany {
-  const enqueue = createSerialBatches(takeGroup, readGroup);
+export function createGroupRead(readMany: ReadMany, maxKeys = MAX_KEYS): GroupReadMany {
+  const enqueue = createSerialBatches(takeGroup, readGroup, withdrawn);
 
   /** The next reads, in arrival order, up to maxKeys keys (a larger read goes alone). */
   function takeGroup(queue: Pending[]): Pending[] {
@@ -58,8 +65,15 @@ export function createGroupRead(readMany: ReadMany, maxKeys = MAX_KEYS): ReadMan
     }
   }
 
-  return (keys) =>
+  return (keys, signal) =>
     new Promise((resolve, reject) => {
-      enqueue({ keys, resolve, reject });
+      enqueue({ keys, signal, resolve, reject });
     });
+}
+
+/** Whether a waiting read was given up; it is rejected and never sent. */
+function withdrawn(pending: Pending): boolean {
+  if (!pending.signal?.aborted) return false;
+  pending.reject(pending.signal.reason);
+  return true;
 }

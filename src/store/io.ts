@@ -1,15 +1,22 @@
 /**
  * How every record module reaches KV: reads through the group read, writes through the group
- * commit, "database is locked" retried, and expiry judged by the injected clock. Deno deletes
+ * commit, "database is locked" retried, each bounded by the request's database deadline
+ * (deadline.ts), and expiry judged by the injected clock. Deno deletes
  * expired entries only some time after `expireIn`, so every read also checks the record's
  * `expiresAt`; `expireIn` only collects garbage.
  */
 
 import type { Clock } from "../clock.ts";
 import { backendOf, type StoreDatabase } from "./backend.ts";
-import { AtomicWrite, createGroupCommit, type ExecuteWrite } from "./group_commit.ts";
+import {
+  AtomicWrite,
+  createGroupCommit,
+  type ExecuteWrite,
+  type PlannedWrite,
+} from "./group_commit.ts";
 import { createGroupRead } from "./group_read.ts";
 import { retryLocked } from "./locked_retry.ts";
+import type { StoreDeadline } from "./deadline.ts";
 
 /** A record as read, with what is needed to change it atomically later. */
 export interface Versioned<T> {
@@ -43,19 +50,22 @@ export interface StoreIo {
 const LIST_PAGE_SIZE = 1000;
 
 /**
- * The shared KV access over an open database (Deno KV or another backend) and a clock;
- * `observeCommit` times each commit.
+ * The shared KV access over an open database (Deno KV or another backend) and a clock, every
+ * operation within `deadline`; `observeCommit` times each commit.
  */
 export function createStoreIo(
   database: StoreDatabase,
   clock: Clock,
+  deadline: StoreDeadline,
   observeCommit?: (ms: number) => void,
 ): StoreIo {
   const kv = backendOf(database);
-  const getMany = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
-  const submit = createGroupCommit(
+  const groupRead = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
+  const getMany = (keys: Deno.KvKey[]) => deadline.bound((signal) => groupRead(keys, signal));
+  const groupCommit = createGroupCommit(
     timed(observeCommit, (write) => retryLocked(() => kv.commit(write))),
   );
+  const submit = (write: PlannedWrite) => deadline.bound((signal) => groupCommit(write, signal));
   return {
     clock,
     async read<T>(key: Deno.KvKey) {
@@ -65,9 +75,12 @@ export function createStoreIo(
     async readMany(keys) {
       return (await getMany(keys)).map(versioned);
     },
-    list: <T>(prefix: Deno.KvKey) => kv.list<T>({ prefix }, { batchSize: LIST_PAGE_SIZE }),
+    list: <T>(prefix: Deno.KvKey) =>
+      boundPages(deadline, kv.list<T>({ prefix }, { batchSize: LIST_PAGE_SIZE })),
     listRange<T>(selector: Deno.KvListSelector, limit: number) {
-      return retryLocked(() => Array.fromAsync(kv.list<T>(selector, { limit })));
+      return deadline.bound(() =>
+        retryLocked(() => Array.fromAsync(kv.list<T>(selector, { limit })))
+      );
     },
     atomic: () => new AtomicWrite(submit),
     async commit(op) {
@@ -100,6 +113,20 @@ function timed(
     } finally {
       observe(performance.now() - started);
     }
+  };
+}
+
+/** `entries`, each step (a page read, most often none) within `deadline`. */
+function boundPages<T>(deadline: StoreDeadline, entries: AsyncIterable<T>): AsyncIterable<T> {
+  return {
+    [Symbol.asyncIterator]() {
+      const iterator = entries[Symbol.asyncIterator]();
+      return {
+        next: () => deadline.bound(() => iterator.next()),
+        return: async (value?: unknown) =>
+          await iterator.return?.(value) ?? { done: true, value: undefined },
+      };
+    },
   };
 }
 

@@ -9,6 +9,10 @@
  *
  * Every single-use or rotating transition is one atomic commit guarded by the versionstamps it
  * read.
+ *
+ * Every operation is bounded by the database deadline (deadline.ts): a request that runs through
+ * `withDeadline` waits for the database at most DATABASE_TIMEOUT_MS in all, and is then
+ * answered StoreUnavailableError.
  */
 
 import type { Clock } from "../clock.ts";
@@ -23,6 +27,7 @@ import {
 } from "./device_authorizations.ts";
 import { createFlowStore, type FlowStore } from "./flows.ts";
 import { createStoreIo } from "./io.ts";
+import { createStoreDeadline } from "./deadline.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
@@ -37,6 +42,7 @@ import { createSignInStore, type SignInStore } from "./sign_ins.ts";
 import { createUpstreamPauseStore, type UpstreamPauseStore } from "./upstream_pause.ts";
 
 export type { Versioned } from "./io.ts";
+export { DEFAULT_DATABASE_TIMEOUT_MS } from "./deadline.ts";
 export { type KvBackend, type StoreDatabase, StoreUnavailableError } from "./backend.ts";
 export type { CodeAndSession } from "./codes.ts";
 export type { FlowCompletion } from "./flows.ts";
@@ -67,19 +73,33 @@ export interface Store
     UnredeemedStore {
   /** Throws when KV cannot be read (health checks). */
   ping(): Promise<void>;
+  /**
+   * Runs one request's `work`: all the store operations it awaits share one budget of
+   * database time (`timeoutMs`), past which they throw StoreUnavailableError.
+   */
+  withDeadline<T>(work: () => Promise<T>): Promise<T>;
+}
+
+/** How a store is built beyond its database, clock and secrets. */
+export interface StoreOptions {
+  /** Told each KV commit's duration in milliseconds. */
+  observeCommit?: (ms: number) => void;
+  /** Database time one request may wait for, in all (DATABASE_TIMEOUT_MS); 5000 by default. */
+  timeoutMs?: number;
 }
 
 /**
- * Builds the store over an open database (Deno KV or PostgreSQL), a clock, and the box that seals secrets at rest;
- * `observeCommit` is told each KV commit's duration in milliseconds.
+ * Builds the store over an open database (Deno KV or PostgreSQL), a clock, and the box that
+ * seals secrets at rest.
  */
 export function createStore(
   kv: StoreDatabase,
   clock: Clock,
   secrets: SecretBox,
-  observeCommit?: (ms: number) => void,
+  options: StoreOptions = {},
 ): Store {
-  const io = createStoreIo(kv, clock, observeCommit);
+  const deadline = createStoreDeadline(options.timeoutMs);
+  const io = createStoreIo(kv, clock, deadline, options.observeCommit);
   const sessions = createSessionRecords(io, secrets);
   const { liveSessionOf: _l, fromStored: _f, writeRotated: _w, ...sessionStore } = sessions;
   return {
@@ -102,5 +122,6 @@ export function createStore(
     async ping() {
       await io.read(leaseKey("health", "ping"));
     },
+    withDeadline: (work) => deadline.run(work),
   };
 }

@@ -1,0 +1,126 @@
+/**
+ * The database's deadline (DATABASE_TIMEOUT_MS). A database that hangs (stopped, partitioned,
+ * a pool whose connections never answer) must not hang the requests that need it: each
+ * request gets one budget of database time, and every store operation it awaits is raced
+ * against what is left of it, waiting for a connection, connecting and the statement included.
+ * When the budget runs out the operation is answered StoreUnavailableError (rendered once, as
+ * 503 with `Retry-After`, by the app), whatever the driver is still doing.
+ *
+ * The budget counts the time the request spends waiting for the database (operations that
+ * overlap count once), not the time it waits for GitLab or the MCP server, which have limits of
+ * their own: a slow GitLab must not turn a healthy database's write into a 503. A request that
+ * needs only the store therefore has its answer within the budget of its arrival.
+ *
+ * The request is found through AsyncLocalStorage, so that no store signature carries it; an
+ * operation outside any request (a background timer, the library guard, the operator's tools)
+ * gets a budget of its own. An operation that gave up is also withdrawn from the group read or
+ * commit queue it may still wait in (its signal aborts), so a write answered 503 before it was
+ * sent is never applied, and a database that comes back is not first fed the stale backlog.
+ */
+
+import { AsyncLocalStorage } from "node:async_hooks";
+import { StoreUnavailableError } from "./backend.ts";
+
+/** DATABASE_TIMEOUT_MS's default. */
+export const DEFAULT_DATABASE_TIMEOUT_MS = 5_000;
+
+/** The budgets of one store. */
+export interface StoreDeadline {
+  /** Runs one request's `work`: every store operation it awaits draws on one budget. */
+  run<T>(work: () => Promise<T>): Promise<T>;
+  /**
+   * Runs `operation` within the current request's budget (or one of its own outside any); its
+   * signal aborts when the budget ran out and the caller was answered StoreUnavailableError.
+   */
+  bound<T>(operation: (signal: AbortSignal) => Promise<T>): Promise<T>;
+}
+
+/** Database time left to one request: overlapping operations count once. */
+class Budget {
+  #spentMs = 0;
+  #inFlight = 0;
+  #busySince = 0;
+  /** Set when the request's answer is ready: later operations (a stream's) get their own. */
+  ended = false;
+
+  constructor(private readonly limitMs: number) {}
+
+  leftMs(now: number): number {
+    const running = this.#inFlight > 0 ? now - this.#busySince : 0;
+    return this.limitMs - this.#spentMs - running;
+  }
+
+  begin(now: number): void {
+    if (this.#inFlight++ === 0) this.#busySince = now;
+  }
+
+  end(now: number): void {
+    if (--this.#inFlight === 0) this.#spentMs += now - this.#busySince;
+  }
+}
+
+/** Budgets of `limitMs` of database time per request. */
+export function createStoreDeadline(limitMs: number = DEFAULT_DATABASE_TIMEOUT_MS): StoreDeadline {
+  const current = new AsyncLocalStorage<Budget>();
+  const budgetNow = (): Budget => {
+    const budget = current.getStore();
+    return budget && !budget.ended ? budget : new Budget(limitMs);
+  };
+  return {
+    async run(work) {
+      const budget = new Budget(limitMs);
+      try {
+        return await current.run(budget, work);
+      } finally {
+        budget.ended = true;
+      }
+    },
+    bound(operation) {
+      return race(budgetNow(), limitMs, operation);
+    },
+  };
+}
+
+function race<T>(
+  budget: Budget,
+  limitMs: number,
+  operation: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  const started = performance.now();
+  const leftMs = budget.leftMs(started);
+  if (leftMs <= 0) return Promise.reject(timedOut(limitMs));
+  const withdrawn = new AbortController();
+  budget.begin(started);
+  return new Promise<T>((resolve, reject) => {
+    let settled = false;
+    const settle = () => {
+      if (settled) return false;
+      settled = true;
+      clearTimeout(timer);
+      budget.end(performance.now());
+      return true;
+    };
+    const timer = setTimeout(() => {
+      if (!settle()) return;
+      const error = timedOut(limitMs);
+      withdrawn.abort(error);
+      reject(error);
+    }, leftMs);
+    let running: Promise<T>;
+    try {
+      running = operation(withdrawn.signal);
+    } catch (error) {
+      running = Promise.reject(error);
+    }
+    running.then(
+      (value) => settle() && resolve(value),
+      (error) => settle() && reject(error),
+    );
+  });
+}
+
+function timedOut(limitMs: number): StoreUnavailableError {
+  return new StoreUnavailableError(
+    `the database did not answer within DATABASE_TIMEOUT_MS (${limitMs} ms)`,
+  );
+}
