@@ -86,7 +86,6 @@ export function createApp(deps: AppDeps): FetchHandler {
         standardHeaders,
       };
       // The route's database time, in all, is bounded by DATABASE_TIMEOUT_MS (store/deadline.ts).
-      const found = route;
       response = await deps.store.withDeadline(() => dispatch(found, ctx));
     } catch (error) {
       response = renderError(error, deps, requestId);

@@ -98,6 +98,11 @@ export interface ResourceGuardOptions {
    * runs with a longer lifetime.
    */
   accessTokenTtlSeconds?: number;
+  /**
+   * The service's DATABASE_TIMEOUT_MS: the most time one request may wait for the store, in
+   * all, before it is answered 503 with `Retry-After`; default 5000.
+   */
+  databaseTimeoutMs?: number;
 }
 
 /**
@@ -152,7 +157,9 @@ function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
   }
   const jwtSecrets = [options.jwtSecret, ...optionalList(options.jwtSecretPrevious)];
   const deps: GuardDeps = {
-    store: createStore(options.kv, clock, createSecretBox(sealingSecrets(options))),
+    store: createStore(options.kv, clock, createSecretBox(sealingSecrets(options)), {
+      timeoutMs: options.databaseTimeoutMs,
+    }),
     clock,
     logger,
     upstream: options.upstream ?? gitLabUpstream(options.gitlab, logger),
@@ -170,7 +177,8 @@ function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
   return {
     async authenticate(request) {
       try {
-        return await authenticate(deps, request, target);
+        // One request's database time is bounded as the service bounds it (5 s by default).
+        return await deps.store.withDeadline(() => authenticate(deps, request, target));
       } catch (error) {
         if (error instanceof OAuthError) return errorResponse(error);
         if (error instanceof StoreUnavailableError) {

@@ -14,12 +14,14 @@
  * The request is found through AsyncLocalStorage, so that no store signature carries it; an
  * operation outside any request (a background timer, the library guard, the operator's tools)
  * gets a budget of its own. An operation that gave up is also withdrawn from the group read or
- * commit queue it may still wait in (its signal aborts), so a write answered 503 before it was
- * sent is never applied, and a database that comes back is not first fed the stale backlog.
+ * commit queue it may still wait in (serial_batches.ts), so a write answered 503 before it was
+ * sent is never applied, and a database that comes back is not first fed a stale backlog. A
+ * write that was sent when its caller gave up commits or not, as a whole: an answer lost.
  */
 
 import { AsyncLocalStorage } from "node:async_hooks";
 import { StoreUnavailableError } from "./backend.ts";
+import { Caller } from "./serial_batches.ts";
 
 /** DATABASE_TIMEOUT_MS's default. */
 export const DEFAULT_DATABASE_TIMEOUT_MS = 5_000;
@@ -30,9 +32,9 @@ export interface StoreDeadline {
   run<T>(work: () => Promise<T>): Promise<T>;
   /**
    * Runs `operation` within the current request's budget (or one of its own outside any); its
-   * signal aborts when the budget ran out and the caller was answered StoreUnavailableError.
+   * caller gives up when the budget ran out and was answered StoreUnavailableError.
    */
-  bound<T>(operation: (signal: AbortSignal) => Promise<T>): Promise<T>;
+  bound<T>(operation: (caller: Caller) => Promise<T>): Promise<T>;
 }
 
 /** Database time left to one request: overlapping operations count once. */
@@ -84,12 +86,12 @@ export function createStoreDeadline(limitMs: number = DEFAULT_DATABASE_TIMEOUT_M
 function race<T>(
   budget: Budget,
   limitMs: number,
-  operation: (signal: AbortSignal) => Promise<T>,
+  operation: (caller: Caller) => Promise<T>,
 ): Promise<T> {
   const started = performance.now();
   const leftMs = budget.leftMs(started);
   if (leftMs <= 0) return Promise.reject(timedOut(limitMs));
-  const withdrawn = new AbortController();
+  const caller = new Caller();
   budget.begin(started);
   return new Promise<T>((resolve, reject) => {
     let settled = false;
@@ -103,12 +105,12 @@ function race<T>(
     const timer = setTimeout(() => {
       if (!settle()) return;
       const error = timedOut(limitMs);
-      withdrawn.abort(error);
       reject(error);
+      caller.giveUp(error);
     }, leftMs);
     let running: Promise<T>;
     try {
-      running = operation(withdrawn.signal);
+      running = operation(caller);
     } catch (error) {
       running = Promise.reject(error);
     }

@@ -11,7 +11,7 @@
  * A write's promise resolves only after the commit that holds it is durable, as before.
  */
 
-import { createSerialBatches } from "./serial_batches.ts";
+import { type Caller, type Callers, createSerialBatches } from "./serial_batches.ts";
 
 /** What one atomic write checks and changes. */
 export interface PlannedWrite {
@@ -67,8 +67,8 @@ export class AtomicWrite implements PlannedWrite {
 
 interface Pending {
   write: PlannedWrite;
-  /** Aborted when the writer gave up: a write not yet sent is then withdrawn, never applied. */
-  signal?: AbortSignal;
+  /** Gives up when the writer did: a write not yet sent is then withdrawn, never applied. */
+  caller?: Caller;
   keys: string[];
   resolve(outcome: CommitOutcome): void;
   reject(error: unknown): void;
@@ -78,8 +78,8 @@ interface Pending {
 export function createGroupCommit(
   execute: ExecuteWrite,
   limits: GroupLimits = DEFAULT_LIMITS,
-): (write: PlannedWrite, signal?: AbortSignal) => Promise<CommitOutcome> {
-  const enqueue = createSerialBatches(takeGroup, commitGroup, withdrawn);
+): (write: PlannedWrite, caller?: Caller) => Promise<CommitOutcome> {
+  const enqueue = createSerialBatches(takeGroup, commitGroup, CALLERS);
 
   /** The next writes to commit together, in arrival order, none sharing a key. */
   function takeGroup(queue: Pending[]): Pending[] {
@@ -136,17 +136,10 @@ export function createGroupCommit(
     }
   }
 
-  return (write, signal) =>
+  return (write, caller) =>
     new Promise<CommitOutcome>((resolve, reject) => {
-      enqueue({ write, signal, keys: keysOf(write), resolve, reject });
+      enqueue({ write, caller, keys: keysOf(write), resolve, reject });
     });
-}
-
-/** Whether a waiting write was given up; it is rejected and never sent. */
-function withdrawn(pending: Pending): boolean {
-  if (!pending.signal?.aborted) return false;
-  pending.reject(pending.signal.reason);
-  return true;
 }
 
 function keysOf(write: PlannedWrite): string[] {
@@ -157,3 +150,9 @@ function keysOf(write: PlannedWrite): string[] {
 function keyId(key: Deno.KvKey): string {
   return key.map((part) => `${typeof part}:${String(part)}`).join("\u0000");
 }
+
+/** Each item's caller, and how a withdrawn one is told. */
+const CALLERS: Callers<Pending> = {
+  callerOf: (pending) => pending.caller,
+  reject: (pending, reason) => pending.reject(reason),
+};

@@ -6,14 +6,14 @@
  * consistent snapshot, as each of its parts would have been.
  */
 
-import { createSerialBatches } from "./serial_batches.ts";
+import { type Caller, type Callers, createSerialBatches } from "./serial_batches.ts";
 
 export type ReadMany = (keys: Deno.KvKey[]) => Promise<Deno.KvEntryMaybe<unknown>[]>;
 
-/** A read that is withdrawn while it waits when `signal` aborts (its caller gave up). */
+/** A read that is withdrawn while it waits when its caller gives up. */
 export type GroupReadMany = (
   keys: Deno.KvKey[],
-  signal?: AbortSignal,
+  caller?: Caller,
 ) => Promise<Deno.KvEntryMaybe<unknown>[]>;
 
 /** Deno KV reads at most 10 keys per `getMany`. */
@@ -21,14 +21,14 @@ const MAX_KEYS = 10;
 
 interface Pending {
   keys: Deno.KvKey[];
-  signal?: AbortSignal;
+  caller?: Caller;
   resolve(entries: Deno.KvEntryMaybe<unknown>[]): void;
   reject(error: unknown): void;
 }
 
 /** Returns a `getMany` that reads together with whatever else is waiting. */
 export function createGroupRead(readMany: ReadMany, maxKeys = MAX_KEYS): GroupReadMany {
-  const enqueue = createSerialBatches(takeGroup, readGroup, withdrawn);
+  const enqueue = createSerialBatches(takeGroup, readGroup, CALLERS);
 
   /** The next reads, in arrival order, up to maxKeys keys (a larger read goes alone). */
   function takeGroup(queue: Pending[]): Pending[] {
@@ -65,15 +65,14 @@ export function createGroupRead(readMany: ReadMany, maxKeys = MAX_KEYS): GroupRe
     }
   }
 
-  return (keys, signal) =>
+  return (keys, caller) =>
     new Promise((resolve, reject) => {
-      enqueue({ keys, signal, resolve, reject });
+      enqueue({ keys, caller, resolve, reject });
     });
 }
 
-/** Whether a waiting read was given up; it is rejected and never sent. */
-function withdrawn(pending: Pending): boolean {
-  if (!pending.signal?.aborted) return false;
-  pending.reject(pending.signal.reason);
-  return true;
-}
+/** Each item's caller, and how a withdrawn one is told. */
+const CALLERS: Callers<Pending> = {
+  callerOf: (pending) => pending.caller,
+  reject: (pending, reason) => pending.reject(reason),
+};

@@ -61,11 +61,11 @@ export function createStoreIo(
 ): StoreIo {
   const kv = backendOf(database);
   const groupRead = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
-  const getMany = (keys: Deno.KvKey[]) => deadline.bound((signal) => groupRead(keys, signal));
+  const getMany = (keys: Deno.KvKey[]) => deadline.bound((caller) => groupRead(keys, caller));
   const groupCommit = createGroupCommit(
     timed(observeCommit, (write) => retryLocked(() => kv.commit(write))),
   );
-  const submit = (write: PlannedWrite) => deadline.bound((signal) => groupCommit(write, signal));
+  const submit = (write: PlannedWrite) => deadline.bound((caller) => groupCommit(write, caller));
   return {
     clock,
     async read<T>(key: Deno.KvKey) {

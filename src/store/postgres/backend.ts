@@ -218,6 +218,11 @@ async function sweepRound(sweep: (limit?: number) => Promise<number>): Promise<v
   }
 }
 
+/** The advisory lock a commit that checks or changes `key` holds while it runs. */
+export function advisoryLockOf(key: Deno.KvKey): bigint {
+  return lockId(hex(encodeKey(key)));
+}
+
 /** The advisory lock of a key (hex of its encoding): 64 bits of its SHA-256, signed. */
 function lockId(keyHex: string): bigint {
   const digest = sha256(new TextEncoder().encode(keyHex));
