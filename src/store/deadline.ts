@@ -26,6 +26,19 @@ import { Caller } from "./serial_batches.ts";
 /** DATABASE_TIMEOUT_MS's default. */
 export const DEFAULT_DATABASE_TIMEOUT_MS = 5_000;
 
+/** The clock and timers budgets run on (the process's; tests inject their own). */
+export interface DeadlineTimers {
+  now(): number;
+  setTimeout(run: () => void, ms: number): unknown;
+  clearTimeout(timer: unknown): void;
+}
+
+const SYSTEM_TIMERS: DeadlineTimers = {
+  now: () => performance.now(),
+  setTimeout: (run, ms) => setTimeout(run, ms),
+  clearTimeout: (timer) => clearTimeout(timer as ReturnType<typeof setTimeout>),
+};
+
 /** The budgets of one store. */
 export interface StoreDeadline {
   /** Runs one request's `work`: every store operation it awaits draws on one budget. */
@@ -62,7 +75,10 @@ class Budget {
 }
 
 /** Budgets of `limitMs` of database time per request. */
-export function createStoreDeadline(limitMs: number = DEFAULT_DATABASE_TIMEOUT_MS): StoreDeadline {
+export function createStoreDeadline(
+  limitMs: number = DEFAULT_DATABASE_TIMEOUT_MS,
+  timers: DeadlineTimers = SYSTEM_TIMERS,
+): StoreDeadline {
   const current = new AsyncLocalStorage<Budget>();
   const budgetNow = (): Budget => {
     const budget = current.getStore();
@@ -78,7 +94,7 @@ export function createStoreDeadline(limitMs: number = DEFAULT_DATABASE_TIMEOUT_M
       }
     },
     bound(operation) {
-      return race(budgetNow(), limitMs, operation);
+      return race(budgetNow(), limitMs, timers, operation);
     },
   };
 }
@@ -86,9 +102,10 @@ export function createStoreDeadline(limitMs: number = DEFAULT_DATABASE_TIMEOUT_M
 function race<T>(
   budget: Budget,
   limitMs: number,
+  timers: DeadlineTimers,
   operation: (caller: Caller) => Promise<T>,
 ): Promise<T> {
-  const started = performance.now();
+  const started = timers.now();
   const leftMs = budget.leftMs(started);
   if (leftMs <= 0) return Promise.reject(timedOut(limitMs));
   const caller = new Caller();
@@ -98,11 +115,11 @@ function race<T>(
     const settle = () => {
       if (settled) return false;
       settled = true;
-      clearTimeout(timer);
-      budget.end(performance.now());
+      timers.clearTimeout(timer);
+      budget.end(timers.now());
       return true;
     };
-    const timer = setTimeout(() => {
+    const timer = timers.setTimeout(() => {
       if (!settle()) return;
       const error = timedOut(limitMs);
       reject(error);
