@@ -158,14 +158,16 @@ function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
   const jwtSecrets = [options.jwtSecret, ...optionalList(options.jwtSecretPrevious)];
   const deps: GuardDeps = {
     store: createStore(options.kv, clock, createSecretBox(sealingSecrets(options)), {
-      timeoutMs: options.databaseTimeoutMs,
+      timeoutMs: options.databaseTimeoutMs === undefined
+        ? undefined
+        : positive("databaseTimeoutMs", options.databaseTimeoutMs),
     }),
     clock,
     logger,
     upstream: options.upstream ?? gitLabUpstream(options.gitlab, logger),
     signer: createTokenSigner(jwtSecrets),
     clockToleranceSeconds: options.clockToleranceSeconds ?? CLOCK_TOLERANCE_SECONDS,
-    accessTokenTtlSeconds: positiveSeconds(
+    accessTokenTtlSeconds: positive(
       "accessTokenTtlSeconds",
       options.accessTokenTtlSeconds ?? DEFAULT_ACCESS_TOKEN_TTL_SECONDS,
     ),
@@ -208,7 +210,7 @@ function gitLabUpstream(gitlab: GuardGitLabOptions | undefined, logger: Logger):
   });
 }
 
-function positiveSeconds(name: string, value: number): number {
+function positive(name: string, value: number): number {
   if (!Number.isFinite(value) || value <= 0) throw new TypeError(`${name} must be positive`);
   return value;
 }

@@ -18,7 +18,9 @@ export interface OpenDatabase {
 
 /** Opens the configured database; throws when it cannot be opened or migrated. */
 export async function openDatabase(
-  config: Pick<StoreConfig, "databaseUrl" | "databasePoolSize" | "kvPath">,
+  config:
+    & Pick<StoreConfig, "databaseUrl" | "databasePoolSize" | "kvPath">
+    & Partial<Pick<StoreConfig, "databaseTimeoutMs">>,
   options: { existingOnly?: boolean } = {},
 ): Promise<OpenDatabase> {
   if (config.databaseUrl !== undefined) {
@@ -29,6 +31,8 @@ export async function openDatabase(
       backend = await openPostgresBackend({
         url: config.databaseUrl,
         poolSize: config.databasePoolSize,
+        // The server gives a statement up when the request waiting for it has (deadline.ts).
+        statementTimeoutMs: config.databaseTimeoutMs,
         existingOnly: options.existingOnly,
       });
     } catch (error) {
