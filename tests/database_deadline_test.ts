@@ -309,3 +309,100 @@ Deno.test("database deadline: a Deno KV that never answers → 503 with Retry-Af
     kv.close();
   }
 });
+
+/**
+ * A TCP proxy to PostgreSQL that can cut the network as a partition does: the connections open
+ * when it is cut stay open and never carry a byte again (the kernel would wait a quarter of an
+ * hour to give up on them), and new ones get no answer until it heals.
+ */
+function partitionableProxy(targetPort: number) {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const conns: Deno.Conn[] = [];
+  let generation = 0;
+  let cut = false;
+  const pipe = async (from: Deno.Conn, to: Deno.Conn, born: number) => {
+    const buffer = new Uint8Array(64 * 1024);
+    try {
+      for (let n = await from.read(buffer); n !== null; n = await from.read(buffer)) {
+        // Bytes on a connection from before the cut, or during it, are lost.
+        if (born !== generation || cut) continue;
+        await to.write(buffer.subarray(0, n));
+      }
+    } catch {
+      // The proxy closed.
+    }
+  };
+  (async () => {
+    for await (const client of listener) {
+      conns.push(client);
+      const born = generation;
+      try {
+        const server = await Deno.connect({ hostname: "127.0.0.1", port: targetPort });
+        conns.push(server);
+        pipe(client, server, born);
+        pipe(server, client, born);
+      } catch {
+        client.close();
+      }
+    }
+  })().catch(() => {});
+  return {
+    port: (listener.addr as Deno.NetAddr).port,
+    cut() {
+      cut = true;
+      generation++;
+    },
+    heal() {
+      cut = false;
+    },
+    close() {
+      listener.close();
+      for (const conn of conns) {
+        try {
+          conn.close();
+        } catch {
+          // Closed already.
+        }
+      }
+    },
+  };
+}
+
+Deno.test({
+  name: "database deadline: a network partition that keeps the connections open → 503 in " +
+    "time; healed → the same process serves again (the wedged pool is replaced)",
+  ignore: ignorePostgresTests,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const cluster = await sharedPostgres();
+    const direct = new URL(await cluster.createDatabase());
+    const proxy = partitionableProxy(Number(direct.port));
+    direct.port = String(proxy.port);
+    const opened = await openDatabase({
+      databaseUrl: direct.href,
+      // One connection, so the partition holds all of them.
+      databasePoolSize: 1,
+      databaseTimeoutMs: TIMEOUT_MS,
+    });
+    const t = await makeTestAppOn(opened.database, {
+      env: { DATABASE_TIMEOUT_MS: String(TIMEOUT_MS) },
+    });
+    const http = serve(t);
+    try {
+      const { refresh_token } = await issueTokens(t);
+      const calls = requests(http, refresh_token, "");
+      proxy.cut();
+      await assertUnavailableInTime("POST /register", calls["POST /register"]);
+      await assertUnavailableInTime("POST /token (refresh)", calls["POST /token (refresh)"]);
+      proxy.heal();
+      await assertRecovers("POST /register", calls["POST /register"], 201);
+      await assertRecovers("POST /token", calls["POST /token (refresh)"], 200);
+    } finally {
+      await http.close();
+      t.close();
+      proxy.close();
+      await Promise.race([opened.close(), new Promise((done) => setTimeout(done, 1000))]);
+    }
+  },
+});

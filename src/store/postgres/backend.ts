@@ -7,7 +7,8 @@
  * them.
  *
  * Driver errors that mean "the database cannot answer now" become StoreUnavailableError
- * (a 503 with Retry-After); the driver reconnects by itself once the database is back.
+ * (a 503 with Retry-After); the driver reconnects by itself once the database is back, and a
+ * pool wedged by connections that will never answer is replaced (pool.ts).
  */
 
 import { sha256 } from "@noble/hashes/sha2.js";
@@ -17,7 +18,13 @@ import type { CommitOutcome, PlannedWrite } from "../group_commit.ts";
 import { decodeKey, encodeKey, prefixEnd, prefixStart } from "./key_codec.ts";
 import { migrate } from "./migrate.ts";
 import { decodeValue, encodeValue } from "./value_codec.ts";
-import { connect, type PostgresOptions, type Sql } from "./connect.ts";
+import {
+  DEFAULT_CONNECT_TIMEOUT_SECONDS,
+  DEFAULT_STATEMENT_TIMEOUT_MS,
+  type PostgresOptions,
+  type Sql,
+} from "./connect.ts";
+import { createPool, type Pool } from "./pool.ts";
 
 export type { PostgresOptions } from "./connect.ts";
 
@@ -38,19 +45,24 @@ const LIVE = "(expires_at IS NULL OR expires_at > kv_now())";
 
 /** Connects, applies pending migrations, and starts the sweep. Throws when it cannot. */
 export async function openPostgresBackend(options: PostgresOptions): Promise<PostgresBackend> {
-  const sql = connect(options);
+  const pool = createPool({
+    ...options,
+    statementTimeoutMs: options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS,
+    connectTimeoutSeconds: options.connectTimeoutSeconds ?? DEFAULT_CONNECT_TIMEOUT_SECONDS,
+  });
   try {
-    if (options.existingOnly) await requireStore(sql);
-    await unavailableOnFailure(() => migrate(sql));
+    if (options.existingOnly) await pool.run(requireStore);
+    await unavailableOnFailure(() => pool.run(migrate));
   } catch (error) {
-    await sql.end({ timeout: 1 });
+    await pool.end(1);
     throw error;
   }
-  return createBackend(sql, options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS);
+  return createBackend(pool, options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS);
 }
 
-function createBackend(sql: Sql, sweepIntervalMs: number): PostgresBackend {
-  const sweep = (limit = SWEEP_BATCH) => unavailableOnFailure(() => sweepExpired(sql, limit));
+function createBackend(pool: Pool, sweepIntervalMs: number): PostgresBackend {
+  const sweep = (limit = SWEEP_BATCH) =>
+    unavailableOnFailure(() => pool.run((sql) => sweepExpired(sql, limit)));
   const timer = sweepIntervalMs > 0
     ? setInterval(
       () => sweepRound(sweep).catch(() => {/* tried again at the next interval */}),
@@ -60,13 +72,13 @@ function createBackend(sql: Sql, sweepIntervalMs: number): PostgresBackend {
   if (timer !== undefined) Deno.unrefTimer(timer);
   let closing: Promise<void> | undefined;
   return {
-    getMany: (keys) => unavailableOnFailure(() => getMany(sql, keys)),
-    list: (selector, options) => list(sql, selector, options),
-    commit: (write) => unavailableOnFailure(() => commit(sql, write)),
+    getMany: (keys) => unavailableOnFailure(() => pool.run((sql) => getMany(sql, keys))),
+    list: (selector, options) => list(pool, selector, options),
+    commit: (write) => unavailableOnFailure(() => pool.run((sql) => commit(sql, write))),
     sweepExpired: sweep,
     close() {
       clearInterval(timer);
-      return closing ??= sql.end({ timeout: 5 });
+      return closing ??= pool.end(5);
     },
   };
 }
@@ -100,7 +112,7 @@ interface Row {
 
 /** Pages through the range by key, so a long list holds no transaction or cursor open. */
 async function* list<T>(
-  sql: Sql,
+  pool: Pool,
   selector: Deno.KvListSelector,
   options: { limit?: number; batchSize?: number; reverse?: boolean } = {},
 ): AsyncGenerator<Deno.KvEntry<T>> {
@@ -111,12 +123,14 @@ async function* list<T>(
   let inclusive = true;
   while (left > 0) {
     const rows = await unavailableOnFailure(() =>
-      sql.unsafe<Row[]>(
-        `SELECT key, value, versionstamp FROM kv
+      pool.run((sql) =>
+        sql.unsafe<Row[]>(
+          `SELECT key, value, versionstamp FROM kv
          WHERE key ${inclusive ? ">=" : ">"} decode($1, 'hex') AND key < decode($2, 'hex')
            AND ${LIVE}
          ORDER BY key LIMIT $3`,
-        [hex(start), hex(end), Math.min(page, left)],
+          [hex(start), hex(end), Math.min(page, left)],
+        )
       )
     );
     for (const row of rows) {

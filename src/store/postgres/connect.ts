@@ -6,7 +6,8 @@ import { tlsSettingsOf } from "./tls_settings.ts";
 
 export type Sql = postgres.Sql;
 
-const DEFAULT_STATEMENT_TIMEOUT_MS = 5_000;
+export const DEFAULT_STATEMENT_TIMEOUT_MS = 5_000;
+export const DEFAULT_CONNECT_TIMEOUT_SECONDS = 2;
 
 /** How the PostgreSQL store connects. */
 export interface PostgresOptions {
@@ -39,7 +40,7 @@ export function connect(options: PostgresOptions): Sql {
   return postgres(withoutTlsParameters(url), {
     ssl: driverSsl(tlsSettingsOf(url), url.hostname),
     max: options.poolSize,
-    connect_timeout: options.connectTimeoutSeconds ?? 2,
+    connect_timeout: options.connectTimeoutSeconds ?? DEFAULT_CONNECT_TIMEOUT_SECONDS,
     idle_timeout: 60,
     onnotice: () => {},
     connection: {
