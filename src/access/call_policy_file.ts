@@ -57,6 +57,10 @@ export interface CallPolicyHolder {
   path(): string | undefined;
   /** Reads the file again; a file that cannot be used keeps the policy in force. */
   reload(): Reload;
+  /** The other policies in force beside this one (the MCP servers' own `policy_file`s). */
+  others(): readonly CallPolicy[];
+  /** Refuses (throws ConfigError or PolicyError) a policy the service cannot enforce. */
+  check(policy: CallPolicy): void;
 }
 
 /**
@@ -67,10 +71,13 @@ export function createCallPolicyHolder(
   initial: PolicyFile | undefined,
   check: (policy: CallPolicy) => void,
   readText?: (path: string) => string,
+  others: () => readonly CallPolicy[] = () => [],
 ): CallPolicyHolder {
   let inForce = initial;
   return {
     current: () => inForce?.policy,
+    others,
+    check,
     path: () => inForce?.path,
     reload() {
       if (inForce === undefined) return { kind: "none" };
@@ -88,8 +95,13 @@ export function createCallPolicyHolder(
   };
 }
 
-/** The groups the policy in force names: their memberships are learnt at sign-in. */
+/**
+ * The groups the policies in force name (MCP_POLICY_FILE's and the servers' own): their
+ * memberships are learnt at sign-in, whichever server the sign-in is for, since a token's session
+ * is re-checked against the same lists.
+ */
 export function heldPolicyGroups(holder: CallPolicyHolder): string[] {
-  const policy = holder.current();
-  return policy ? policyGroups(policy) : [];
+  const current = holder.current();
+  const policies = [...(current ? [current] : []), ...holder.others()];
+  return [...new Set(policies.flatMap(policyGroups))];
 }

@@ -6,7 +6,7 @@
  */
 
 import { mcpClientFor } from "../gateway/mcp_client/for_url.ts";
-import { createServedSet } from "../gateway/served_set.ts";
+import { createServedSet, type ServedSet } from "../gateway/served_set.ts";
 import type { McpClient } from "../gateway/mcp_client/types.ts";
 import {
   type ClientMetadataFetcher,
@@ -85,9 +85,20 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const callPolicy = createCallPolicyHolder(
     config.mcpPolicyFile,
     (policy) => requireCallPolicyMemberships(config, policy, upstream),
+    undefined,
+    () => serversPolicies(servers),
   );
   const initialPolicy = config.mcpPolicyFile?.policy;
   if (initialPolicy) requireCallPolicyMemberships(config, initialPolicy, upstream);
+  for (const entry of config.mcpServersFile?.servers ?? []) {
+    if (entry.policy) requireCallPolicyMemberships(config, entry.policy.policy, upstream);
+  }
+  const servers = createServedSet({
+    config,
+    mcpClient: resources.mcpClient ??
+      (config.mcpUpstreamUrl ? mcpClientFor(config.mcpUpstreamUrl) : undefined),
+    clientFor: resources.mcpClientFor ?? ((url) => mcpClientFor(url)),
+  }, config.mcpServersFile?.servers);
   return {
     config,
     store,
@@ -108,13 +119,13 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       consentSigner: createConsentSigner(jwtSecrets(settings.jwtSecret, config)),
     },
     callPolicy,
-    servers: createServedSet({
-      config,
-      mcpClient: resources.mcpClient ??
-        (config.mcpUpstreamUrl ? mcpClientFor(config.mcpUpstreamUrl) : undefined),
-      clientFor: resources.mcpClientFor ?? ((url) => mcpClientFor(url)),
-    }, config.mcpServersFile?.servers),
+    servers,
   };
+}
+
+/** The named servers' own policies (`policy_file`), as served now. */
+function serversPolicies(servers: ServedSet): CallPolicy[] {
+  return servers.names().flatMap((name) => servers.named(name)?.entry?.policy?.policy ?? []);
 }
 
 /** The provider UPSTREAM_PROVIDER names, among `providers`; throws ConfigError. */

@@ -43,9 +43,18 @@ export function followConfigFiles(
     openStreams: deps.openStreams,
     path: deps.config.mcpServersFile?.path,
     readText: options.readText,
+    // A server's own policy is refused on reload for what refuses MCP_POLICY_FILE's.
+    check: (file) => {
+      for (const entry of file.servers) {
+        if (entry.policy) deps.callPolicy.check(entry.policy.policy);
+      }
+    },
   });
   const policy = watchFile(deps.callPolicy, (reload) => logPolicyReload(reload, logger), options);
-  const served = watchFile(servers, (reload) => logServersReload(reload, deps, logger), options);
+  const served = watchFile(servers, (reload) => logServersReload(reload, deps, logger), {
+    ...options,
+    readText: withServersPolicies(deps.servers, options.readText ?? Deno.readTextFileSync),
+  });
   const watches = [policy, served];
   return {
     reload() {
@@ -54,6 +63,29 @@ export function followConfigFiles(
     },
     check: () => watches.forEach((watch) => watch.check()),
     stop: () => watches.forEach((watch) => watch.stop()),
+  };
+}
+
+/**
+ * The servers file's text followed by the text of the policy files its servers name: a changed
+ * `policy_file` reloads the servers file (which reads its policies again), as a changed servers
+ * file does.
+ */
+function withServersPolicies(
+  servers: AppDeps["servers"],
+  readText: (path: string) => string,
+): (path: string) => string {
+  return (path) => {
+    const policyPaths = servers.names()
+      .flatMap((name) => servers.named(name)?.entry?.policy?.path ?? []);
+    const policies = policyPaths.map((policyPath) => {
+      try {
+        return readText(policyPath);
+      } catch {
+        return "";
+      }
+    });
+    return [readText(path), ...policies].join("\0");
   };
 }
 

@@ -66,6 +66,8 @@ export interface Gateway {
   audit: Audit;
   /** RATE_LIMIT_MCP; undefined when `off`. */
   rateLimit: SessionRateLimit | undefined;
+  /** The server's own `policy_file` (MCP_SERVERS_FILE); undefined: MCP_POLICY_FILE decides. */
+  ownPolicy?: CallPolicy;
   /** The policy whose literal tool names the metrics have learnt (once per policy loaded). */
   toolsLearntFrom?: CallPolicy;
   /** The MCP resource URL for a base URL (the same string for every request to one host). */

@@ -119,7 +119,7 @@ export async function runExchange(ctx: GatewayContext, gateway: Gateway): Promis
     headers,
     mcpSessionId,
     owner: rememberedOwner(gateway.deps, mcpSessionId),
-    policy: gateway.deps.callPolicy.current(),
+    policy: gateway.ownPolicy ?? gateway.deps.callPolicy.current(),
     body: null,
   };
   for (const step of STEPS) {

@@ -36,6 +36,7 @@ export function createMcpGateway(deps: GatewayDeps, server: ServedServer): McpGa
     resourceFor: lastValueMemo(server.resourceFor),
     audit: createAudit(deps.logger, deps.config.auditLog, server.name),
     rateLimit: createSessionRateLimit(deps, deps.config.rateLimits.mcp),
+    ownPolicy: server.entry?.policy?.policy,
   };
   return { handle: (ctx) => runExchange(ctx, gateway) };
 }

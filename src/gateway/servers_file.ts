@@ -9,6 +9,8 @@
  */
 
 import { LineCounter, parseDocument } from "yaml";
+import { type PolicyFile, readPolicyFile } from "../access/call_policy_file.ts";
+import { PolicyError } from "../access/call_policy.ts";
 import { ConfigError } from "../config/variable.ts";
 import { isWebUrl } from "../http/web_url.ts";
 
@@ -22,6 +24,8 @@ export interface ServerEntry {
   url: URL;
   tokenHeader?: TokenHeader;
   timeoutMs?: number;
+  /** `policy_file`, read with the servers file: decides the calls here instead of MCP_POLICY_FILE. */
+  policy?: PolicyFile;
 }
 
 /** The servers file, read. */
@@ -47,10 +51,9 @@ const ENTRY_KEYS = [
 const TOKEN_HEADERS: readonly TokenHeader[] = ["authorization", "private-token", "none"];
 /**
  * Keys the issue names that this version does not apply yet (each server uses the service-wide
- * policy, allow-lists and scopes): a file using one is refused at start-up.
+ * allow-lists and scopes): a file using one is refused at start-up.
  */
 const DEFERRED_KEYS = [
-  "policy_file",
   "allowed_gitlab_groups",
   "allowed_gitlab_users",
   "gitlab_scopes",
@@ -83,7 +86,8 @@ export function readServersFile(
   if (!isObject(root)) return fail("", "must be an object with a `servers` list");
   onlyKeys(root, ["servers"], "", fail);
   if (!Array.isArray(root.servers)) return fail("servers", "must be a list");
-  const servers = root.servers.map((raw, index) => parseEntry(raw, index, fail));
+  const folder = new URL(".", new URL(path, `file://${Deno.cwd()}/`));
+  const servers = root.servers.map((raw, index) => parseEntry(raw, index, fail, folder, readText));
   const seen = new Set<string>();
   for (const { name } of servers) {
     if (seen.has(name)) fail(`server ${JSON.stringify(name)}`, "the name is used twice");
@@ -116,7 +120,13 @@ function parseText(path: string, text: string, fail: Fail): unknown {
   return document.toJS();
 }
 
-function parseEntry(raw: unknown, index: number, fail: Fail): ServerEntry {
+function parseEntry(
+  raw: unknown,
+  index: number,
+  fail: Fail,
+  folder: URL,
+  readText: (path: string) => string,
+): ServerEntry {
   let where = `server ${index}`;
   if (!isObject(raw)) return fail(where, "must be an object");
   if (typeof raw.name === "string" && NAME.test(raw.name)) where = `server ${raw.name}`;
@@ -143,12 +153,33 @@ function parseEntry(raw: unknown, index: number, fail: Fail): ServerEntry {
     }
     entry.timeoutMs = ms as number;
   }
+  if (raw.policy_file !== undefined) {
+    entry.policy = policyOf(raw.policy_file, folder, `${where} policy_file`, fail, readText);
+  }
   const deferred = DEFERRED_KEYS.find((key) => raw[key] !== undefined);
   if (deferred !== undefined) {
     // Refused rather than ignored: a list or policy that silently did nothing would admit more.
     fail(`${where} ${deferred}`, "is not supported yet: this version applies the service-wide one");
   }
   return entry;
+}
+
+/** An entry's policy file, relative to the servers file's folder, read and checked now. */
+function policyOf(
+  raw: unknown,
+  folder: URL,
+  where: string,
+  fail: Fail,
+  readText: (path: string) => string,
+): PolicyFile {
+  if (typeof raw !== "string" || raw.trim() === "") return fail(where, "must be a file's path");
+  const path = raw.startsWith("/") ? raw : decodeURIComponent(new URL(raw, folder).pathname);
+  try {
+    return readPolicyFile(path, readText);
+  } catch (error) {
+    if (!(error instanceof PolicyError)) throw error;
+    return fail(where, error.message);
+  }
 }
 
 function serverUrl(raw: unknown, where: string, fail: Fail): URL {
