@@ -112,8 +112,23 @@ Deno.test("servers file: every mistake stops start-up with one line naming file,
     ],
     [
       "s.yaml",
-      "servers:\n  - name: docs\n    url: http://x/mcp\n    allowed_gitlab_users: [ada]\n",
-      /server docs allowed_gitlab_users: is not supported yet/,
+      "servers:\n  - name: docs\n    url: http://x/mcp\n    gitlab_scopes: [read_api]\n",
+      /server docs gitlab_scopes: is not supported yet/,
+    ],
+    [
+      "s.yaml",
+      'servers:\n  - name: docs\n    url: http://x/mcp\n    allowed_gitlab_users: ["a b"]\n',
+      /server docs allowed_gitlab_users: .*not a GitLab username/,
+    ],
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: http://x/mcp\n    allowed_gitlab_groups: acme\n",
+      /server docs allowed_gitlab_groups: must be a non-empty list/,
+    ],
+    [
+      "s.yaml",
+      'servers:\n  - name: docs\n    url: http://x/mcp\n    allowed_gitlab_groups: ["acme:boss"]\n',
+      /server docs allowed_gitlab_groups: unknown role "boss"/,
     ],
     ["s.yaml", "hosts: []\n", /unknown key "hosts"/],
   ];

@@ -57,8 +57,11 @@ export interface CallPolicyHolder {
   path(): string | undefined;
   /** Reads the file again; a file that cannot be used keeps the policy in force. */
   reload(): Reload;
-  /** The other policies in force beside this one (the MCP servers' own `policy_file`s). */
-  others(): readonly CallPolicy[];
+  /**
+   * The groups named beside this policy whose memberships are learnt too (the MCP servers' own
+   * `policy_file`s and lists).
+   */
+  otherGroups(): readonly string[];
   /** Refuses (throws ConfigError or PolicyError) a policy the service cannot enforce. */
   check(policy: CallPolicy): void;
 }
@@ -71,12 +74,12 @@ export function createCallPolicyHolder(
   initial: PolicyFile | undefined,
   check: (policy: CallPolicy) => void,
   readText?: (path: string) => string,
-  others: () => readonly CallPolicy[] = () => [],
+  otherGroups: () => readonly string[] = () => [],
 ): CallPolicyHolder {
   let inForce = initial;
   return {
     current: () => inForce?.policy,
-    others,
+    otherGroups,
     check,
     path: () => inForce?.path,
     reload() {
@@ -96,12 +99,12 @@ export function createCallPolicyHolder(
 }
 
 /**
- * The groups the policies in force name (MCP_POLICY_FILE's and the servers' own): their
+ * The groups the policies in force name (MCP_POLICY_FILE's, and the servers' own policies and
+ * lists): their
  * memberships are learnt at sign-in, whichever server the sign-in is for, since a token's session
  * is re-checked against the same lists.
  */
 export function heldPolicyGroups(holder: CallPolicyHolder): string[] {
   const current = holder.current();
-  const policies = [...(current ? [current] : []), ...holder.others()];
-  return [...new Set(policies.flatMap(policyGroups))];
+  return [...new Set([...(current ? policyGroups(current) : []), ...holder.otherGroups()])];
 }

@@ -143,6 +143,25 @@ export function decide(
   };
 }
 
+/**
+ * Whether an MCP server's own lists (MCP_SERVERS_FILE `allowed_gitlab_groups`,
+ * `allowed_gitlab_users`) admit `user`, from the levels the session learnt (groups are matched
+ * in any case, as GitLab does). Either list admits; no learnt levels admit by group nobody.
+ */
+export function listsAdmit(
+  lists: AccessPolicy,
+  user: ListedAccount,
+  access: Pick<SessionAccess, "groupLevels"> | undefined,
+): boolean {
+  if (namesAccount(lists.users, user)) return true;
+  const levels = Object.entries(access?.groupLevels ?? {});
+  return lists.groups.some((group) => {
+    const path = group.path.toLowerCase();
+    const found = levels.find(([asked]) => asked.toLowerCase() === path);
+    return found !== undefined && meetsRole(group, found[1]);
+  });
+}
+
 /** Whether a decision admits. */
 export function admits(access: SessionAccess): boolean {
   return access.listedUser || access.admittingGroups.length > 0;

@@ -34,6 +34,7 @@ import {
   variablesOf,
 } from "../config/variable.ts";
 import { GATEWAY_VARIABLES } from "../gateway/config.ts";
+import type { ServerEntry } from "../gateway/servers_file.ts";
 import { INTROSPECTION_VARIABLES } from "../introspection/config.ts";
 import { KEYS_VARIABLES, requireSigningKeys } from "../keys/config.ts";
 import { METRICS_VARIABLES } from "../metrics/config.ts";
@@ -235,12 +236,23 @@ function requireAccessSettings(config: Config): void {
   if (callPolicy && policyGroups(callPolicy).length > 0) {
     requireMembershipScope(config, CONFIG_VARIABLES.mcpPolicyFile.name);
   }
+  if (config.mcpServersFile) requireServerListsScope(config, config.mcpServersFile.servers);
   if (config.securityProfile === "strict" && isOpenToAnyGitLabComUser(config)) {
     throw new ConfigError(
       groups.name,
       `or ${users.name} is required with SECURITY_PROFILE=strict on gitlab.com, where anyone ` +
         `can make an account; set ${allowAnyUser.name}=true to admit everyone on purpose`,
     );
+  }
+}
+
+/** A server's group list reads memberships too, which needs `read_api` or `api`. */
+export function requireServerListsScope(
+  config: Pick<Config, "upstream">,
+  servers: readonly ServerEntry[],
+): void {
+  if (servers.some((entry) => (entry.lists?.groups.length ?? 0) > 0)) {
+    requireMembershipScope(config, CONFIG_VARIABLES.mcpServersFile.name);
   }
 }
 

@@ -86,7 +86,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     config.mcpPolicyFile,
     (policy) => requireCallPolicyMemberships(config, policy, upstream),
     undefined,
-    () => serversPolicies(servers),
+    () => serversGroups(servers),
   );
   const initialPolicy = config.mcpPolicyFile?.policy;
   if (initialPolicy) requireCallPolicyMemberships(config, initialPolicy, upstream);
@@ -123,9 +123,15 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   };
 }
 
-/** The named servers' own policies (`policy_file`), as served now. */
-function serversPolicies(servers: ServedSet): CallPolicy[] {
-  return servers.names().flatMap((name) => servers.named(name)?.entry?.policy?.policy ?? []);
+/** The groups the named servers' own policies (`policy_file`) and lists name, as served now. */
+function serversGroups(servers: ServedSet): string[] {
+  return servers.names().flatMap((name) => {
+    const entry = servers.named(name)?.entry;
+    return [
+      ...(entry?.policy ? policyGroups(entry.policy.policy) : []),
+      ...(entry?.lists?.groups.map((group) => group.path) ?? []),
+    ];
+  });
 }
 
 /** The provider UPSTREAM_PROVIDER names, among `providers`; throws ConfigError. */

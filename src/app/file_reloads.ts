@@ -11,6 +11,7 @@ import { DEFAULT_SERVER } from "../gateway/servers_file.ts";
 import { reloadableServersFile, type ServersReload } from "../gateway/servers_reload.ts";
 import type { Logger } from "../logger.ts";
 import type { AppDeps } from "./context.ts";
+import { requireServerListsScope } from "./config.ts";
 
 /** The running watches; `reload` is what SIGHUP does. */
 export interface FollowedFiles {
@@ -45,6 +46,7 @@ export function followConfigFiles(
     readText: options.readText,
     // A server's own policy is refused on reload for what refuses MCP_POLICY_FILE's.
     check: (file) => {
+      requireServerListsScope(deps.config, file.servers);
       for (const entry of file.servers) {
         if (entry.policy) deps.callPolicy.check(entry.policy.policy);
       }

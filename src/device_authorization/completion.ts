@@ -19,7 +19,8 @@ export async function completeDeviceSignIn(
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
 ): Promise<Response> {
-  const admission = await admitSignIn(ctx, tokens, user);
+  const authorization = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(userCodeHash);
+  const admission = await admitSignIn(ctx, tokens, user, authorization?.value.resource);
   if (admission.kind === "refused") {
     await denyDevice(ctx, userCodeHash, "refused by the allow-lists");
     return notice(

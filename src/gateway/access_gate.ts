@@ -9,10 +9,16 @@
  */
 
 import type { AccessConfig } from "../access/config.ts";
+import type { AccessPolicy } from "../access/policy.ts";
 import type { Clock } from "../clock.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { Logger } from "../logger.ts";
-import { recheckAccess, recheckDue } from "../session/access_recheck.ts";
+import {
+  type Recheck,
+  recheckAccess,
+  recheckDue,
+  serverListsDecide,
+} from "../session/access_recheck.ts";
 import { afterSessionEnded } from "../session/end.ts";
 import { endSessionAsItIsNow } from "../session/life.ts";
 import type { Store } from "../store/mod.ts";
@@ -40,16 +46,19 @@ export interface AccessGate {
   config: Pick<AccessConfig, "access">;
   /** The groups MCP_POLICY_FILE names now. */
   policyGroups(): string[];
+  /** The server's own lists (MCP_SERVERS_FILE), decided on every request from the session. */
+  serverLists?: AccessPolicy;
   /** Per process: until when a session is not asked again after a failure (epoch ms). */
   quietUntil: Map<string, number>;
 }
 
-/** The re-check of the gateway `config` and `policyGroups` describe. */
+/** The re-check of the gateway `config`, `policyGroups` and the server's lists describe. */
 export function createAccessGate(
   config: Pick<AccessConfig, "access">,
   policyGroups: () => string[],
+  serverLists?: AccessPolicy,
 ): AccessGate {
-  return { config, policyGroups, quietUntil: new Map() };
+  return { config, policyGroups, serverLists, quietUntil: new Map() };
 }
 
 /** The guard's dependencies the re-check uses. */
@@ -71,11 +80,18 @@ export async function requireStillAdmitted(
   session: SessionRecord,
   resource: string,
 ): Promise<SessionRecord> {
-  const recheckDeps = { ...deps, config: gate.config, policyGroups: gate.policyGroups() };
-  if (!recheckDue(recheckDeps, session)) return session;
+  const recheckDeps = {
+    ...deps,
+    config: gate.config,
+    policyGroups: gate.policyGroups(),
+    serverLists: gate.serverLists,
+  };
   const now = deps.clock.now();
-  if ((gate.quietUntil.get(session.id) ?? 0) > now) return session;
-  const recheck = await recheckAccess(recheckDeps, session);
+  const asks = recheckDue(recheckDeps, session) && (gate.quietUntil.get(session.id) ?? 0) <= now;
+  const recheck: Recheck = asks
+    ? await recheckAccess(recheckDeps, session)
+    : serverListsDecide(gate.serverLists, session);
+  if (!asks && recheck.kind === "admitted") return session;
   if (recheck.kind === "admitted") {
     if (recheck.session !== session) return await saveDecision(deps, recheck.session);
     // Due, yet the same decision: GitLab failed and the decision stands (the grace).

@@ -4,6 +4,7 @@
  */
 
 import type { CallPolicy } from "../access/call_policy.ts";
+import type { AccessPolicy } from "../access/policy.ts";
 import type { CallPolicyHolder } from "../access/call_policy_file.ts";
 import type { AccessConfig } from "../access/config.ts";
 import type { Clock } from "../clock.ts";
@@ -66,6 +67,8 @@ export interface Gateway {
   audit: Audit;
   /** RATE_LIMIT_MCP; undefined when `off`. */
   rateLimit: SessionRateLimit | undefined;
+  /** The server's own lists (MCP_SERVERS_FILE), narrowing the service-wide ones. */
+  ownLists?: AccessPolicy;
   /** The server's own `policy_file` (MCP_SERVERS_FILE); undefined: MCP_POLICY_FILE decides. */
   ownPolicy?: CallPolicy;
   /** The policy whose literal tool names the metrics have learnt (once per policy loaded). */

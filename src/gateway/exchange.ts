@@ -345,7 +345,11 @@ function guardDeps(gateway: Gateway, oauth: GatewayOAuth): GuardDeps {
     // Checked per call once the body is read (call_scopes.ts).
     requiredScope: undefined,
     verifiedTokens,
-    accessGate: createAccessGate(config, () => heldPolicyGroups(gateway.deps.callPolicy)),
+    accessGate: createAccessGate(
+      config,
+      () => heldPolicyGroups(gateway.deps.callPolicy),
+      gateway.ownLists,
+    ),
   };
 }
 

@@ -37,6 +37,7 @@ export function createMcpGateway(deps: GatewayDeps, server: ServedServer): McpGa
     audit: createAudit(deps.logger, deps.config.auditLog, server.name),
     rateLimit: createSessionRateLimit(deps, deps.config.rateLimits.mcp),
     ownPolicy: server.entry?.policy?.policy,
+    ownLists: server.entry?.lists,
   };
   return { handle: (ctx) => runExchange(ctx, gateway) };
 }

@@ -10,6 +10,7 @@
 
 import { LineCounter, parseDocument } from "yaml";
 import { type PolicyFile, readPolicyFile } from "../access/call_policy_file.ts";
+import { type AccessPolicy, parseAllowedGroups, parseAllowedUsers } from "../access/policy.ts";
 import { PolicyError } from "../access/call_policy.ts";
 import { ConfigError } from "../config/variable.ts";
 import { isWebUrl } from "../http/web_url.ts";
@@ -26,6 +27,11 @@ export interface ServerEntry {
   timeoutMs?: number;
   /** `policy_file`, read with the servers file: decides the calls here instead of MCP_POLICY_FILE. */
   policy?: PolicyFile;
+  /**
+   * `allowed_gitlab_groups` and `allowed_gitlab_users`: who may get a token for this server,
+   * besides what the service-wide lists require; undefined when the entry names neither.
+   */
+  lists?: AccessPolicy;
 }
 
 /** The servers file, read. */
@@ -51,13 +57,9 @@ const ENTRY_KEYS = [
 const TOKEN_HEADERS: readonly TokenHeader[] = ["authorization", "private-token", "none"];
 /**
  * Keys the issue names that this version does not apply yet (each server uses the service-wide
- * allow-lists and scopes): a file using one is refused at start-up.
+ * scopes): a file using one is refused at start-up.
  */
-const DEFERRED_KEYS = [
-  "allowed_gitlab_groups",
-  "allowed_gitlab_users",
-  "gitlab_scopes",
-];
+const DEFERRED_KEYS = ["gitlab_scopes"];
 
 /** The configuration's parser of MCP_SERVERS_FILE: the file read and checked once. */
 export function parseServersFile(variable: string, path: string): ServersFile {
@@ -156,12 +158,45 @@ function parseEntry(
   if (raw.policy_file !== undefined) {
     entry.policy = policyOf(raw.policy_file, folder, `${where} policy_file`, fail, readText);
   }
+  if (raw.allowed_gitlab_groups !== undefined || raw.allowed_gitlab_users !== undefined) {
+    entry.lists = {
+      groups: listed(raw.allowed_gitlab_groups, `${where} allowed_gitlab_groups`, fail)(
+        parseAllowedGroups,
+      ),
+      users: listed(raw.allowed_gitlab_users, `${where} allowed_gitlab_users`, fail)(
+        parseAllowedUsers,
+      ),
+    };
+  }
   const deferred = DEFERRED_KEYS.find((key) => raw[key] !== undefined);
   if (deferred !== undefined) {
     // Refused rather than ignored: a list or policy that silently did nothing would admit more.
     fail(`${where} ${deferred}`, "is not supported yet: this version applies the service-wide one");
   }
   return entry;
+}
+
+/**
+ * A list field (absent: empty), each item read as the service-wide variable reads its entries;
+ * a bad item fails naming the field.
+ */
+function listed(raw: unknown, where: string, fail: Fail) {
+  if (
+    raw !== undefined && (!Array.isArray(raw) || raw.length === 0 ||
+      raw.some((item) => typeof item !== "string" || item.trim() === ""))
+  ) {
+    fail(where, "must be a non-empty list of non-empty strings (or be left out)");
+  }
+  const items = (raw ?? []) as string[];
+  return <T>(parse: (name: string, raw: string) => T[]): T[] =>
+    items.flatMap((item) => {
+      try {
+        return parse(where, item);
+      } catch (error) {
+        if (!(error instanceof ConfigError)) throw error;
+        return fail(where, error.message.slice(where.length + 2));
+      }
+    });
 }
 
 /** An entry's policy file, relative to the servers file's folder, read and checked now. */

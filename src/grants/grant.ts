@@ -6,6 +6,7 @@
  * @see RFC 6749 §4 and §5.1
  */
 
+import type { AccessPolicy } from "../access/policy.ts";
 import type { AuthenticatedClient } from "../clients/authentication.ts";
 import type { Clock } from "../clock.ts";
 import type { ClientsConfig } from "../clients/config.ts";
@@ -51,6 +52,8 @@ export interface GrantDeps extends EndDeps {
   policyGroups(): string[];
   /** The protected resources served now for an issuer (`/mcp`'s first). */
   servedResources(issuer: string): readonly string[];
+  /** The lists of the MCP server `resource` names (MCP_SERVERS_FILE), if it has any. */
+  serverLists(resource: string | undefined, issuer: string): AccessPolicy | undefined;
 }
 
 /** One token request as a grant sees it. */

@@ -120,7 +120,14 @@ async function requireStillAdmitted(
 ): Promise<SessionRecord> {
   const { store, clock, config, logger } = deps;
   const recheck = await recheckAccess(
-    { store, clock, config, upstream: deps.upstream, policyGroups: deps.policyGroups() },
+    {
+      store,
+      clock,
+      config,
+      upstream: deps.upstream,
+      policyGroups: deps.policyGroups(),
+      serverLists: deps.serverLists(session.value.resource, request.issuer),
+    },
     session.value,
   );
   if (recheck.kind === "admitted") return recheck.session;

@@ -94,7 +94,7 @@ async function complete(
   if (signIn.deviceUserCodeHash !== undefined) {
     return await completeDeviceSignIn(ctx, signIn.deviceUserCodeHash, tokens, user);
   }
-  const admission = await admitSignIn(ctx, tokens, user);
+  const admission = await admitSignIn(ctx, tokens, user, signIn.resource);
   if (admission.kind === "refused") return refusalPage(ctx, signIn, admission.message);
   const completion = await storeSignIn(
     ctx,

@@ -20,10 +20,13 @@ import type { ServedSet } from "../gateway/served_set.ts";
 /** What the token endpoint uses: what its grants use, and the policy file's groups. */
 type TokenContext =
   & RequestContext<
-    & Omit<GrantDeps, "signer" | "upstream" | "policyGroups" | "servedResources" | "metrics">
+    & Omit<
+      GrantDeps,
+      "signer" | "upstream" | "policyGroups" | "servedResources" | "serverLists" | "metrics"
+    >
     & {
       callPolicy: CallPolicyHolder;
-      servers: Pick<ServedSet, "resources">;
+      servers: Pick<ServedSet, "resources" | "at">;
       metrics: Pick<Metrics, "refreshReplays" | "deviceAuthorizations" | "countGrant">;
       config: { requestBodyTimeoutMs: number };
     }
@@ -70,6 +73,10 @@ function grantDeps(ctx: TokenContext): GrantDeps {
     upstream: ctx.oauth.upstream,
     policyGroups: () => heldPolicyGroups(callPolicy),
     servedResources: (issuer) => servers.resources(issuer),
+    serverLists: (resource, issuer) => {
+      const url = resource === undefined ? null : URL.parse(resource);
+      return url ? servers.at(url, issuer)?.entry?.lists : undefined;
+    },
   };
 }
 

@@ -9,7 +9,13 @@
  */
 
 import { decideAccess, groupsToAsk } from "../access/admission.ts";
-import { admits, isRestricted, refusalReason } from "../access/policy.ts";
+import {
+  type AccessPolicy,
+  admits,
+  isRestricted,
+  listsAdmit,
+  refusalReason,
+} from "../access/policy.ts";
 import type { Clock } from "../clock.ts";
 import { type AccessConfig, accessPolicyOf } from "../access/config.ts";
 import type { Store } from "../store/mod.ts";
@@ -24,6 +30,8 @@ export interface RecheckDeps {
   config: Pick<AccessConfig, "access">;
   /** The groups MCP_POLICY_FILE names now: learnt too, and at once if never asked. */
   policyGroups?: string[];
+  /** The lists of the MCP server the session is for (MCP_SERVERS_FILE), if it has any. */
+  serverLists?: AccessPolicy;
 }
 
 /** What the re-check came to. */
@@ -53,7 +61,7 @@ export function recheckDue(
 /** Re-checks `session` when due; never throws for GitLab's failures. */
 export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): Promise<Recheck> {
   const { store, clock, upstream, config } = deps;
-  if (!recheckDue(deps, session)) return { kind: "admitted", session };
+  if (!recheckDue(deps, session)) return serverListsDecide(deps.serverLists, session);
   const policy = accessPolicyOf(config);
   const policyGroups = deps.policyGroups ?? [];
   const now = clock.now();
@@ -73,7 +81,7 @@ export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): 
     if (isRestricted(policy) && !admits(access)) {
       return { kind: "refused", reason: refusalReason(policy, access) };
     }
-    return { kind: "admitted", session: { ...session, access } };
+    return serverListsDecide(deps.serverLists, { ...session, access });
   } catch (error) {
     if (!(error instanceof UpstreamError)) throw error;
     // GitLab refusing the user's token itself (revoked, blocked account) is an answer.
@@ -86,6 +94,19 @@ export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): 
     const stands = graceMs > 0 && last !== undefined && now - dueAt <= graceMs;
     return stands ? { kind: "admitted", session } : { kind: "unconfirmed" };
   }
+}
+
+/**
+ * The decision of the session's MCP server's own lists, from what the session learnt: they
+ * narrow the service-wide lists, so a session they do not admit ends.
+ */
+export function serverListsDecide(
+  lists: AccessPolicy | undefined,
+  session: SessionRecord,
+): Recheck {
+  const user = { id: session.upstreamUserId, username: session.upstreamUsername };
+  if (!lists || listsAdmit(lists, user, session.access)) return { kind: "admitted", session };
+  return { kind: "refused", reason: `not in the lists of the MCP server ${session.resource}` };
 }
 
 /**

@@ -9,7 +9,13 @@
 
 import { decideAccess } from "../access/admission.ts";
 import { heldPolicyGroups } from "../access/call_policy_file.ts";
-import { type AccessPolicy, admits, isRestricted, refusalReason } from "../access/policy.ts";
+import {
+  type AccessPolicy,
+  admits,
+  isRestricted,
+  listsAdmit,
+  refusalReason,
+} from "../access/policy.ts";
 import { accessPolicyOf } from "../access/config.ts";
 import type { SignInContext } from "./deps.ts";
 import { redact } from "../logger.ts";
@@ -32,10 +38,14 @@ export async function admitSignIn(
   ctx: SignInContext,
   tokens: UpstreamTokenSet,
   user: UpstreamUser,
+  resource: string | undefined,
 ): Promise<SignInAdmission> {
   const policy = accessPolicyOf(ctx.deps.config);
   const policyGroups = heldPolicyGroups(ctx.deps.callPolicy);
-  if (!isRestricted(policy) && policyGroups.length === 0) return { kind: "admitted" };
+  const serverLists = serverListsOf(ctx, resource);
+  if (!isRestricted(policy) && policyGroups.length === 0 && !serverLists) {
+    return { kind: "admitted" };
+  }
   const { upstream } = ctx.oauth;
   const access = await decideAccess(
     upstream,
@@ -46,18 +56,32 @@ export async function admitSignIn(
     policyGroups,
   );
   // Without a list everyone is admitted; the levels are kept for the gateway's policy.
-  if (!isRestricted(policy) || admits(access)) return { kind: "admitted", access };
+  const serviceAdmits = !isRestricted(policy) || admits(access);
+  const serverAdmits = !serverLists || listsAdmit(serverLists, user, access);
+  if (serviceAdmits && serverAdmits) return { kind: "admitted", access };
+  const refusedBy = serviceAdmits && serverLists ? serverLists : policy;
   ctx.deps.logger.warn("sign-in refused: account not allowed", {
     requestId: ctx.requestId,
     gitlabUser: user.username,
-    reason: refusalReason(policy, access),
+    reason: serviceAdmits
+      ? `not in the lists of the MCP server ${resource}`
+      : refusalReason(policy, access),
   });
   await revokeRefusedToken(ctx, tokens.accessToken);
   ctx.deps.metrics.signInsFinished.inc({
     mode: ctx.deps.config.upstream.signIn,
     outcome: "refused",
   });
-  return { kind: "refused", message: refusalMessage(upstream.profile, user.username, policy) };
+  return {
+    kind: "refused",
+    message: refusalMessage(upstream.profile, user.username, refusedBy),
+  };
+}
+
+/** The lists of the MCP server `resource` names (MCP_SERVERS_FILE), if it has any. */
+function serverListsOf(ctx: SignInContext, resource: string | undefined) {
+  const url = resource === undefined ? null : URL.parse(resource);
+  return url ? ctx.deps.servers.at(url, ctx.baseUrl)?.entry?.lists : undefined;
 }
 
 /**

@@ -52,7 +52,7 @@ export interface SignInDeps {
   /** The policy file's groups are learnt at sign-in too. */
   callPolicy: CallPolicyHolder;
   /** The MCP servers served now: a sign-in is for one of them. */
-  servers: Pick<ServedSet, "resources">;
+  servers: Pick<ServedSet, "resources" | "at">;
   clientMetadataFetcher: ClientMetadataFetcher;
   upstreamProfile: UpstreamProfile;
   /** Ending an abandoned sign-in's session forgets its tokens here too. */

@@ -268,7 +268,7 @@ async function advanceFlow(
   let admission: SignInAdmission;
   try {
     user = await upstream.fetchUser(tokens.accessToken);
-    admission = await admitSignIn(ctx, tokens, user);
+    admission = await admitSignIn(ctx, tokens, user, flow.value.resource);
   } catch (error) {
     // Fail the flow as saved with the tokens, not the version the caller read.
     if (!(error instanceof UpstreamError)) throw error;
