@@ -81,6 +81,23 @@ Deno.test({
       );
       await waitFor(() => demo.logs.some((line) => line.includes('"policy":"deny"')));
 
+      // The same token with SDK v2 pinned to 2026-07-28: /mcp answers that revision too.
+      const v2 = new ClientV2(
+        { name: "demo-test", version: "1.0.0" },
+        { versionNegotiation: { mode: { pin: "2026-07-28" } } },
+      );
+      const token = provider.tokens()?.access_token ?? "";
+      await v2.connect(
+        new TransportV2(serverUrl, { authProvider: { token: () => Promise.resolve(token) } }),
+      );
+      try {
+        const whoami = await v2.callTool({ name: "whoami", arguments: {} });
+        const [content] = whoami.content as { type: string; text: string }[];
+        assert.equal(JSON.parse(content.text).username, "ada");
+      } finally {
+        await v2.close();
+      }
+
       assertMcpSignInRequests(demo.logs);
     } finally {
       await client.close();
