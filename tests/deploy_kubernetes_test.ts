@@ -227,8 +227,7 @@ Deno.test("deploy/kubernetes: every variable is the service's own; secrets come 
   const secret = mountedSecret(pod, container);
   assert.equal(container.envFrom, undefined, "every variable is named in the Deployment");
   const names = (container.env ?? []).map((variable) => variable.name);
-  // `<NAME>_FILE` of a secret counts as the service's own whether or not the table names it yet.
-  const unknown = names.filter((name) => !KNOWN.has(name) && !secretOfFileVariable(name));
+  const unknown = names.filter((name) => !KNOWN.has(name));
   assert.deepEqual(unknown, [], "variables the service does not read");
   for (const variable of container.env ?? []) {
     assert.ok(!SECRETS.includes(variable.name), `${variable.name} is read from a file`);
@@ -293,17 +292,14 @@ Deno.test("deploy/kubernetes: what the Deployment sets, with the ConfigMap's fil
         secret.path,
         `${dir}/secrets`,
       );
-      const secretName = secretOfFileVariable(name);
       if (local.startsWith(`${dir}/config/`)) {
         assert.ok(
           configMap.data[local.slice(dir.length + 8)] !== undefined,
           `${name}: in the ConfigMap`,
         );
       }
-      // Until the service reads `<NAME>_FILE` itself, the test reads the file for it.
-      if (secretName && !KNOWN.has(name)) {
-        env[secretName] = (await Deno.readTextFile(local)).replace(/\n$/, "");
-      } else env[name] = local;
+      // The service reads `<NAME>_FILE` itself (loadConfig): the Secret's files as mounted.
+      env[name] = local;
     }
     // Under the image's own ENV (its KV_PATH is emptied: PostgreSQL).
     const config = loadConfig({ ...imageEnv(), ...env });

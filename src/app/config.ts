@@ -33,6 +33,7 @@ import {
   variable,
   variablesOf,
 } from "../config/variable.ts";
+import { secretFileForms, withSecretFiles } from "../config/secret_files.ts";
 import { GATEWAY_VARIABLES } from "../gateway/config.ts";
 import type { ServerEntry } from "../gateway/servers_file.ts";
 import { INTROSPECTION_VARIABLES } from "../introspection/config.ts";
@@ -212,7 +213,8 @@ export interface OAuthSettings {
  * Reads and validates the configuration from an environment map. SECURITY_PROFILE supplies the
  * defaults of the variables it governs; a variable set explicitly wins. Throws ConfigError.
  */
-export function loadConfig(env: Env): Config {
+export function loadConfig(given: Env): Config {
+  const env = withSecretFiles(given, variablesOf(CONFIG_VARIABLES));
   const profile = CONFIG_VARIABLES.securityProfile.read(env);
   const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
   requireBaseUrlBehindProxy(config);
@@ -305,7 +307,8 @@ function requireBaseUrlForRedirect(config: Config): void {
 
 /** Every variable of CONFIG_VARIABLES, groups flattened, in table order. */
 export function listConfigVariables(): ConfigVariable<unknown>[] {
-  return variablesOf(CONFIG_VARIABLES);
+  const variables = variablesOf(CONFIG_VARIABLES);
+  return [...variables, ...secretFileForms(variables)];
 }
 
 /** The environment with the profile's defaults filled in where a variable is unset or blank. */

@@ -26,6 +26,8 @@ export interface ConfigVariable<T> {
   readonly shownDefault: string;
   /** One line, as in docs/configuration.md's table. */
   readonly meaning: string;
+  /** A secret: it may come from `NAME_FILE` (secret_files.ts) and is never shown. */
+  readonly secret?: boolean;
   /** The value in `env`, the default when unset or blank. Throws ConfigError. */
   read(env: Env): T;
 }

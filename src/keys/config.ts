@@ -5,6 +5,7 @@
  */
 
 import { MIN_SECRET_BYTES, oneOf, parseSecret } from "../config/parsers.ts";
+import { secret } from "../config/secret_files.ts";
 import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
 import {
   algorithmOfKey,
@@ -16,19 +17,19 @@ import {
 export const KEYS_VARIABLES = {
   // The OAuth settings first: when several values are wrong, JWT_SECRET's error is reported.
   /** Absent: the service starts but every operation answers 500 (spec §1.7). */
-  jwtSecret: variable(
+  jwtSecret: secret(variable(
     "JWT_SECRET",
     undefined,
     parseSecret,
     `HS256 signing secret, at least ${MIN_SECRET_BYTES} bytes`,
-  ),
+  )),
   /** A retired signing secret whose tokens are still accepted while they live. */
-  jwtSecretPrevious: variable(
+  jwtSecretPrevious: secret(variable(
     "JWT_SECRET_PREVIOUS",
     undefined,
     parseSecret,
     "the secret before a rotation: its tokens and stored sessions stay valid",
-  ),
+  )),
   /** `HS256`: the spec; `ES256`/`EdDSA`: signed with SIGNING_KEYS, published at the JWKS. */
   accessTokenAlg: variable(
     "ACCESS_TOKEN_ALG",

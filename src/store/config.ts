@@ -4,6 +4,7 @@
  */
 
 import { integerBetween, MIN_SECRET_BYTES, parseSecret, text } from "../config/parsers.ts";
+import { secret } from "../config/secret_files.ts";
 import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
 import { tlsSettingsOf } from "./postgres/tls_settings.ts";
 
@@ -39,13 +40,13 @@ export const STORE_VARIABLES = {
     "Deno's default `Deno.openKv()`",
   ),
   /** PostgreSQL instead of Deno KV (src/store/postgres/); a secret when it holds a password. */
-  databaseUrl: variable(
+  databaseUrl: secret(variable(
     "DATABASE_URL",
     undefined,
     parseDatabaseUrl,
     "PostgreSQL store: `postgres://user:pass@host:5432/db?sslmode=require`; not with `KV_PATH`",
     "unset: Deno KV",
-  ),
+  )),
   databasePoolSize: variable(
     "DATABASE_POOL_SIZE",
     "10",
@@ -61,13 +62,13 @@ export const STORE_VARIABLES = {
       "included, before it is answered 503 with `Retry-After`",
   ),
   /** Key for GitLab tokens at rest (AES-GCM); undefined: derived from JWT_SECRET with HKDF. */
-  encryptionKey: variable(
+  encryptionKey: secret(variable(
     "ENCRYPTION_KEY",
     undefined,
     parseSecret,
     `key (≥ ${MIN_SECRET_BYTES} bytes) for GitLab tokens at rest`,
     "derived from `JWT_SECRET`",
-  ),
+  )),
 } satisfies ConfigTable;
 
 /** What STORE_VARIABLES reads to. */

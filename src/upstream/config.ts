@@ -4,6 +4,7 @@
  */
 
 import { caseInsensitive, integerBetween, oneOf, parseHttpUrl, text } from "../config/parsers.ts";
+import { secret } from "../config/secret_files.ts";
 import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
 
 /** A provider's name as `providers.ts` keys it: lower case, digits, `_` and `-`. */
@@ -41,12 +42,12 @@ export const UPSTREAM_VARIABLES = {
       "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
     ),
     /** A confidential application's secret (redirect sign-in only); a secret: never logged. */
-    clientSecret: variable(
+    clientSecret: secret(variable(
       "GITLAB_CLIENT_SECRET",
       undefined,
       text,
       "redirect sign-in: the secret of a confidential GitLab application",
-    ),
+    )),
   },
   upstreamTimeoutMs: variable(
     "UPSTREAM_TIMEOUT_MS",
