@@ -48,19 +48,22 @@ export interface Composition {
   kv: StoreDatabase;
   /** Closes `kv` (PostgreSQL: drains its pool). */
   closeKv(): Promise<void>;
-  /** What a reload of MCP_POLICY_FILE or MCP_SERVERS_FILE changes. */
+  /** What a reload of MCP_POLICY_FILE, MCP_SERVERS_FILE or MACHINE_ACCESS_FILE changes. */
   reloadable: Reloadable;
 }
 
 /** The parts of the service a reload of its configuration files changes. */
-type Reloadable = Pick<AppDeps, "config" | "callPolicy" | "servers" | "openStreams">;
+type Reloadable = Pick<
+  AppDeps,
+  "config" | "callPolicy" | "servers" | "openStreams" | "machineAccess"
+>;
 
 /** A running service. */
 export interface RunningService {
   /** Where it listens, e.g. `http://127.0.0.1:8000`. */
   url: string;
   config: Config;
-  /** What a reload of MCP_POLICY_FILE or MCP_SERVERS_FILE changes. */
+  /** What a reload of MCP_POLICY_FILE, MCP_SERVERS_FILE or MACHINE_ACCESS_FILE changes. */
   reloadable: Reloadable;
   /** Stops accepting, finishes in-flight requests (bounded), closes KV. */
   shutdown(): Promise<void>;

@@ -121,6 +121,11 @@ const PROOFS: [string, string, Proof][] = [
     kind: "not run",
     says: /`\/etc\/gitlab-mcp-auth\/servers\.yaml` is the file above/,
   }],
+  ["docs/gateway.md", "# MACHINE_ACCESS_FILE", {
+    kind: "runs",
+    section: "## Machine callers",
+    runBy: "tests/machine_access_file_test.ts",
+  }],
   ["docs/security.md", "REDIRECT_URI_POLICY=registered", {
     kind: "runs",
     section: "Client allow-list",

@@ -38,6 +38,7 @@ import { GATEWAY_VARIABLES } from "../gateway/config.ts";
 import type { ServerEntry } from "../gateway/servers_file.ts";
 import { INTROSPECTION_VARIABLES } from "../introspection/config.ts";
 import { KEYS_VARIABLES, requireSigningKeys } from "../keys/config.ts";
+import { MACHINE_VARIABLES, requireMachineServers } from "../machine/config.ts";
 import { METRICS_VARIABLES } from "../metrics/config.ts";
 import type { BucketLabel } from "../metrics/catalog.ts";
 import type { RateLimit } from "../http/rate_limit.ts";
@@ -164,6 +165,7 @@ export const CONFIG_VARIABLES = {
   ...STORE_VARIABLES,
   ...CLIENTS_VARIABLES,
   ...GATEWAY_VARIABLES,
+  ...MACHINE_VARIABLES,
   ...SIGN_IN_VARIABLES,
   ...DEVICE_AUTHORIZATION_VARIABLES,
   ...INTROSPECTION_VARIABLES,
@@ -223,6 +225,7 @@ export function loadConfig(given: Env): Config {
   requireSigningKeys(config);
   requireBaseUrlForRedirect(config);
   requireAccessSettings(config);
+  requireMachineServers(config);
   return config;
 }
 

@@ -15,6 +15,7 @@ import type { Store } from "../store/mod.ts";
 import type { Templates } from "../pages/mod.ts";
 import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 import type { CallPolicyHolder } from "../access/call_policy_file.ts";
+import type { MachineAccessHolder } from "../machine/holder.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
 export interface OAuthDeps {
@@ -53,6 +54,8 @@ export interface AppDeps {
    * clients; a reload of MCP_SERVERS_FILE replaces the named ones.
    */
   servers: ServedSet;
+  /** MACHINE_ACCESS_FILE's rules in force (reloaded on SIGHUP); holds none when it is unset. */
+  machineAccess: MachineAccessHolder;
 }
 
 /** One request as a route sees it, with the whole service as its dependencies. */

@@ -7,6 +7,7 @@
 
 import { mcpClientFor } from "../gateway/mcp_client/for_url.ts";
 import { createServedSet, type ServedSet } from "../gateway/served_set.ts";
+import { DEFAULT_SERVER } from "../gateway/servers_file.ts";
 import type { McpClient } from "../gateway/mcp_client/types.ts";
 import {
   type ClientMetadataFetcher,
@@ -19,6 +20,7 @@ import { jwtSecrets } from "../keys/config.ts";
 import { requireMembershipScope } from "../upstream/config.ts";
 import { type CallPolicy, policyGroups } from "../access/call_policy.ts";
 import { createCallPolicyHolder } from "../access/call_policy_file.ts";
+import { createMachineAccessHolder } from "../machine/holder.ts";
 import type { AppDeps } from "./context.ts";
 import type { Logger } from "../logger.ts";
 import { createMetrics, type Metrics } from "../metrics/catalog.ts";
@@ -120,6 +122,11 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     },
     callPolicy,
     servers,
+    machineAccess: createMachineAccessHolder(
+      config.machineAccessFile,
+      // A reload may name the servers served then (MCP_SERVERS_FILE reloads too).
+      () => [DEFAULT_SERVER, ...servers.names()],
+    ),
   };
 }
 

@@ -1,7 +1,7 @@
 /**
  * The configuration files the service follows while it runs: MCP_POLICY_FILE and
  * MCP_SERVERS_FILE are read again on SIGHUP and when their content changes on disk
- * (config/file_watch.ts). Each reload writes one line: what is in force now, or, for a file that
+ * (config/file_watch.ts); MACHINE_ACCESS_FILE (with its rules' token files) on SIGHUP. Each reload writes one line: what is in force now, or, for a file that
  * start-up would refuse, why nothing changed (what was in force stays; the service goes on).
  */
 
@@ -10,6 +10,7 @@ import { FILE_CHECK_MS, watchFile } from "../config/file_watch.ts";
 import { DEFAULT_SERVER } from "../gateway/servers_file.ts";
 import { reloadableServersFile, type ServersReload } from "../gateway/servers_reload.ts";
 import type { Logger } from "../logger.ts";
+import type { MachineReload } from "../machine/holder.ts";
 import type { AppDeps } from "./context.ts";
 import { requireServerListsScope } from "./config.ts";
 
@@ -30,12 +31,17 @@ export interface FollowOptions {
 
 /** Whether any file is there to follow (without one, SIGHUP keeps its default meaning). */
 export function hasFollowedFiles(deps: Pick<AppDeps, "config">): boolean {
-  return deps.config.mcpPolicyFile !== undefined || deps.config.mcpServersFile !== undefined;
+  const { config } = deps;
+  return config.mcpPolicyFile !== undefined || config.mcpServersFile !== undefined ||
+    config.machineAccessFile !== undefined;
 }
 
-/** Follows the policy and servers files of `deps`, logging each reload on `logger`. */
+/**
+ * Follows the policy and servers files of `deps` (and, on SIGHUP, its machine access file),
+ * logging each reload on `logger`.
+ */
 export function followConfigFiles(
-  deps: Pick<AppDeps, "config" | "callPolicy" | "servers" | "openStreams">,
+  deps: Pick<AppDeps, "config" | "callPolicy" | "servers" | "openStreams" | "machineAccess">,
   logger: Logger,
   options: FollowOptions = { everyMs: FILE_CHECK_MS },
 ): FollowedFiles {
@@ -62,6 +68,7 @@ export function followConfigFiles(
     reload() {
       logPolicyReload(policy.reload(), logger);
       logServersReload(served.reload(), deps, logger);
+      logMachineReload(deps.machineAccess.reload(), logger);
     },
     check: () => watches.forEach((watch) => watch.check()),
     stop: () => watches.forEach((watch) => watch.stop()),
@@ -96,6 +103,18 @@ function logPolicyReload(reload: Reload, logger: Logger): void {
     logger.info("MCP_POLICY_FILE reloaded", { file: reload.path, rules: reload.rules });
   } else if (reload.kind === "kept") {
     logger.error(`MCP_POLICY_FILE not reloaded, the policy in force stays: ${reload.problem}`);
+  }
+}
+
+function logMachineReload(reload: MachineReload, logger: Logger): void {
+  if (reload.kind === "reloaded") {
+    logger.info("MACHINE_ACCESS_FILE reloaded", {
+      file: reload.path,
+      ciRules: reload.ci,
+      clientRules: reload.clients,
+    });
+  } else if (reload.kind === "kept") {
+    logger.error(`MACHINE_ACCESS_FILE not reloaded, the rules in force stay: ${reload.problem}`);
   }
 }
 

@@ -98,10 +98,14 @@ export function readServersFile(
   return { path, servers };
 }
 
-type Fail = (where: string, message: string) => never;
+/** Throws the reader's error: where in the file, and what is wrong there. */
+export type Fail = (where: string, message: string) => never;
 
-/** The file's data: YAML or JSON by the file's extension, with the line of a syntax error. */
-function parseText(path: string, text: string, fail: Fail): unknown {
+/**
+ * A configuration file's data: YAML or JSON by the file's extension, with the line of a syntax
+ * error; a repeated key is an error.
+ */
+export function parseText(path: string, text: string, fail: Fail): unknown {
   const extension = path.toLowerCase().match(/\.(ya?ml|json)$/)?.[1];
   if (extension === undefined) return fail("", "must end in .yaml, .yml or .json");
   if (extension === "json") {

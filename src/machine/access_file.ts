@@ -1,0 +1,188 @@
+/**
+ * MACHINE_ACCESS_FILE read and checked: YAML (`.yaml`, `.yml`) or JSON (`.json`) with a `ci:`
+ * list (GitLab CI jobs, matched on their ID token's claims) and a `clients:` list
+ * (operator-registered clients, by client_id). Anything it does not understand (an unknown or
+ * repeated key, a value of the wrong kind, an unreadable `gitlab_token_file`) is refused with one
+ * line naming the file, the rule and the field, so a typo never widens access silently.
+ *
+ * @see docs/gateway.md "Machine callers"
+ */
+
+import { dirname, isAbsolute, join } from "node:path";
+import { type Fail, parseText } from "../gateway/servers_file.ts";
+import { crossingGlob, projectGlob } from "./globs.ts";
+import {
+  type CiRule,
+  type ClientRule,
+  GitLabTokenSecret,
+  type Glob,
+  type MachineAccess,
+  type MachineGrant,
+} from "./rules.ts";
+
+/** Thrown with the one line that says what is wrong with the file. */
+export class MachineAccessError extends Error {
+  override name = "MachineAccessError";
+}
+
+/** Reads files: the access file and its rules' token files. */
+export type ReadText = (path: string) => string;
+
+const GRANT_KEYS = ["servers", "tools", "gitlab_token_file"];
+const CI_KEYS = ["project", "ref", "ref_type", "ref_protected", "environment", ...GRANT_KEYS];
+const CLIENT_KEYS = ["client_id", ...GRANT_KEYS];
+/** A server name as MCP_SERVERS_FILE allows it, or `default`. */
+const SERVER_NAME = /^[a-z0-9][a-z0-9-]{0,31}$/;
+/** A pattern's characters: printable, no spaces. */
+const PATTERN = /^[\x21-\x7e\u00a0-\uffff]+$/u;
+const MAX_PATTERN = 500;
+/** The most characters a token file may hold: a GitLab token is far shorter. */
+const MAX_TOKEN = 4096;
+
+/** Reads and checks the access file at `path`; throws MachineAccessError. */
+export function readMachineAccess(path: string, readText: ReadText = Deno.readTextFileSync) {
+  const fail: Fail = (where, message) => {
+    throw new MachineAccessError(`${path}: ${where}${where ? ": " : ""}${message}`);
+  };
+  let text: string;
+  try {
+    text = readText(path);
+  } catch (error) {
+    return fail("", `cannot read the file (${error instanceof Error ? error.name : "unreadable"})`);
+  }
+  const root = parseText(path, text, fail);
+  if (!isObject(root)) return fail("", "must be an object with a `ci` or `clients` list");
+  onlyKeys(root, ["ci", "clients"], "", fail);
+  const context = { fail, readText, folder: dirname(path) };
+  const ci = listOf(root.ci, "ci", fail).map((raw, index) => parseCiRule(raw, index, context));
+  const clients = listOf(root.clients, "clients", fail)
+    .map((raw, index) => parseClientRule(raw, index, context));
+  const seen = new Set<string>();
+  for (const rule of clients) {
+    if (seen.has(rule.clientId)) fail(rule.where, `client_id ${rule.clientId} has two rules`);
+    seen.add(rule.clientId);
+  }
+  return { path, ci, clients } satisfies MachineAccess;
+}
+
+interface Context {
+  fail: Fail;
+  readText: ReadText;
+  /** The access file's folder: token files are relative to it. */
+  folder: string;
+}
+
+function parseCiRule(raw: unknown, index: number, context: Context): CiRule {
+  const where = `ci rule ${index}`;
+  const { fail } = context;
+  if (!isObject(raw)) return fail(where, "must be an object");
+  onlyKeys(raw, CI_KEYS, where, fail);
+  const projectPattern = pattern(raw.project, `${where} project`, fail);
+  if (projectPattern.split("/")[0].includes("*")) {
+    // On gitlab.com anyone can make a project whose job asks for our audience.
+    fail(`${where} project`, "must name its top-level group without a wildcard");
+  }
+  const rule: CiRule = {
+    ...parseGrant(raw, where, context),
+    project: { pattern: projectPattern, matcher: projectGlob(projectPattern) },
+  };
+  if (raw.ref !== undefined) rule.ref = crossing(raw.ref, `${where} ref`, fail);
+  if (raw.ref_type !== undefined) {
+    if (raw.ref_type !== "branch" && raw.ref_type !== "tag") {
+      fail(`${where} ref_type`, "must be branch or tag");
+    }
+    rule.refType = raw.ref_type as "branch" | "tag";
+  }
+  if (raw.ref_protected !== undefined) {
+    if (typeof raw.ref_protected !== "boolean") {
+      fail(`${where} ref_protected`, "must be true or false");
+    }
+    rule.refProtected = raw.ref_protected as boolean;
+  }
+  if (raw.environment !== undefined) {
+    rule.environment = crossing(raw.environment, `${where} environment`, fail);
+  }
+  return rule;
+}
+
+function parseClientRule(raw: unknown, index: number, context: Context): ClientRule {
+  let where = `client rule ${index}`;
+  const { fail } = context;
+  if (!isObject(raw)) return fail(where, "must be an object");
+  const clientId = raw.client_id;
+  if (typeof clientId !== "string" || !PATTERN.test(clientId) || clientId.length > 255) {
+    return fail(`${where} client_id`, "must be a client_id (printable, no spaces)");
+  }
+  where = `client rule ${index} (${clientId})`;
+  onlyKeys(raw, CLIENT_KEYS, where, fail);
+  return { ...parseGrant(raw, where, context), clientId };
+}
+
+function parseGrant(raw: Record<string, unknown>, where: string, context: Context): MachineGrant {
+  const { fail } = context;
+  const servers = listOf(raw.servers, `${where} servers`, fail);
+  if (servers.length === 0) fail(`${where} servers`, "must name at least one MCP server");
+  for (const server of servers) {
+    if (typeof server !== "string" || !SERVER_NAME.test(server)) {
+      fail(`${where} servers`, `${JSON.stringify(server)} is not a server name`);
+    }
+  }
+  const grant: MachineGrant = { where, servers: [...new Set(servers as string[])] };
+  if (raw.tools !== undefined) {
+    const tools = listOf(raw.tools, `${where} tools`, fail);
+    if (tools.length === 0) fail(`${where} tools`, "must name at least one tool pattern");
+    grant.tools = tools.map((tool) => crossing(tool, `${where} tools`, fail));
+  }
+  if (raw.gitlab_token_file !== undefined) {
+    grant.gitlabToken = readToken(raw.gitlab_token_file, `${where} gitlab_token_file`, context);
+  }
+  return grant;
+}
+
+/** The token in a rule's file (relative to the access file), trailing whitespace stripped. */
+function readToken(raw: unknown, where: string, context: Context): GitLabTokenSecret {
+  const { fail, readText, folder } = context;
+  if (typeof raw !== "string" || raw === "") return fail(where, "must be a file name");
+  const path = isAbsolute(raw) ? raw : join(folder, raw);
+  let text: string;
+  try {
+    text = readText(path);
+  } catch (error) {
+    const reason = error instanceof Error ? error.name : "unreadable";
+    return fail(where, `cannot read ${path} (${reason})`);
+  }
+  const token = text.replace(/\s+$/u, "");
+  if (token === "" || token.length > MAX_TOKEN || !/^[\x21-\x7e]+$/.test(token)) {
+    return fail(where, `${path} must hold one token (printable, no spaces)`);
+  }
+  return new GitLabTokenSecret(token);
+}
+
+function pattern(raw: unknown, where: string, fail: Fail): string {
+  if (typeof raw !== "string" || !PATTERN.test(raw) || raw.length > MAX_PATTERN) {
+    return fail(where, `must be a pattern (printable, no spaces), not ${JSON.stringify(raw)}`);
+  }
+  return raw;
+}
+
+function crossing(raw: unknown, where: string, fail: Fail): Glob {
+  const written = pattern(raw, where, fail);
+  return { pattern: written, matcher: crossingGlob(written) };
+}
+
+function listOf(raw: unknown, where: string, fail: Fail): unknown[] {
+  if (raw === undefined || raw === null) return [];
+  if (!Array.isArray(raw)) return fail(where, "must be a list");
+  return raw;
+}
+
+function onlyKeys(value: Record<string, unknown>, known: string[], where: string, fail: Fail) {
+  const unknown = Object.keys(value).find((key) => !known.includes(key));
+  if (unknown !== undefined) {
+    fail(where, `unknown key ${JSON.stringify(unknown)} (known: ${known.join(", ")})`);
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}

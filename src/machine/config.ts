@@ -1,0 +1,52 @@
+/**
+ * The machine callers' configuration: MACHINE_ACCESS_FILE, the rules of GitLab CI jobs and
+ * operator-registered clients (without it neither grant is served).
+ */
+
+import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
+import { MachineAccessError, readMachineAccess } from "./access_file.ts";
+import { requireKnownServers } from "./holder.ts";
+import type { MachineAccess } from "./rules.ts";
+
+/** The configuration's parser of MACHINE_ACCESS_FILE: the file read and checked once. */
+function parseMachineAccessFile(name: string, path: string): MachineAccess {
+  try {
+    return readMachineAccess(path);
+  } catch (error) {
+    if (!(error instanceof MachineAccessError)) throw error;
+    throw new ConfigError(name, error.message);
+  }
+}
+
+export const MACHINE_VARIABLES = {
+  /** Which machine callers may call which MCP servers' tools. Undefined: none may. */
+  machineAccessFile: variable(
+    "MACHINE_ACCESS_FILE",
+    undefined,
+    parseMachineAccessFile,
+    "rules for GitLab CI jobs and machine clients (YAML or JSON; [machine callers](#machine-callers))",
+  ),
+} satisfies ConfigTable;
+
+/** What MACHINE_VARIABLES reads to. */
+export type MachineConfig = ValuesOf<typeof MACHINE_VARIABLES>;
+
+/** The MCP servers a rule may name: `default` (at /mcp) and each of MCP_SERVERS_FILE's. */
+export function configuredServers(
+  config: { mcpServersFile?: { servers: readonly { name: string }[] } },
+): string[] {
+  return ["default", ...(config.mcpServersFile?.servers ?? []).map((server) => server.name)];
+}
+
+/** Start-up stops (one line) when a rule names a server that is not configured. */
+export function requireMachineServers(
+  config: MachineConfig & Parameters<typeof configuredServers>[0],
+): void {
+  if (!config.machineAccessFile) return;
+  try {
+    requireKnownServers(config.machineAccessFile, configuredServers(config));
+  } catch (error) {
+    if (!(error instanceof MachineAccessError)) throw error;
+    throw new ConfigError(MACHINE_VARIABLES.machineAccessFile.name, error.message);
+  }
+}

@@ -1,0 +1,61 @@
+/**
+ * The machine access rules in force: read at start-up (a problem stops it with one line), and
+ * again on SIGHUP, when a file that cannot be used (or names a server that is not configured)
+ * keeps the rules in force as they were. The grants read the holder when they issue, and the
+ * gateway on every call, so a narrowed rule bites at the next call.
+ */
+
+import { MachineAccessError, readMachineAccess, type ReadText } from "./access_file.ts";
+import type { MachineAccess } from "./rules.ts";
+
+/** The outcome of a reload. */
+export type MachineReload =
+  | { kind: "reloaded"; path: string; ci: number; clients: number }
+  | { kind: "kept"; path: string; problem: string }
+  | { kind: "none" };
+
+/** The rules in force, replaced only by a reload that succeeds. */
+export interface MachineAccessHolder {
+  /** The rules in force; undefined: no MACHINE_ACCESS_FILE, no machine caller is admitted. */
+  current(): MachineAccess | undefined;
+  /** Reads the file (and its token files) again. */
+  reload(): MachineReload;
+}
+
+/** Refuses rules naming a server not in `known` (`default` is the one at /mcp). */
+export function requireKnownServers(access: MachineAccess, known: readonly string[]): void {
+  for (const rule of [...access.ci, ...access.clients]) {
+    const unknown = rule.servers.find((server) => !known.includes(server));
+    if (unknown !== undefined) {
+      throw new MachineAccessError(
+        `${access.path}: ${rule.where} servers: ${unknown} is not a configured MCP server ` +
+          `(configured: ${known.join(", ")})`,
+      );
+    }
+  }
+}
+
+/** A holder starting with `initial`, whose reloads must name only the servers served then. */
+export function createMachineAccessHolder(
+  initial: MachineAccess | undefined,
+  knownServers: () => readonly string[],
+  readText?: ReadText,
+): MachineAccessHolder {
+  let inForce = initial;
+  return {
+    current: () => inForce,
+    reload() {
+      if (inForce === undefined) return { kind: "none" };
+      const { path } = inForce;
+      try {
+        const next = readMachineAccess(path, readText);
+        requireKnownServers(next, knownServers());
+        inForce = next;
+        return { kind: "reloaded", path, ci: next.ci.length, clients: next.clients.length };
+      } catch (error) {
+        if (!(error instanceof MachineAccessError)) throw error;
+        return { kind: "kept", path, problem: error.message };
+      }
+    },
+  };
+}
