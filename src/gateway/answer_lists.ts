@@ -4,21 +4,21 @@
  * what a caller sends (issue 33 §1.6).
  */
 
-import { type Caller, type CallPolicy, decideCall, type Target } from "../access/call_policy.ts";
+import type { CallPolicy, Target } from "../access/call_policy.ts";
+import type { Decide } from "../machine/decide.ts";
 import type { Gateway } from "./deps.ts";
 import { listRequestsOf } from "./list_filter.ts";
 import type { McpMessage } from "./mcp_message.ts";
 import type { ListFilter } from "./relay.ts";
 
 /**
- * How the answer's lists are read: with a policy every event stream is filtered, a GET's (and its
+ * How the answer's lists are read: with a policy (or a machine caller's tool limits) every event stream is filtered, a GET's (and its
  * replays) too; without one, the answer to a `tools/list` is only read for the names it lists.
  * Either way a listed tool earns its own metrics label.
  */
 export function answerListFilter(
   gateway: Gateway,
-  policy: CallPolicy | undefined,
-  caller: Caller | undefined,
+  decide: Decide | undefined,
   messages: readonly McpMessage[],
 ): ListFilter | undefined {
   const lists = listRequestsOf([...messages]);
@@ -26,12 +26,12 @@ export function answerListFilter(
   const learn = (target: Target, name: string) => {
     if (target === "tools") gatewayMessages.learnTool(name);
   };
-  if (policy && caller) {
+  if (decide) {
     return {
       lists,
       permits: (target, name) => {
         learn(target, name);
-        return decideCall(policy, caller, target, name).effect === "allow";
+        return decide(target, name).effect === "allow";
       },
     };
   }

@@ -8,7 +8,7 @@
 import { sha256Hex } from "../crypto.ts";
 import type { Logger } from "../logger.ts";
 import { setSpanAttributes } from "../http/telemetry.ts";
-import type { AuthenticatedRequest } from "./guard.ts";
+import type { GatewayRequest } from "./guard.ts";
 import type { McpMessage } from "./mcp_message.ts";
 import { auditedDecision } from "./call_check.ts";
 
@@ -23,7 +23,7 @@ export const AUDITED_CHARS = 256;
 /** What one request's audit lines share. */
 export interface AuditContext {
   requestId: string;
-  auth: AuthenticatedRequest;
+  auth: GatewayRequest;
   /** The 2025 `Mcp-Session-Id`, when the client sent one. */
   mcpSessionId: string | null;
   protocolVersion?: string;
@@ -94,6 +94,7 @@ export function createAudit(logger: Logger, enabled: boolean, server: string): A
         logger.info("mcp", {
           requestId: context.requestId,
           server,
+          ...callerFields(context.auth),
           userId: context.auth.user.id,
           username: context.auth.user.username,
           clientId: context.auth.clientId,
@@ -124,6 +125,21 @@ export function createAudit(logger: Logger, enabled: boolean, server: string): A
         ms: elapsedMs(context.startedMs),
       });
     },
+  };
+}
+
+/**
+ * Who called, by kind (`user`, `ci`, `client`), and for a CI job its project, pipeline and job
+ * (bounded: they come from GitLab's ID token).
+ */
+function callerFields(auth: GatewayRequest) {
+  const { machine } = auth;
+  if (!machine) return { caller: "user" };
+  return {
+    caller: machine.kind,
+    ciProject: bounded(machine.ci?.project_path),
+    ciPipeline: bounded(machine.ci?.pipeline),
+    ciJob: bounded(machine.ci?.job),
   };
 }
 

@@ -12,11 +12,10 @@
 import {
   type CallDecision,
   type Caller,
-  type CallPolicy,
-  decideCall,
   type Target,
   targetOfCall,
 } from "../access/call_policy.ts";
+import type { Decide } from "../machine/decide.ts";
 import type { GatewayRequest } from "./guard.ts";
 import { firstDuplicateName } from "./json_duplicates.ts";
 import type { McpMessage } from "./mcp_message.ts";
@@ -47,22 +46,21 @@ export function callerOf(auth: GatewayRequest, listedGroups: string[]): Caller {
   return { username: auth.user.username, userId: auth.user.id, access: auth.access, listedGroups };
 }
 
-/** Decides every message that names a call; the decision goes on the message (for the audit). */
-export function decideMessages(
-  policy: CallPolicy,
-  caller: Caller,
-  messages: McpMessage[],
-): boolean {
+/**
+ * Decides every message that names a call (a person's policy, or a machine caller's rule); the
+ * decision goes on the message (for the audit). Whether one was refused.
+ */
+export function decideMessages(decide: Decide, messages: McpMessage[]): boolean {
   let refused = false;
   for (const message of messages) {
     if (message.subscriptions !== undefined) {
-      if (decideSubscriptions(policy, caller, message)) refused = true;
+      if (decideSubscriptions(decide, message)) refused = true;
       continue;
     }
     const target = targetOfCall(message.method);
     if (target === undefined) continue;
     // A call without a name is decided as the empty name: a `*` rule still applies to it.
-    message.policy = decideCall(policy, caller, target, message.name ?? "");
+    message.policy = decide(target, message.name ?? "");
     if (message.policy.effect === "deny") refused = true;
   }
   return refused;
@@ -73,7 +71,7 @@ export function decideMessages(
  * `resources/subscribe`): the first refused URI refuses the stream and becomes the message's
  * name, for the refusal and the audit line. Whether it is refused.
  */
-function decideSubscriptions(policy: CallPolicy, caller: Caller, message: McpMessage): boolean {
+function decideSubscriptions(decide: Decide, message: McpMessage): boolean {
   const uris = message.subscriptions;
   if (!Array.isArray(uris) || !uris.every((uri) => typeof uri === "string")) {
     message.policy = {
@@ -83,7 +81,7 @@ function decideSubscriptions(policy: CallPolicy, caller: Caller, message: McpMes
     return true;
   }
   for (const uri of uris) {
-    const decision = decideCall(policy, caller, "resources", uri);
+    const decision = decide("resources", uri);
     if (decision.effect === "deny") {
       message.policy = decision;
       message.name = uri;

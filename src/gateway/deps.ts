@@ -11,6 +11,7 @@ import type { Clock } from "../clock.ts";
 import type { RateLimit } from "../http/rate_limit.ts";
 import type { TokenSigner } from "../jwt.ts";
 import type { Logger } from "../logger.ts";
+import type { MachineAccessHolder } from "../machine/holder.ts";
 import type { Metrics } from "../metrics/catalog.ts";
 import type { SessionConfig } from "../session/config.ts";
 import type { Store } from "../store/mod.ts";
@@ -42,6 +43,8 @@ export interface GatewayDeps {
     "gatewayMessages" | "mcpUpstreamResponses" | "rateLimitRefusals"
   >;
   callPolicy: CallPolicyHolder;
+  /** MACHINE_ACCESS_FILE's rules in force: machine callers' servers and tools. */
+  machineAccess: MachineAccessHolder;
   verifiedTokens: VerifiedTokens;
   openStreams: OpenStreams;
 }

@@ -9,9 +9,9 @@
  * @see MCP spec "Streamable HTTP", "Authorization" and security best practices
  */
 
-import type { Caller, CallPolicy } from "../access/call_policy.ts";
+import type { CallPolicy } from "../access/call_policy.ts";
 import { heldPolicyGroups } from "../access/call_policy_file.ts";
-import { accessPolicyOf } from "../access/config.ts";
+import { createMachineAdmission } from "../machine/caller.ts";
 import { UTF8 } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { RequestContext } from "../http/request_context.ts";
@@ -21,7 +21,6 @@ import type { AuditContext, AuditOutcome } from "./audit.ts";
 import {
   ambiguousRequest,
   ambiguousRequestResponse,
-  callerOf,
   decideMessages,
   refusedCallResponse,
   unreadableBodyResponse,
@@ -55,7 +54,8 @@ import {
 } from "./mcp_session_binding.ts";
 import type { Gateway, GatewayOAuth } from "./deps.ts";
 import { relayResponse } from "./relay.ts";
-import { answerListFilter, learnPolicyTools } from "./answer_lists.ts";
+import { answerListFilter } from "./answer_lists.ts";
+import { type CallRules, callRulesFor } from "./call_rules.ts";
 import { readBoundedBody } from "./request_body.ts";
 
 /** A request to the gateway: its facts, and the provider and signer OAuth configuration has. */
@@ -78,7 +78,8 @@ interface Exchange {
   deadline?: Deadline;
   body: Uint8Array<ArrayBuffer> | null;
   post?: McpPost;
-  caller?: Caller;
+  /** Set by `chooseRules`: what decides the calls (a person's policy, a machine's rule). */
+  rules?: CallRules;
 }
 
 /** How an exchange ends. */
@@ -100,6 +101,7 @@ type Step = (x: Exchange) => Exit | undefined | Promise<Exit | undefined>;
 /** The gateway's request path, in order. */
 const STEPS: readonly Step[] = [
   authenticate,
+  chooseRules,
   bindSession,
   readBody,
   requireCallScopes,
@@ -179,6 +181,12 @@ function authenticate(x: Exchange): Promise<undefined> | undefined {
     : authenticated(authenticating);
 }
 
+/** The rules deciding this caller's calls; a machine caller only at its rule's servers. */
+function chooseRules(x: Exchange): undefined {
+  x.rules = callRulesFor(x.gateway, authOf(x), x.policy, x.resource);
+  return undefined;
+}
+
 /** RATE_LIMIT_MCP's first message, and an `Mcp-Session-Id` only with the session it was handed. */
 async function bindSession(x: Exchange): Promise<undefined> {
   const auth = authOf(x);
@@ -219,7 +227,7 @@ function requireCallScopes(x: Exchange): undefined {
  */
 async function checkBody(x: Exchange): Promise<Exit | undefined> {
   x.gateway.audit.annotate(auditOf(x));
-  const { post, policy } = x;
+  const { post } = x;
   if (post === undefined) return undefined;
   if (post.oversized !== undefined) {
     auditOf(x).batchSize = post.oversized;
@@ -233,20 +241,20 @@ async function checkBody(x: Exchange): Promise<Exit | undefined> {
     const id = post.batch ? null : post.messages[0]?.id;
     return answered(headerMismatchResponse(id, post.mismatch));
   }
-  if (!policy) return undefined;
+  if (!x.rules?.decide) return undefined;
   if (post.unreadable) return answered(unreadableBodyResponse(), "denied");
   const ambiguous = x.body && ambiguousRequest(UTF8.decode(x.body), post.messages);
   return ambiguous ? answered(ambiguousRequestResponse(ambiguous), "denied") : undefined;
 }
 
-/** MCP_POLICY_FILE: a POST with a refused call is answered here, never forwarded. */
+/**
+ * MCP_POLICY_FILE (a person) or the caller's machine rule: a POST with a refused call is
+ * answered here, never forwarded.
+ */
 function applyPolicy(x: Exchange): Exit | undefined {
-  const { policy, post } = x;
-  if (!policy) return undefined;
-  learnPolicyTools(x.gateway, policy);
-  const listedGroups = accessPolicyOf(x.gateway.deps.config).groups.map((group) => group.path);
-  x.caller = callerOf(authOf(x), listedGroups);
-  if (!post || !decideMessages(policy, x.caller, post.messages)) return undefined;
+  const { post } = x;
+  const decide = x.rules?.decide;
+  if (!decide || !post || !decideMessages(decide, post.messages)) return undefined;
   const { mcpPolicyErrorCode } = x.gateway.deps.config;
   const response = refusedCallResponse(post.messages, post.batch, mcpPolicyErrorCode);
   return {
@@ -290,7 +298,7 @@ async function relay(x: Exchange): Promise<Exit> {
     );
     return { error, outcome: { status: 401 }, counted: "allowed" };
   }
-  const filter = answerListFilter(x.gateway, x.policy, x.caller, x.post?.messages ?? []);
+  const filter = answerListFilter(x.gateway, x.rules?.decide, x.post?.messages ?? []);
   try {
     const relaying = {
       openStreams: gateway.deps.openStreams,
@@ -350,6 +358,7 @@ function guardDeps(gateway: Gateway, oauth: GatewayOAuth): GuardDeps {
       () => heldPolicyGroups(gateway.deps.callPolicy),
       gateway.ownLists,
     ),
+    machineAdmission: createMachineAdmission(gateway.deps.machineAccess),
   };
 }
 

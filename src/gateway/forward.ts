@@ -8,10 +8,12 @@
 
 import { OAuthError } from "../http/errors.ts";
 import type { Deadline } from "./deadlines.ts";
-import type { AuthenticatedRequest } from "./guard.ts";
-import { type HeaderSnapshot, upstreamRequestHeaders } from "./headers.ts";
+import type { AuthenticatedRequest, GatewayRequest } from "./guard.ts";
+import { type HeaderSnapshot, upstreamRequestHeaders, type UpstreamToken } from "./headers.ts";
 import type { McpAnswer } from "./mcp_client/types.ts";
 import type { Gateway } from "./deps.ts";
+
+const NO_TOKEN: UpstreamToken = { header: "none", value: "" };
 
 /** What goes to the MCP server besides the method. */
 export interface Outgoing {
@@ -25,7 +27,7 @@ export async function forward(
   gateway: Gateway,
   requestId: string,
   method: string,
-  auth: AuthenticatedRequest,
+  auth: GatewayRequest,
   outgoing: Outgoing,
 ): Promise<McpAnswer> {
   const { config, metrics } = gateway.deps;
@@ -34,10 +36,11 @@ export async function forward(
     const answer = await gateway.client.send({
       url: gateway.upstreamUrl,
       method,
-      headers: upstreamRequestHeaders(outgoing.headers, config.mcpUpstreamForwardHeaders ?? [], {
-        header: gateway.tokenHeader,
-        value: auth.gitlabToken,
-      }),
+      headers: upstreamRequestHeaders(
+        outgoing.headers,
+        config.mcpUpstreamForwardHeaders ?? [],
+        upstreamToken(gateway, auth),
+      ),
       body: outgoing.body,
       // Not request.signal: Deno.serve aborts it after every response. A client that leaves
       // mid-stream cancels the relayed body, which closes the upstream exchange too.
@@ -53,6 +56,16 @@ export async function forward(
   } finally {
     deadline.done();
   }
+}
+
+/**
+ * The GitLab token the MCP server receives, in its header: the user's, or a machine caller's
+ * rule's `gitlab_token_file` token, or (a rule without one) none at all.
+ */
+function upstreamToken(gateway: Gateway, auth: GatewayRequest): UpstreamToken {
+  if (!auth.machine) return { header: gateway.tokenHeader, value: auth.gitlabToken };
+  const token = auth.machine.grant.gitlabToken;
+  return token ? { header: gateway.tokenHeader, value: token.reveal() } : NO_TOKEN;
 }
 
 /** 504 when the response headers did not arrive in time, else 502. */

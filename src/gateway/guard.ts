@@ -21,6 +21,12 @@ import { BearerChallengeError } from "./challenges.ts";
 import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { sameResource } from "../http/resource.ts";
 import type { VerifiedToken, VerifiedTokens } from "./verified_tokens.ts";
+import {
+  type MachineAdmission,
+  type MachineCaller,
+  machineKindOf,
+  MachineRefused,
+} from "../machine/caller.ts";
 
 /** Leeway on `exp` for clocks that disagree a little. */
 export const CLOCK_TOLERANCE_SECONDS = 30;
@@ -60,6 +66,11 @@ export interface GatewayRequest extends AuthenticatedRequest {
   access?: SessionAccess;
   /** When the access token expires (its verified `exp`): a stream it opened ends then. */
   tokenExpiresAtMs: number;
+  /**
+   * A machine caller (a CI job, a registered client) and its rule in force; absent: a person.
+   * Its `sessionId` is its token's own `sid` (no session is stored) and `gitlabToken` is empty.
+   */
+  machine?: MachineCaller;
 }
 
 /** Whose tokens are accepted, and which protected resource the challenges point at. */
@@ -89,6 +100,8 @@ export interface GuardDeps {
   upstreamTimeoutMs?: number;
   /** The gateway's re-check of who may sign in; absent (the library's guard): none. */
   accessGate?: AccessGate;
+  /** Admits machine callers' tokens by the rules in force; absent: they are refused. */
+  machineAdmission?: MachineAdmission;
 }
 
 /**
@@ -101,11 +114,12 @@ export async function authenticate(
   target: GuardTarget,
 ): Promise<AuthenticatedRequest> {
   const authorization = request.headers.get("authorization");
-  const { access: _access, tokenExpiresAtMs: _expires, ...auth } = await authenticateForGateway(
-    deps,
-    authorization,
-    target,
-  );
+  const { access: _access, tokenExpiresAtMs: _expires, machine: _machine, ...auth } =
+    await authenticateForGateway(
+      deps,
+      authorization,
+      target,
+    );
   return auth;
 }
 
@@ -125,7 +139,52 @@ export function authenticateForGateway(
   const remembered = deps.verifiedTokens.get(token, target.issuer, deps.clock.now());
   // A token accepted within the last second is answered at once: no promise on the hot path.
   if (remembered) return accepted(deps, remembered, target);
-  return verifyAndRemember(deps, token, target).then((found) => accepted(deps, found, target));
+  return verifyAndAccept(deps, token, target);
+}
+
+/** The full check of a token not in memory: a person's (with its session) or a machine's. */
+async function verifyAndAccept(
+  deps: GuardDeps,
+  token: string,
+  target: GuardTarget,
+): Promise<GatewayRequest> {
+  // Before the first verification only: a token read from memory passed it.
+  if (!isBearerTokenSyntax(token)) {
+    throw BearerChallengeError.invalidToken(target.resource, "The access token is malformed");
+  }
+  const claims = await verifyToken(deps, token, target);
+  requireResource(claims, target.resource);
+  if (machineKindOf(claims.sub) !== undefined) return await machineRequest(deps, claims, target);
+  return accepted(deps, await verifyAndRemember(deps, token, claims, target), target);
+}
+
+/**
+ * A machine caller's request: no session, no GitLab refresh, never remembered (its rule in
+ * force is looked up on every call).
+ */
+async function machineRequest(
+  deps: GuardDeps,
+  claims: AccessTokenClaims,
+  target: GuardTarget,
+): Promise<GatewayRequest> {
+  let machine: MachineCaller;
+  try {
+    if (!deps.machineAdmission) throw new MachineRefused("This resource admits no machine callers");
+    machine = await deps.machineAdmission.admit(claims as unknown as Record<string, unknown>);
+  } catch (error) {
+    if (!(error instanceof MachineRefused)) throw error;
+    throw BearerChallengeError.invalidToken(target.resource, error.message);
+  }
+  requireScope(claims, deps.requiredScope, target.resource);
+  return {
+    user: { id: claims.sub, username: claims.sub },
+    scopes: claims.scope.split(" ").filter((scope) => scope !== ""),
+    clientId: machine.clientId,
+    sessionId: claims.sid,
+    gitlabToken: "",
+    tokenExpiresAtMs: expiryOf(claims),
+    machine,
+  };
 }
 
 /** The request a verified (or remembered) token stands for, once it holds for `target`. */
@@ -136,20 +195,15 @@ function accepted(deps: GuardDeps, found: VerifiedToken, target: GuardTarget): G
 }
 
 /**
- * The full check of a token: signature and claims, resource, session, scope, a fresh GitLab
- * token. What passed is remembered for the next calls (verified_tokens.ts).
+ * The rest of a person's token's check: session, scope, a fresh GitLab token. What passed is
+ * remembered for the next calls (verified_tokens.ts).
  */
 async function verifyAndRemember(
   deps: GuardDeps,
   token: string,
+  claims: AccessTokenClaims,
   target: GuardTarget,
 ): Promise<VerifiedToken> {
-  // Before the first verification only: a token read from memory passed it.
-  if (!isBearerTokenSyntax(token)) {
-    throw BearerChallengeError.invalidToken(target.resource, "The access token is malformed");
-  }
-  const claims = await verifyToken(deps, token, target);
-  requireResource(claims, target.resource);
   const session = await liveSession(deps, claims, target.resource);
   requireScope(claims, deps.requiredScope, target.resource);
   const refreshed = await freshSession(deps, session, target.resource);

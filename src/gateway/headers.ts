@@ -80,7 +80,7 @@ export const NEVER_FORWARDED_HEADERS: ReadonlySet<string> = new Set([
 export function upstreamRequestHeaders(
   incoming: HeaderSnapshot,
   extra: readonly string[],
-  token: { header: "authorization" | "private-token" | "none"; value: string },
+  token: UpstreamToken,
 ): HeaderList {
   const headers: HeaderList = [];
   for (const name in incoming) {
@@ -99,6 +99,12 @@ export function upstreamRequestHeaders(
     headers.push(["Authorization", `Bearer ${token.value}`]);
   }
   return headers;
+}
+
+/** The GitLab token the MCP server receives, and the header it goes in (`none`: no header). */
+export interface UpstreamToken {
+  header: "authorization" | "private-token" | "none";
+  value: string;
 }
 
 /**

@@ -1,0 +1,327 @@
+/**
+ * Machine callers at the gateway (issue 37 §1, §2), over real HTTP: the real app in gateway mode
+ * in front of a scripted MCP server (at /mcp and at /mcp/docs), with machine tokens as the
+ * service issues them (`sub` `ci:<project>` or `client:<client_id>`). A caller reaches only its
+ * rule's servers and calls only its rule's tools (refused calls answered as the policy's are,
+ * never forwarded; lists filtered; other methods pass), MCP_POLICY_FILE is never asked for it,
+ * the MCP server receives the rule's GitLab token or none at all, the rule in force is applied
+ * on every call (a reload narrowing it bites at the next call, a broken one changes nothing),
+ * and the audit line names the caller's kind and, for a CI job, its project, pipeline and job.
+ */
+
+import assert from "node:assert/strict";
+import { auditLines, type GatewayServer, startGateway, startScripted } from "./_gateway_mcp.ts";
+import { issueTokens, TEST_BASE } from "./_helpers.ts";
+import { type CiJob, ciTokenClaims, machineSubject } from "../src/machine/caller.ts";
+import { issueMachineToken } from "../src/machine/token.ts";
+import { followConfigFiles } from "../src/app/file_reloads.ts";
+
+const TOOLS = ["get_issue", "search_code", "delete_project"];
+
+/** An MCP server listing TOOLS, answering every call with the token headers that reached it. */
+function mcpServer() {
+  const seen: { method: string; authorization: string | null; privateToken: string | null }[] = [];
+  const scripted = startScripted(async (request) => {
+    const message = await request.json();
+    seen.push({
+      method: message.method,
+      authorization: request.headers.get("authorization"),
+      privateToken: request.headers.get("private-token"),
+    });
+    const result = message.method === "tools/list"
+      ? { tools: TOOLS.map((name) => ({ name, inputSchema: { type: "object" } })) }
+      : message.method === "prompts/list"
+      ? { prompts: [{ name: "summarise" }] }
+      : { content: [{ type: "text", text: `called ${message.params?.name}` }] };
+    return Response.json({ jsonrpc: "2.0", id: message.id, result });
+  });
+  return { ...scripted, seen };
+}
+
+const ACCESS = `ci:
+  - project: acme/*
+    ref: main
+    servers: [default]
+    tools: [search_*, get_*]
+    gitlab_token_file: ./ci-bot.token
+  - project: acme/**
+    servers: [docs]
+clients:
+  - client_id: nightly
+    servers: [default, docs]
+    tools: [get_*]
+`;
+
+interface MachineGateway {
+  gateway: GatewayServer;
+  upstream: ReturnType<typeof mcpServer>;
+  dir: string;
+  close(): Promise<void>;
+}
+
+async function machineGateway(env: Record<string, string> = {}): Promise<MachineGateway> {
+  const upstream = mcpServer();
+  const dir = await Deno.makeTempDir();
+  await Deno.writeTextFile(`${dir}/access.yaml`, ACCESS);
+  await Deno.writeTextFile(`${dir}/ci-bot.token`, "glpat-ci-bot\n");
+  await Deno.writeTextFile(
+    `${dir}/servers.yaml`,
+    `servers:\n  - name: docs\n    url: ${upstream.url}\n    token_header: private-token\n`,
+  );
+  const gateway = await startGateway(upstream.url, {
+    env: {
+      MACHINE_ACCESS_FILE: `${dir}/access.yaml`,
+      MCP_SERVERS_FILE: `${dir}/servers.yaml`,
+      ...env,
+    },
+  });
+  return {
+    gateway,
+    upstream,
+    dir,
+    async close() {
+      await gateway.close();
+      await upstream.close();
+      await Deno.remove(dir, { recursive: true });
+    },
+  };
+}
+
+const JOB: CiJob = {
+  project_path: "acme/app",
+  ref: "main",
+  ref_type: "branch",
+  ref_protected: "true",
+  pipeline: "1234",
+  job: "5678",
+};
+
+/** A machine token as the grants issue it, for `resource` (default: /mcp). */
+async function machineToken(
+  m: MachineGateway,
+  caller: { ci: CiJob } | { client: string },
+  resource?: string,
+): Promise<string> {
+  const { t } = m.gateway;
+  const access = t.deps.machineAccess.current()!;
+  const issuing = "ci" in caller
+    ? {
+      subject: machineSubject("ci", caller.ci.project_path),
+      clientId: machineSubject("ci", caller.ci.project_path),
+      // The rule the grant would have found; the gateway looks it up again by the claims.
+      grant: access.ci.find((rule) => rule.servers.includes(resource ? "docs" : "default"))!,
+      claims: { ...ciTokenClaims(caller.ci), gitlab_user: "ada" },
+    }
+    : {
+      subject: machineSubject("client", caller.client),
+      clientId: caller.client,
+      grant: access.clients.find((rule) => rule.clientId === caller.client)!,
+    };
+  const body = await issueMachineToken(
+    {
+      signer: t.deps.oauth!.signer,
+      clock: t.clock,
+      config: t.config,
+      servedResources: (issuer) => t.deps.servers.resources(issuer),
+    },
+    { ...issuing, issuer: TEST_BASE, requestedResource: resource },
+  );
+  return body.access_token;
+}
+
+let nextId = 1;
+
+async function rpc(
+  m: MachineGateway,
+  token: string,
+  method: string,
+  params: Record<string, unknown> = {},
+  path = "/mcp",
+) {
+  const id = nextId++;
+  const response = await fetch(m.gateway.mcpUrl.replace(/\/mcp$/, path), {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id, method, params }),
+  });
+  const text = await response.text();
+  return { id, response, text, body: text ? JSON.parse(text) : undefined };
+}
+
+const callTool = (m: MachineGateway, token: string, name: string, path?: string) =>
+  rpc(m, token, "tools/call", { name, arguments: {} }, path);
+
+Deno.test("machine gateway: a CI job calls only its rule's tools, with the rule's GitLab token", async () => {
+  const m = await machineGateway();
+  try {
+    const token = await machineToken(m, { ci: JOB });
+    const allowed = await callTool(m, token, "get_issue");
+    assert.equal(allowed.response.status, 200);
+    assert.equal(allowed.body.result.content[0].text, "called get_issue");
+    assert.equal(m.upstream.seen.at(-1)?.authorization, "Bearer glpat-ci-bot");
+
+    const refused = await callTool(m, token, "delete_project");
+    assert.equal(refused.response.status, 200);
+    assert.equal(refused.body.id, refused.id);
+    assert.equal(refused.body.error.code, -32403);
+    assert.match(refused.body.error.message, /Tool "delete_project" is not allowed/);
+    assert.equal(m.upstream.seen.filter((seen) => seen.method === "tools/call").length, 1);
+
+    const listed = await rpc(m, token, "tools/list");
+    assert.deepEqual(listed.body.result.tools.map((tool: { name: string }) => tool.name), [
+      "get_issue",
+      "search_code",
+    ]);
+    // Methods other than tools pass, their lists whole.
+    const prompts = await rpc(m, token, "prompts/list");
+    assert.deepEqual(prompts.body.result.prompts, [{ name: "summarise" }]);
+
+    const lines = auditLines(m.gateway.lines);
+    const audited = lines.find((line) => line.name === "delete_project");
+    assert.equal(audited?.caller, "ci");
+    assert.equal(audited?.ciProject, "acme/app");
+    assert.equal(audited?.ciPipeline, "1234");
+    assert.equal(audited?.ciJob, "5678");
+    assert.equal(audited?.policy, "deny");
+    assert.equal(audited?.username, "ci:acme/app");
+    assert.ok(!JSON.stringify(m.gateway.lines).includes("glpat-ci-bot"));
+  } finally {
+    await m.close();
+  }
+});
+
+Deno.test("machine gateway: a client gets no GitLab token when its rule has none, at each of its servers", async () => {
+  const m = await machineGateway();
+  try {
+    const atMcp = await machineToken(m, { client: "nightly" });
+    const answer = await callTool(m, atMcp, "get_issue");
+    assert.equal(answer.body.result.content[0].text, "called get_issue");
+    assert.deepEqual(m.upstream.seen.at(-1), {
+      method: "tools/call",
+      authorization: null,
+      privateToken: null,
+    });
+    assert.equal((await callTool(m, atMcp, "search_code")).body.error.code, -32403);
+    const atDocs = await machineToken(m, { client: "nightly" }, `${TEST_BASE}/mcp/docs`);
+    const docs = await callTool(m, atDocs, "get_issue", "/mcp/docs");
+    assert.equal(docs.body.result.content[0].text, "called get_issue");
+    assert.deepEqual(m.upstream.seen.at(-1), {
+      method: "tools/call",
+      authorization: null,
+      privateToken: null,
+    });
+    const line = auditLines(m.gateway.lines).at(-1);
+    assert.equal(line?.caller, "client");
+    assert.equal(line?.clientId, "nightly");
+    assert.equal(line?.ciProject, undefined);
+  } finally {
+    await m.close();
+  }
+});
+
+Deno.test("machine gateway: MCP_POLICY_FILE governs people only", async () => {
+  const policy = await Deno.makeTempFile({ suffix: ".json" });
+  await Deno.writeTextFile(policy, JSON.stringify({ default: "deny" }));
+  const m = await machineGateway({ MCP_POLICY_FILE: policy });
+  try {
+    const token = await machineToken(m, { ci: JOB });
+    assert.equal(
+      (await callTool(m, token, "get_issue")).body.result.content[0].text,
+      "called get_issue",
+    );
+    const person = (await issueTokens(m.gateway.t)).access_token;
+    const refused = await callTool(m, person, "get_issue");
+    assert.equal(refused.body.error.code, -32403);
+    const personLine = auditLines(m.gateway.lines).at(-1);
+    assert.equal(personLine?.caller, "user");
+  } finally {
+    await m.close();
+    await Deno.remove(policy);
+  }
+});
+
+Deno.test("machine gateway: the rule in force decides every call; a broken reload changes nothing", async () => {
+  const m = await machineGateway();
+  const path = `${m.dir}/access.yaml`;
+  // What SIGHUP does (main.ts): every followed file read again, each reload one log line.
+  const files = followConfigFiles(m.gateway.t.deps, m.gateway.t.deps.logger, {});
+  const sighup = () => {
+    files.reload();
+    const line = m.gateway.lines.findLast((l) => String(l.message).startsWith("MACHINE_ACCESS"));
+    return String(line?.message);
+  };
+  try {
+    const token = await machineToken(m, { client: "nightly" });
+    assert.equal((await callTool(m, token, "get_issue")).response.status, 200);
+    assert.ok((await callTool(m, token, "get_issue")).body.result);
+
+    // Tools narrowed: the same token is refused the tool at its next call.
+    await Deno.writeTextFile(
+      path,
+      ACCESS.replace(
+        "servers: [default, docs]\n    tools: [get_*]",
+        "servers: [default, docs]\n    tools: [search_*]",
+      ),
+    );
+    assert.equal(sighup(), "MACHINE_ACCESS_FILE reloaded");
+    assert.equal((await callTool(m, token, "get_issue")).body.error.code, -32403);
+    assert.ok((await callTool(m, token, "search_code")).body.result);
+
+    // A broken file keeps those rules.
+    await Deno.writeTextFile(path, "clients: [{client_id: nightly}]");
+    assert.match(sighup(), /^MACHINE_ACCESS_FILE not reloaded, the rules in force stay: .*servers/);
+    assert.ok((await callTool(m, token, "search_code")).body.result);
+    // So does a rule naming a server that is not served.
+    await Deno.writeTextFile(path, ACCESS.replace("servers: [docs]", "servers: [wiki]"));
+    assert.match(sighup(), /wiki is not a configured MCP server \(configured: default, docs\)/);
+    assert.ok((await callTool(m, token, "search_code")).body.result);
+
+    // The server dropped from the rule: refused there (401), as a token for another server is.
+    await Deno.writeTextFile(path, ACCESS.replace("servers: [default, docs]", "servers: [docs]"));
+    assert.equal(sighup(), "MACHINE_ACCESS_FILE reloaded");
+    const dropped = await callTool(m, token, "get_issue");
+    assert.equal(dropped.response.status, 401);
+    assert.match(
+      dropped.response.headers.get("www-authenticate") ?? "",
+      /does not admit this caller at this MCP server/,
+    );
+
+    // The rule removed: refused everywhere.
+    await Deno.writeTextFile(path, "ci: []\n");
+    assert.equal(sighup(), "MACHINE_ACCESS_FILE reloaded");
+    const removed = await callTool(m, token, "get_issue");
+    assert.equal(removed.response.status, 401);
+    assert.match(removed.response.headers.get("www-authenticate") ?? "", /No rule/);
+    const calls = m.upstream.seen.filter((seen) => seen.method === "tools/call").length;
+    assert.equal(calls, 5);
+  } finally {
+    await m.close();
+  }
+});
+
+Deno.test("machine gateway: a CI job whose claims no rule in force admits is refused", async () => {
+  const m = await machineGateway();
+  try {
+    // Issued while a rule admitted it (the rule for /mcp/docs), then presented at /mcp/docs with
+    // a ref no rule admits any longer.
+    await Deno.writeTextFile(
+      `${m.dir}/access.yaml`,
+      ACCESS.replace("project: acme/**", "project: acme/**\n    ref: main"),
+    );
+    assert.equal(m.gateway.t.deps.machineAccess.reload().kind, "reloaded");
+    const token = await machineToken(
+      m,
+      { ci: { ...JOB, ref: "feature/x" } },
+      `${TEST_BASE}/mcp/docs`,
+    );
+    const answer = await callTool(m, token, "get_issue", "/mcp/docs");
+    assert.equal(answer.response.status, 401);
+    assert.equal(m.upstream.seen.length, 0);
+  } finally {
+    await m.close();
+  }
+});
