@@ -24,8 +24,11 @@
  * | ["device", sha256(device_code)]    | DeviceAuthorizationRecord | DEVICE_CODE_TTL        |
  * | ["device_user", sha256(user_code)] | { deviceHash }    | DEVICE_CODE_TTL               |
  * | ["count", "operator_revocations"]   | sessions (number) | until taken (GC: 30 days)     |
+ * | ["machine_client", client id]       | MachineClientRecord | until `admin clients delete` |
+ * | ["jti", sha256(issuer, jti)]        | { expiresAt }     | the assertion's exp + leeway  |
  *
  * Secrets (flow states, codes, device and user codes, MCP session ids) appear in keys only as SHA-256 hashes.
+ * A machine client's secret appears nowhere, only its SHA-256 inside the record.
  */
 
 import { sha256Base64Url } from "../crypto.ts";
@@ -51,6 +54,8 @@ export const RECORD_KINDS = [
   "count",
   "device",
   "device_user",
+  "machine_client",
+  "jti",
 ] as const;
 
 /** One kind of record. */
@@ -134,6 +139,16 @@ export function leaseKey(kind: string, id: string): Deno.KvKey {
 /** The key of a registered client. */
 export function clientKey(clientId: string): Deno.KvKey {
   return ["client", clientId];
+}
+
+/** The key of an operator-registered machine client (`admin clients add`). */
+export function machineClientKey(clientId: string): Deno.KvKey {
+  return ["machine_client", clientId];
+}
+
+/** The key that remembers an accepted assertion's `jti` from `issuer` (single use). */
+export function assertionIdKey(issuer: string, jti: string): Deno.KvKey {
+  return ["jti", sha256Base64Url(`${issuer}\n${jti}`)];
 }
 
 /** The key of a cached Client ID Metadata Document (the URL may be long, so hashed). */

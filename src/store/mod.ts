@@ -28,6 +28,8 @@ import {
 import { createFlowStore, type FlowStore } from "./flows.ts";
 import { createStoreIo } from "./io.ts";
 import { createStoreDeadline } from "./deadline.ts";
+import { type AssertionIdStore, createAssertionIdStore } from "./assertion_ids.ts";
+import { createMachineClientStore, type MachineClientStore } from "./machine_clients.ts";
 import { leaseKey } from "./keys.ts";
 import { createLeaseStore, type LeaseStore } from "./leases.ts";
 import { createLimitStore, type LimitStore } from "./limits.ts";
@@ -50,6 +52,7 @@ export type { Lease } from "./leases.ts";
 export type { RefreshGrace, TakenGrace } from "./sessions.ts";
 export type { RecordCounts, SessionFilter } from "./operators.ts";
 export type { RepeatRecord } from "./repeats.ts";
+export type { MachineClientCredential, MachineClientRecord } from "./machine_clients.ts";
 export type { BudgetCut, PollBudgetState, PollDecision } from "./poll_budget.ts";
 
 /** The service's storage operations. */
@@ -62,6 +65,8 @@ export interface Store
     SessionStore,
     ClientStore,
     ClientDocumentStore,
+    MachineClientStore,
+    AssertionIdStore,
     LimitStore,
     LeaseStore,
     McpSessionStore,
@@ -110,6 +115,8 @@ export function createStore(
     ...sessionStore,
     ...createClientStore(io),
     ...createClientDocumentStore(io),
+    ...createMachineClientStore(io),
+    ...createAssertionIdStore(io),
     ...createLimitStore(io),
     ...createLeaseStore(io),
     ...createMcpSessionStore(io, sessions),
