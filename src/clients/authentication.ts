@@ -1,55 +1,79 @@
 /**
  * Client authentication at the token endpoint: which method a request uses, and the client it
- * proves. Today the one method is `none`: MCP clients are public clients (RFC 6749 §2.1), which
- * name themselves with `client_id` and prove nothing; each grant decides what that name must
- * match. A method that proves something (`client_secret_basic`, `client_secret_post`,
- * `private_key_jwt`) is one more entry of CLIENT_AUTH_METHODS.
+ * proves. MCP clients are public clients (RFC 6749 §2.1): under `none` they name themselves with
+ * `client_id` and prove nothing, and each grant decides what that name must match. Machine
+ * clients (`admin clients add`, served while MACHINE_ACCESS_FILE is set) prove who they are with
+ * a secret (`client_secret_basic`, `client_secret_post`) or a signed assertion
+ * (`private_key_jwt`); each such method is a module of `methods/`.
  *
- * @see RFC 6749 §2.3 and §3.2.1, OAuth 2.1 §2.4
+ * A request uses at most one method (RFC 6749 §2.3); every failure of a proving method is 401
+ * `invalid_client`, with `WWW-Authenticate: Basic` where Basic was tried (§5.2).
+ *
+ * @see RFC 6749 §2.3 and §3.2.1, OAuth 2.1 §2.4, RFC 7523 §2.2
  */
 
-/** The client a token request comes from, as its authentication established it. */
-export interface AuthenticatedClient {
-  /** The method that established it (RFC 7591's `token_endpoint_auth_method` values). */
-  method: string;
-  /** The `client_id` the request names; under `none` a claim, not a proof. */
-  clientId?: string;
-}
+import { OAuthError } from "../http/errors.ts";
+import type { ClientAuthMethod } from "./methods/method.ts";
+import { CLIENT_SECRET_BASIC, CLIENT_SECRET_POST } from "./methods/client_secret.ts";
+import { ASSERTION_SIGNING_ALGS, PRIVATE_KEY_JWT } from "./methods/private_key_jwt.ts";
+import type { AuthenticatedClient, ClientAuthDeps } from "./methods/method.ts";
 
-/** One client authentication method. */
-export interface ClientAuthMethod {
-  /** Its name in metadata (`token_endpoint_auth_methods_supported`). */
-  readonly name: string;
-  /** Whether the request uses this method (the first method that says so authenticates it). */
-  uses(request: Request, params: ReadonlyMap<string, string>): boolean;
-  /** The client the request proves; throws OAuthError 401 `invalid_client` when it proves none. */
-  authenticate(
-    request: Request,
-    params: ReadonlyMap<string, string>,
-  ): Promise<AuthenticatedClient>;
-}
+export type { AuthenticatedClient, ClientAuthDeps, ClientAuthMethod } from "./methods/method.ts";
 
 /** `none`: a public client names itself, if it does, and proves nothing. */
 const NONE: ClientAuthMethod = {
   name: "none",
-  uses: () => true,
-  authenticate: (_request, params) =>
+  uses: () => false,
+  authenticate: (_deps, _request, params) =>
     Promise.resolve({ method: "none", clientId: params.get("client_id") }),
 };
 
-/** The methods the token endpoint accepts, in the order they are tried. */
-export const CLIENT_AUTH_METHODS: readonly ClientAuthMethod[] = [NONE];
+/** The methods that prove a machine client, in metadata's order. */
+const PROVING_METHODS: readonly ClientAuthMethod[] = [
+  CLIENT_SECRET_BASIC,
+  CLIENT_SECRET_POST,
+  PRIVATE_KEY_JWT,
+];
+
+/** What says whether machine clients are served: MACHINE_ACCESS_FILE, when it is set. */
+export interface ClientAuthSwitch {
+  machineAccessFile?: unknown;
+}
+
+function machineClientsServed(config: ClientAuthSwitch): boolean {
+  return config.machineAccessFile !== undefined;
+}
 
 /** The names metadata lists as `token_endpoint_auth_methods_supported`. */
-export const CLIENT_AUTH_METHOD_NAMES: readonly string[] = CLIENT_AUTH_METHODS.map((method) =>
-  method.name
-);
+export function clientAuthMethodNames(config: ClientAuthSwitch): string[] {
+  return machineClientsServed(config)
+    ? [NONE, ...PROVING_METHODS].map(({ name }) => name)
+    : [NONE.name];
+}
 
-/** Authenticates the client of a token request with the first method it uses. */
+/** What metadata lists as `token_endpoint_auth_signing_alg_values_supported`, if anything. */
+export function clientAssertionAlgs(config: ClientAuthSwitch): string[] | undefined {
+  return machineClientsServed(config) ? [...ASSERTION_SIGNING_ALGS] : undefined;
+}
+
+/**
+ * Authenticates the client of a token request with the one method it uses; `none` when it uses
+ * no proving method, or machine clients are not served (then credentials are not looked at).
+ */
 export function authenticateClient(
+  deps: ClientAuthDeps,
+  config: ClientAuthSwitch,
   request: Request,
   params: ReadonlyMap<string, string>,
 ): Promise<AuthenticatedClient> {
-  const method = CLIENT_AUTH_METHODS.find((candidate) => candidate.uses(request, params)) ?? NONE;
-  return method.authenticate(request, params);
+  if (!machineClientsServed(config)) return NONE.authenticate(deps, request, params);
+  const used = PROVING_METHODS.filter((method) => method.uses(request, params));
+  if (used.length > 1) {
+    throw new OAuthError(
+      400,
+      "invalid_request",
+      `Use one client authentication method, not ${used.map(({ name }) => name).join(" and ")}`,
+    );
+  }
+  return (used[0] ?? NONE).authenticate(deps, request, params);
 }

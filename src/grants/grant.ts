@@ -22,7 +22,10 @@ import type { Upstream } from "../upstream/types.ts";
 import type { DeviceAuthorizationConfig } from "../device_authorization/config.ts";
 
 /** The settings that switch grants on and off (`Grant.enabled`). */
-export type GrantSwitches = Pick<DeviceAuthorizationConfig, "deviceAuthorization">;
+export type GrantSwitches =
+  & Pick<DeviceAuthorizationConfig, "deviceAuthorization">
+  /** MACHINE_ACCESS_FILE: the machine callers' grants are served while it is set. */
+  & { machineAccessFile?: unknown };
 
 /**
  * Whom an access token speaks for: a user's session (signed in through the provider), or a
@@ -54,6 +57,8 @@ export interface GrantDeps extends EndDeps {
   servedResources(issuer: string): readonly string[];
   /** The lists of the MCP server `resource` names (MCP_SERVERS_FILE), if it has any. */
   serverLists(resource: string | undefined, issuer: string): AccessPolicy | undefined;
+  /** The MCP servers MACHINE_ACCESS_FILE's rule in force lets a machine client reach, if any. */
+  machineClientRule(clientId: string): { servers: readonly string[] } | undefined;
 }
 
 /** One token request as a grant sees it. */

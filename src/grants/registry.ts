@@ -6,6 +6,7 @@
  */
 
 import { AUTHORIZATION_CODE_GRANT } from "./authorization_code.ts";
+import { CLIENT_CREDENTIALS_GRANT } from "./client_credentials.ts";
 import { DEVICE_CODE_GRANT } from "./device_code.ts";
 import type { Grant, GrantSwitches } from "./grant.ts";
 import { REFRESH_TOKEN_GRANT } from "./refresh_token.ts";
@@ -15,6 +16,7 @@ export const GRANTS: readonly Grant[] = [
   AUTHORIZATION_CODE_GRANT,
   REFRESH_TOKEN_GRANT,
   DEVICE_CODE_GRANT,
+  CLIENT_CREDENTIALS_GRANT,
 ];
 
 /** Every `grant_type` value the service can serve (some only when configured). */

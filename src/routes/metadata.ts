@@ -16,6 +16,7 @@ interface MetadataDeps {
     & Pick<KeysConfig, "accessTokenAlg">
     & IntrospectionConfig
     & Pick<DeviceAuthorizationConfig, "deviceAuthorization">
+    & ClientAuthSwitch
     & { baseUrl?: string };
   upstreamProfile: Pick<UpstreamProfile, "displayName">;
   /** The MCP servers served now: each has its protected resource metadata. */
@@ -30,7 +31,11 @@ import {
   type DeviceAuthorizationConfig,
   deviceAuthorizationOn,
 } from "../device_authorization/config.ts";
-import { CLIENT_AUTH_METHOD_NAMES } from "../clients/authentication.ts";
+import {
+  clientAssertionAlgs,
+  clientAuthMethodNames,
+  type ClientAuthSwitch,
+} from "../clients/authentication.ts";
 
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };
 
@@ -59,7 +64,8 @@ export function handleAuthorizationServerMetadata(
       response_modes_supported: ["query"],
       grant_types_supported: servedGrantTypes(ctx.deps.config),
       code_challenge_methods_supported: ["S256"],
-      token_endpoint_auth_methods_supported: [...CLIENT_AUTH_METHOD_NAMES],
+      token_endpoint_auth_methods_supported: clientAuthMethodNames(ctx.deps.config),
+      ...assertionAlgs(ctx.deps.config),
       revocation_endpoint_auth_methods_supported: ["none"],
       scopes_supported: [...GRANTED_SCOPES],
       authorization_response_iss_parameter_supported: true,
@@ -70,6 +76,12 @@ export function handleAuthorizationServerMetadata(
     200,
     cachingOf(ctx),
   ));
+}
+
+/** The algorithms of `private_key_jwt` assertions, while machine clients are served. */
+function assertionAlgs(config: ClientAuthSwitch): Record<string, string[]> {
+  const algs = clientAssertionAlgs(config);
+  return algs ? { token_endpoint_auth_signing_alg_values_supported: algs } : {};
 }
 
 /**

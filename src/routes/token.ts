@@ -9,7 +9,10 @@
 import { type CallPolicyHolder, heldPolicyGroups } from "../access/call_policy_file.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import type { Metrics } from "../metrics/catalog.ts";
-import { authenticateClient } from "../clients/authentication.ts";
+import { authenticateClient, type ClientAuthDeps } from "../clients/authentication.ts";
+import { PATHS } from "../http/paths.ts";
+import { clientRuleFor } from "../machine/rules.ts";
+import type { MachineAccessHolder } from "../machine/holder.ts";
 import type { GrantDeps, Issued } from "../grants/grant.ts";
 import { grantFor } from "../grants/registry.ts";
 import { OAuthError } from "../http/errors.ts";
@@ -22,11 +25,18 @@ type TokenContext =
   & RequestContext<
     & Omit<
       GrantDeps,
-      "signer" | "upstream" | "policyGroups" | "servedResources" | "serverLists" | "metrics"
+      | "signer"
+      | "upstream"
+      | "policyGroups"
+      | "servedResources"
+      | "serverLists"
+      | "metrics"
+      | "machineClientRule"
     >
     & {
       callPolicy: CallPolicyHolder;
       servers: Pick<ServedSet, "resources" | "at">;
+      machineAccess: MachineAccessHolder;
       metrics: Pick<Metrics, "refreshReplays" | "deviceAuthorizations" | "countGrant">;
       config: { requestBodyTimeoutMs: number };
     }
@@ -40,7 +50,12 @@ export async function handleToken(ctx: TokenContext): Promise<Response> {
   const grant = grantFor(grantType, ctx.deps.config);
   return await ctx.deps.metrics.countGrant(grant?.type, async () => {
     if (grant === undefined) throw unsupportedGrantType(grantType);
-    const client = await authenticateClient(ctx.request, params);
+    const client = await authenticateClient(
+      clientAuthDeps(ctx),
+      ctx.deps.config,
+      ctx.request,
+      params,
+    );
     const issued = await grant.issue(grantDeps(ctx), {
       params,
       client,
@@ -57,6 +72,12 @@ function unsupportedGrantType(grantType: string | undefined): OAuthError {
     "unsupported_grant_type",
     grantType ? `Grant type ${grantType} is not supported` : "Missing grant_type is not supported",
   );
+}
+
+/** What client authentication reads. */
+function clientAuthDeps(ctx: TokenContext): ClientAuthDeps {
+  const { store, clock } = ctx.deps;
+  return { store, clock, issuer: ctx.baseUrl, tokenEndpoint: `${ctx.baseUrl}${PATHS.token}` };
 }
 
 /** The service's parts the grants use. */
@@ -77,6 +98,10 @@ function grantDeps(ctx: TokenContext): GrantDeps {
       const url = resource === undefined ? null : URL.parse(resource);
       return url ? servers.at(url, issuer)?.entry?.lists : undefined;
     },
+    machineClientRule(clientId) {
+      const access = ctx.deps.machineAccess.current();
+      return access && clientRuleFor(access, clientId);
+    },
   };
 }
 
@@ -88,7 +113,7 @@ function issuedResponse(ctx: TokenContext, grant: string, issued: Issued): Respo
   const { subject } = issued;
   Object.assign(ctx.logFields, {
     grant,
-    ...(subject.kind === "user" ? { sessionId: subject.sessionId } : {}),
+    ...(subject.kind === "user" ? { sessionId: subject.sessionId, caller: "user" } : {}),
     clientId: subject.clientId,
     ...issued.logFields,
   });
