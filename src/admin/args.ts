@@ -16,6 +16,14 @@ export type AdminCommand =
   }
   | { name: "sessions revoke"; by: UserSelector | { id: string }; keepGitLabTokens: boolean }
   | { name: "clients list"; json: boolean }
+  /** A machine client (client_credentials) authenticating with keys or a generated secret. */
+  | {
+    name: "clients add";
+    clientName: string;
+    grant: "client_credentials";
+    clientId?: string;
+    credential: { jwksFile: string } | { secret: true };
+  }
   | { name: "clients delete"; clientId: string; keepGitLabTokens: boolean }
   | { name: "stats"; json: boolean }
   /** `--alg`: a private signing JWK for ACCESS_TOKEN_ALG instead of the secrets. */
@@ -34,6 +42,8 @@ export const USAGE = [
   "usage: admin sessions list [<user>] [--group <group>] [--server <name>] [--json]",
   "       admin sessions revoke (<user> | --id <session id>) [--keep-gitlab-tokens]",
   "       admin clients list [--json] | clients delete <client id> [--keep-gitlab-tokens]",
+  "       admin clients add --name <name> --grant client_credentials [--id <client id>]",
+  "             (--jwks-file <public JWK Set file> | --secret)",
   "       admin stats [--json] | keys generate [--alg ES256|EdDSA] | migrate | help",
   "<user>: --user <gitlab username or id> | --user-id <id> | --username <username>",
   "<group>: the full path of an ALLOWED_GITLAB_GROUPS group that admitted the sessions",
@@ -65,6 +75,9 @@ const VALUE_FLAGS = new Set([
   "--server",
   "--id",
   "--alg",
+  "--name",
+  "--grant",
+  "--jwks-file",
 ]);
 
 const USER_FLAGS = ["--user", "--user-id", "--username"];
@@ -153,6 +166,9 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
     case "clients list":
       only(given, ["--json"], 2);
       return { name: "clients list", json };
+    case "clients add":
+      only(given, ["--name", "--grant", "--id", "--jwks-file", "--secret"], 2);
+      return clientsAdd(given);
     case "clients delete": {
       only(given, [KEEP], 3);
       const clientId = given.words[2];
@@ -183,4 +199,35 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
       if (given.flags.has("--help")) return { name: "help" };
       throw new UsageError(`unknown command: ${given.words.join(" ")}`);
   }
+}
+
+/** A machine client's id as an operator may choose it: no spaces, no URL, no surprises. */
+const MACHINE_CLIENT_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+/** `clients add`: a name, the grant, one way to authenticate. */
+function clientsAdd(given: Split): AdminCommand {
+  const clientName = value(given, "--name");
+  if (clientName === undefined) throw new UsageError("clients add needs --name");
+  if (clientName.length > 200) throw new UsageError("--name takes at most 200 characters");
+  const grant = value(given, "--grant");
+  if (grant !== "client_credentials") {
+    throw new UsageError("clients add needs --grant client_credentials (the one grant it adds)");
+  }
+  const clientId = value(given, "--id");
+  if (clientId !== undefined && !MACHINE_CLIENT_ID.test(clientId)) {
+    throw new UsageError(
+      "--id takes 1 to 128 letters, digits, '.', '_' or '-' (first a letter or digit)",
+    );
+  }
+  const jwksFile = value(given, "--jwks-file");
+  if ((jwksFile === undefined) === !given.flags.has("--secret")) {
+    throw new UsageError("clients add needs exactly one of --jwks-file and --secret");
+  }
+  return {
+    name: "clients add",
+    clientName,
+    grant,
+    clientId,
+    credential: jwksFile === undefined ? { secret: true } : { jwksFile },
+  };
 }

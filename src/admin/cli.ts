@@ -118,6 +118,7 @@ export async function runAdmin(
         : ["ENCRYPTION_KEY or JWT_SECRET"],
       logger,
       print: output.out,
+      note: output.err,
       kvFileSize: () =>
         opened.kind === "kv" ? kvFileSize(config.kvPath) : Promise.resolve(undefined),
       servers: ["default", ...(config.mcpServersFile?.servers ?? []).map(({ name }) => name)],

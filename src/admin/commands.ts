@@ -12,6 +12,10 @@ import type { Upstream } from "../upstream/types.ts";
 import { admissionLabel, admissionOf, admittedThrough } from "./admission.ts";
 import type { AdminCommand, UserSelector } from "./args.ts";
 import { formatTable } from "./table.ts";
+import { addMachineClient, deleteMachineClient, printMachineClients } from "./machine_clients.ts";
+import { AdminRefusal } from "./refusal.ts";
+
+export { AdminRefusal } from "./refusal.ts";
 import { jsonLine } from "./terminal.ts";
 
 /** What the commands run against. */
@@ -27,6 +31,8 @@ export interface AdminDeps {
   logger: Logger;
   /** Prints one line of the command's output. */
   print(line: string): void;
+  /** Prints a note for the operator beside the output (stderr), not part of it. */
+  note?(line: string): void;
   /** The KV file's size in bytes (with its WAL), or undefined when KV is no local file. */
   kvFileSize(): Promise<number | undefined>;
   /** The MCP servers the gateway serves: `default` (/mcp) and MCP_SERVERS_FILE's names. */
@@ -35,17 +41,6 @@ export interface AdminDeps {
 
 /** The commands that read or change KV (`keys generate`, `migrate` and `help` need none). */
 export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "migrate" | "help" }>;
-
-/**
- * A command that refuses before changing anything: the CLI prints the message and exits with
- * `exitCode` (1: the setup is incomplete; 2: the arguments do not say what to do).
- */
-export class AdminRefusal extends Error {
-  override name = "AdminRefusal";
-  constructor(message: string, readonly exitCode = 1) {
-    super(message);
-  }
-}
 
 /** Upstream revocations in flight at once: a courtesy to the GitLab instance. */
 const REVOCATION_CONCURRENCY = 8;
@@ -82,8 +77,13 @@ export async function runStoreCommand(command: StoreCommand, deps: AdminDeps): P
         : await revokeUserSessions(command.by, command.keepGitLabTokens, deps);
     case "clients list":
       printClients(await deps.store.listClients(), command.json, deps);
+      printMachineClients(await deps.store.listMachineClients(), command.json, deps);
       return 0;
+    case "clients add":
+      return await addMachineClient(command, deps);
     case "clients delete":
+      // A machine client has no session and no GitLab token: it needs no GitLab settings.
+      if (await deleteMachineClient(command.clientId, deps)) return 0;
       return await deleteClient(command.clientId, command.keepGitLabTokens, deps);
     case "stats":
       await printStats(command.json, deps);
