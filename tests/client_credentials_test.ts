@@ -153,6 +153,8 @@ for (const alg of ["ES256", "RS256", "EdDSA"] as const) {
       assert.equal(line?.caller, "client");
       assert.equal(line?.clientId, "robot");
       assert.ok(!JSON.stringify(logs).includes(tokens.access_token), "no token in the logs");
+      const counted = { grant_type: "client_credentials", outcome: "issued" } as const;
+      assert.equal(t.deps.metrics.tokenGrants.get(counted), 1);
     }, logs);
   });
 }
@@ -334,6 +336,8 @@ Deno.test("client credentials: a client without a rule is unauthorized_client; a
     await addClient(t.store, { id: "stranger", jwks: { keys: [key.jwk] } });
     const signed = await assertion(key, "stranger", t.clock.now());
     await assertError(await token(t, assertionForm(signed)), 400, "unauthorized_client");
+    const counted = { grant_type: "client_credentials", outcome: "unauthorized_client" } as const;
+    assert.equal(t.deps.metrics.tokenGrants.get(counted), 1);
 
     await addClient(t.store, { id: "robot", jwks: { keys: [key.jwk] } });
     const elsewhere = await assertion(key, "robot", t.clock.now());

@@ -82,6 +82,8 @@ export const GRANT_OUTCOMES = [
   "invalid_grant",
   "unsupported_grant_type",
   "invalid_target",
+  "unauthorized_client",
+  "invalid_scope",
   "server_error",
   "temporarily_unavailable",
   "authorization_pending",
