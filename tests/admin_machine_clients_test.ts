@@ -157,7 +157,10 @@ Deno.test({
 
       const opened = await openDatabase({ kvPath: shared.KV_PATH, databasePoolSize: 1 });
       try {
-        assert.ok(!(await kvText(opened.database)).includes(client_secret), "stored only as a hash");
+        assert.ok(
+          !(await kvText(opened.database)).includes(client_secret),
+          "stored only as a hash",
+        );
       } finally {
         await opened.close();
       }
@@ -173,7 +176,6 @@ Deno.test({
       assert.equal(refused.status, 401);
       assert.equal(refused.body.error, "invalid_client");
       assert.equal((await admin(["delete", "ci-bot"])).code, 1);
-
     } finally {
       await started.close();
       await Deno.remove(dir, { recursive: true });
