@@ -372,3 +372,34 @@ Deno.test("client credentials: dynamic registration refuses the grant (400 inval
     );
   });
 });
+
+Deno.test("client credentials: clients add takes public ES256, RS256 and Ed25519 keys only", async () => {
+  const { publicJwksOf } = await import("../src/clients/machine_keys.ts");
+  const { exportJWK, generateKeyPair } = await import("jose");
+  const es = await clientKeyPair("ES256", "es");
+  const kept = await publicJwksOf(JSON.stringify({ keys: [es.jwk] }));
+  assert.deepEqual(Object.keys(kept.keys[0]).sort(), ["crv", "kid", "kty", "x", "y"]);
+  assert.equal((await publicJwksOf(JSON.stringify(es.jwk))).keys.length, 1, "one JWK");
+  const refused = async (text: string, reason: RegExp) =>
+    await assert.rejects(publicJwksOf(text), reason);
+  await refused("not json", /not JSON/);
+  await refused(JSON.stringify({ keys: [] }), /1 to 10 keys/);
+  await refused(JSON.stringify(await exportJWK(es.privateKey)), /private/);
+  await refused(JSON.stringify({ kty: "oct", k: "c2VjcmV0" }), /private \(or symmetric\)/);
+  const p384 = await generateKeyPair("ES384", { extractable: true });
+  await refused(JSON.stringify(await exportJWK(p384.publicKey)), /only EC P-256/);
+  const rsa1024 = await crypto.subtle.generateKey(
+    {
+      name: "RSASSA-PKCS1-v1_5",
+      modulusLength: 1024,
+      publicExponent: new Uint8Array([1, 0, 1]),
+      hash: "SHA-256",
+    },
+    true,
+    ["sign", "verify"],
+  );
+  await refused(JSON.stringify(await exportJWK(rsa1024.publicKey)), /2048 bits/);
+  await refused(JSON.stringify({ ...es.jwk, alg: "RS256" }), /does not fit/);
+  await refused(JSON.stringify({ ...es.jwk, use: "enc" }), /use must be sig/);
+  await refused(JSON.stringify({ ...es.jwk, x: "AAAA" }), /cannot be used/);
+});

@@ -72,15 +72,21 @@ async function publicKeyOf(candidate: unknown): Promise<JsonWebKey> {
   } catch (error) {
     throw new MachineKeyError(`key ${describe(key)} cannot be used: ${messageOf(error)}`);
   }
-  if (alg === "RS256" && modulusBits(kept) < 2048) {
+  // The runtime's import takes a curve point of the wrong size; the first verification would not.
+  const pointMembers = alg === "ES256" ? [kept.x, kept.y] : alg === "EdDSA" ? [kept.x] : [];
+  if (pointMembers.some((member) => decodedLength(member) !== 32)) {
+    throw new MachineKeyError(`key ${describe(key)} cannot be used: its point is not 32 bytes`);
+  }
+  if (alg === "RS256" && decodedLength(kept.n) * 8 < 2048) {
     throw new MachineKeyError(`key ${describe(key)}: RSA keys must have at least 2048 bits`);
   }
   return kept as JsonWebKey;
 }
 
-function modulusBits(key: JWK): number {
+/** Bytes of a base64url member (0 when absent or not base64url). */
+function decodedLength(member: string | undefined): number {
   try {
-    return Uint8Array.fromBase64(key.n ?? "", { alphabet: "base64url" }).length * 8;
+    return Uint8Array.fromBase64(member ?? "", { alphabet: "base64url" }).length;
   } catch {
     return 0;
   }
