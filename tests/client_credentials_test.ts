@@ -403,3 +403,25 @@ Deno.test("client credentials: clients add takes public ES256, RS256 and Ed25519
   await refused(JSON.stringify({ ...es.jwk, use: "enc" }), /use must be sig/);
   await refused(JSON.stringify({ ...es.jwk, x: "AAAA" }), /cannot be used/);
 });
+
+Deno.test("client credentials: the docs' example rule, as printed, admits its client", async () => {
+  const docs = await Deno.readTextFile(new URL("../docs/mcp-clients.md", import.meta.url));
+  const section = docs.slice(docs.indexOf("### Machine clients: client credentials"));
+  const rule = section.match(/```yaml\n([\s\S]*?)```/)?.[1];
+  assert.ok(rule, "the section has its yaml block");
+  const dir = await Deno.makeTempDir();
+  await Deno.writeTextFile(`${dir}/machine-access.yaml`, rule);
+  const t = await makeTestApp({ env: { MACHINE_ACCESS_FILE: `${dir}/machine-access.yaml` } });
+  try {
+    const { client_secret = "" } = await addClient(t.store, { id: "review-bot", secret: true });
+    const answer = await token(t, {
+      grant_type: "client_credentials",
+      resource: `${TEST_BASE}/mcp`,
+    }, { headers: basic("review-bot", client_secret) });
+    const { status, body } = await readJsonAnswer(answer);
+    assert.equal(status, 200, JSON.stringify(body));
+  } finally {
+    t.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -100,6 +100,12 @@ const PROOFS: [string, string, Proof][] = [
     kind: "not run",
     says: /Set `AUTH` to your service's `BASE_URL`/,
   }],
+  ["docs/mcp-clients.md", "# A key pair the client keeps", { kind: "tasks" }],
+  ["docs/mcp-clients.md", "# MACHINE_ACCESS_FILE", {
+    kind: "runs",
+    section: "Machine clients: client credentials",
+    runBy: "tests/client_credentials_test.ts",
+  }],
   ["docs/resource-servers.md", 'import { createServer } from "node:http";', {
     kind: "file",
     path: "deploy/examples/node/resource_server.mjs",
