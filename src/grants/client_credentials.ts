@@ -5,11 +5,12 @@
  * may reach is its rule in MACHINE_ACCESS_FILE's `clients:`; without one it gets nothing.
  * Served only while MACHINE_ACCESS_FILE is set.
  *
- * @see README.md "Machine callers"
+ * @see docs/mcp-clients.md "Machine clients: client credentials", docs/gateway.md "Machine callers"
  */
 
 import { OAuthError } from "../http/errors.ts";
-import { invalidTarget, requireServedResource } from "../http/resource.ts";
+import { machineSubject } from "../machine/caller.ts";
+import { issueMachineToken } from "../machine/token.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import type { Grant, GrantDeps, GrantRequest, GrantSwitches, Issued } from "./grant.ts";
 import { invalidClient } from "../clients/methods/invalid_client.ts";
@@ -48,29 +49,19 @@ async function issueClientToken(deps: GrantDeps, request: GrantRequest): Promise
       "No rule of the machine access file admits this client",
     );
   }
-  const scope = grantedScope(request.params.get("scope"));
-  const resource = ruleResource(deps, request, rule.servers);
-  const now = deps.clock.now();
-  const ttl = deps.config.accessTokenTtlSeconds;
-  const subject = `client:${clientId}`;
-  const accessToken = await deps.signer.sign(
-    {
-      iss: request.issuer,
-      sub: subject,
-      aud: deps.config.accessTokenAudience === "resource" ? resource : clientId,
-      // No session stands behind it: `sid` is the token's own id, `gitlab_user` its subject
-      // (no GitLab username has a colon), so resource servers reading the claims find both.
-      sid: crypto.randomUUID(),
-      gitlab_user: subject,
-      scope,
-      resource,
-      client_id: clientId,
-    },
-    now,
-    ttl,
-  );
+  const subject = machineSubject("client", clientId);
+  const body = await issueMachineToken(deps, {
+    subject,
+    clientId,
+    issuer: request.issuer,
+    requestedResource: request.params.get("resource"),
+    grant: rule,
+    scope: grantedScope(request.params.get("scope")),
+    // No GitLab user stands behind it: `gitlab_user` is its subject (no username has a colon).
+    claims: { gitlab_user: subject },
+  });
   return {
-    body: { access_token: accessToken, token_type: "Bearer", expires_in: ttl, scope },
+    body,
     subject: { kind: "client", clientId },
     logFields: { caller: "client", authMethod: client.method },
   };
@@ -88,25 +79,4 @@ function grantedScope(requested: string | undefined): string {
     throw new OAuthError(400, "invalid_scope", `Unknown scope ${unknown.slice(0, 64)}`);
   }
   return [...new Set(asked)].join(" ");
-}
-
-/**
- * The MCP server the token is for: the one `resource` names (without it, `/mcp`), which must be
- * one of the rule's servers (`default` is `/mcp`) else 400 `invalid_target`.
- */
-function ruleResource(deps: GrantDeps, request: GrantRequest, servers: readonly string[]): string {
-  const served = deps.servedResources(request.issuer);
-  const resource = requireServedResource(request.params.get("resource"), served);
-  // `/mcp`'s resource first, then each named server's at `/mcp/<name>`.
-  const name = served.indexOf(resource) === 0
-    ? "default"
-    : resource.slice(resource.lastIndexOf("/") + 1);
-  if (!servers.includes(name)) {
-    throw invalidTarget(
-      name === "default"
-        ? "This client's rule does not include the MCP server at /mcp; name a resource"
-        : `This client's rule does not include the MCP server ${name}`,
-    );
-  }
-  return resource;
 }

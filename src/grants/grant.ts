@@ -6,6 +6,7 @@
  * @see RFC 6749 §4 and §5.1
  */
 
+import type { MachineGrant } from "../machine/rules.ts";
 import type { AccessPolicy } from "../access/policy.ts";
 import type { AuthenticatedClient } from "../clients/authentication.ts";
 import type { Clock } from "../clock.ts";
@@ -57,8 +58,8 @@ export interface GrantDeps extends EndDeps {
   servedResources(issuer: string): readonly string[];
   /** The lists of the MCP server `resource` names (MCP_SERVERS_FILE), if it has any. */
   serverLists(resource: string | undefined, issuer: string): AccessPolicy | undefined;
-  /** The MCP servers MACHINE_ACCESS_FILE's rule in force lets a machine client reach, if any. */
-  machineClientRule(clientId: string): { servers: readonly string[] } | undefined;
+  /** MACHINE_ACCESS_FILE's rule in force for a machine client, if any. */
+  machineClientRule(clientId: string): MachineGrant | undefined;
 }
 
 /** One token request as a grant sees it. */

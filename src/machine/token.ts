@@ -37,6 +37,8 @@ export interface MachineTokenRequest {
   grant: MachineGrant;
   /** At most this long (a CI job's ID token's remaining life); ACCESS_TOKEN_TTL otherwise. */
   maxTtlSeconds?: number;
+  /** The scopes granted, space-separated; all the service's scopes when absent. */
+  scope?: string;
   /** More claims (a CI job's `ci_*`); `gitlab_user` when a person is behind the caller. */
   claims?: Record<string, string | undefined>;
 }
@@ -87,7 +89,7 @@ export async function issueMachineToken(
     1,
     Math.min(config.accessTokenTtlSeconds, request.maxTtlSeconds ?? Infinity),
   );
-  const scope = GRANTED_SCOPES.join(" ");
+  const scope = request.scope ?? GRANTED_SCOPES.join(" ");
   const claims: AccessTokenClaims & Record<string, unknown> = {
     ...definedOnly(request.claims ?? {}),
     iss: request.issuer,

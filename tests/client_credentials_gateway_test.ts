@@ -1,0 +1,130 @@
+/**
+ * A machine client end to end with real components: two service processes on one KV file in
+ * gateway mode in front of an MCP SDK server; the client gets its token with oauth4webapi's
+ * `PrivateKeyJwt` client-credentials request and calls a tool with the MCP SDK client through
+ * either instance; the MCP server receives no GitLab token (the rule gives none). Then the
+ * operator deletes the client with the CLI, and both instances refuse its token from the next
+ * call (the issue allows 1 s on the instance and 5 s on others; they refuse at once).
+ */
+
+import assert from "node:assert/strict";
+import * as oauth from "oauth4webapi";
+import { Client } from "@modelcontextprotocol/sdk/client";
+// @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { TEST_SECRET } from "./_helpers.ts";
+import { clientKeyPair, writeAccessFile } from "./_machine_clients.ts";
+import { postInitialize } from "./_mcp_client.ts";
+import { startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
+import { runAdminCli, type ServiceProcess, spawnService } from "./_service.ts";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+
+const INSECURE = { [oauth.allowInsecureRequests]: true } as const;
+
+/** A client-credentials token from `serviceUrl` with oauth4webapi's PrivateKeyJwt. */
+async function clientToken(serviceUrl: string, clientId: string, key: CryptoKey, kid: string) {
+  const issuer = new URL(serviceUrl);
+  const as = await oauth.processDiscoveryResponse(
+    issuer,
+    await oauth.discoveryRequest(issuer, { algorithm: "oauth2", ...INSECURE }),
+  );
+  assert.ok(as.grant_types_supported?.includes("client_credentials"));
+  const client: oauth.Client = { client_id: clientId };
+  const response = await oauth.clientCredentialsGrantRequest(
+    as,
+    client,
+    oauth.PrivateKeyJwt({ key, kid }),
+    new URLSearchParams({ resource: `${serviceUrl}/mcp` }),
+    INSECURE,
+  );
+  return (await oauth.processClientCredentialsResponse(as, client, response)).access_token;
+}
+
+/** `whoami` called through the gateway at `serviceUrl` by the MCP SDK client with `token`. */
+async function whoami(serviceUrl: string, token: string): Promise<WhoAmI> {
+  const transport = new StreamableHTTPClientTransport(new URL(`${serviceUrl}/mcp`), {
+    requestInit: { headers: { Authorization: `Bearer ${token}` } },
+  });
+  const client = new Client({ name: "nightly-report", version: "1.0.0" });
+  await client.connect(transport);
+  try {
+    const result = await client.callTool({ name: "whoami", arguments: {} });
+    const [content] = result.content as { type: string; text: string }[];
+    return JSON.parse(content.text);
+  } finally {
+    await client.close();
+  }
+}
+
+Deno.test({
+  name:
+    "client credentials: a PrivateKeyJwt token calls a tool through the gateway on two instances; a deleted client is refused by both",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const dir = await Deno.makeTempDir();
+    const gitlab = startSimulatedGitLab();
+    const mcp = startMcpUpstream();
+    const env = {
+      GITLAB_URL: gitlab.url.href,
+      GITLAB_CLIENT_ID: "machine-app",
+      JWT_SECRET: TEST_SECRET,
+      KV_PATH: `${dir}/kv.sqlite3`,
+      MCP_UPSTREAM_URL: mcp.url,
+      MACHINE_ACCESS_FILE: await writeAccessFile([
+        { client_id: "nightly-report", servers: ["default"] },
+      ]),
+    };
+    const services: ServiceProcess[] = [];
+    try {
+      services.push(await spawnService(env));
+      services.push(await spawnService(env));
+      const key = await clientKeyPair("ES256", "nightly-1");
+      const keyFile = `${dir}/nightly.jwks.json`;
+      await Deno.writeTextFile(keyFile, JSON.stringify({ keys: [key.jwk] }));
+      const added = await runAdminCli([
+        "clients",
+        "add",
+        "--name",
+        "nightly report",
+        "--grant",
+        "client_credentials",
+        "--id",
+        "nightly-report",
+        "--jwks-file",
+        keyFile,
+      ], env);
+      assert.equal(added.code, 0, added.stderr);
+
+      // Without BASE_URL each instance is its own issuer (as behind one BASE_URL they share it).
+      const tokens: string[] = [];
+      for (const service of services) {
+        const token = await clientToken(service.url, "nightly-report", key.privateKey, key.kid);
+        tokens.push(token);
+        const seen = await whoami(service.url, token);
+        assert.equal(seen.authorization, null, "the rule gives the MCP server no GitLab token");
+        assert.equal(seen.privateToken, null);
+        assert.ok(!mcp.requests.some((r) => r.headers.get("authorization")?.includes(token)));
+      }
+      const lines = services[0].logs.map((line) => JSON.parse(line));
+      const issued = lines.find((line) => line.grant === "client_credentials");
+      assert.equal(issued?.caller, "client");
+      assert.equal(issued?.clientId, "nightly-report");
+      const called = lines.find((line) => line.message === "mcp" && line.method === "tools/call");
+      assert.equal(called?.caller, "client", JSON.stringify(called));
+
+      const deleted = await runAdminCli(["clients", "delete", "nightly-report"], env);
+      assert.equal(deleted.code, 0, deleted.stderr);
+      for (const [i, service] of services.entries()) {
+        const refused = await postInitialize(service.url, tokens[i], "nightly-report");
+        await refused.body?.cancel();
+        assert.equal(refused.status, 401, `${service.url} refuses the deleted client's token`);
+      }
+    } finally {
+      await Promise.all(services.map((service) => service.stop()));
+      await mcp.close();
+      await gitlab.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
