@@ -15,6 +15,7 @@ import { issueTokens, TEST_BASE } from "./_helpers.ts";
 import { type CiJob, ciTokenClaims, machineSubject } from "../src/machine/caller.ts";
 import { issueMachineToken } from "../src/machine/token.ts";
 import { followConfigFiles } from "../src/app/file_reloads.ts";
+import { addClient } from "./_machine_clients.ts";
 
 const TOOLS = ["get_issue", "search_code", "delete_project"];
 
@@ -75,6 +76,8 @@ async function machineGateway(env: Record<string, string> = {}): Promise<Machine
       ...env,
     },
   });
+  // The operator added the client the `clients:` rule names (a deleted one is refused).
+  await addClient(gateway.t.store, { id: "nightly", secret: true });
   return {
     gateway,
     upstream,

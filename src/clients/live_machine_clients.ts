@@ -5,7 +5,12 @@
  * refused from the next call on every instance sharing the store.
  */
 
-import { type MachineAdmission, MachineRefused } from "../machine/caller.ts";
+import {
+  createMachineAdmission,
+  type MachineAdmission,
+  MachineRefused,
+} from "../machine/caller.ts";
+import type { MachineAccessHolder } from "../machine/holder.ts";
 import type { Store } from "../store/mod.ts";
 
 /** `admission`, refusing a client caller whose machine client was deleted. */
@@ -22,4 +27,11 @@ export function requireLiveMachineClients(
       return caller;
     },
   };
+}
+
+/** The gateway's admission: by the rules `deps` holds in force, of clients still stored. */
+export function liveMachineAdmission(
+  deps: { machineAccess: MachineAccessHolder; store: Pick<Store, "getMachineClient"> },
+): MachineAdmission {
+  return requireLiveMachineClients(createMachineAdmission(deps.machineAccess), deps.store);
 }

@@ -11,7 +11,7 @@
 
 import type { CallPolicy } from "../access/call_policy.ts";
 import { heldPolicyGroups } from "../access/call_policy_file.ts";
-import { createMachineAdmission } from "../machine/caller.ts";
+import { liveMachineAdmission } from "../clients/live_machine_clients.ts";
 import { UTF8 } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { RequestContext } from "../http/request_context.ts";
@@ -358,7 +358,7 @@ function guardDeps(gateway: Gateway, oauth: GatewayOAuth): GuardDeps {
       () => heldPolicyGroups(gateway.deps.callPolicy),
       gateway.ownLists,
     ),
-    machineAdmission: createMachineAdmission(gateway.deps.machineAccess),
+    machineAdmission: liveMachineAdmission(gateway.deps),
   };
 }
 
