@@ -3,6 +3,7 @@
  * fake GitLab whose answers each test scripts.
  */
 
+import { FakeGitLabIdTokens } from "./_gitlab_id_tokens.ts";
 import assert from "node:assert/strict";
 import { gitLabProfile } from "../src/upstream/gitlab.ts";
 import { createAppDeps } from "../src/app/deps.ts";
@@ -67,6 +68,8 @@ export class FakeUpstream implements Upstream {
   profile: UpstreamProfile = gitLabProfile(new URL("https://gitlab.test"), "api");
   calls = { start: 0, poll: 0, refresh: 0, user: 0, revoke: 0, exchange: 0 };
   revokedTokens: string[] = [];
+  /** The RS256 key its CI ID tokens are signed with, published at /oauth/discovery/keys. */
+  idTokens = new FakeGitLabIdTokens();
   device: DeviceAuthorization = {
     deviceCode: "device-code-1",
     userCode: "WDJB-MJHT",
@@ -206,6 +209,7 @@ export async function makeTestAppOn<D extends StoreDatabase>(
     templates: base.deps.templates,
     upstream: base.upstream,
     clientMetadataFetcher: options.clientMetadataFetcher ?? OFFLINE_METADATA_FETCHER,
+    gitlabFetch: base.upstream.idTokens.serve,
   });
   return {
     ...base,
@@ -260,6 +264,7 @@ export async function makeTestApp(
     templates,
     upstream,
     clientMetadataFetcher,
+    gitlabFetch: upstream.idTokens.serve,
   });
   const { store } = deps;
   return {

@@ -132,6 +132,10 @@ const PROOFS: [string, string, Proof][] = [
     section: "## Machine callers",
     runBy: "tests/machine_access_file_test.ts",
   }],
+  ["docs/gateway.md", "# .gitlab-ci.yml", {
+    kind: "not run",
+    says: /GitLab runs this job, not the tests/,
+  }],
   ["docs/security.md", "REDIRECT_URI_POLICY=registered", {
     kind: "runs",
     section: "Client allow-list",

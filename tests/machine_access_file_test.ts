@@ -191,7 +191,14 @@ Deno.test("machine access file: a rule naming a server that is not configured st
     GITLAB_CLIENT_ID: "app",
     JWT_SECRET: TEST_SECRET,
     MACHINE_ACCESS_FILE: `${dir}/access.yaml`,
+    BASE_URL: "https://auth.example.com",
   };
+  // The issuer assertions name must not follow the request's Host.
+  const { BASE_URL: _base, ...withoutBase } = env;
+  assert.throws(
+    () => loadConfig(withoutBase),
+    /^ConfigError: BASE_URL: is required with MACHINE_ACCESS_FILE/,
+  );
   assert.throws(() => loadConfig(env), (error: Error) => {
     assert.ok(error instanceof ConfigError);
     assert.equal(

@@ -16,6 +16,7 @@ import type { Templates } from "../pages/mod.ts";
 import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 import type { CallPolicyHolder } from "../access/call_policy_file.ts";
 import type { MachineAccessHolder } from "../machine/holder.ts";
+import type { GitLabKeys } from "../machine/gitlab_keys.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
 export interface OAuthDeps {
@@ -56,6 +57,8 @@ export interface AppDeps {
   servers: ServedSet;
   /** MACHINE_ACCESS_FILE's rules in force (reloaded on SIGHUP); holds none when it is unset. */
   machineAccess: MachineAccessHolder;
+  /** GitLab's ID-token signing keys, cached (the jwt-bearer grant of CI jobs). */
+  gitlabKeys: GitLabKeys;
 }
 
 /** One request as a route sees it, with the whole service as its dependencies. */

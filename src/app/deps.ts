@@ -21,6 +21,7 @@ import { requireMembershipScope } from "../upstream/config.ts";
 import { type CallPolicy, policyGroups } from "../access/call_policy.ts";
 import { createCallPolicyHolder } from "../access/call_policy_file.ts";
 import { createMachineAccessHolder } from "../machine/holder.ts";
+import { createGitLabKeys } from "../machine/gitlab_keys.ts";
 import type { AppDeps } from "./context.ts";
 import type { Logger } from "../logger.ts";
 import { createMetrics, type Metrics } from "../metrics/catalog.ts";
@@ -61,6 +62,8 @@ export interface Resources {
   mcpClientFor?: (url: URL) => McpClient;
   /** Reaches the MCP server; by default the client for MCP_UPSTREAM_URL's scheme. */
   mcpClient?: McpClient;
+  /** Reaches GitLab for its ID-token keys; by default `fetch` (a test hands in its fake GitLab). */
+  gitlabFetch?: typeof fetch;
   /** Under `deno serve --parallel`: the workers' channel, so a scrape counts every worker. */
   metricsWorkers?: BroadcastChannel;
 }
@@ -122,6 +125,12 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     },
     callPolicy,
     servers,
+    gitlabKeys: createGitLabKeys({
+      gitlabUrl: config.upstream.url,
+      clock,
+      timeoutMs: config.upstreamTimeoutMs,
+      fetch: resources.gitlabFetch,
+    }),
     machineAccess: createMachineAccessHolder(
       config.machineAccessFile,
       // A reload may name the servers served then (MCP_SERVERS_FILE reloads too).

@@ -21,6 +21,9 @@ import type { Metrics } from "../metrics/catalog.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { Upstream } from "../upstream/types.ts";
 import type { DeviceAuthorizationConfig } from "../device_authorization/config.ts";
+import type { GitLabKeys } from "../machine/gitlab_keys.ts";
+import type { MachineConfig } from "../machine/config.ts";
+import type { MachineAccessHolder } from "../machine/holder.ts";
 
 /** The settings that switch grants on and off (`Grant.enabled`). */
 export type GrantSwitches =
@@ -47,7 +50,8 @@ export interface GrantDeps extends EndDeps {
     & Pick<UpstreamConfig, "upstreamTimeoutMs">
     & Pick<GatewayConfig, "mcpResourceUrl">
     & GrantSwitches
-    & { revokeOnCodeReplay: boolean };
+    & Pick<MachineConfig, "gitlabIssuer">
+    & { revokeOnCodeReplay: boolean; upstream: { url: URL } };
   metrics: Pick<Metrics, "refreshReplays" | "deviceAuthorizations">;
   signer: Pick<TokenSigner, "sign">;
   /** The provider: refreshes and re-checks the user's access. */
@@ -60,6 +64,10 @@ export interface GrantDeps extends EndDeps {
   serverLists(resource: string | undefined, issuer: string): AccessPolicy | undefined;
   /** MACHINE_ACCESS_FILE's rule in force for a machine client, if any. */
   machineClientRule(clientId: string): MachineGrant | undefined;
+  /** MACHINE_ACCESS_FILE's rules in force. */
+  machineAccess: MachineAccessHolder;
+  /** GitLab's ID-token keys, cached. */
+  gitlabKeys: GitLabKeys;
 }
 
 /** One token request as a grant sees it. */

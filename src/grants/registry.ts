@@ -9,6 +9,7 @@ import { AUTHORIZATION_CODE_GRANT } from "./authorization_code.ts";
 import { CLIENT_CREDENTIALS_GRANT } from "./client_credentials.ts";
 import { DEVICE_CODE_GRANT } from "./device_code.ts";
 import type { Grant, GrantSwitches } from "./grant.ts";
+import { JWT_BEARER_GRANT } from "./jwt_bearer.ts";
 import { REFRESH_TOKEN_GRANT } from "./refresh_token.ts";
 
 /** Every grant type the service serves, in the order metadata lists them. */
@@ -17,6 +18,7 @@ export const GRANTS: readonly Grant[] = [
   REFRESH_TOKEN_GRANT,
   DEVICE_CODE_GRANT,
   CLIENT_CREDENTIALS_GRANT,
+  JWT_BEARER_GRANT,
 ];
 
 /** Every `grant_type` value the service can serve (some only when configured). */

@@ -3,6 +3,7 @@
  * operator-registered clients (without it neither grant is served).
  */
 
+import { urlWithoutTrailingSlash } from "../config/parsers.ts";
 import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
 import { MachineAccessError, readMachineAccess } from "./access_file.ts";
 import { requireKnownServers } from "./holder.ts";
@@ -26,6 +27,14 @@ export const MACHINE_VARIABLES = {
     parseMachineAccessFile,
     "rules for GitLab CI jobs and machine clients (YAML or JSON; [machine callers](#machine-callers))",
   ),
+  /** The `iss` of GitLab's ID tokens where it differs from GITLAB_URL. Undefined: GITLAB_URL. */
+  gitlabIssuer: variable(
+    "GITLAB_ISSUER",
+    undefined,
+    urlWithoutTrailingSlash,
+    "CI jobs: the `iss` of GitLab's ID tokens, where GitLab's public URL differs",
+    "`GITLAB_URL` without a trailing slash",
+  ),
 } satisfies ConfigTable;
 
 /** What MACHINE_VARIABLES reads to. */
@@ -38,11 +47,28 @@ export function configuredServers(
   return ["default", ...(config.mcpServersFile?.servers ?? []).map((server) => server.name)];
 }
 
-/** Start-up stops (one line) when a rule names a server that is not configured. */
+/** The issuer GitLab's ID tokens must name: GITLAB_ISSUER, else GITLAB_URL without a slash. */
+export function gitlabIssuerOf(
+  config: Pick<MachineConfig, "gitlabIssuer"> & { upstream: { url: URL } },
+): string {
+  return config.gitlabIssuer ?? config.upstream.url.href.replace(/\/+$/, "");
+}
+
+/**
+ * Start-up stops (one line) when a rule names a server that is not configured, and without
+ * BASE_URL: an assertion's audience is checked against the issuer, which must not follow the
+ * request's Host.
+ */
 export function requireMachineServers(
-  config: MachineConfig & Parameters<typeof configuredServers>[0],
+  config: MachineConfig & Parameters<typeof configuredServers>[0] & { baseUrl?: string },
 ): void {
   if (!config.machineAccessFile) return;
+  if (!config.baseUrl) {
+    throw new ConfigError(
+      "BASE_URL",
+      "is required with MACHINE_ACCESS_FILE (assertions name it as their audience)",
+    );
+  }
   try {
     requireKnownServers(config.machineAccessFile, configuredServers(config));
   } catch (error) {

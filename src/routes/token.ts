@@ -83,6 +83,7 @@ function clientAuthDeps(ctx: TokenContext): ClientAuthDeps {
 /** The service's parts the grants use. */
 function grantDeps(ctx: TokenContext): GrantDeps {
   const { store, clock, config, logger, metrics, verifiedTokens, callPolicy, servers } = ctx.deps;
+  const { machineAccess, gitlabKeys } = ctx.deps;
   return {
     store,
     clock,
@@ -93,6 +94,8 @@ function grantDeps(ctx: TokenContext): GrantDeps {
     signer: ctx.oauth.signer,
     upstream: ctx.oauth.upstream,
     policyGroups: () => heldPolicyGroups(callPolicy),
+    machineAccess,
+    gitlabKeys,
     servedResources: (issuer) => servers.resources(issuer),
     serverLists: (resource, issuer) => {
       const url = resource === undefined ? null : URL.parse(resource);

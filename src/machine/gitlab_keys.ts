@@ -1,0 +1,97 @@
+/**
+ * GitLab's ID-token signing keys (`{GITLAB_URL}/oauth/discovery/keys`), cached. A `kid` not in
+ * the cache fetches them again, unless any fetch happened in the last minute: a rotated key works
+ * within a minute, and tokens naming made-up kids cannot make the service hammer GitLab.
+ */
+
+import type { Clock } from "../clock.ts";
+
+/** At most one fetch of the keys per this long, whatever the kids asked for. */
+export const KEYS_REFETCH_MS = 60_000;
+/** The most keys kept from one answer. */
+const MAX_KEYS = 50;
+/** The most bytes read of GitLab's answer. */
+const MAX_BODY_CHARS = 256 * 1024;
+
+/** A public key GitLab published, as JWK. */
+export type PublishedKey = JsonWebKey & { kid: string };
+
+/** Thrown when GitLab's keys could not be read (unreachable, not a JWKS). */
+export class GitLabKeysUnavailable extends Error {
+  override name = "GitLabKeysUnavailable";
+}
+
+/** The cache of GitLab's keys. */
+export interface GitLabKeys {
+  /** The key `kid` names, fetching the keys when due; undefined when GitLab publishes none. */
+  keyFor(kid: string): Promise<PublishedKey | undefined>;
+}
+
+/** What the cache uses. */
+export interface GitLabKeysDeps {
+  /** GITLAB_URL. */
+  gitlabUrl: URL;
+  clock: Clock;
+  timeoutMs: number;
+  /** Reaches GitLab (a test hands in its fake GitLab). */
+  fetch?: typeof fetch;
+}
+
+/** An empty cache, filled on first use. */
+export function createGitLabKeys(deps: GitLabKeysDeps): GitLabKeys {
+  const url = `${deps.gitlabUrl.href.replace(/\/+$/, "")}/oauth/discovery/keys`;
+  const fetching = deps.fetch ?? fetch;
+  let keys = new Map<string, PublishedKey>();
+  let fetchedAt: number | undefined;
+  let inFlight: Promise<void> | undefined;
+
+  async function refresh(): Promise<void> {
+    fetchedAt = deps.clock.now();
+    let response: Response;
+    try {
+      response = await fetching(url, {
+        headers: { Accept: "application/json" },
+        signal: AbortSignal.timeout(deps.timeoutMs),
+      });
+    } catch (error) {
+      throw new GitLabKeysUnavailable(error instanceof Error ? error.name : "unreachable");
+    }
+    const text = await response.text();
+    if (!response.ok || text.length > MAX_BODY_CHARS) {
+      throw new GitLabKeysUnavailable(`status ${response.status}`);
+    }
+    keys = parseKeys(text);
+  }
+
+  return {
+    async keyFor(kid) {
+      const known = keys.get(kid);
+      if (known) return known;
+      const due = fetchedAt === undefined || deps.clock.now() - fetchedAt >= KEYS_REFETCH_MS;
+      if (due && inFlight === undefined) {
+        inFlight = refresh().finally(() => inFlight = undefined);
+      }
+      if (inFlight) await inFlight;
+      return keys.get(kid);
+    },
+  };
+}
+
+/** The RSA keys of a JWKS document, by kid. */
+function parseKeys(text: string): Map<string, PublishedKey> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new GitLabKeysUnavailable("not JSON");
+  }
+  const list = (parsed as { keys?: unknown })?.keys;
+  if (!Array.isArray(list)) throw new GitLabKeysUnavailable("no keys");
+  const found = new Map<string, PublishedKey>();
+  for (const key of list.slice(0, MAX_KEYS)) {
+    if (typeof key !== "object" || key === null) continue;
+    const { kid, kty } = key as Record<string, unknown>;
+    if (typeof kid === "string" && kty === "RSA") found.set(kid, key as PublishedKey);
+  }
+  return found;
+}
