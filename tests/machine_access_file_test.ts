@@ -197,7 +197,7 @@ Deno.test("machine access file: a rule naming a server that is not configured st
   const { BASE_URL: _base, ...withoutBase } = env;
   assert.throws(
     () => loadConfig(withoutBase),
-    /^ConfigError: BASE_URL: is required with MACHINE_ACCESS_FILE/,
+    /^ConfigError: BASE_URL: is required with MACHINE_ACCESS_FILE's ci: rules/,
   );
   assert.throws(() => loadConfig(env), (error: Error) => {
     assert.ok(error instanceof ConfigError);

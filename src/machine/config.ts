@@ -55,18 +55,18 @@ export function gitlabIssuerOf(
 }
 
 /**
- * Start-up stops (one line) when a rule names a server that is not configured, and without
- * BASE_URL: an assertion's audience is checked against the issuer, which must not follow the
- * request's Host.
+ * Start-up stops (one line) when a rule names a server that is not configured, and when `ci:`
+ * rules come without BASE_URL: an ID token's audience is checked against the issuer, which must
+ * not follow the request's Host.
  */
 export function requireMachineServers(
   config: MachineConfig & Parameters<typeof configuredServers>[0] & { baseUrl?: string },
 ): void {
   if (!config.machineAccessFile) return;
-  if (!config.baseUrl) {
+  if (config.machineAccessFile.ci.length > 0 && !config.baseUrl) {
     throw new ConfigError(
       "BASE_URL",
-      "is required with MACHINE_ACCESS_FILE (assertions name it as their audience)",
+      "is required with MACHINE_ACCESS_FILE's ci: rules (GitLab ID tokens name it as their audience)",
     );
   }
   try {
