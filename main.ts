@@ -27,6 +27,7 @@ import {
   signInReason,
 } from "./src/app/config.ts";
 import { weakSettings } from "./src/app/weak_settings.ts";
+import { inForce } from "./src/app/in_force.ts";
 import { createAppDeps } from "./src/app/deps.ts";
 import { mcpClientFor } from "./src/gateway/mcp_client/for_url.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
@@ -107,12 +108,16 @@ export async function startService(
 ): Promise<RunningService> {
   const { app, config, closeKv, reloadable } = await composeService(env, logger);
   const { promise: listening, resolve } = Promise.withResolvers<string>();
+  const summary = await inForce(config);
   let server: Deno.HttpServer;
   try {
     server = Deno.serve({
       port: config.port,
       hostname: listenHostname(config),
-      onListen: (address) => resolve(logListening(address, config, signInReason(env), logger)),
+      onListen: (address) =>
+        resolve(
+          logListening(address, config, { signInBecause: signInReason(env), summary }, logger),
+        ),
     }, app);
   } catch (error) {
     await closeKv();
@@ -170,7 +175,7 @@ function servedServerNames(config: Config): string[] {
 function logListening(
   address: Deno.Addr,
   config: Config,
-  signInBecause: string,
+  { signInBecause, summary }: { signInBecause: string; summary: Record<string, unknown> },
   logger: Logger,
 ): string {
   const { hostname, port } = address as Deno.NetAddr;
@@ -185,6 +190,7 @@ function logListening(
     signIn: config.upstream.signIn,
     signInBecause,
     mcpServers: servedServerNames(config).join(",") || undefined,
+    ...summary,
   });
   return url;
 }
@@ -268,11 +274,13 @@ async function serveEntry(): Promise<Deno.ServeDefaultExport> {
     () => composeService(env, logger, metricsChannel()),
   );
   reloadOnChange(reloadable, logger);
+  const summary = await inForce(config);
   // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
   logger.info("ready to serve");
   return {
     fetch: app,
-    onListen: (address) => void logListening(address, config, signInReason(env), logger),
+    onListen: (address) =>
+      void logListening(address, config, { signInBecause: signInReason(env), summary }, logger),
   };
 }
 

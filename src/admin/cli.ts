@@ -22,6 +22,7 @@ import { createLogger, type Logger } from "../logger.ts";
 import { sealingSecrets } from "../secret_box.ts";
 import { generateSigningKey } from "../keys/signing_keys.ts";
 import { loadTemplates } from "../pages/mod.ts";
+import { storeInForce } from "../app/in_force.ts";
 import type { Upstream } from "../upstream/types.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
 import { AdminRefusal, runStoreCommand } from "./commands.ts";
@@ -121,6 +122,7 @@ export async function runAdmin(
       note: output.err,
       kvFileSize: () =>
         opened.kind === "kv" ? kvFileSize(config.kvPath) : Promise.resolve(undefined),
+      storeName: storeInForce(config),
       servers: ["default", ...(config.mcpServersFile?.servers ?? []).map(({ name }) => name)],
     });
   } catch (error) {

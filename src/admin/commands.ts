@@ -35,6 +35,8 @@ export interface AdminDeps {
   note?(line: string): void;
   /** The KV file's size in bytes (with its WAL), or undefined when KV is no local file. */
   kvFileSize(): Promise<number | undefined>;
+  /** Which store this is, as the start-up line names it (`kv:<path>`, `postgres:<host>/<db>`). */
+  storeName?: string;
   /** The MCP servers the gateway serves: `default` (/mcp) and MCP_SERVERS_FILE's names. */
   servers?: readonly string[];
 }
@@ -156,13 +158,25 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
     deps.kvFileSize(),
   ]);
   const { flows: pendingFlows, sessions, clients } = counts;
-  const stats = { pendingFlows, sessions, clients, kvFileBytes: kvFileBytes ?? null };
+  const onPostgres = deps.storeName?.startsWith("postgres:") ?? false;
+  const stats = {
+    store: deps.storeName,
+    pendingFlows,
+    sessions,
+    clients,
+    // PostgreSQL has no KV file: its records are the counts above.
+    ...(onPostgres ? {} : { kvFileBytes: kvFileBytes ?? null }),
+  };
   if (json) return deps.print(jsonLine(stats));
   formatTable(["", ""], [
+    ...(deps.storeName === undefined ? [] : [["store", deps.storeName]]),
     ["pending flows", String(stats.pendingFlows)],
     ["sessions", String(stats.sessions)],
     ["clients", String(stats.clients)],
-    ["KV file", kvFileBytes === undefined ? "not a local file" : `${kvFileBytes} bytes`],
+    ...(onPostgres ? [] : [[
+      "KV file",
+      kvFileBytes === undefined ? "not a local file" : `${kvFileBytes} bytes`,
+    ]]),
   ]).slice(1).forEach((line) => deps.print(line));
 }
 
