@@ -2,7 +2,8 @@
  * A simulated GitLab for the demo and for end-to-end tests: the OAuth device authorization grant,
  * the authorization code grant with PKCE (an "Authorize application" page at `/oauth/authorize`
  * with Authorize and Deny), the refresh-token grant (with rotation), token revocation,
- * `GET /api/v4/user`, group memberships (`GET /api/v4/groups/:id/members/all/:user_id`, inherited
+ * `GET /api/v4/user`, CI ID-token keys (`GET /oauth/discovery/keys`, `idTokens` signs the
+ * tokens), group memberships (`GET /api/v4/groups/:id/members/all/:user_id`, inherited
  * from parent groups), and a small "Device authorization" page where a person approves or denies
  * a user code.
  *
@@ -13,6 +14,7 @@
  */
 
 import { createSimulatedGitLabHandler } from "./simulated_gitlab/handlers.ts";
+import { FakeGitLabIdTokens } from "./simulated_gitlab/id_tokens.ts";
 import { createStalledBodies } from "./simulated_gitlab/stalled_bodies.ts";
 import { createSimulatedGitLabState } from "./simulated_gitlab/state.ts";
 import type {
@@ -40,10 +42,14 @@ export function startSimulatedGitLab(options: SimulatedGitLabOptions = {}): Simu
   const stalls = createStalledBodies();
   const server = Deno.serve(
     { port: options.port ?? 0, hostname, onListen() {} },
-    // Requests only arrive once this function has returned, so `handle` is set by then.
-    (request) => handle(request),
+    // Requests only arrive once this function has returned, so `handle` and `idTokens` are set.
+    (request) =>
+      new URL(request.url).pathname === "/oauth/discovery/keys" && request.method === "GET"
+        ? idTokens.serve(request)
+        : handle(request),
   );
   const url = originOf(hostname, server.addr.port);
+  const idTokens = new FakeGitLabIdTokens(url.href.replace(/\/+$/, ""));
   const handle = createSimulatedGitLabHandler(state, {
     url,
     interval: options.interval ?? 5,
@@ -54,6 +60,7 @@ export function startSimulatedGitLab(options: SimulatedGitLabOptions = {}): Simu
   return {
     ...controlsOf(state),
     url,
+    idTokens,
     close() {
       closed ??= (async () => {
         stalls.endAll();

@@ -9,7 +9,8 @@
 
 import assert from "node:assert/strict";
 import { startScripted } from "./_gateway_mcp.ts";
-import { makeTestApp, makeTestAppOn, TEST_BASE, type TestApp } from "./_helpers.ts";
+import { makeTestApp, makeTestAppOn, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
+import { spawnService, waitFor } from "./_service.ts";
 import { STORE_KINDS } from "./_stores.ts";
 import { recordingLogger } from "./_access.ts";
 
@@ -291,4 +292,50 @@ Deno.test("jwt bearer: without MACHINE_ACCESS_FILE the grant is unsupported and 
     )).json();
     assert.ok(metadata.grant_types_supported.includes(GRANT));
   });
+});
+
+Deno.test("jwt bearer: a service process fetches the simulated GitLab's published key over HTTP; SIGHUP re-reads the rules, a broken file keeps them", async () => {
+  const { startSimulatedGitLab } = await import("../dev/simulated_gitlab.ts");
+  const gitlab = startSimulatedGitLab();
+  const dir = await Deno.makeTempDir();
+  const access = `${dir}/access.yaml`;
+  await Deno.writeTextFile(access, "ci:\n  - project: acme/*\n    servers: [default]\n");
+  const base = "http://ci.auth.test";
+  const service = await spawnService({
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: TEST_SECRET,
+    GITLAB_URL: gitlab.url.href,
+    BASE_URL: base,
+    MACHINE_ACCESS_FILE: access,
+  });
+  const ask = async (claims: Record<string, unknown> = {}) => {
+    const assertion = await gitlab.idTokens.sign(base, Date.now(), claims);
+    const response = await fetch(`${service.url}/token`, {
+      method: "POST",
+      body: new URLSearchParams({ grant_type: GRANT, assertion }),
+    });
+    return { status: response.status, body: await response.json() };
+  };
+  try {
+    const issued = await ask();
+    assert.equal(issued.status, 200, JSON.stringify(issued.body));
+    assert.equal(gitlab.idTokens.fetches, 1);
+
+    await Deno.writeTextFile(access, "ci: [");
+    service.signal("SIGHUP");
+    await waitFor(() =>
+      service.logs.some((line) => line.includes("MACHINE_ACCESS_FILE not reloaded"))
+    );
+    assert.equal((await ask()).status, 200);
+
+    await Deno.writeTextFile(access, "ci:\n  - project: acme/other\n    servers: [default]\n");
+    service.signal("SIGHUP");
+    await waitFor(() => service.logs.some((line) => line.includes("MACHINE_ACCESS_FILE reloaded")));
+    const refused = await ask();
+    assert.equal(refused.body.error_description, "no rule admits acme/app at ref main");
+  } finally {
+    await service.stop();
+    await gitlab.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -1,5 +1,6 @@
 /** The public types of the simulated GitLab: its options, its test controls and what they report. */
 
+import type { FakeGitLabIdTokens } from "./id_tokens.ts";
 import type { Clock } from "../../src/clock.ts";
 
 /** An endpoint `failNext` can make fail; `token` is the device-code grant, `refresh` the other. */
@@ -138,6 +139,8 @@ export interface SimulatedGitLabControls {
 export interface SimulatedGitLab extends SimulatedGitLabControls {
   /** The origin it listens on, e.g. `http://127.0.0.1:40123`. */
   readonly url: URL;
+  /** CI ID tokens: the RS256 key served at `/oauth/discovery/keys`, and tokens signed with it. */
+  readonly idTokens: FakeGitLabIdTokens;
   /** Stops the server; requests left hanging by `timeout` are ended first. Idempotent. */
   close(): Promise<void>;
 }
