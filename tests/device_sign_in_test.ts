@@ -12,6 +12,7 @@ import { UpstreamError } from "../src/upstream/types.ts";
 import {
   assertError,
   CookieJar,
+  countRecords,
   flowDataFromPage,
   poll as pollFlow,
   TEST_BASE,
@@ -158,6 +159,11 @@ Deno.test("device sign-in (redirect mode): Deny answers the client's poll access
     const denied = await post(t, jar, { ...formOf(page), action: "deny" });
     assert.equal(denied.status, 200);
     assert.match(await denied.text(), /not signed in/);
+    // The user's no ends the sign-in at once: GitLab's token is revoked and its session gone,
+    // not left for a sweep that only some later sign-in runs.
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-x"]);
+    assert.equal(await countRecords(t.kv, "session"), 0);
+    assert.equal(await countRecords(t.kv, "unredeemed"), 0);
     await assertError(await poll(t, started), 400, "access_denied");
   }, { env: REDIRECT });
 });

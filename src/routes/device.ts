@@ -27,7 +27,8 @@ import { readCookie, signInCookies } from "../sign_in/cookies.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
 import { bindBrowser, notice, otherBrowser } from "../sign_in/redirect_flow.ts";
 import type { Versioned } from "../store/mod.ts";
-import type { DeviceAuthorizationRecord } from "../store/records.ts";
+import type { DeviceAuthorizationRecord, SessionRecord } from "../store/records.ts";
+import { revokeUpstreamTokens } from "../session/end.ts";
 
 /** Handles `GET /device`. */
 export async function handleDevice(ctx: SignInContext): Promise<Response> {
@@ -96,7 +97,11 @@ export async function handleDeviceForm(ctx: SignInContext): Promise<Response> {
   return expired(ctx);
 }
 
-/** The user's word after signing in: the authorization approved or denied, once. */
+/**
+ * The user's word after signing in: the authorization approved or denied, once. A denial ends
+ * the sign-in's session at once and revokes its GitLab token (the sweep of unredeemed sign-ins
+ * runs only when some later sign-in completes).
+ */
 async function decide(
   ctx: SignInContext,
   deviceId: string,
@@ -104,14 +109,31 @@ async function decide(
 ): Promise<Response> {
   const { store } = ctx.deps;
   const status = action === "approve" ? "approved" : "denied";
+  let ended: SessionRecord | undefined;
   const decided = await changeDeviceAuthorization(
     ctx,
     deviceId,
     ["signed_in"],
-    async (device) => !!await store.updateDeviceAuthorization(device, { ...device.value, status }),
+    async (device) => {
+      if (status === "approved") {
+        return !!await store.updateDeviceAuthorization(device, { ...device.value, status });
+      }
+      const sessionId = device.value.sessionId;
+      const session = sessionId === undefined ? null : await store.getSession(sessionId);
+      if (!session) {
+        return !!await store.updateDeviceAuthorization(device, { ...device.value, status });
+      }
+      if (!await store.denySignedInDeviceAuthorization(device, session)) return false;
+      ended = session.value;
+      return true;
+    },
   );
   if (!decided) return expired(ctx);
   auditDeviceAuthorization(ctx.deps, status, decided.clientId, ctx.requestId);
+  if (ended) {
+    const deps = { ...ctx.deps, upstream: ctx.oauth.upstream };
+    await revokeUpstreamTokens(deps, ended, { requestId: ctx.requestId, sessionId: ended.id });
+  }
   return action === "approve"
     ? notice(ctx, 200, "Device signed in", "You may return to your device: it is signed in now.")
     : notice(ctx, 200, "Sign-in denied", "Your device was not signed in. You may close this page.");

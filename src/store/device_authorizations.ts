@@ -59,6 +59,15 @@ export interface DeviceAuthorizationStore {
     session: SessionRecord,
     status?: "signed_in" | "approved",
   ): Promise<boolean>;
+  /**
+   * The user's Deny after signing in: marks the authorization `denied` and deletes the session
+   * its sign-in stored (never redeemed) with its unredeemed marker, in one commit; false when
+   * either changed since read.
+   */
+  denySignedInDeviceAuthorization(
+    device: Versioned<DeviceAuthorizationRecord>,
+    session: Versioned<SessionRecord>,
+  ): Promise<boolean>;
   /** Deletes the authorization and its user-code key, if unchanged since read. */
   deleteDeviceAuthorization(device: Versioned<DeviceAuthorizationRecord>): Promise<boolean>;
   /**
@@ -146,6 +155,16 @@ export function createDeviceAuthorizationStore(
           .set(unredeemedKey(session.expiresAt, session.id), unredeemedSignIn(session), {
             expireIn: io.ttlUntil(session.expiresAt + UNREDEEMED_KEEP_MS),
           }),
+      );
+    },
+
+    denySignedInDeviceAuthorization(device, session) {
+      const denied: DeviceAuthorizationRecord = { ...device.value, status: "denied" };
+      return io.commit(
+        io.atomic().check(device).check(session)
+          .set(device.key, denied, { expireIn: io.ttlUntil(device.value.expiresAt) })
+          .delete(session.key)
+          .delete(unredeemedKey(session.value.expiresAt, session.value.id)),
       );
     },
 
