@@ -1,7 +1,7 @@
 /**
- * The protected MCP resource: where it is and where its metadata lives (what the metadata route,
- * the gateway and the resource guard derive from the configuration and the base URL), and the
- * resource-indicator rules: it is the only `resource` a client may ask a token for, and tokens
+ * The protected MCP resources: where they are and where their metadata lives (what the metadata
+ * route, the gateway and the resource guard derive from the configuration and the base URL), and
+ * the resource-indicator rules: a client may ask a token only for a served `resource`, and tokens
  * name it so that another MCP server refuses them.
  *
  * @see RFC 9728 §3.1, RFC 8707 §2, MCP authorization spec ("Resource Parameter Implementation")
@@ -24,25 +24,6 @@ export function protectedResourceMetadataUrl(resource: string): string {
 /** A URL's path without trailing slashes (`""` for the root). */
 export function pathOf(url: string): string {
   return new URL(url).pathname.replace(/\/+$/, "");
-}
-
-/**
- * The resource a request names: `protectedResource` when `requested` is absent or names it
- * (scheme and host case-insensitively, a trailing slash ignored); otherwise 400
- * `invalid_target`, as for a fragment or a relative URI.
- */
-export function requireProtectedResource(
-  requested: string | undefined,
-  protectedResource: string,
-): string {
-  if (requested === undefined) return protectedResource;
-  if (requested.includes("#")) {
-    throw invalidTarget("resource must not contain a fragment");
-  }
-  if (!sameResource(requested, protectedResource)) {
-    throw invalidTarget("resource is not the MCP server this service protects");
-  }
-  return protectedResource;
 }
 
 /**
