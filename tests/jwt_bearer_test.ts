@@ -13,6 +13,7 @@ import { makeTestApp, makeTestAppOn, TEST_BASE, TEST_SECRET, type TestApp } from
 import { spawnService, waitFor } from "./_service.ts";
 import { STORE_KINDS } from "./_stores.ts";
 import { recordingLogger } from "./_access.ts";
+import { createLogger } from "../src/logger.ts";
 
 const GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
@@ -337,5 +338,35 @@ Deno.test("jwt bearer: a service process fetches the simulated GitLab's publishe
     await service.stop();
     await gitlab.close();
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("jwt bearer: the token endpoint's line names the CI caller; metrics count the grant", async () => {
+  const lines: Record<string, unknown>[] = [];
+  const metricsToken = "metrics-token-that-is-at-least-32-bytes!";
+  const t = await makeTestApp({
+    env: { ...(await accessEnv()), METRICS_TOKEN: metricsToken },
+    logger: createLogger((line) => lines.push(JSON.parse(line))),
+  });
+  try {
+    assert.equal((await grant(t, { assertion: await idToken(t) })).status, 200);
+    assert.equal((await grant(t, { assertion: await idToken(t, { aud: "x" }) })).status, 400);
+    const issued = lines.find((line) => line.grant === GRANT);
+    assert.equal(issued?.caller, "ci");
+    assert.equal(issued?.ciProject, "acme/app");
+    assert.equal(issued?.ciPipeline, "1234");
+    assert.equal(issued?.ciJob, "5678");
+    const metrics = await (await t.app(
+      new Request(`${TEST_BASE}/metrics`, { headers: { Authorization: `Bearer ${metricsToken}` } }),
+    )).text();
+    const count = (outcome: string) =>
+      metrics.split("\n").find((line) =>
+        line.startsWith("gitlab_mcp_auth_token_grants_total{") && line.includes(`"${GRANT}"`) &&
+        line.includes(`outcome="${outcome}"`)
+      )?.split(" ").at(-1);
+    assert.equal(count("issued"), "1");
+    assert.equal(count("invalid_grant"), "1");
+  } finally {
+    t.close();
   }
 });
