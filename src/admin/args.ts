@@ -26,6 +26,8 @@ export type AdminCommand =
   }
   | { name: "clients delete"; clientId: string; keepGitLabTokens: boolean }
   | { name: "stats"; json: boolean }
+  /** `--connect`: also open the store; without it nothing is connected to. */
+  | { name: "config check"; connect: boolean }
   /** `--alg`: a private signing JWK for ACCESS_TOKEN_ALG instead of the secrets. */
   | { name: "keys generate"; alg?: "ES256" | "EdDSA" }
   | { name: "migrate" }
@@ -45,6 +47,7 @@ export const USAGE = [
   "       admin clients add --name <name> --grant client_credentials [--id <client id>]",
   "             (--jwks-file <public JWK Set file> | --secret)",
   "       admin stats [--json] | keys generate [--alg ES256|EdDSA] | migrate | help",
+  "       admin config check [--connect]",
   "<user>: --user <gitlab username or id> | --user-id <id> | --username <username>",
   "<group>: the full path of an ALLOWED_GITLAB_GROUPS group that admitted the sessions",
 ].join("\n");
@@ -178,6 +181,9 @@ export function parseAdminArgs(args: readonly string[]): AdminCommand {
     case "stats":
       only(given, ["--json"], 1);
       return { name: "stats", json };
+    case "config check":
+      only(given, ["--connect"], 2);
+      return { name: "config check", connect: given.flags.has("--connect") };
     case "keys generate": {
       only(given, ["--alg"], 2);
       const alg = value(given, "--alg");

@@ -22,6 +22,8 @@ import { createLogger, type Logger } from "../logger.ts";
 import { sealingSecrets } from "../secret_box.ts";
 import { generateSigningKey } from "../keys/signing_keys.ts";
 import { loadTemplates } from "../pages/mod.ts";
+import { checkConfiguration } from "../app/config_check.ts";
+import type { Env } from "../config/variable.ts";
 import { storeInForce } from "../app/in_force.ts";
 import type { Upstream } from "../upstream/types.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
@@ -77,6 +79,7 @@ export async function runAdmin(
     );
     return 0;
   }
+  if (command.name === "config check") return await checkConfig(env, command.connect, output);
   let config;
   try {
     config = loadConfig(env);
@@ -131,6 +134,37 @@ export async function runAdmin(
     return error.exitCode;
   } finally {
     await opened.close();
+  }
+}
+
+/**
+ * `admin config check`: the effective configuration on stdout (secrets as `****`), one line
+ * per problem on stderr; with `connect`, the store is opened (and closed) too. 0: no problem.
+ */
+async function checkConfig(env: Env, connect: boolean, output: AdminOutput): Promise<number> {
+  const { lines, problems, config } = checkConfiguration(env);
+  lines.forEach((line) => output.out(line));
+  if (connect && config) {
+    const problem = await storeProblem(config);
+    if (problem) problems.push(problem);
+  }
+  problems.forEach((problem) => output.err(`admin: ${problem}`));
+  return problems.length === 0 ? 0 : 1;
+}
+
+/** Why the configured store cannot be opened as the service's, or undefined when it can. */
+async function storeProblem(config: Config): Promise<string | undefined> {
+  if (config.databaseUrl === undefined) {
+    const problem = await existingStoreProblem(config.kvPath);
+    if (problem) return problem;
+  }
+  try {
+    await (await openDatabase(config, { existingOnly: true })).close();
+    return undefined;
+  } catch (error) {
+    // Only ConfigError's message is known to leave the database URL's password out.
+    if (error instanceof ConfigError) return error.message;
+    return `cannot open the store (${error instanceof Error ? error.name : "error"})`;
   }
 }
 

@@ -42,7 +42,10 @@ export interface AdminDeps {
 }
 
 /** The commands that read or change KV (`keys generate`, `migrate` and `help` need none). */
-export type StoreCommand = Exclude<AdminCommand, { name: "keys generate" | "migrate" | "help" }>;
+export type StoreCommand = Exclude<
+  AdminCommand,
+  { name: "keys generate" | "migrate" | "help" | "config check" }
+>;
 
 /** Upstream revocations in flight at once: a courtesy to the GitLab instance. */
 const REVOCATION_CONCURRENCY = 8;

@@ -219,15 +219,20 @@ export function loadConfig(given: Env): Config {
   const env = withSecretFiles(given, variablesOf(CONFIG_VARIABLES));
   const profile = CONFIG_VARIABLES.securityProfile.read(env);
   const config = readTable(CONFIG_VARIABLES, withProfileDefaults(profile, env));
-  requireBaseUrlBehindProxy(config);
-  requireProfileSettings(config);
-  requireOneStore(config);
-  requireSigningKeys(config);
-  requireBaseUrlForRedirect(config);
-  requireAccessSettings(config);
-  requireMachineServers(config);
+  for (const check of CROSS_CHECKS) check(config);
   return config;
 }
+
+/** The rules between variables, in the order start-up applies them; each throws ConfigError. */
+export const CROSS_CHECKS: readonly ((config: Config) => void)[] = [
+  requireBaseUrlBehindProxy,
+  requireProfileSettings,
+  requireOneStore,
+  requireSigningKeys,
+  requireBaseUrlForRedirect,
+  requireAccessSettings,
+  requireMachineServers,
+];
 
 /**
  * The group check reads memberships with the user's own token, which needs `read_api` or
@@ -315,7 +320,7 @@ export function listConfigVariables(): ConfigVariable<unknown>[] {
 }
 
 /** The environment with the profile's defaults filled in where a variable is unset or blank. */
-function withProfileDefaults(profile: SecurityProfile, env: Env): Env {
+export function withProfileDefaults(profile: SecurityProfile, env: Env): Env {
   const filled: Env = { ...env };
   for (const [name, value] of Object.entries(PROFILE_DEFAULTS[profile])) {
     if (!env[name]?.trim()) filled[name] = value;
