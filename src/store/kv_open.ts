@@ -24,13 +24,33 @@ export function kvLocation(path: string | undefined): KvLocation {
  * Opens the KV at `path` (Deno's default when undefined); a file is created if its folder
  * exists. Throws ConfigError naming KV_PATH when it cannot be opened.
  */
-export async function openKv(path: string | undefined): Promise<Deno.Kv> {
-  try {
-    return await Deno.openKv(path);
-  } catch (error) {
-    const where = path ?? "Deno's default KV";
-    throw new ConfigError("KV_PATH", `cannot open ${where}: ${await whyNotOpened(path, error)}`);
+export async function openKv(
+  path: string | undefined,
+  open: (path: string | undefined) => Promise<Deno.Kv> = Deno.openKv,
+  wait: (ms: number) => Promise<void> = (ms) => new Promise((done) => setTimeout(done, ms)),
+): Promise<Deno.Kv> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await open(path);
+    } catch (error) {
+      // Workers of `deno serve --parallel` (or processes) opening one new file at once: SQLite
+      // answers "database is locked" to all but one while it sets the file up. Try again.
+      if (attempt < LOCKED_OPEN_ATTEMPTS && isLocked(error)) {
+        await wait(LOCKED_OPEN_WAIT_MS * attempt);
+        continue;
+      }
+      const where = path ?? "Deno's default KV";
+      throw new ConfigError("KV_PATH", `cannot open ${where}: ${await whyNotOpened(path, error)}`);
+    }
   }
+}
+
+/** Opening a file another process is setting up is tried this often, waiting longer each time. */
+const LOCKED_OPEN_ATTEMPTS = 10;
+const LOCKED_OPEN_WAIT_MS = 50;
+
+function isLocked(error: unknown): boolean {
+  return error instanceof Error && /database is locked/i.test(error.message);
 }
 
 /**
