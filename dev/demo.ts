@@ -16,6 +16,16 @@ import { startDemoDocsServer } from "./demo_docs_server.ts";
 import { startDemoMcpServer } from "./demo_mcp_server.ts";
 import { startSimulatedGitLab } from "./simulated_gitlab.ts";
 
+// A signal from the first moment stops the demo cleanly: once everything is up at once, before
+// that as soon as it is (the service prints its listening line before the rest is ready).
+const stopping: { requested: boolean; now?: () => Promise<void> } = { requested: false };
+const onSignal = () => {
+  stopping.requested = true;
+  stopping.now?.();
+};
+Deno.addSignalListener("SIGINT", onSignal);
+Deno.addSignalListener("SIGTERM", onSignal);
+
 const env = Deno.env.toObject();
 const host = unbracketed("HOST", env.HOST ?? "127.0.0.1");
 const port = demoPort(env, host);
@@ -187,7 +197,6 @@ function escape(text: string): string {
 
 const clientUrl = `http://127.0.0.1:${client.addr.port}/`;
 
-// Before anything else is awaited: a signal during the client's registration stops all too.
 const stop = async () => {
   await service.shutdown();
   await client.shutdown();
@@ -196,8 +205,8 @@ const stop = async () => {
   await gitlab.close();
   Deno.exit(0);
 };
-Deno.addSignalListener("SIGINT", stop);
-Deno.addSignalListener("SIGTERM", stop);
+stopping.now = stop;
+if (stopping.requested) await stop();
 
 const clientId = await registerExampleClient(`${clientUrl}callback`);
 
