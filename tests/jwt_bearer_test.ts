@@ -184,10 +184,14 @@ Deno.test("jwt bearer: every check fails closed with invalid_grant naming it", a
   });
 });
 
-Deno.test("jwt bearer: a jti is accepted once", async () => {
+Deno.test("jwt bearer: a jti is accepted once; the scope asked for is granted", async () => {
   await withGrantApp(async (t) => {
     const assertion = await idToken(t);
-    assert.equal((await grant(t, { assertion })).status, 200);
+    // A scope this service does not grant is refused before the jti is spent.
+    const unknownScope = await refusal(await grant(t, { assertion, scope: "admin" }));
+    assert.equal(unknownScope.error, "invalid_scope");
+    const issued = await grant(t, { assertion, scope: "mcp:tools" });
+    assert.equal((await issued.json()).scope, "mcp:tools");
     const replay = await refusal(await grant(t, { assertion }));
     assert.deepEqual([replay.error, replay.description.split(":")[0]], ["invalid_grant", "jti"]);
   });

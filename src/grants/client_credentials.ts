@@ -10,8 +10,7 @@
 
 import { OAuthError } from "../http/errors.ts";
 import { machineSubject } from "../machine/caller.ts";
-import { issueMachineToken } from "../machine/token.ts";
-import { GRANTED_SCOPES } from "../scopes.ts";
+import { grantedScope, issueMachineToken } from "../machine/token.ts";
 import type { Grant, GrantDeps, GrantRequest, GrantSwitches, Issued } from "./grant.ts";
 import { invalidClient } from "../clients/methods/invalid_client.ts";
 
@@ -65,18 +64,4 @@ async function issueClientToken(deps: GrantDeps, request: GrantRequest): Promise
     subject: { kind: "client", clientId },
     logFields: { caller: "client", authMethod: client.method },
   };
-}
-
-/**
- * The scopes granted: those asked for (each one this service grants), or all of them; an
- * unknown scope is refused (RFC 6749 §5.2 `invalid_scope`).
- */
-function grantedScope(requested: string | undefined): string {
-  if (requested === undefined || requested.trim() === "") return GRANTED_SCOPES.join(" ");
-  const asked = requested.split(" ").filter((scope) => scope !== "");
-  const unknown = asked.find((scope) => !(GRANTED_SCOPES as readonly string[]).includes(scope));
-  if (unknown !== undefined) {
-    throw new OAuthError(400, "invalid_scope", `Unknown scope ${unknown.slice(0, 64)}`);
-  }
-  return [...new Set(asked)].join(" ");
 }

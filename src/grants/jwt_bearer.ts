@@ -14,7 +14,7 @@ import { ciTokenClaims, machineSubject } from "../machine/caller.ts";
 import { gitlabIssuerOf } from "../machine/config.ts";
 import { ASSERTION_LEEWAY_SECONDS, AssertionRefused, verifyIdToken } from "../machine/id_token.ts";
 import { ciRuleFor } from "../machine/rules.ts";
-import { issueMachineToken } from "../machine/token.ts";
+import { grantedScope, issueMachineToken } from "../machine/token.ts";
 import type { Grant, GrantDeps, GrantRequest, Issued } from "./grant.ts";
 import { invalidGrant } from "./session_checks.ts";
 
@@ -36,6 +36,8 @@ async function issueForCiJob(deps: GrantDeps, request: GrantRequest): Promise<Is
   const assertion = request.params.get("assertion");
   if (!assertion) throw new OAuthError(400, "invalid_request", "assertion is required");
   if (assertion.length > MAX_ASSERTION_CHARS) throw invalidGrant("The assertion is too large");
+  // Before the jti is spent: a request refused for its scope may be sent again.
+  const scope = grantedScope(request.params.get("scope"));
   const access = deps.machineAccess.current();
   if (!access) throw new OAuthError(400, "unsupported_grant_type", "No machine access file");
   const now = deps.clock.now();
@@ -72,6 +74,7 @@ async function issueForCiJob(deps: GrantDeps, request: GrantRequest): Promise<Is
     requestedResource: request.params.get("resource"),
     grant: rule,
     maxTtlSeconds: verified.exp - Math.floor(now / 1000),
+    scope,
     claims: { ...ciTokenClaims(job), gitlab_user: verified.userLogin },
   });
   return {

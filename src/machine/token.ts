@@ -9,6 +9,7 @@
 
 import type { Clock } from "../clock.ts";
 import { randomToken } from "../crypto.ts";
+import { OAuthError } from "../http/errors.ts";
 import { invalidTarget, requireServedResource } from "../http/resource.ts";
 import type { AccessTokenClaims, TokenSigner } from "../jwt.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
@@ -114,4 +115,18 @@ function definedOnly(claims: Record<string, string | undefined>): Record<string,
   return Object.fromEntries(
     Object.entries(claims).filter((entry): entry is [string, string] => entry[1] !== undefined),
   );
+}
+
+/**
+ * The scopes granted: those asked for (each one this service grants), or all of them; an
+ * unknown scope is refused (RFC 6749 §5.2 `invalid_scope`).
+ */
+export function grantedScope(requested: string | undefined): string {
+  if (requested === undefined || requested.trim() === "") return GRANTED_SCOPES.join(" ");
+  const asked = requested.split(" ").filter((scope) => scope !== "");
+  const unknown = asked.find((scope) => !(GRANTED_SCOPES as readonly string[]).includes(scope));
+  if (unknown !== undefined) {
+    throw new OAuthError(400, "invalid_scope", `Unknown scope ${unknown.slice(0, 64)}`);
+  }
+  return [...new Set(asked)].join(" ");
 }
