@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { sweepAbandonedSignIns } from "../src/session/end.ts";
-import { UpstreamError } from "../src/upstream/types.ts";
+import { type DevicePollResult, UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,
   consentFormOf,
@@ -72,6 +72,32 @@ Deno.test("device flow: a terminal user lookup failure revokes the token; a tran
     t.upstream.user = new UpstreamError("terminal", "invalid_token", "revoked");
     assert.equal((await (await poll(t, terminal)).json()).status, "failed");
     assert.deepEqual(t.upstream.revokedTokens, ["gl-terminal"]);
+  }));
+
+Deno.test("device flow: a token GitLab issued while the flow expired under the poll is revoked, never dropped", () =>
+  withApp(async (t) => {
+    const flowState = await startFlow(t);
+    // GitLab answers only when the test says so: the flow expires while it is being asked.
+    let asked!: () => void;
+    const gitlabAsked = new Promise<void>((resolve) => asked = resolve);
+    let answer!: (result: DevicePollResult) => void;
+    t.upstream.polls.push(() => {
+      asked();
+      return new Promise((resolve) => answer = resolve);
+    });
+    const holding = poll(t, flowState);
+    await gitlabAsked;
+    t.clock.advance(t.upstream.device.expiresInSeconds * 1000 + 1);
+    assert.equal((await (await poll(t, flowState)).json()).status, "expired");
+    answer({
+      kind: "token",
+      tokens: { accessToken: "gl-late", refreshToken: "gl-late-r", expiresInSeconds: 7200 },
+    });
+    // Its answer is the flow's next poll's to give (which finds it gone).
+    assert.equal((await (await holding).json()).status, "pending");
+    // No flow keeps it and no sweep will find it: it is revoked at once.
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-late"]);
+    assert.equal(await countRecords(t.kv, "stranded"), 0);
   }));
 
 /** A device flow whose GitLab token arrived but whose user lookup failed transiently. */

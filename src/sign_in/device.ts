@@ -261,7 +261,11 @@ async function advanceFlow(
     // The device code is spent now; keep the token before anything else can fail.
     const saved = await store.saveFlowUpstreamTokens(flow, tokens);
     if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
-    if (!saved) return PENDING;
+    if (!saved) {
+      // The flow went (expired under this poll): nothing else will ever know of this token.
+      await revokeAbandonedUpstreamTokens(ctx, tokens, "flow changed while GitLab answered");
+      return PENDING;
+    }
     flow = saved;
   }
   let user: UpstreamUser;
