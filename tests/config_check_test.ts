@@ -92,6 +92,21 @@ Deno.test("config check prints the effective configuration with every secret as 
     }
   }));
 
+Deno.test("config check shows SIGNING_KEYS, private keys, as ****", async () => {
+  const generated = await runAdminCli(["keys", "generate", "--alg", "ES256"], {});
+  assert.equal(generated.code, 0, generated.stderr);
+  const key = generated.stdout.trim();
+  const run = await runAdminCli(["config", "check"], {
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: TEST_SECRET,
+    ACCESS_TOKEN_ALG: "ES256",
+    SIGNING_KEYS: `[${key}]`,
+  });
+  assert.equal(run.code, 0, run.stderr);
+  assert.ok(linesOf(run.stdout).includes("SIGNING_KEYS=****"), run.stdout);
+  assert.ok(!run.stdout.includes(JSON.parse(key).d), "the private key is never shown");
+});
+
 Deno.test("config check --connect opens the store: a KV file that does not exist is a problem", () =>
   withDir(async (dir) => {
     const env = { GITLAB_CLIENT_ID: "app", JWT_SECRET: TEST_SECRET, KV_PATH: `${dir}/kv.sqlite3` };

@@ -55,10 +55,11 @@ export function checkConfiguration(given: Env): ConfigCheck {
   return { lines: effectiveLines(filled), problems, config: problems.length ? undefined : config };
 }
 
-/** Every variable as `NAME=value`: what is set, else its default, a secret as `****`. */
+/** Every variable as `NAME=value`: what is set, else its default, a secret (or key) as `****`. */
 function effectiveLines(env: Env): string[] {
   return listConfigVariables().map((variable) => {
     const value = env[variable.name]?.trim() || variable.defaultValue || "";
-    return `${variable.name}=${variable.secret && value !== "" ? MASK : value}`;
+    const masked = (variable.secret || variable.hidden) && value !== "";
+    return `${variable.name}=${masked ? MASK : value}`;
   });
 }

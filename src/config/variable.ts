@@ -28,6 +28,8 @@ export interface ConfigVariable<T> {
   readonly meaning: string;
   /** A secret: it may come from `NAME_FILE` (secret_files.ts) and is never shown. */
   readonly secret?: boolean;
+  /** Never shown, though not read from `NAME_FILE` (a secret with a file variable of its own). */
+  readonly hidden?: boolean;
   /** The value in `env`, the default when unset or blank. Throws ConfigError. */
   read(env: Env): T;
 }

@@ -38,12 +38,16 @@ export const KEYS_VARIABLES = {
     "`ES256`/`EdDSA`: access tokens resource servers verify with `/.well-known/jwks.json`",
   ),
   /** Private JWKs, first signs, all published; undefined: none (or SIGNING_KEYS_FILE). */
-  signingKeys: variable(
-    "SIGNING_KEYS",
-    undefined,
-    parseSigningKeys,
-    "ES256/EdDSA: JSON array of private JWKs with `kid`s; the first signs, all verify",
-  ),
+  signingKeys: {
+    ...variable(
+      "SIGNING_KEYS",
+      undefined,
+      parseSigningKeys,
+      "ES256/EdDSA: JSON array of private JWKs with `kid`s; the first signs, all verify",
+    ),
+    // Private keys: never shown; SIGNING_KEYS_FILE is its file form already.
+    hidden: true,
+  },
   /** A file holding what SIGNING_KEYS would; read once at start-up. */
   signingKeysFile: variable(
     "SIGNING_KEYS_FILE",
