@@ -27,16 +27,8 @@ const KUBERNETES = new URL("../deploy/kubernetes/", import.meta.url);
 const BASE = new URL("base/", KUBERNETES);
 const EXAMPLE = new URL("example/", KUBERNETES);
 const KNOWN = new Set(listConfigVariables().map((variable) => variable.name));
-/** The secrets issue 38 §2 reads from files too (`<NAME>_FILE`). */
-const SECRETS = [
-  "JWT_SECRET",
-  "JWT_SECRET_PREVIOUS",
-  "ENCRYPTION_KEY",
-  "GITLAB_CLIENT_SECRET",
-  "DATABASE_URL",
-  "METRICS_TOKEN",
-  "INTROSPECTION_TOKENS",
-];
+/** The variables the service's table marks secret: each read from a file too (`<NAME>_FILE`). */
+const SECRETS = listConfigVariables().filter((variable) => variable.secret).map(({ name }) => name);
 
 /** A manifest: what every Kubernetes object has, the rest read through its model. */
 interface Manifest {
