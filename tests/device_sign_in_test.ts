@@ -168,6 +168,30 @@ Deno.test("device sign-in (redirect mode): Deny answers the client's poll access
   }, { env: REDIRECT });
 });
 
+Deno.test("device sign-in: Continue counts in the poll bucket, as the consent form does; past it, 429 and no new sign-in", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const jar = new CookieJar();
+    const entered = await t.app(
+      new Request(`${TEST_BASE}/device?user_code=${started.userCode}`, { headers: jar.headers() }),
+    );
+    jar.store(entered);
+    const form = formOf(await entered.text());
+    for (let i = 0; i < 2; i++) {
+      const toGitLab = await post(t, jar, { ...form, action: "continue" });
+      assert.equal(toGitLab.status, 302);
+      await toGitLab.body?.cancel();
+    }
+    const signIns = await countRecords(t.kv, "signin");
+    await assertError(
+      await post(t, jar, { ...form, action: "continue" }),
+      429,
+      "temporarily_unavailable",
+    );
+    assert.equal(await countRecords(t.kv, "signin"), signIns, "nothing stored past the limit");
+  }, { env: { ...REDIRECT, RATE_LIMIT_POLL: "2/60", RATE_LIMIT_LOOPBACK: "limit" } });
+});
+
 Deno.test("device sign-in (redirect mode): a user the allow-lists refuse reads why; the device gets access_denied", async () => {
   await withApp(async (t) => {
     const started = await start(t);

@@ -23,6 +23,7 @@ import { normalizeUserCode } from "../device_authorization/user_code.ts";
 import { countWrongCode, refuseAfterWrongCodes } from "../device_authorization/wrong_codes.ts";
 import { readParams, singleValued } from "../http/params.ts";
 import { PATHS } from "../http/paths.ts";
+import { enforceRateLimit } from "../http/rate_limit.ts";
 import { readCookie, signInCookies } from "../sign_in/cookies.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
 import { bindBrowser, notice, otherBrowser } from "../sign_in/redirect_flow.ts";
@@ -87,6 +88,9 @@ export async function handleDeviceForm(ctx: SignInContext): Promise<Response> {
   if (!isDeviceForm(ctx, device.value, params.get("csrf_token"))) return otherBrowser(ctx);
   const action = params.get("action");
   if (action === "continue" && device.value.status === "pending") {
+    // Each Continue stores a sign-in step (or starts a GitLab device flow): counted as the
+    // consent form's Continue is.
+    await enforceRateLimit(ctx.deps, "poll", ctx.limitedClient());
     if (ctx.deps.config.upstream.signIn === "redirect") {
       return await continueUpstream(ctx, device.value);
     }
