@@ -89,13 +89,18 @@ export class FakeUpstream implements Upstream {
   /** Answers of successive authorization code exchanges; when empty, a fresh pair. */
   exchanges: Scripted<UpstreamTokens>[] = [];
   exchangesSeen: AuthorizationCodeGrant[] = [];
+  /** The scopes each sign-in asked for (a redirect's authorization URL, a device flow's start). */
+  scopesAsked: string[] = [];
 
   authorizationUrl(redirect: AuthorizationRedirect): URL {
+    const scope = redirect.scopes ?? this.profile.scopes;
+    this.scopesAsked.push(scope);
     const url = new URL("https://gitlab.test/oauth/authorize");
     url.search = new URLSearchParams({
       client_id: "gitlab-app-id",
       redirect_uri: redirect.redirectUri,
       response_type: "code",
+      scope,
       state: redirect.state,
       code_challenge: redirect.codeChallenge,
       code_challenge_method: "S256",
@@ -111,8 +116,9 @@ export class FakeUpstream implements Upstream {
     );
   }
 
-  startDeviceAuthorization(): Promise<DeviceAuthorization> {
+  startDeviceAuthorization(scopes = this.profile.scopes): Promise<DeviceAuthorization> {
     this.calls.start++;
+    this.scopesAsked.push(scopes);
     return this.startResult ? Promise.reject(this.startResult) : Promise.resolve(this.device);
   }
   pollDeviceToken(): Promise<DevicePollResult> {

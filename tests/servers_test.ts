@@ -113,7 +113,17 @@ Deno.test("servers file: every mistake stops start-up with one line naming file,
     [
       "s.yaml",
       "servers:\n  - name: docs\n    url: http://x/mcp\n    gitlab_scopes: [read_api]\n",
-      /server docs gitlab_scopes: is not supported yet/,
+      /server docs gitlab_scopes: "read_api" is not in GITLAB_SCOPES \("api"\)/,
+    ],
+    [
+      "s.yaml",
+      'servers:\n  - name: docs\n    url: http://x/mcp\n    gitlab_scopes: ["read_api api"]\n',
+      /server docs gitlab_scopes: "read_api api" is not one scope/,
+    ],
+    [
+      "s.yaml",
+      "servers:\n  - name: docs\n    url: http://x/mcp\n    gitlab_scopes: []\n",
+      /server docs gitlab_scopes: must be a non-empty list/,
     ],
     [
       "s.yaml",

@@ -12,7 +12,7 @@ import { reloadableServersFile, type ServersReload } from "../gateway/servers_re
 import type { Logger } from "../logger.ts";
 import type { MachineReload } from "../machine/holder.ts";
 import type { AppDeps } from "./context.ts";
-import { requireServerListsScope } from "./config.ts";
+import { requireServerScopes } from "./config.ts";
 
 /** The running watches; `reload` is what SIGHUP does. */
 export interface FollowedFiles {
@@ -52,7 +52,7 @@ export function followConfigFiles(
     readText: options.readText,
     // A server's own policy is refused on reload for what refuses MCP_POLICY_FILE's.
     check: (file) => {
-      requireServerListsScope(deps.config, file.servers);
+      requireServerScopes(deps.config, file);
       for (const entry of file.servers) {
         if (entry.policy) deps.callPolicy.check(entry.policy.policy);
       }

@@ -6,6 +6,7 @@
 
 import { PATHS } from "../http/paths.ts";
 import { startUnsharedFlow } from "../sign_in/device.ts";
+import { profileFor, scopesFor } from "../sign_in/server_scopes.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
 import type { DeviceAuthorizationRecord } from "../store/records.ts";
 import { htmlPage } from "./page.ts";
@@ -19,18 +20,22 @@ export async function continueWithDeviceFlow(
   client: DeviceClient,
 ): Promise<Response> {
   const returnTo = `${ctx.baseUrl}${PATHS.device}`;
-  const { flowState, flow } = await startUnsharedFlow(ctx, (upstream, nowMs) => ({
-    ...signInRequestOf(device),
-    deviceCode: upstream.deviceCode,
-    userCode: upstream.userCode,
-    verificationUri: upstream.verificationUri,
-    verificationUriComplete: upstream.verificationUriComplete,
-    expiresAt: nowMs + upstream.expiresInSeconds * 1000,
-    intervalSeconds: upstream.intervalSeconds,
-    state: "",
-    redirectUri: returnTo,
-    deviceUserCodeHash: device.userCodeHash,
-  }));
+  const { flowState, flow } = await startUnsharedFlow(
+    ctx,
+    scopesFor(ctx, device.resource),
+    (upstream, nowMs) => ({
+      ...signInRequestOf(device),
+      deviceCode: upstream.deviceCode,
+      userCode: upstream.userCode,
+      verificationUri: upstream.verificationUri,
+      verificationUriComplete: upstream.verificationUriComplete,
+      expiresAt: nowMs + upstream.expiresInSeconds * 1000,
+      intervalSeconds: upstream.intervalSeconds,
+      state: "",
+      redirectUri: returnTo,
+      deviceUserCodeHash: device.userCodeHash,
+    }),
+  );
   const page = ctx.deps.templates.renderDevicePage({
     userCode: flow.userCode,
     verificationUrl: flow.verificationUriComplete ?? flow.verificationUri,
@@ -42,7 +47,7 @@ export async function continueWithDeviceFlow(
     clientName: client.clientName,
     clientVerifiedHost: client.verifiedHost,
     clientRegistered: client.registration !== undefined,
-    upstream: ctx.oauth.upstream.profile,
+    upstream: profileFor(ctx, device.resource),
   });
   return htmlPage(page, 200);
 }

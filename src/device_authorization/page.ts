@@ -3,6 +3,7 @@
  * warning, with "Continue" (before the upstream sign-in) or Approve / Deny (after it).
  */
 
+import { profileFor } from "../sign_in/server_scopes.ts";
 import { OAuthError } from "../http/errors.ts";
 import { PATHS } from "../http/paths.ts";
 import type { RenderedPage } from "../pages/mod.ts";
@@ -37,7 +38,7 @@ export async function authorizationPage(
     clientRegistered: client.registration !== undefined,
     access: ACCESS_IN_WORDS,
     resource: device.resource,
-    upstream: ctx.oauth.upstream.profile,
+    upstream: profileFor(ctx, device.resource),
     actionUrl: `${ctx.baseUrl}${PATHS.device}`,
     deviceId: device.userCodeHash,
     csrfToken: deviceCsrfToken(browser, device.userCodeHash),

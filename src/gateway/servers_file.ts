@@ -32,6 +32,11 @@ export interface ServerEntry {
    * besides what the service-wide lists require; undefined when the entry names neither.
    */
   lists?: AccessPolicy;
+  /**
+   * `gitlab_scopes`: what this server's sign-ins ask GitLab for, space-separated, instead of
+   * GITLAB_SCOPES (of which they must be a part, checked with the configuration).
+   */
+  gitlabScopes?: string;
 }
 
 /** The servers file, read. */
@@ -55,11 +60,6 @@ const ENTRY_KEYS = [
   "gitlab_scopes",
 ];
 const TOKEN_HEADERS: readonly TokenHeader[] = ["authorization", "private-token", "none"];
-/**
- * Keys the issue names that this version does not apply yet (each server uses the service-wide
- * scopes): a file using one is refused at start-up.
- */
-const DEFERRED_KEYS = ["gitlab_scopes"];
 
 /** The configuration's parser of MCP_SERVERS_FILE: the file read and checked once. */
 export function parseServersFile(variable: string, path: string): ServersFile {
@@ -172,10 +172,9 @@ function parseEntry(
       ),
     };
   }
-  const deferred = DEFERRED_KEYS.find((key) => raw[key] !== undefined);
-  if (deferred !== undefined) {
-    // Refused rather than ignored: a list or policy that silently did nothing would admit more.
-    fail(`${where} ${deferred}`, "is not supported yet: this version applies the service-wide one");
+  if (raw.gitlab_scopes !== undefined) {
+    const scopes = listed(raw.gitlab_scopes, `${where} gitlab_scopes`, fail)(scopeNames);
+    entry.gitlabScopes = [...new Set(scopes)].join(" ");
   }
   return entry;
 }
@@ -201,6 +200,14 @@ function listed(raw: unknown, where: string, fail: Fail) {
         return fail(where, error.message.slice(where.length + 2));
       }
     });
+}
+
+/** One `gitlab_scopes` item: a scope's name, no spaces inside. */
+function scopeNames(where: string, raw: string): string[] {
+  if (/[\s,]/.test(raw.trim())) {
+    throw new ConfigError(where, `${JSON.stringify(raw)} is not one scope (one name per item)`);
+  }
+  return [raw.trim()];
 }
 
 /** An entry's policy file, relative to the servers file's folder, read and checked now. */

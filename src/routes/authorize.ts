@@ -22,6 +22,7 @@ import type { ClientRecord, FlowRecord } from "../store/records.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
 import { deviceFlowFor, type ShownFlow } from "../sign_in/device.ts";
+import { profileFor, scopesFor } from "../sign_in/server_scopes.ts";
 
 interface AuthorizationRequest {
   clientId: string;
@@ -71,6 +72,7 @@ export async function handleAuthorize(ctx: SignInContext): Promise<Response> {
   try {
     shown = await deviceFlowFor(
       ctx,
+      scopesFor(ctx, resource),
       (device, nowMs) => flowRecord(request, client, resource, device, nowMs),
     );
   } catch (error) {
@@ -96,7 +98,7 @@ export async function handleAuthorize(ctx: SignInContext): Promise<Response> {
     clientVerifiedHost: client.verifiedHost,
     clientRegistered: client.registration !== undefined,
     issuer: ctx.baseUrl,
-    upstream: ctx.oauth.upstream.profile,
+    upstream: profileFor(ctx, resource),
   });
   return new Response(page.html, {
     headers: {

@@ -60,6 +60,7 @@ export type FlowRecordOf = (device: DeviceAuthorization, nowMs: number) => FlowR
  */
 export async function deviceFlowFor(
   ctx: SignInContext,
+  scopes: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
   const { store, clock, config } = ctx.deps;
@@ -86,9 +87,9 @@ export async function deviceFlowFor(
     });
     // Another identical request claimed it between our read and write: show theirs.
     if (!claim) continue;
-    return await startClaimed(ctx, claim, requestHash, recordOf);
+    return await startClaimed(ctx, claim, requestHash, scopes, recordOf);
   }
-  return await startFlow(ctx, randomToken(FLOW_STATE_BYTES), recordOf);
+  return await startFlow(ctx, randomToken(FLOW_STATE_BYTES), scopes, recordOf);
 }
 
 /** Starts the flow a claim names and tells identical requests it is there. */
@@ -96,6 +97,7 @@ async function startClaimed(
   ctx: SignInContext,
   claim: Versioned<RepeatRecord>,
   requestHash: string,
+  scopes: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
   let shown: ShownFlow;
@@ -103,6 +105,7 @@ async function startClaimed(
     shown = await startFlow(
       ctx,
       claim.value.flowState,
+      scopes,
       (device, nowMs) => ({ ...recordOf(device, nowMs), requestHash }),
     );
   } catch (error) {
@@ -116,18 +119,20 @@ async function startClaimed(
 /** A new flow, never shared with another request (a `/device` sign-in's). */
 export async function startUnsharedFlow(
   ctx: SignInContext,
+  scopes: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
-  return await startFlow(ctx, randomToken(FLOW_STATE_BYTES), recordOf);
+  return await startFlow(ctx, randomToken(FLOW_STATE_BYTES), scopes, recordOf);
 }
 
 async function startFlow(
   ctx: SignInContext,
   flowState: string,
+  scopes: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
   const counting = await admitNewFlow(ctx);
-  const device = await ctx.oauth.upstream.startDeviceAuthorization();
+  const device = await ctx.oauth.upstream.startDeviceAuthorization(scopes);
   const flow = { ...recordOf(device, ctx.deps.clock.now()), ...counting };
   await ctx.deps.store.createFlow(flowState, flow);
   ctx.deps.metrics.signInsStarted.inc({ mode: "device" });

@@ -9,6 +9,7 @@
  * @see RFC 6749 §4.1 and §10.12, RFC 7636, RFC 9207, MCP security best practices (consent)
  */
 
+import { profileFor, scopesFor } from "./server_scopes.ts";
 import { PATHS } from "../http/paths.ts";
 import type { SignInContext, SignInRequestContext } from "./deps.ts";
 import { randomToken, sha256Base64Url, timingSafeEqual } from "../crypto.ts";
@@ -95,7 +96,7 @@ export async function answerRedirectSignIn(
     signInId,
     csrfToken,
     actionUrl: `${ctx.baseUrl}${PATHS.consent}`,
-    upstream: ctx.oauth.upstream.profile,
+    upstream: profileFor(ctx, request.resource),
   });
   return htmlResponse(page, 200, headers);
 }
@@ -129,6 +130,7 @@ export async function sendUpstream(
     redirectUri: callbackUrl(ctx.baseUrl),
     state,
     codeChallenge: sha256Base64Url(verifier),
+    scopes: scopesFor(ctx, signIn.resource),
   });
   headers.set("Location", location.href);
   headers.set("Cache-Control", "no-store");
@@ -281,12 +283,12 @@ function hasConsented(
     ctx.oauth.consentSigner.verify(value, grant, ctx.deps.clock.now());
 }
 
-/** What the consent page of `signIn` shows: the GitLab scopes configured now, the resource. */
+/** What the consent page of `signIn` shows: its server's GitLab scopes now, the resource. */
 function consentGrantOf(ctx: SignInContext, signIn: SignInRecord): ConsentGrant {
   return {
     clientId: signIn.clientId,
     redirectUri: signIn.redirectUri,
-    scopes: ctx.oauth.upstream.profile.scopes,
+    scopes: scopesFor(ctx, signIn.resource),
     resource: signIn.resource ?? "",
   };
 }

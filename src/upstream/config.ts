@@ -61,7 +61,12 @@ export const UPSTREAM_VARIABLES = {
 export type UpstreamConfig = ValuesOf<typeof UPSTREAM_VARIABLES>;
 
 /** GitLab scopes that let a user's token read group memberships. */
-const MEMBERSHIP_SCOPES = ["read_api", "api"];
+export const MEMBERSHIP_SCOPES: readonly string[] = ["read_api", "api"];
+
+/** Scopes as GITLAB_SCOPES (or a server's `gitlab_scopes`) writes them: names apart. */
+export function scopeList(scopes: string): string[] {
+  return scopes.split(/[\s,]+/).filter(Boolean);
+}
 
 /**
  * Throws a ConfigError naming `variable` unless GITLAB_SCOPES lets the user's token read group
@@ -71,7 +76,7 @@ export function requireMembershipScope(
   config: Pick<UpstreamConfig, "upstream">,
   variable: string,
 ): void {
-  const scopes = config.upstream.scopes.split(/[\s,]+/);
+  const scopes = scopeList(config.upstream.scopes);
   if (MEMBERSHIP_SCOPES.some((scope) => scopes.includes(scope))) return;
   throw new ConfigError(
     variable,

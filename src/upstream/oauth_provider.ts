@@ -140,7 +140,7 @@ export function createOAuthProvider(
   const upstream: Upstream = {
     profile: providerProfile(description, baseUrl, scopes),
     authorizationUrl: (redirect) =>
-      authorizationUrl(endpoints.authorize, clientId, scopes, redirect),
+      authorizationUrl(endpoints.authorize, clientId, redirect.scopes ?? scopes, redirect),
     exchangeAuthorizationCode: (grant) =>
       call("exchange_authorization_code", async () =>
         await processTokenResponse(
@@ -154,10 +154,10 @@ export function createOAuthProvider(
           }),
           quirks,
         )),
-    startDeviceAuthorization: () =>
+    startDeviceAuthorization: (asked = scopes) =>
       call("start_device_authorization", async () =>
         await processDeviceAuthorizationResponse(
-          await postForm(endpoints.deviceAuthorization, { client_id: clientId, scope: scopes }),
+          await postForm(endpoints.deviceAuthorization, { client_id: clientId, scope: asked }),
         )),
     pollDeviceToken: (deviceCode) =>
       call("poll_device_token", async () =>

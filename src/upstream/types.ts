@@ -122,6 +122,8 @@ export interface AuthorizationRedirect {
   state: string;
   /** BASE64URL(SHA256(verifier)). */
   codeChallenge: string;
+  /** Space-separated scopes to ask for instead of the profile's (a server's `gitlab_scopes`). */
+  scopes?: string;
 }
 
 /** A code the provider returned to our callback, and what its exchange must repeat. */
@@ -157,8 +159,8 @@ export interface Upstream {
   authorizationUrl(redirect: AuthorizationRedirect): URL;
   /** Exchanges a code from our callback for tokens (RFC 6749 §4.1.3). Throws UpstreamError. */
   exchangeAuthorizationCode(grant: AuthorizationCodeGrant): Promise<UpstreamTokens>;
-  /** Starts a device flow. Throws UpstreamError. */
-  startDeviceAuthorization(): Promise<DeviceAuthorization>;
+  /** Starts a device flow asking for `scopes` (default: the profile's). Throws UpstreamError. */
+  startDeviceAuthorization(scopes?: string): Promise<DeviceAuthorization>;
   /** Polls the token endpoint once with the device code. Throws UpstreamError. */
   pollDeviceToken(deviceCode: string): Promise<DevicePollResult>;
   /** Exchanges an upstream refresh token for new tokens. Throws UpstreamError. */
