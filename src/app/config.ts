@@ -8,7 +8,7 @@
  */
 
 import { ACCESS_VARIABLES, accessPolicyOf } from "../access/config.ts";
-import { type CallPolicy, policyGroups } from "../access/call_policy.ts";
+import { policyGroups } from "../access/call_policy.ts";
 import { isRestricted } from "../access/policy.ts";
 import { CLIENTS_VARIABLES } from "../clients/config.ts";
 import { DEVICE_AUTHORIZATION_VARIABLES } from "../device_authorization/config.ts";
@@ -35,7 +35,6 @@ import {
 } from "../config/variable.ts";
 import { secretFileForms, withSecretFiles } from "../config/secret_files.ts";
 import { GATEWAY_VARIABLES } from "../gateway/config.ts";
-import type { ServersFile } from "../gateway/servers_file.ts";
 import { INTROSPECTION_VARIABLES } from "../introspection/config.ts";
 import { KEYS_VARIABLES, requireSigningKeys } from "../keys/config.ts";
 import { MACHINE_VARIABLES, requireMachineServers } from "../machine/config.ts";
@@ -45,12 +44,8 @@ import type { RateLimit } from "../http/rate_limit.ts";
 import { SESSION_VARIABLES } from "../session/config.ts";
 import { SIGN_IN_VARIABLES } from "../sign_in/config.ts";
 import { requireOneStore, STORE_VARIABLES } from "../store/config.ts";
-import {
-  MEMBERSHIP_SCOPES,
-  requireMembershipScope,
-  scopeList,
-  UPSTREAM_VARIABLES,
-} from "../upstream/config.ts";
+import { requireMembershipScope, UPSTREAM_VARIABLES } from "../upstream/config.ts";
+import { requireServerScopes } from "./server_scopes_config.ts";
 import { PROVIDERS } from "../upstream/providers.ts";
 
 export { ConfigError, type ConfigVariable, type Env } from "../config/variable.ts";
@@ -259,52 +254,6 @@ function requireAccessSettings(config: Config): void {
         `can make an account; set ${allowAnyUser.name}=true to admit everyone on purpose`,
     );
   }
-}
-
-/**
- * A server's `gitlab_scopes` are a part of GITLAB_SCOPES as written. Every sign-in reads the
- * memberships of the groups any list or policy names, with the token of that sign-in: then
- * GITLAB_SCOPES, and each server's own scopes, need `read_api` or `api`.
- */
-export function requireServerScopes(
-  config: Pick<Config, "upstream" | "access" | "mcpPolicyFile">,
-  file: Pick<ServersFile, "path" | "servers">,
-): void {
-  const variable = CONFIG_VARIABLES.mcpServersFile.name;
-  const { servers } = file;
-  if (servers.some((entry) => (entry.lists?.groups.length ?? 0) > 0)) {
-    requireMembershipScope(config, variable);
-  }
-  const configured = scopeList(config.upstream.scopes);
-  const readsGroups = accessPolicyOf(config).groups.length > 0 ||
-    namesGroups(config.mcpPolicyFile) ||
-    servers.some((entry) => (entry.lists?.groups.length ?? 0) > 0 || namesGroups(entry.policy));
-  for (const entry of servers) {
-    if (entry.gitlabScopes === undefined) continue;
-    const where = `${file.path}: server ${entry.name} gitlab_scopes`;
-    const scopes = scopeList(entry.gitlabScopes);
-    const stranger = scopes.find((scope) => !configured.includes(scope));
-    if (stranger !== undefined) {
-      throw new ConfigError(
-        variable,
-        `${where}: ${
-          JSON.stringify(stranger)
-        } is not in ${CONFIG_VARIABLES.upstream.scopes.name} ` +
-          `(${JSON.stringify(config.upstream.scopes)})`,
-      );
-    }
-    if (readsGroups && !scopes.some((scope) => MEMBERSHIP_SCOPES.includes(scope))) {
-      throw new ConfigError(
-        variable,
-        `${where}: needs read_api or api, as sign-ins read group memberships for the lists ` +
-          `and policies (it is ${JSON.stringify(entry.gitlabScopes)})`,
-      );
-    }
-  }
-}
-
-function namesGroups(file: { policy: CallPolicy } | undefined): boolean {
-  return file !== undefined && policyGroups(file.policy).length > 0;
 }
 
 /** Whether the service admits every gitlab.com account, not having been told to on purpose. */

@@ -12,7 +12,7 @@ import { reloadableServersFile, type ServersReload } from "../gateway/servers_re
 import type { Logger } from "../logger.ts";
 import type { MachineReload } from "../machine/holder.ts";
 import type { AppDeps } from "./context.ts";
-import { requireServerScopes } from "./config.ts";
+import { requireServerScopes } from "./server_scopes_config.ts";
 
 /** The running watches; `reload` is what SIGHUP does. */
 export interface FollowedFiles {

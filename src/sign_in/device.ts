@@ -100,14 +100,10 @@ async function startClaimed(
   scopes: string,
   recordOf: FlowRecordOf,
 ): Promise<ShownFlow> {
+  const hashed: FlowRecordOf = (device, nowMs) => ({ ...recordOf(device, nowMs), requestHash });
   let shown: ShownFlow;
   try {
-    shown = await startFlow(
-      ctx,
-      claim.value.flowState,
-      scopes,
-      (device, nowMs) => ({ ...recordOf(device, nowMs), requestHash }),
-    );
+    shown = await startFlow(ctx, claim.value.flowState, scopes, hashed);
   } catch (error) {
     await ctx.deps.store.dropRepeat(claim);
     throw error;
