@@ -5,7 +5,7 @@
  */
 
 import { PATHS } from "../http/paths.ts";
-import { startUnsharedFlow } from "../sign_in/device.ts";
+import { startFlow } from "../sign_in/device.ts";
 import { profileFor, scopesFor } from "../sign_in/server_scopes.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
 import type { DeviceAuthorizationRecord } from "../store/records.ts";
@@ -20,7 +20,7 @@ export async function continueWithDeviceFlow(
   client: DeviceClient,
 ): Promise<Response> {
   const returnTo = `${ctx.baseUrl}${PATHS.device}`;
-  const { flowState, flow } = await startUnsharedFlow(
+  const { flowState, flow } = await startFlow(
     ctx,
     scopesFor(ctx, device.resource),
     (upstream, nowMs) => ({

@@ -89,7 +89,7 @@ export async function deviceFlowFor(
     if (!claim) continue;
     return await startClaimed(ctx, claim, requestHash, scopes, recordOf);
   }
-  return await startFlow(ctx, randomToken(FLOW_STATE_BYTES), scopes, recordOf);
+  return await startFlow(ctx, scopes, recordOf);
 }
 
 /** Starts the flow a claim names and tells identical requests it is there. */
@@ -103,7 +103,7 @@ async function startClaimed(
   const hashed: FlowRecordOf = (device, nowMs) => ({ ...recordOf(device, nowMs), requestHash });
   let shown: ShownFlow;
   try {
-    shown = await startFlow(ctx, claim.value.flowState, scopes, hashed);
+    shown = await startFlow(ctx, scopes, hashed, claim.value.flowState);
   } catch (error) {
     await ctx.deps.store.dropRepeat(claim);
     throw error;
@@ -112,20 +112,15 @@ async function startClaimed(
   return shown;
 }
 
-/** A new flow, never shared with another request (a `/device` sign-in's). */
-export async function startUnsharedFlow(
+/**
+ * A new flow asking GitLab for `scopes`: under a claim's `flowState`, or never shared with
+ * another request (a `/device` sign-in's).
+ */
+export async function startFlow(
   ctx: SignInContext,
   scopes: string,
   recordOf: FlowRecordOf,
-): Promise<ShownFlow> {
-  return await startFlow(ctx, randomToken(FLOW_STATE_BYTES), scopes, recordOf);
-}
-
-async function startFlow(
-  ctx: SignInContext,
-  flowState: string,
-  scopes: string,
-  recordOf: FlowRecordOf,
+  flowState = randomToken(FLOW_STATE_BYTES),
 ): Promise<ShownFlow> {
   const counting = await admitNewFlow(ctx);
   const device = await ctx.oauth.upstream.startDeviceAuthorization(scopes);
