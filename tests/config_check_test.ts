@@ -37,10 +37,19 @@ Deno.test("config check reports every problem at once, one line each, and exits 
       METRICS_TOKEN_FILE: `${dir}/metrics`,
       ENCRYPTION_KEY_FILE: `${dir}/missing`,
       ACCESS_TOKEN_ALG: "RS1",
+      SECURITY_PROFILE: "lax",
+      // A rule between two variables, checked though others are wrong.
+      KV_PATH: "/tmp/kv.sqlite3",
+      DATABASE_URL: `postgres://auth:${PASSWORD}@127.0.0.1:1/auth`,
     });
     assert.equal(run.code, 1, run.stderr);
     const problems = linesOf(run.stderr);
-    assert.equal(problems.length, 4, run.stderr);
+    assert.equal(problems.length, 6, run.stderr);
+    assert.ok(problems.some((line) => /SECURITY_PROFILE: /.test(line)));
+    assert.ok(
+      problems.some((line) => /DATABASE_URL: cannot be set together with KV_PATH/.test(line)),
+    );
+    assert.ok(!run.stderr.includes(PASSWORD));
     assert.match(problems[0], /JWT_SECRET_FILE: .*empty is empty/);
     assert.ok(problems.some((line) => /METRICS_TOKEN_FILE: is set and so is/.test(line)));
     assert.ok(problems.some((line) => /ENCRYPTION_KEY_FILE: cannot read/.test(line)));

@@ -25,14 +25,22 @@ export interface ConfigCheck {
 /** What a secret is shown as. */
 export const MASK = "****";
 
-/** Checks `given` as start-up would, gathering every problem instead of stopping at one. */
+/**
+ * Checks `given` as start-up would, gathering every problem instead of stopping at one. A
+ * variable found wrong counts as unset for the rules between variables, and is not reported
+ * again by them (nor as missing).
+ */
 export function checkConfiguration(given: Env): ConfigCheck {
   const problems: string[] = [];
+  const failed = new Set<string>();
   const attempt = <T>(step: () => T): T | undefined => {
     try {
       return step();
     } catch (error) {
       if (!(error instanceof ConfigError)) throw error;
+      const name = error.variable;
+      if (failed.has(name) || failed.has(`${name}_FILE`)) return undefined;
+      failed.add(name);
       problems.push(error.message);
       return undefined;
     }
@@ -45,14 +53,22 @@ export function checkConfiguration(given: Env): ConfigCheck {
   const profile = attempt(() => CONFIG_VARIABLES.securityProfile.read(env));
   const filled = profile === undefined ? env : withProfileDefaults(profile, env);
   for (const variable of variables) attempt(() => variable.read(filled));
-  let config: Config | undefined;
-  if (problems.length === 0) {
-    const read = readTable(CONFIG_VARIABLES, filled);
-    for (const check of CROSS_CHECKS) attempt(() => check(read));
-    for (const name of missingOAuthSettings(read)) problems.push(`${name}: is required`);
-    config = read;
+  const usable: Env = { ...filled };
+  for (const name of failed) delete usable[name];
+  const config = attempt(() => readTable(CONFIG_VARIABLES, usable));
+  if (config) {
+    for (const check of CROSS_CHECKS) attempt(() => check(config));
+    for (const name of missingOAuthSettings(config)) {
+      attempt(() => {
+        throw new ConfigError(name, "is required");
+      });
+    }
   }
-  return { lines: effectiveLines(filled), problems, config: problems.length ? undefined : config };
+  return {
+    lines: effectiveLines(filled),
+    problems,
+    config: problems.length === 0 ? config : undefined,
+  };
 }
 
 /** Every variable as `NAME=value`: what is set, else its default, a secret (or key) as `****`. */
