@@ -124,3 +124,33 @@ Deno.test("authorization code grant: GitLab's Deny answers access_denied with th
     assert.equal(back.get("code"), null);
   }, CONFIDENTIAL_APP);
 });
+
+Deno.test("a server's own scopes: the authorization URL and the device flow's start ask GitLab for them instead", async () => {
+  const url = client(new URL("https://gitlab.example")).authorizationUrl({
+    redirectUri: CALLBACK,
+    state: "s-2",
+    codeChallenge: sha256Base64Url(VERIFIER),
+    scopes: "read_user",
+  });
+  assert.equal(url.searchParams.get("scope"), "read_user");
+
+  const asked: (string | null)[] = [];
+  const gitlab = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
+    asked.push((await request.formData()).get("scope") as string | null);
+    return Response.json({
+      device_code: "dc",
+      user_code: "ABCD-1234",
+      verification_uri: new URL("/oauth/device", request.url).href,
+      expires_in: 300,
+      interval: 5,
+    });
+  });
+  try {
+    const upstream = client(new URL(`http://127.0.0.1:${gitlab.addr.port}`));
+    await upstream.startDeviceAuthorization("read_user");
+    await upstream.startDeviceAuthorization();
+    assert.deepEqual(asked, ["read_user", "api read_user"]);
+  } finally {
+    await gitlab.shutdown();
+  }
+});
