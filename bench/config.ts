@@ -21,6 +21,8 @@ export const ALL_CASES = [
   "floor-jwt-kv",
   "floor-jwt-kv-rawkey",
   "refresh",
+  "refresh-eddsa",
+  "refresh-es256",
   "refresh-pg",
   "code",
   "code-pg",
@@ -34,6 +36,9 @@ export const ALL_CASES = [
   "floor-proxy-1",
   "floor-proxy",
   "gateway-32",
+  "gateway-cold-hs256",
+  "gateway-cold-eddsa",
+  "gateway-cold-es256",
   "gateway-2proc",
   "gateway-1-server",
   "gateway-50-servers",
@@ -56,6 +61,8 @@ export interface BenchConfig {
   threads: number;
   /** BENCH_PORT: the servers' port; the simulated GitLab gets the next, the MCP server +2. */
   port: number;
+  /** BENCH_COLD_TOKENS: access tokens (each another session's) the gateway-cold cases cycle. */
+  coldTokens: number;
   /** BENCH_POLL_FLOWS: flows created for the poll case. */
   pollFlows: number;
   /** BENCH_QUIET_CORES: the machine counts as quiet below this many busy cores. */
@@ -91,6 +98,7 @@ export function loadBenchConfig(): BenchConfig {
     conns: num("BENCH_CONNS", 32),
     threads: num("BENCH_THREADS", 2),
     port: num("BENCH_PORT", 18090),
+    coldTokens: Math.max(1000, num("BENCH_COLD_TOKENS", 6000)),
     pollFlows: num("BENCH_POLL_FLOWS", 2000),
     quietCores: num("BENCH_QUIET_CORES", 0.25),
     quietMaxWait: num("BENCH_QUIET_MAX_WAIT", 90),

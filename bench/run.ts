@@ -21,6 +21,7 @@
  *   BENCH_CONNS / BENCH_THREADS  wrk connections / threads (default 32 / 2)
  *   BENCH_PORT         first port to use (default 18090; the simulated GitLab gets the next)
  *   BENCH_POLL_FLOWS   flows created for the poll case (default 2000)
+ *   BENCH_COLD_TOKENS  sessions whose tokens the gateway-cold cases cycle (default 6000, min 1000)
  *   (the mcp-direct and gateway cases use port BENCH_PORT+2 for the bench's MCP server)
  *   BENCH_NO_PIN=1     do not pin with taskset      BENCH_WRITE_README=0  do not touch README
  *   BENCH_QUIET_CORES / BENCH_QUIET_MAX_WAIT / BENCH_OTHER_MAX / BENCH_RETRIES  the noise gate
@@ -68,7 +69,12 @@ import { clockTicksPerSecond } from "./process_stats.ts";
 import { createProcessGroup, type ProcessGroup } from "./processes.ts";
 import { publishReport, type SizeResult } from "./report.ts";
 import { createBenchServers, type Servers, type ServiceStore } from "./servers.ts";
-import { accessTokenFor, createFlows } from "./service_client.ts";
+import { accessTokenFor, accessTokensFor, createFlows } from "./service_client.ts";
+import {
+  type AsymmetricAlgorithm,
+  generateSigningKey,
+  type PrivateSigningJwk,
+} from "../src/keys/signing_keys.ts";
 import { ensureWrk, type WrkLoad, wrkRunner, wrkVersion } from "./wrk.ts";
 
 /** The latency cases send one request at a time: their p50 is a request's own latency. */
@@ -85,6 +91,11 @@ const SEEDED_CASES: readonly CaseName[] = [
   "metadata",
   "gateway",
   "gateway-32",
+  "refresh-eddsa",
+  "refresh-es256",
+  "gateway-cold-hs256",
+  "gateway-cold-eddsa",
+  "gateway-cold-es256",
 ];
 /** The cases that run on the seeded PostgreSQL database. */
 const POSTGRES_CASES: readonly CaseName[] = [
@@ -351,6 +362,22 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
         run.files.refreshTokens,
         "refresh_token grant, one fresh token per request",
       ),
+    "refresh-eddsa": () =>
+      grant(
+        run,
+        "refresh",
+        run.files.refreshTokens,
+        "refresh_token grant, ACCESS_TOKEN_ALG=EdDSA, one fresh token per request",
+        signingEnv("EdDSA"),
+      ),
+    "refresh-es256": () =>
+      grant(
+        run,
+        "refresh",
+        run.files.refreshTokens,
+        "refresh_token grant, ACCESS_TOKEN_ALG=ES256, one fresh token per request",
+        signingEnv("ES256"),
+      ),
     code: () =>
       grant(
         run,
@@ -365,6 +392,9 @@ function caseLaunchers(run: RunContext): Record<CaseName, Launch> {
     "floor-proxy": () => proxyFloor(run, "floor-proxy"),
     "floor-proxy-1": () => proxyFloor(run, "floor-proxy-1", LATENCY_LOAD),
     "gateway-32": () => gateway(run, "gateway-32"),
+    "gateway-cold-hs256": () => coldGateway(run, "gateway-cold-hs256", {}),
+    "gateway-cold-eddsa": () => coldGateway(run, "gateway-cold-eddsa", signingEnv("EdDSA")),
+    "gateway-cold-es256": () => coldGateway(run, "gateway-cold-es256", signingEnv("ES256")),
     "refresh-2proc": async () => ({
       server: await parallelServiceOnSeededKv(run, "refresh-2proc", CLOSED_GITLAB),
       source: run.files.refreshTokens,
@@ -461,9 +491,10 @@ async function grant(
   mode: "refresh" | "code",
   tokens: string,
   note: string,
+  env: Promise<Record<string, string>> = Promise.resolve({}),
 ): Promise<Target> {
   return {
-    server: await serviceOnSeededKv(run, mode),
+    server: await serviceOnSeededKv(run, mode, await env),
     source: tokens,
     mode,
     split: true,
@@ -700,9 +731,62 @@ async function auditLines(log: string): Promise<number> {
 }
 
 /** The service on a fresh copy of the seeded KV, with no GitLab to reach. */
-async function serviceOnSeededKv(run: RunContext, name: string) {
+async function serviceOnSeededKv(run: RunContext, name: string, env: Record<string, string> = {}) {
   await copyKv(run.files.golden, run.files.runKv);
-  return await run.servers.service(name, { kvPath: run.files.runKv }, CLOSED_GITLAB);
+  return await run.servers.service(name, { kvPath: run.files.runKv }, CLOSED_GITLAB, env);
+}
+
+/** One signing key per algorithm and run, made on first use. */
+const signingKeys = new Map<AsymmetricAlgorithm, Promise<PrivateSigningJwk>>();
+
+/** The service's environment for access tokens signed with `algorithm` (the run's key). */
+async function signingEnv(algorithm: AsymmetricAlgorithm): Promise<Record<string, string>> {
+  let key = signingKeys.get(algorithm);
+  if (!key) signingKeys.set(algorithm, key = generateSigningKey(algorithm, new Date()));
+  return { ACCESS_TOKEN_ALG: algorithm, SIGNING_KEYS: JSON.stringify([await key]) };
+}
+
+/**
+ * POST /mcp through the service under the bench's full load, each request with the token of
+ * another session: BENCH_COLD_TOKENS (at least 1,000) access tokens got by refreshing as many
+ * seeded sessions, cycled, so that the gateway's one-second memory of verified tokens never
+ * answers while fewer calls than tokens are made a second (the note says so). Every call
+ * verifies the signature, reads the session and opens its GitLab token.
+ */
+async function coldGateway(
+  run: RunContext,
+  name: CaseName,
+  env: Record<string, string> | Promise<Record<string, string>>,
+): Promise<Target> {
+  const mcpPort = run.config.port + 2;
+  await copyKv(run.files.golden, run.files.runKv);
+  const mcp = await run.servers.mcpServer(1, mcpPort);
+  const server = await run.servers.service(name, { kvPath: run.files.runKv }, CLOSED_GITLAB, {
+    MCP_UPSTREAM_URL: `http://127.0.0.1:${mcpPort}/mcp`,
+    RATE_LIMIT_MCP: "off",
+    ...await env,
+  });
+  const target = `${run.files.dir}/${name}.txt`;
+  const count = run.config.coldTokens;
+  const algorithm = (await env).ACCESS_TOKEN_ALG ?? "HS256";
+  return {
+    server,
+    helpers: [mcp],
+    source: target,
+    mode: "mcpcold",
+    split: false,
+    note: `POST /mcp through the gateway, ${algorithm}, ${count} sessions' tokens cycling ` +
+      `(another session's token each request), ${run.config.conns} connections`,
+    async probe() {
+      const tokens = await accessTokensFor(run.baseUrl, run.files.refreshTokens, 0, count);
+      await Deno.writeTextFile(target, tokens.map((t) => `/mcp ${t}`).join("\n") + "\n");
+      return await probeGateway(run, "/mcp", tokens[0], `${target}.probe`);
+    },
+    cleanup: async (requests) =>
+      `${await gatewayCleanup(mcp.log, server.log, requests)}; ` +
+      `${(requests / (run.config.warmup + run.config.duration)).toFixed(0)} calls/s over ` +
+      `${count} tokens (the memory answers none while below)`,
+  };
 }
 
 /** `deno serve --parallel` on a fresh copy of the seeded KV. */

@@ -15,6 +15,37 @@ export async function accessTokenFor(
   return typeof body.access_token === "string" ? body.access_token : undefined;
 }
 
+/**
+ * `count` access tokens, each of another session: refreshes the file's tokens from line `from`
+ * on, 16 at a time. Throws when a refresh fails.
+ */
+export async function accessTokensFor(
+  baseUrl: string,
+  refreshTokens: string,
+  from: number,
+  count: number,
+): Promise<string[]> {
+  const lines = (await Deno.readTextFile(refreshTokens)).split("\n").filter(Boolean)
+    .slice(from, from + count);
+  if (lines.length < count) throw new Error(`${refreshTokens} holds fewer than ${from + count}`);
+  const tokens: string[] = [];
+  let next = 0;
+  const worker = async () => {
+    while (next < lines.length) {
+      const refreshToken = lines[next++];
+      const r = await fetch(`${baseUrl}/token`, {
+        method: "POST",
+        body: new URLSearchParams({ grant_type: "refresh_token", refresh_token: refreshToken }),
+      });
+      const body = await r.json().catch(() => ({}));
+      if (typeof body.access_token !== "string") throw new Error(`refresh answered ${r.status}`);
+      tokens.push(body.access_token);
+    }
+  };
+  await Promise.all(Array.from({ length: FLOW_WORKERS }, worker));
+  return tokens;
+}
+
 const FLOW_WORKERS = 16;
 const FLOWS_MAX_MS = 120_000;
 

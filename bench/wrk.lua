@@ -11,6 +11,8 @@
 --                   Mcp-Name headers agreeing with the body, the revision in params._meta), with
 --                   "Authorization: Bearer <token>" unless the token is "-"
 --   mode "mcp2025": as "mcp", as MCP 2025-11-25 sends it: no request metadata headers
+--   mode "mcpcold": as "mcp", file lines "<path> <token>", each request the thread's next line
+--                   (cycling): every call carries another session's token
 --   count "1" (default) counts responses per status (needs wrk's response() hook); "0" does not.
 -- Thread k (1-based) uses lines k, k+n, k+2n, ... so no token is sent twice. A thread that runs
 -- out of tokens wraps around (re-sends used ones, which a rotating server refuses); done()
@@ -48,6 +50,9 @@ function init(args)
     path = source
     return
   end
+  if mode == "mcpcold" then
+    for name, value in pairs(mcp_modern_headers) do mcp_headers[name] = value end
+  end
   if mode == "mcp" or mode == "mcp2025" then
     if mode == "mcp" then
       for name, value in pairs(mcp_modern_headers) do mcp_headers[name] = value end
@@ -75,6 +80,11 @@ function request()
   i = i + 1
   if i > n then i = 1; wrapped = wrapped + 1 end
   local t = toks[i]
+  if mode == "mcpcold" then
+    local p, token = t:match("^(%S+) (%S+)$")
+    mcp_headers["Authorization"] = "Bearer " .. token
+    return wrk.format("POST", p, mcp_headers, mcp_body)
+  end
   if mode == "poll" then return wrk.format("GET", "/oauth/poll?flow_state=" .. t) end
   if mode == "chain" then toks[i] = nil end -- used once; frees the queue as it grows
   if mode == "code" then
