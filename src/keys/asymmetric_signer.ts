@@ -7,6 +7,7 @@
  * @see RFC 7515 §4.1.4 (kid), RFC 7517 (JWKS), RFC 9068 §2.2 (jti, client_id)
  */
 
+import { createPrivateKey, sign as nodeSign } from "node:crypto";
 import { compactVerify, errors, importJWK, type JWTHeaderParameters, SignJWT } from "jose";
 import { randomToken } from "../crypto.ts";
 import { type TokenSigner, verifyAccessToken } from "../jwt.ts";
@@ -37,10 +38,15 @@ export function createAsymmetricTokenSigner(
     return key;
   }
 
+  const signEd25519 = algorithm === "EdDSA" ? ed25519Signer(signing) : undefined;
+
   return {
     publicKeys: keys.map(publicJwkOf),
     async sign(claims, nowMs, ttlSeconds) {
       const iat = Math.floor(nowMs / 1000);
+      if (signEd25519) {
+        return signEd25519({ ...claims, jti: randomToken(16), iat, exp: iat + ttlSeconds });
+      }
       return await new SignJWT({ ...claims, jti: randomToken(16) })
         .setProtectedHeader({ alg: algorithm, typ: "JWT", kid: signing.kid })
         .setIssuedAt(iat)
@@ -67,4 +73,27 @@ export function createAsymmetricTokenSigner(
       }
     },
   };
+}
+
+/**
+ * EdDSA signing in place: `node:crypto` signs Ed25519 synchronously, where a `crypto.subtle`
+ * call is a round trip through a thread pool costing more than the signature itself (issue 39:
+ * `deno task bench-signatures`). ES256 stays on WebCrypto, the fastest P-256 signer Deno has.
+ */
+function ed25519Signer(jwk: PrivateSigningJwk): (claims: Record<string, unknown>) => string {
+  const key = createPrivateKey({
+    key: { kty: "OKP", crv: "Ed25519", x: jwk.x, d: jwk.d },
+    format: "jwk",
+  });
+  const header = base64Url(JSON.stringify({ alg: "EdDSA", typ: "JWT", kid: jwk.kid }));
+  return (claims) => {
+    const signingInput = `${header}.${base64Url(JSON.stringify(claims))}`;
+    const signature = nodeSign(null, new TextEncoder().encode(signingInput), key);
+    return `${signingInput}.${base64Url(signature)}`;
+  };
+}
+
+function base64Url(data: string | Uint8Array): string {
+  const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
+  return bytes.toBase64({ alphabet: "base64url", omitPadding: true });
 }
