@@ -72,7 +72,10 @@ async function es256Implementations(): Promise<Implementation[]> {
 }
 
 async function ed25519Implementations(): Promise<Implementation[]> {
-  const pair = await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"]);
+  const pair = await crypto.subtle.generateKey({ name: "Ed25519" }, true, [
+    "sign",
+    "verify",
+  ]) as CryptoKeyPair;
   const jwk = await crypto.subtle.exportKey("jwk", pair.privateKey);
   const nodePrivate = nodeCrypto.createPrivateKey({
     key: jwk as nodeCrypto.JsonWebKey,
