@@ -8,12 +8,6 @@
  */
 
 import assert from "node:assert/strict";
-import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport as TransportV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import {
-  Client as ClientV2,
-  StreamableHTTPClientTransport as TransportV2,
-} from "@modelcontextprotocol/client";
 import {
   exchange,
   issueTokens,
@@ -25,7 +19,8 @@ import {
   type TestApp,
 } from "./_helpers.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
-import { NOTE_TEXT, NOTE_URI, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
+import { NOTE_TEXT, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
+import { v1Whoami, v2ReadsNote } from "./_servers_clients.ts";
 
 const DOCS = `${TEST_BASE}/mcp/docs`;
 
@@ -75,37 +70,6 @@ async function signIn(t: TestApp, resource: string) {
   const response = await exchange(t, body.code, { resource });
   assert.equal(response.status, 200, await response.clone().text());
   return { body, tokens: await response.json() };
-}
-
-async function v2ReadsNote(url: string, token: string): Promise<string> {
-  const client = new ClientV2(
-    { name: "servers-lists-test", version: "1.0.0" },
-    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
-  );
-  await client.connect(
-    new TransportV2(new URL(url), { authProvider: { token: () => Promise.resolve(token) } }),
-  );
-  try {
-    const result = await client.readResource({ uri: NOTE_URI });
-    return String((result.contents[0] as { text?: string }).text);
-  } finally {
-    await client.close();
-  }
-}
-
-async function v1Whoami(url: string, token: string): Promise<string> {
-  const client = new ClientV1({ name: "servers-lists-test", version: "1.0.0" });
-  await client.connect(
-    new TransportV1(new URL(url), {
-      requestInit: { headers: { Authorization: `Bearer ${token}` } },
-    }),
-  );
-  try {
-    const result = await client.callTool({ name: "whoami", arguments: {} });
-    return String((result.content as { text: string }[])[0].text);
-  } finally {
-    await client.close();
-  }
 }
 
 const GROUP_LIST = "    allowed_gitlab_groups: [acme/docs:reporter]\n";

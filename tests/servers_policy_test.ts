@@ -10,10 +10,7 @@
 import assert from "node:assert/strict";
 import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport as TransportV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import {
-  Client as ClientV2,
-  StreamableHTTPClientTransport as TransportV2,
-} from "@modelcontextprotocol/client";
+import type { Client as ClientV2 } from "@modelcontextprotocol/client";
 import { loadConfig } from "../src/app/config.ts";
 import { followConfigFiles } from "../src/app/file_reloads.ts";
 import { silentLogger } from "../src/logger.ts";
@@ -28,6 +25,7 @@ import {
 } from "./_helpers.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import { NOTE_TEXT, NOTE_URI, ROUTE_TOOL, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
+import { v2Client } from "./_servers_clients.ts";
 
 const DOCS = `${TEST_BASE}/mcp/docs`;
 
@@ -87,17 +85,6 @@ async function docsToken(t: TestApp): Promise<string> {
   const response = await exchange(t, code, { resource: DOCS });
   assert.equal(response.status, 200, await response.clone().text());
   return (await response.json()).access_token;
-}
-
-async function v2Client(url: string, token: string): Promise<ClientV2> {
-  const client = new ClientV2(
-    { name: "servers-policy-test", version: "1.0.0" },
-    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
-  );
-  await client.connect(
-    new TransportV2(new URL(url), { authProvider: { token: () => Promise.resolve(token) } }),
-  );
-  return client;
 }
 
 async function v1WhoamiRefused(url: string, token: string): Promise<boolean> {

@@ -6,12 +6,6 @@
  */
 
 import assert from "node:assert/strict";
-import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport as TransportV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import {
-  Client as ClientV2,
-  StreamableHTTPClientTransport as TransportV2,
-} from "@modelcontextprotocol/client";
 import {
   authorize,
   consentFormOf,
@@ -25,9 +19,10 @@ import {
   type TestApp,
 } from "./_helpers.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
-import { NOTE_TEXT, NOTE_URI, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
+import { NOTE_TEXT, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 import { GITLAB_SCOPE_WORDS } from "../src/upstream/gitlab_scopes.ts";
 import { loadConfig } from "../src/app/config.ts";
+import { v1Whoami, v2ReadsNote } from "./_servers_clients.ts";
 
 const DOCS = `${TEST_BASE}/mcp/docs`;
 const TOOLS = `${TEST_BASE}/mcp/tools`;
@@ -75,37 +70,6 @@ async function deviceSignIn(t: TestApp, resource: string, gitlabToken: string) {
   const response = await exchange(t, body.code, { resource });
   assert.equal(response.status, 200, await response.clone().text());
   return { html, tokens: await response.json() };
-}
-
-async function v1Whoami(url: string, token: string): Promise<string> {
-  const client = new ClientV1({ name: "servers-scopes-test", version: "1.0.0" });
-  await client.connect(
-    new TransportV1(new URL(url), {
-      requestInit: { headers: { Authorization: `Bearer ${token}` } },
-    }),
-  );
-  try {
-    const result = await client.callTool({ name: "whoami", arguments: {} });
-    return String((result.content as { text: string }[])[0].text);
-  } finally {
-    await client.close();
-  }
-}
-
-async function v2ReadsNote(url: string, token: string): Promise<string> {
-  const client = new ClientV2(
-    { name: "servers-scopes-test", version: "1.0.0" },
-    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
-  );
-  await client.connect(
-    new TransportV2(new URL(url), { authProvider: { token: () => Promise.resolve(token) } }),
-  );
-  try {
-    const result = await client.readResource({ uri: NOTE_URI });
-    return String((result.contents[0] as { text?: string }).text);
-  } finally {
-    await client.close();
-  }
 }
 
 Deno.test("gitlab_scopes: the device sign-in for a server asks GitLab for its scopes, its page lists them, its MCP server gets that sign-in's token", () =>

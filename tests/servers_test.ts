@@ -9,12 +9,6 @@
  */
 
 import assert from "node:assert/strict";
-import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport as TransportV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import {
-  Client as ClientV2,
-  StreamableHTTPClientTransport as TransportV2,
-} from "@modelcontextprotocol/client";
 import { loadConfig } from "../src/app/config.ts";
 import { parseAdminArgs } from "../src/admin/args.ts";
 import { AdminRefusal, runStoreCommand, type StoreCommand } from "../src/admin/commands.ts";
@@ -30,8 +24,9 @@ import {
   type TestApp,
 } from "./_helpers.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
-import { NOTE_TEXT, NOTE_URI, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
+import { NOTE_TEXT, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 import { spawnService } from "./_service.ts";
+import { v1Whoami, v2ReadsNote } from "./_servers_clients.ts";
 
 const DOCS = `${TEST_BASE}/mcp/docs`;
 
@@ -197,37 +192,6 @@ async function tokensFor(t: TestApp, resource?: string) {
   return await response.json();
 }
 
-async function v1Call(url: string, token: string): Promise<string> {
-  const client = new ClientV1({ name: "servers-test", version: "1.0.0" });
-  await client.connect(
-    new TransportV1(new URL(url), {
-      requestInit: { headers: { Authorization: `Bearer ${token}` } },
-    }),
-  );
-  try {
-    const result = await client.callTool({ name: "whoami", arguments: {} });
-    return String((result.content as { text: string }[])[0].text);
-  } finally {
-    await client.close();
-  }
-}
-
-async function v2Read(url: string, token: string): Promise<string> {
-  const client = new ClientV2(
-    { name: "servers-test", version: "1.0.0" },
-    { versionNegotiation: { mode: { pin: "2026-07-28" } } },
-  );
-  await client.connect(
-    new TransportV2(new URL(url), { authProvider: { token: () => Promise.resolve(token) } }),
-  );
-  try {
-    const result = await client.readResource({ uri: NOTE_URI });
-    return String((result.contents[0] as { text?: string }).text);
-  } finally {
-    await client.close();
-  }
-}
-
 async function status(url: string, token: string): Promise<{ status: number; challenge: string }> {
   const response = await fetch(url, {
     method: "POST",
@@ -247,10 +211,10 @@ Deno.test("two servers: each reached with its own token by SDK v1 and v2; one's 
     const main = await tokensFor(t);
     const docs = await tokensFor(t, DOCS);
     assert.match(
-      await v1Call(`${url}/mcp`, main.access_token),
+      await v1Whoami(`${url}/mcp`, main.access_token),
       /"authorization":"Bearer gl-access/,
     );
-    assert.equal(await v2Read(`${url}/mcp/docs`, docs.access_token), NOTE_TEXT);
+    assert.equal(await v2ReadsNote(`${url}/mcp/docs`, docs.access_token), NOTE_TEXT);
 
     const docsAtMain = await status(`${url}/mcp`, docs.access_token);
     assert.equal(docsAtMain.status, 401);

@@ -237,13 +237,19 @@ function serverUrl(raw: unknown, where: string, fail: Fail): URL {
   return url;
 }
 
-function onlyKeys(value: Record<string, unknown>, known: string[], where: string, fail: Fail) {
+/** Fails naming the first key of `value` that is not `known`. */
+export function onlyKeys(
+  value: Record<string, unknown>,
+  known: string[],
+  where: string,
+  fail: Fail,
+) {
   const unknown = Object.keys(value).find((key) => !known.includes(key));
   if (unknown !== undefined) {
     fail(where, `unknown key ${JSON.stringify(unknown)} (known: ${known.join(", ")})`);
   }
 }
 
-function isObject(value: unknown): value is Record<string, unknown> {
+export function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }

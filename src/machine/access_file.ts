@@ -9,7 +9,7 @@
  */
 
 import { dirname, isAbsolute, join } from "node:path";
-import { type Fail, parseText } from "../gateway/servers_file.ts";
+import { type Fail, isObject, onlyKeys, parseText } from "../gateway/servers_file.ts";
 import { crossingGlob, projectGlob } from "./globs.ts";
 import {
   type CiRule,
@@ -174,15 +174,4 @@ function listOf(raw: unknown, where: string, fail: Fail): unknown[] {
   if (raw === undefined || raw === null) return [];
   if (!Array.isArray(raw)) return fail(where, "must be a list");
   return raw;
-}
-
-function onlyKeys(value: Record<string, unknown>, known: string[], where: string, fail: Fail) {
-  const unknown = Object.keys(value).find((key) => !known.includes(key));
-  if (unknown !== undefined) {
-    fail(where, `unknown key ${JSON.stringify(unknown)} (known: ${known.join(", ")})`);
-  }
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
