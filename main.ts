@@ -35,6 +35,7 @@ import { loadTemplates } from "./src/pages/mod.ts";
 import type { StoreDatabase } from "./src/store/mod.ts";
 import { openDatabase } from "./src/store/open.ts";
 import type { AppDeps } from "./src/app/context.ts";
+import { sweepPeriodically } from "./src/app/periodic_sweep.ts";
 import { followConfigFiles, hasFollowedFiles } from "./src/app/file_reloads.ts";
 import { METRICS_CHANNEL } from "./src/metrics/workers.ts";
 
@@ -95,7 +96,12 @@ export async function composeService(
     mcpClient: config.mcpUpstreamUrl && mcpClientFor(config.mcpUpstreamUrl, env),
     metricsWorkers,
   });
-  return { app: createApp(deps), config, kv, closeKv, reloadable: deps };
+  const sweep = sweepPeriodically(deps);
+  const close = async () => {
+    sweep.stop();
+    await closeKv();
+  };
+  return { app: createApp(deps), config, kv, closeKv: close, reloadable: deps };
 }
 
 /**

@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { sweepAbandonedSignIns } from "../src/session/end.ts";
+import { sweepPeriodically } from "../src/app/periodic_sweep.ts";
 import { type DevicePollResult, UpstreamError } from "../src/upstream/types.ts";
 import {
   authorizeQuery,
@@ -135,4 +136,17 @@ Deno.test("device flow: parallel sweeps revoke a stranded token exactly once", (
     const deps = { store, logger, verifiedTokens, upstream: t.upstream };
     await Promise.all(Array.from({ length: 10 }, () => sweepAbandonedSignIns(deps, {})));
     assert.deepEqual(t.upstream.revokedTokens.sort(), ["gl-a", "gl-b"]);
+  }));
+
+Deno.test("device flow: on an idle service the periodic sweep revokes a stranded token, no sign-in needed", () =>
+  withApp(async (t) => {
+    await strandFlow(t, "idle", "gl-idle");
+    t.upstream.user = { id: 4242, username: "ada" };
+    t.clock.advance(t.upstream.device.expiresInSeconds * 1000 + 1);
+    // No sign-in completes: only the service's own sweep can revoke it.
+    const sweep = sweepPeriodically(t.deps, undefined);
+    await sweep.tick();
+    sweep.stop();
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-idle"]);
+    assert.equal(await countRecords(t.kv, "stranded"), 0);
   }));
