@@ -5,13 +5,12 @@
  */
 
 import type { Clock } from "../clock.ts";
+import { readBody } from "../upstream/oauth_parse.ts";
 
 /** At most one fetch of the keys per this long, whatever the kids asked for. */
 export const KEYS_REFETCH_MS = 60_000;
 /** The most keys kept from one answer. */
 const MAX_KEYS = 50;
-/** The most bytes read of GitLab's answer. */
-const MAX_BODY_CHARS = 256 * 1024;
 
 /** A public key GitLab published, as JWK. */
 export type PublishedKey = JsonWebKey & { kid: string };
@@ -56,9 +55,16 @@ export function createGitLabKeys(deps: GitLabKeysDeps): GitLabKeys {
     } catch (error) {
       throw new GitLabKeysUnavailable(error instanceof Error ? error.name : "unreachable");
     }
-    const text = await response.text();
-    if (!response.ok || text.length > MAX_BODY_CHARS) {
+    if (!response.ok) {
+      await response.body?.cancel();
       throw new GitLabKeysUnavailable(`status ${response.status}`);
+    }
+    let text: string;
+    try {
+      // Bounded as every GitLab answer is (MAX_UPSTREAM_BODY_BYTES).
+      text = await readBody(response);
+    } catch (error) {
+      throw new GitLabKeysUnavailable(error instanceof Error ? error.message : "unreadable");
     }
     keys = parseKeys(text);
   }
