@@ -97,8 +97,3 @@ export function clientRuleFor(access: MachineAccess, clientId: string): ClientRu
 export function toolAllowed(grant: MachineGrant, name: string): boolean {
   return grant.tools === undefined || grant.tools.some((tool) => tool.matcher.test(name));
 }
-
-/** The server names every rule of `access` uses, each once. */
-export function namedServers(access: MachineAccess): string[] {
-  return [...new Set([...access.ci, ...access.clients].flatMap((rule) => rule.servers))];
-}
