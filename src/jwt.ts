@@ -25,6 +25,30 @@ export interface AccessTokenClaims {
   client_id?: string;
 }
 
+/** The kinds of machine caller, as audit lines name them (`"caller"`). */
+export type MachineKind = "ci" | "client";
+
+/**
+ * How an access token's `sub` names a machine caller: `ci:<project_path>` (a GitLab CI job) or
+ * `client:<client_id>` (an operator-registered client); any other `sub` is a person's.
+ */
+export const SUBJECT_PREFIXES: Readonly<Record<MachineKind, string>> = {
+  ci: "ci:",
+  client: "client:",
+};
+
+/** The machine kind an access token's `sub` names, or undefined for a person's token. */
+export function machineKindOf(sub: string): MachineKind | undefined {
+  if (sub.startsWith(SUBJECT_PREFIXES.ci)) return "ci";
+  if (sub.startsWith(SUBJECT_PREFIXES.client)) return "client";
+  return undefined;
+}
+
+/** The `sub` of a machine caller's access token. */
+export function machineSubject(kind: MachineKind, name: string): string {
+  return `${SUBJECT_PREFIXES[kind]}${name}`;
+}
+
 /** Signs and verifies access tokens with times from the caller, not the wall clock. */
 /** A key jose verifies with: one key, or a function choosing it by the token's header. */
 type VerifyingKey = Parameters<typeof jwtVerify>[1];

@@ -12,7 +12,8 @@
 import assert from "node:assert/strict";
 import { auditLines, type GatewayServer, startGateway, startScripted } from "./_gateway_mcp.ts";
 import { issueTokens, TEST_BASE } from "./_helpers.ts";
-import { type CiJob, ciTokenClaims, machineSubject } from "../src/machine/caller.ts";
+import { type CiJob, ciTokenClaims } from "../src/machine/caller.ts";
+import { machineSubject } from "../src/jwt.ts";
 import { issueMachineToken } from "../src/machine/token.ts";
 import { followConfigFiles } from "../src/app/file_reloads.ts";
 import { addClient } from "./_machine_clients.ts";

@@ -20,7 +20,7 @@ export async function decideAccess(
   accessToken: string,
   user: UpstreamUser,
   nowMs: number,
-  policyGroups: string[] = [],
+  policyGroups: readonly string[] = [],
 ): Promise<SessionAccess> {
   const paths = groupsToAsk(policy, policyGroups);
   if (paths.length > 0 && !upstream.membership) {
@@ -39,7 +39,7 @@ export async function decideAccess(
 }
 
 /** The listed groups, then the policy's groups not listed (GitLab paths ignore case). */
-export function groupsToAsk(policy: AccessPolicy, policyGroups: string[]): string[] {
+export function groupsToAsk(policy: AccessPolicy, policyGroups: readonly string[]): string[] {
   const paths = policy.groups.map((group) => group.path);
   for (const path of policyGroups) {
     if (!paths.some((known) => known.toLowerCase() === path.toLowerCase())) paths.push(path);

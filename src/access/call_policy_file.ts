@@ -6,6 +6,8 @@
 
 import { ConfigError } from "../config/variable.ts";
 import { type CallPolicy, parseCallPolicy, PolicyError, policyGroups } from "./call_policy.ts";
+import type { AccessPolicy } from "./policy.ts";
+import { type AccessRules, accessRulesOf } from "./rules.ts";
 
 /** A policy and the file it came from. */
 export interface PolicyFile {
@@ -64,24 +66,37 @@ export interface CallPolicyHolder {
   otherGroups(): readonly string[];
   /** Refuses (throws ConfigError or PolicyError) a policy the service cannot enforce. */
   check(policy: CallPolicy): void;
+  /**
+   * Who may sign in as the lists in force say it: worked out again by a reload and by
+   * `regroup` (only they replace it), read by every request.
+   */
+  rules: AccessRules;
+  /** Works `rules` out again after the other groups changed (MCP_SERVERS_FILE reloaded). */
+  regroup(): void;
 }
 
 /**
  * A holder starting with `initial`; `check` refuses a policy the service cannot enforce (it
- * throws ConfigError or PolicyError), as start-up does.
+ * throws ConfigError or PolicyError), as start-up does. `servicePolicy` is ALLOWED_GITLAB_GROUPS
+ * and ALLOWED_GITLAB_USERS, which `rules` carry.
  */
 export function createCallPolicyHolder(
   initial: PolicyFile | undefined,
   check: (policy: CallPolicy) => void,
   readText?: (path: string) => string,
   otherGroups: () => readonly string[] = () => [],
+  servicePolicy: AccessPolicy = { groups: [], users: [] },
 ): CallPolicyHolder {
   let inForce = initial;
-  return {
+  const holder: CallPolicyHolder = {
     current: () => inForce?.policy,
     otherGroups,
     check,
     path: () => inForce?.path,
+    rules: accessRulesOf(servicePolicy, [], initial?.policy),
+    regroup() {
+      holder.rules = accessRulesOf(servicePolicy, heldPolicyGroups(holder), inForce?.policy);
+    },
     reload() {
       if (inForce === undefined) return { kind: "none" };
       const { path } = inForce;
@@ -89,6 +104,7 @@ export function createCallPolicyHolder(
         const next = readPolicyFile(path, readText);
         check(next.policy);
         inForce = next;
+        holder.regroup();
         return { kind: "reloaded", path, rules: next.policy.rules.length };
       } catch (error) {
         if (!(error instanceof PolicyError || error instanceof ConfigError)) throw error;
@@ -96,6 +112,8 @@ export function createCallPolicyHolder(
       }
     },
   };
+  holder.regroup();
+  return holder;
 }
 
 /**

@@ -6,7 +6,7 @@
  */
 
 import { randomToken } from "../crypto.ts";
-import { clientSecretHash } from "../clients/methods/client_secret.ts";
+import { clientSecretHash } from "../grants/client_auth/client_secret.ts";
 import { MachineKeyError, publicJwksOf } from "../clients/machine_keys.ts";
 import type { Logger } from "../logger.ts";
 import type { MachineClientCredential, MachineClientRecord, Store } from "../store/mod.ts";

@@ -17,6 +17,7 @@ import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 import type { CallPolicyHolder } from "../access/call_policy_file.ts";
 import type { MachineAccessHolder } from "../machine/holder.ts";
 import type { GitLabKeys } from "../machine/gitlab_keys.ts";
+import type { ServedGrants } from "../grants/registry.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
 export interface OAuthDeps {
@@ -59,6 +60,8 @@ export interface AppDeps {
   machineAccess: MachineAccessHolder;
   /** GitLab's ID-token signing keys, cached (the jwt-bearer grant of CI jobs). */
   gitlabKeys: GitLabKeys;
+  /** The grant types `POST /token` serves under the configuration, by `grant_type`. */
+  grants: ServedGrants;
 }
 
 /** One request as a route sees it, with the whole service as its dependencies. */

@@ -23,6 +23,7 @@ import { createCallPolicyHolder } from "../access/call_policy_file.ts";
 import { createMachineAccessHolder } from "../machine/holder.ts";
 import { createGitLabKeys } from "../machine/gitlab_keys.ts";
 import type { AppDeps } from "./context.ts";
+import { servedGrants } from "../grants/registry.ts";
 import type { Logger } from "../logger.ts";
 import { createMetrics, type Metrics } from "../metrics/catalog.ts";
 import { createSecretBoxFromConfig } from "../secret_box.ts";
@@ -87,23 +88,24 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   const upstream = resources.upstream ??
     (settings && configuredUpstream(config, settings.gitlabClientId, logger, metrics, provider));
   if (upstream) requireMemberships(config, upstream);
-  const callPolicy = createCallPolicyHolder(
-    config.mcpPolicyFile,
-    (policy) => requireCallPolicyMemberships(config, policy, upstream),
-    undefined,
-    () => serversGroups(servers),
-  );
-  const initialPolicy = config.mcpPolicyFile?.policy;
-  if (initialPolicy) requireCallPolicyMemberships(config, initialPolicy, upstream);
-  for (const entry of config.mcpServersFile?.servers ?? []) {
-    if (entry.policy) requireCallPolicyMemberships(config, entry.policy.policy, upstream);
-  }
   const servers = createServedSet({
     config,
     mcpClient: resources.mcpClient ??
       (config.mcpUpstreamUrl ? mcpClientFor(config.mcpUpstreamUrl) : undefined),
     clientFor: resources.mcpClientFor ?? ((url) => mcpClientFor(url)),
   }, config.mcpServersFile?.servers);
+  const callPolicy = createCallPolicyHolder(
+    config.mcpPolicyFile,
+    (policy) => requireCallPolicyMemberships(config, policy, upstream),
+    undefined,
+    () => serversGroups(servers),
+    accessPolicyOf(config),
+  );
+  const initialPolicy = config.mcpPolicyFile?.policy;
+  if (initialPolicy) requireCallPolicyMemberships(config, initialPolicy, upstream);
+  for (const entry of config.mcpServersFile?.servers ?? []) {
+    if (entry.policy) requireCallPolicyMemberships(config, entry.policy.policy, upstream);
+  }
   return {
     config,
     store,
@@ -125,6 +127,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     },
     callPolicy,
     servers,
+    grants: servedGrants(config),
     gitlabKeys: createGitLabKeys({
       gitlabUrl: config.upstream.url,
       clock,

@@ -59,7 +59,7 @@ export function followConfigFiles(
     },
   });
   const policy = watchFile(deps.callPolicy, (reload) => logPolicyReload(reload, logger), options);
-  const served = watchFile(servers, (reload) => logServersReload(reload, deps, logger), {
+  const served = watchFile(servers, (reload) => afterServersReload(reload, deps, logger), {
     ...options,
     readText: withServersPolicies(deps.servers, options.readText ?? Deno.readTextFileSync),
   });
@@ -67,7 +67,7 @@ export function followConfigFiles(
   return {
     reload() {
       logPolicyReload(policy.reload(), logger);
-      logServersReload(served.reload(), deps, logger);
+      afterServersReload(served.reload(), deps, logger);
       logMachineReload(deps.machineAccess.reload(), logger);
     },
     check: () => watches.forEach((watch) => watch.check()),
@@ -116,6 +116,16 @@ function logMachineReload(reload: MachineReload, logger: Logger): void {
   } else if (reload.kind === "kept") {
     logger.error(`MACHINE_ACCESS_FILE not reloaded, the rules in force stay: ${reload.problem}`);
   }
+}
+
+/** A servers file reloaded names other groups to learn: the access rules are worked out again. */
+function afterServersReload(
+  reload: ServersReload,
+  deps: Pick<AppDeps, "config" | "callPolicy">,
+  logger: Logger,
+): void {
+  if (reload.kind === "reloaded") deps.callPolicy.regroup();
+  logServersReload(reload, deps, logger);
 }
 
 function logServersReload(

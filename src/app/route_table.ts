@@ -23,7 +23,7 @@ import {
 import { handlePoll } from "../routes/poll.ts";
 import { handleRegister } from "../routes/register.ts";
 import { handleRevoke } from "../routes/revoke.ts";
-import { handleToken } from "../routes/token.ts";
+import { handleToken } from "../grants/token_endpoint.ts";
 import { handleDeviceAuthorization } from "../routes/device_authorization.ts";
 import { handleDevice, handleDeviceForm } from "../routes/device.ts";
 import { deviceAuthorizationOn } from "../device_authorization/config.ts";

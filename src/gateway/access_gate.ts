@@ -10,6 +10,7 @@
 
 import type { AccessConfig } from "../access/config.ts";
 import type { AccessPolicy } from "../access/policy.ts";
+import type { AccessRules } from "../access/rules.ts";
 import type { Clock } from "../clock.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { Logger } from "../logger.ts";
@@ -44,21 +45,21 @@ const MAX_QUIET = 10_000;
 /** What the gateway's re-check needs beyond the guard's own dependencies. */
 export interface AccessGate {
   config: Pick<AccessConfig, "access">;
-  /** The groups MCP_POLICY_FILE names now. */
-  policyGroups(): string[];
+  /** Who may sign in as the lists in force say it. */
+  rules(): AccessRules;
   /** The server's own lists (MCP_SERVERS_FILE), decided on every request from the session. */
   serverLists?: AccessPolicy;
   /** Per process: until when a session is not asked again after a failure (epoch ms). */
   quietUntil: Map<string, number>;
 }
 
-/** The re-check of the gateway `config`, `policyGroups` and the server's lists describe. */
+/** The re-check of the gateway `config`, the `rules` in force and the server's lists describe. */
 export function createAccessGate(
   config: Pick<AccessConfig, "access">,
-  policyGroups: () => string[],
+  rules: () => AccessRules,
   serverLists?: AccessPolicy,
 ): AccessGate {
-  return { config, policyGroups, serverLists, quietUntil: new Map() };
+  return { config, rules, serverLists, quietUntil: new Map() };
 }
 
 /** The guard's dependencies the re-check uses. */
@@ -83,7 +84,7 @@ export async function requireStillAdmitted(
   const recheckDeps = {
     ...deps,
     config: gate.config,
-    policyGroups: gate.policyGroups(),
+    rules: gate.rules(),
     serverLists: gate.serverLists,
   };
   const now = deps.clock.now();

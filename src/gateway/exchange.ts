@@ -10,8 +10,7 @@
  */
 
 import type { CallPolicy } from "../access/call_policy.ts";
-import { heldPolicyGroups } from "../access/call_policy_file.ts";
-import { liveMachineAdmission } from "../clients/live_machine_clients.ts";
+import { liveMachineAdmission } from "./live_machine_clients.ts";
 import { UTF8 } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { RequestContext } from "../http/request_context.ts";
@@ -121,7 +120,7 @@ export async function runExchange(ctx: GatewayContext, gateway: Gateway): Promis
     headers,
     mcpSessionId,
     owner: rememberedOwner(gateway.deps, mcpSessionId),
-    policy: gateway.ownPolicy ?? gateway.deps.callPolicy.current(),
+    policy: gateway.ownPolicy ?? gateway.deps.callPolicy.rules.callPolicy,
     body: null,
   };
   for (const step of STEPS) {
@@ -355,7 +354,7 @@ function guardDeps(gateway: Gateway, oauth: GatewayOAuth): GuardDeps {
     verifiedTokens,
     accessGate: createAccessGate(
       config,
-      () => heldPolicyGroups(gateway.deps.callPolicy),
+      () => gateway.deps.callPolicy.rules,
       gateway.ownLists,
     ),
     machineAdmission: liveMachineAdmission(gateway.deps),

@@ -10,7 +10,7 @@
 import { errors } from "jose";
 import type { Clock } from "../clock.ts";
 import { OAuthError } from "../http/errors.ts";
-import type { AccessTokenClaims, TokenSigner } from "../jwt.ts";
+import { type AccessTokenClaims, machineKindOf, type TokenSigner } from "../jwt.ts";
 import type { Logger } from "../logger.ts";
 import { ensureFreshUpstreamToken, UpstreamRefreshFailed } from "../session/upstream_refresh.ts";
 import type { Store, Versioned } from "../store/mod.ts";
@@ -21,12 +21,7 @@ import { BearerChallengeError } from "./challenges.ts";
 import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
 import { sameResource } from "../http/resource.ts";
 import type { VerifiedToken, VerifiedTokens } from "./verified_tokens.ts";
-import {
-  type MachineAdmission,
-  type MachineCaller,
-  machineKindOf,
-  MachineRefused,
-} from "../machine/caller.ts";
+import { type MachineAdmission, type MachineCaller, MachineRefused } from "../machine/caller.ts";
 
 /** Leeway on `exp` for clocks that disagree a little. */
 export const CLOCK_TOLERANCE_SECONDS = 30;

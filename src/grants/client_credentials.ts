@@ -1,6 +1,6 @@
 /**
  * The client credentials grant (RFC 6749 §4.4): an operator-registered machine client, having
- * proved who it is (`clients/authentication.ts`), gets an access token that speaks for itself:
+ * proved who it is (`client_auth/authenticate.ts`), gets an access token that speaks for itself:
  * `sub` = `client:<client_id>`, no refresh token, no person and no session behind it. What it
  * may reach is its rule in MACHINE_ACCESS_FILE's `clients:`; without one it gets nothing.
  * Served only while MACHINE_ACCESS_FILE is set.
@@ -9,10 +9,10 @@
  */
 
 import { OAuthError } from "../http/errors.ts";
-import { machineSubject } from "../machine/caller.ts";
+import { machineSubject } from "../jwt.ts";
 import { grantedScope, issueMachineToken } from "../machine/token.ts";
 import type { Grant, GrantDeps, GrantRequest, GrantSwitches, Issued } from "./grant.ts";
-import { invalidClient } from "../clients/methods/invalid_client.ts";
+import { invalidClient } from "./client_auth/invalid_client.ts";
 
 /** The grant's `grant_type`. */
 export const CLIENT_CREDENTIALS_GRANT_TYPE = "client_credentials";

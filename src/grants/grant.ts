@@ -8,7 +8,8 @@
 
 import type { MachineGrant } from "../machine/rules.ts";
 import type { AccessPolicy } from "../access/policy.ts";
-import type { AuthenticatedClient } from "../clients/authentication.ts";
+import type { AccessRules } from "../access/rules.ts";
+import type { AuthenticatedClient } from "./client_auth/authenticate.ts";
 import type { Clock } from "../clock.ts";
 import type { ClientsConfig } from "../clients/config.ts";
 import type { GatewayConfig } from "../gateway/config.ts";
@@ -56,8 +57,8 @@ export interface GrantDeps extends EndDeps {
   signer: Pick<TokenSigner, "sign">;
   /** The provider: refreshes and re-checks the user's access. */
   upstream: Upstream;
-  /** The groups MCP_POLICY_FILE names now (learnt when access is re-checked). */
-  policyGroups(): string[];
+  /** Who may sign in as the lists in force say it (re-checked at a refresh when due). */
+  accessRules(): AccessRules;
   /** The protected resources served now for an issuer (`/mcp`'s first). */
   servedResources(issuer: string): readonly string[];
   /** The lists of the MCP server `resource` names (MCP_SERVERS_FILE), if it has any. */
@@ -74,7 +75,7 @@ export interface GrantDeps extends EndDeps {
 export interface GrantRequest {
   /** The form's parameters (each at most once). */
   params: ReadonlyMap<string, string>;
-  /** The client, as `clients/authentication.ts` identified it. */
+  /** The client, as `client_auth/authenticate.ts` identified it. */
   client: AuthenticatedClient;
   /** The issuer (the service's base URL, without a trailing slash). */
   issuer: string;

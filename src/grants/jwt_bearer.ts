@@ -10,7 +10,8 @@
 
 import { OAuthError } from "../http/errors.ts";
 import { PATHS } from "../http/paths.ts";
-import { ciTokenClaims, machineSubject } from "../machine/caller.ts";
+import { machineSubject } from "../jwt.ts";
+import { ciTokenClaims } from "../machine/caller.ts";
 import { gitlabIssuerOf } from "../machine/config.ts";
 import { ASSERTION_LEEWAY_SECONDS, AssertionRefused, verifyIdToken } from "../machine/id_token.ts";
 import { ciRuleFor } from "../machine/rules.ts";

@@ -125,7 +125,7 @@ async function requireStillAdmitted(
       clock,
       config,
       upstream: deps.upstream,
-      policyGroups: deps.policyGroups(),
+      rules: deps.accessRules(),
       serverLists: deps.serverLists(session.value.resource, request.issuer),
     },
     session.value,

@@ -43,7 +43,10 @@ export function registrableGrantTypes(config: GrantSwitches): string[] {
 export const DEFAULT_GRANT_TYPES: readonly string[] = GRANTS
   .filter((grant) => grant.registrable === true).map((grant) => grant.type);
 
-/** The grant of `grantType`, or undefined when `config` does not serve it. */
-export function grantFor(grantType: string | undefined, config: GrantSwitches): Grant | undefined {
-  return enabledGrants(config).find((grant) => grant.type === grantType);
+/** The grants `config` serves by `grant_type`: worked out once, when the service is wired. */
+export type ServedGrants = ReadonlyMap<string, Grant>;
+
+/** The grants `config` serves, by `grant_type`. */
+export function servedGrants(config: GrantSwitches): ServedGrants {
+  return new Map(enabledGrants(config).map((grant) => [grant.type, grant]));
 }

@@ -8,25 +8,9 @@
  * @see docs/gateway.md "Machine callers"
  */
 
+import { type MachineKind, machineKindOf, SUBJECT_PREFIXES } from "../jwt.ts";
 import type { MachineAccessHolder } from "./holder.ts";
 import { type CiClaims, ciRuleFor, clientRuleFor, type MachineGrant } from "./rules.ts";
-
-/** The kinds of machine caller, as audit lines name them (`"caller"`). */
-export type MachineKind = "ci" | "client";
-
-const PREFIXES: Readonly<Record<MachineKind, string>> = { ci: "ci:", client: "client:" };
-
-/** The machine kind an access token's `sub` names, or undefined for a person's token. */
-export function machineKindOf(sub: string): MachineKind | undefined {
-  if (sub.startsWith(PREFIXES.ci)) return "ci";
-  if (sub.startsWith(PREFIXES.client)) return "client";
-  return undefined;
-}
-
-/** The `sub` of a machine caller's access token. */
-export function machineSubject(kind: MachineKind, name: string): string {
-  return `${PREFIXES[kind]}${name}`;
-}
 
 /** What a CI job's access token says of the job (strings, as GitLab's ID token said them). */
 export interface CiTokenClaims {
@@ -84,13 +68,13 @@ export function machineCallerOf(
     throw new MachineRefused("This service admits no machine callers");
   }
   if (kind === "client") {
-    const clientId = sub.slice(PREFIXES.client.length);
+    const clientId = sub.slice(SUBJECT_PREFIXES.client.length);
     const rule = clientRuleFor(access, clientId);
     if (!rule) throw new MachineRefused("No rule of the machine access file admits this client");
     return { kind, subject: sub, clientId, grant: rule };
   }
   const job = ciJobOf(claims);
-  if (job === undefined || `${PREFIXES.ci}${job.project_path}` !== sub) {
+  if (job === undefined || `${SUBJECT_PREFIXES.ci}${job.project_path}` !== sub) {
     throw new MachineRefused("The access token lacks the CI job's claims");
   }
   const rule = ciRuleFor(access, job);

@@ -35,7 +35,7 @@ import {
   clientAssertionAlgs,
   clientAuthMethodNames,
   type ClientAuthSwitch,
-} from "../clients/authentication.ts";
+} from "../grants/client_auth/authenticate.ts";
 
 const CACHEABLE = { "Cache-Control": "public, max-age=300" };
 

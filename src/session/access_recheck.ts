@@ -8,16 +8,11 @@
  * @see docs/security.md "Who can sign in"
  */
 
-import { decideAccess, groupsToAsk } from "../access/admission.ts";
-import {
-  type AccessPolicy,
-  admits,
-  isRestricted,
-  listsAdmit,
-  refusalReason,
-} from "../access/policy.ts";
+import { decideAccess } from "../access/admission.ts";
+import { type AccessPolicy, admits, listsAdmit, refusalReason } from "../access/policy.ts";
 import type { Clock } from "../clock.ts";
-import { type AccessConfig, accessPolicyOf } from "../access/config.ts";
+import type { AccessConfig } from "../access/config.ts";
+import type { AccessRules } from "../access/rules.ts";
 import type { Store } from "../store/mod.ts";
 import type { SessionAccess, SessionRecord } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
@@ -27,9 +22,10 @@ export interface RecheckDeps {
   store: Store;
   clock: Clock;
   upstream: Upstream;
+  /** ACCESS_RECHECK_SECONDS and ACCESS_RECHECK_GRACE_SECONDS. */
   config: Pick<AccessConfig, "access">;
-  /** The groups MCP_POLICY_FILE names now: learnt too, and at once if never asked. */
-  policyGroups?: string[];
+  /** The lists in force; their learnt groups are asked at once if never asked. */
+  rules: AccessRules;
   /** The lists of the MCP server the session is for (MCP_SERVERS_FILE), if it has any. */
   serverLists?: AccessPolicy;
 }
@@ -45,25 +41,22 @@ export type Recheck =
 
 /** Whether `session`'s decision is due to be asked again (none is kept when nothing is listed). */
 export function recheckDue(
-  deps: Pick<RecheckDeps, "clock" | "config" | "policyGroups">,
+  deps: Pick<RecheckDeps, "clock" | "config" | "rules">,
   session: SessionRecord,
 ): boolean {
-  const { config } = deps;
-  const policy = accessPolicyOf(config);
-  const policyGroups = deps.policyGroups ?? [];
-  if (!isRestricted(policy) && policyGroups.length === 0) return false;
+  const { config, rules } = deps;
+  if (!rules.decides) return false;
   const last = session.access;
   const recent = last !== undefined &&
     deps.clock.now() - last.checkedAt < config.access.recheckSeconds * 1000;
-  return !(recent && asked(last, groupsToAsk(policy, policyGroups), policy.groups.length));
+  return !(recent && asked(last, rules.groupsToAsk, rules.policy.groups.length));
 }
 
 /** Re-checks `session` when due; never throws for GitLab's failures. */
 export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): Promise<Recheck> {
   const { store, clock, upstream, config } = deps;
   if (!recheckDue(deps, session)) return serverListsDecide(deps.serverLists, session);
-  const policy = accessPolicyOf(config);
-  const policyGroups = deps.policyGroups ?? [];
+  const { policy, restricted, learntGroups } = deps.rules;
   const now = clock.now();
   const last = session.access;
   const tokens = await store.openUpstreamTokens(session);
@@ -76,9 +69,9 @@ export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): 
       tokens.accessToken,
       user,
       now,
-      policyGroups,
+      learntGroups,
     );
-    if (isRestricted(policy) && !admits(access)) {
+    if (restricted && !admits(access)) {
       return { kind: "refused", reason: refusalReason(policy, access) };
     }
     return serverListsDecide(deps.serverLists, { ...session, access });
@@ -113,7 +106,7 @@ export function serverListsDecide(
  * Whether the last decision asked every group in `paths` (a policy reloaded with new groups
  * makes the next refresh ask at once). A record without `groupsAsked` asked the listed ones.
  */
-function asked(last: SessionAccess, paths: string[], listed: number): boolean {
+function asked(last: SessionAccess, paths: readonly string[], listed: number): boolean {
   if (last.groupsAsked === undefined) return paths.length <= listed;
   const known = new Set(last.groupsAsked.map((path) => path.toLowerCase()));
   return paths.every((path) => known.has(path.toLowerCase()));

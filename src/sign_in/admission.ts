@@ -8,15 +8,7 @@
  */
 
 import { decideAccess } from "../access/admission.ts";
-import { heldPolicyGroups } from "../access/call_policy_file.ts";
-import {
-  type AccessPolicy,
-  admits,
-  isRestricted,
-  listsAdmit,
-  refusalReason,
-} from "../access/policy.ts";
-import { accessPolicyOf } from "../access/config.ts";
+import { type AccessPolicy, admits, listsAdmit, refusalReason } from "../access/policy.ts";
 import type { SignInContext } from "./deps.ts";
 import { redact } from "../logger.ts";
 import type { SessionAccess, UpstreamTokenSet } from "../store/records.ts";
@@ -40,12 +32,10 @@ export async function admitSignIn(
   user: UpstreamUser,
   resource: string | undefined,
 ): Promise<SignInAdmission> {
-  const policy = accessPolicyOf(ctx.deps.config);
-  const policyGroups = heldPolicyGroups(ctx.deps.callPolicy);
+  const rules = ctx.deps.callPolicy.rules;
+  const { policy } = rules;
   const serverLists = serverListsOf(ctx, resource);
-  if (!isRestricted(policy) && policyGroups.length === 0 && !serverLists) {
-    return { kind: "admitted" };
-  }
+  if (!rules.decides && !serverLists) return { kind: "admitted" };
   const { upstream } = ctx.oauth;
   const access = await decideAccess(
     upstream,
@@ -53,10 +43,10 @@ export async function admitSignIn(
     tokens.accessToken,
     user,
     ctx.deps.clock.now(),
-    policyGroups,
+    rules.learntGroups,
   );
   // Without a list everyone is admitted; the levels are kept for the gateway's policy.
-  const serviceAdmits = !isRestricted(policy) || admits(access);
+  const serviceAdmits = !rules.restricted || admits(access);
   const serverAdmits = !serverLists || listsAdmit(serverLists, user, access);
   if (serviceAdmits && serverAdmits) return { kind: "admitted", access };
   const refusedBy = serviceAdmits && serverLists ? serverLists : policy;

@@ -6,15 +6,15 @@
  * @see spec §4.3, RFC 6749 §3.2 and §5
  */
 
-import { type CallPolicyHolder, heldPolicyGroups } from "../access/call_policy_file.ts";
+import type { CallPolicyHolder } from "../access/call_policy_file.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import type { Metrics } from "../metrics/catalog.ts";
-import { authenticateClient, type ClientAuthDeps } from "../clients/authentication.ts";
+import { authenticateClient, type ClientAuthDeps } from "./client_auth/authenticate.ts";
 import { PATHS } from "../http/paths.ts";
 import { clientRuleFor } from "../machine/rules.ts";
 import type { MachineAccessHolder } from "../machine/holder.ts";
-import type { GrantDeps, Issued } from "../grants/grant.ts";
-import { grantFor } from "../grants/registry.ts";
+import type { GrantDeps, Issued } from "./grant.ts";
+import type { ServedGrants } from "./registry.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
@@ -27,13 +27,15 @@ type TokenContext =
       GrantDeps,
       | "signer"
       | "upstream"
-      | "policyGroups"
+      | "accessRules"
       | "servedResources"
       | "serverLists"
       | "metrics"
       | "machineClientRule"
     >
     & {
+      /** The grants the configuration serves. */
+      grants: ServedGrants;
       callPolicy: CallPolicyHolder;
       servers: Pick<ServedSet, "resources" | "at">;
       machineAccess: MachineAccessHolder;
@@ -47,7 +49,7 @@ type TokenContext =
 export async function handleToken(ctx: TokenContext): Promise<Response> {
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
   const grantType = params.get("grant_type");
-  const grant = grantFor(grantType, ctx.deps.config);
+  const grant = grantType === undefined ? undefined : ctx.deps.grants.get(grantType);
   return await ctx.deps.metrics.countGrant(grant?.type, async () => {
     if (grant === undefined) throw unsupportedGrantType(grantType);
     const client = await authenticateClient(
@@ -93,7 +95,7 @@ function grantDeps(ctx: TokenContext): GrantDeps {
     verifiedTokens,
     signer: ctx.oauth.signer,
     upstream: ctx.oauth.upstream,
-    policyGroups: () => heldPolicyGroups(callPolicy),
+    accessRules: () => callPolicy.rules,
     machineAccess,
     gitlabKeys,
     servedResources: (issuer) => servers.resources(issuer),

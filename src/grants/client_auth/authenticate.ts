@@ -4,7 +4,7 @@
  * `client_id` and prove nothing, and each grant decides what that name must match. Machine
  * clients (`admin clients add`, served while MACHINE_ACCESS_FILE is set) prove who they are with
  * a secret (`client_secret_basic`, `client_secret_post`) or a signed assertion
- * (`private_key_jwt`); each such method is a module of `methods/`.
+ * (`private_key_jwt`); each such method is a module beside this one.
  *
  * A request uses at most one method (RFC 6749 §2.3); every failure of a proving method is 401
  * `invalid_client`, with `WWW-Authenticate: Basic` where Basic was tried (§5.2).
@@ -12,13 +12,13 @@
  * @see RFC 6749 §2.3 and §3.2.1, OAuth 2.1 §2.4, RFC 7523 §2.2
  */
 
-import { OAuthError } from "../http/errors.ts";
-import type { ClientAuthMethod } from "./methods/method.ts";
-import { CLIENT_SECRET_BASIC, CLIENT_SECRET_POST } from "./methods/client_secret.ts";
-import { ASSERTION_SIGNING_ALGS, PRIVATE_KEY_JWT } from "./methods/private_key_jwt.ts";
-import type { AuthenticatedClient, ClientAuthDeps } from "./methods/method.ts";
+import { OAuthError } from "../../http/errors.ts";
+import type { ClientAuthMethod } from "./method.ts";
+import { CLIENT_SECRET_BASIC, CLIENT_SECRET_POST } from "./client_secret.ts";
+import { ASSERTION_SIGNING_ALGS, PRIVATE_KEY_JWT } from "./private_key_jwt.ts";
+import type { AuthenticatedClient, ClientAuthDeps } from "./method.ts";
 
-export type { AuthenticatedClient, ClientAuthDeps, ClientAuthMethod } from "./methods/method.ts";
+export type { AuthenticatedClient, ClientAuthDeps, ClientAuthMethod } from "./method.ts";
 
 /** `none`: a public client names itself, if it does, and proves nothing. */
 const NONE: ClientAuthMethod = {
