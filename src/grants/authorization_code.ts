@@ -5,7 +5,7 @@
  * @see spec §4.3.1, RFC 6749 §4.1.3, RFC 7636 §4.6
  */
 
-import { endSessionAsItIsNow, issueTokens } from "../session/life.ts";
+import { endSessionAsItIsNow } from "../session/life.ts";
 import { verifyPkce } from "../sign_in/pkce.ts";
 import { OAuthError } from "../http/errors.ts";
 import type { Versioned } from "../store/mod.ts";
@@ -14,9 +14,8 @@ import type { Grant, GrantDeps, GrantRequest, Issued } from "./grant.ts";
 import {
   afterGrantEndedSession,
   invalidGrant,
-  protectedResource,
+  issueForSession,
   requireSameClient,
-  requireSessionResource,
   sessionTokens,
 } from "./session_checks.ts";
 
@@ -64,14 +63,8 @@ async function exchangeCode(deps: GrantDeps, request: GrantRequest): Promise<Iss
   if (config.redirectUriPolicy === "registered") {
     await requireSameClient(deps, request.client.clientId, code.value.clientId, "code");
   }
-  requireSessionResource(deps, request, session.value);
 
-  const issued = await issueTokens(
-    deps,
-    session.value,
-    request.issuer,
-    protectedResource(deps, request.issuer),
-  );
+  const issued = await issueForSession(deps, request, session.value);
   const keepRedeemedMarker = config.revokeOnCodeReplay;
   if (!await store.redeemCode(code, session, issued.session, { keepRedeemedMarker })) {
     // A concurrent exchange of the same code won the commit.

@@ -9,16 +9,10 @@
 import { deviceAuthorizationOn } from "../device_authorization/config.ts";
 import { auditDeviceAuthorization } from "../device_authorization/audit.ts";
 import { OAuthError } from "../http/errors.ts";
-import { issueTokens } from "../session/life.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { DeviceAuthorizationRecord } from "../store/records.ts";
 import type { Grant, GrantDeps, GrantRequest, Issued } from "./grant.ts";
-import {
-  invalidGrant,
-  protectedResource,
-  requireSessionResource,
-  sessionTokens,
-} from "./session_checks.ts";
+import { invalidGrant, issueForSession, sessionTokens } from "./session_checks.ts";
 
 /** The grant's `grant_type` (RFC 8628 §3.4). */
 export const DEVICE_CODE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
@@ -106,13 +100,7 @@ async function redeemApproved(
   const sessionId = device.value.sessionId;
   const session = sessionId === undefined ? null : await store.getSession(sessionId);
   if (!session) throw invalidGrant("Invalid device code");
-  requireSessionResource(deps, request, session.value);
-  const issued = await issueTokens(
-    deps,
-    session.value,
-    request.issuer,
-    protectedResource(deps, request.issuer),
-  );
+  const issued = await issueForSession(deps, request, session.value);
   if (!await store.redeemDeviceAuthorization(device, session, issued.session)) {
     // A concurrent poll of the same code won the commit.
     throw invalidGrant("Invalid device code");

@@ -16,6 +16,7 @@ import {
 } from "../http/resource.ts";
 import { redact } from "../logger.ts";
 import { afterSessionEnded } from "../session/end.ts";
+import { type IssuedTokens, issueTokens } from "../session/life.ts";
 import type { SessionRecord } from "../store/records.ts";
 import type { GrantDeps, GrantRequest, Issued } from "./grant.ts";
 
@@ -65,6 +66,19 @@ export function requireSessionResource(
   if (session.resource !== undefined && !sameResource(requested, session.resource)) {
     throw invalidTarget("resource is not the one this grant was authorized for");
   }
+}
+
+/**
+ * New tokens for `session` to the one MCP server it is for, once the request may have them
+ * there (RFC 8707: a `resource` named must be the session's).
+ */
+export async function issueForSession(
+  deps: GrantDeps,
+  request: GrantRequest,
+  session: SessionRecord,
+): Promise<IssuedTokens> {
+  requireSessionResource(deps, request, session);
+  return await issueTokens(deps, session, request.issuer, protectedResource(deps, request.issuer));
 }
 
 /** What follows a session a grant ended: its tokens and GitLab token go (best effort). */
