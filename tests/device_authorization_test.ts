@@ -319,6 +319,28 @@ Deno.test("device code grant: pending, slow_down growing from the previous poll,
   });
 });
 
+Deno.test("device code grant: a poll that loses a race answers slow_down and the interval grows", async () => {
+  await withApp(async (t) => {
+    const clientId = await deviceClient(t);
+    const { device_code } = await start(t, clientId);
+    await assertError(await pollToken(t, clientId, device_code), 400, "authorization_pending");
+    t.clock.advance(5_000);
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, async () => (await pollToken(t, clientId, device_code)).json()),
+    );
+    const errors = answers.map((answer) => answer.error);
+    assert.equal(
+      errors.filter((error) => error === "authorization_pending").length,
+      1,
+      `${errors}`,
+    );
+    assert.ok(errors.includes("slow_down"), `${errors}`);
+    // RFC 8628 §3.5: each slow_down adds 5 s for every later poll, so 9.999 s is too soon.
+    t.clock.advance(9_999);
+    await assertError(await pollToken(t, clientId, device_code), 400, "slow_down");
+  });
+});
+
 Deno.test("device code grant: denied answers access_denied, then the code is gone", async () => {
   await withApp(async (t) => {
     const clientId = await deviceClient(t);

@@ -44,7 +44,7 @@ async function redeemDeviceCode(deps: GrantDeps, request: GrantRequest): Promise
     }
     throw new OAuthError(400, "expired_token", "The device code has expired");
   }
-  const polled = await recordPoll(deps, found, now);
+  const polled = await recordPoll(deps, deviceCode, found, now);
   switch (polled.value.status) {
     case "pending":
     case "signed_in":
@@ -59,22 +59,18 @@ async function redeemDeviceCode(deps: GrantDeps, request: GrantRequest): Promise
 
 /**
  * Counts the poll: one sooner than the interval after the previous poll answers `slow_down`
- * and adds 5 s to the interval (never the first poll); a concurrent poll of the same code that
- * changed it first is such a poll too.
+ * (never the first poll); a concurrent poll of the same code that changed it first is such a
+ * poll too.
  */
 async function recordPoll(
   deps: GrantDeps,
+  deviceCode: string,
   device: Versioned<DeviceAuthorizationRecord>,
   now: number,
 ): Promise<Versioned<DeviceAuthorizationRecord>> {
   const { lastPollAt, intervalSeconds, status } = device.value;
   if (lastPollAt !== undefined && now - lastPollAt < intervalSeconds * 1000) {
-    await deps.store.updateDeviceAuthorization(device, {
-      ...device.value,
-      intervalSeconds: intervalSeconds + SLOW_DOWN_STEP_SECONDS,
-      lastPollAt: now,
-    });
-    throw slowDown();
+    return await slowDown(deps, deviceCode, device, now);
   }
   // The redemption's own commit is checked against this version: one winner, the rest lose.
   if (status === "approved") return device;
@@ -82,12 +78,36 @@ async function recordPoll(
     ...device.value,
     lastPollAt: now,
   });
-  if (!updated) throw slowDown();
-  return updated;
+  return updated ?? await slowDown(deps, deviceCode, device, now);
 }
 
-function slowDown(): OAuthError {
-  return new OAuthError(400, "slow_down", "Polling too fast: wait the interval, now 5 s longer");
+/** Attempts at adding to the interval of a code that concurrent polls keep changing. */
+const SLOW_DOWN_ATTEMPTS = 3;
+
+/**
+ * Answers `slow_down` having added 5 s to the code's interval for this and every later poll
+ * (RFC 8628 §3.5), on the record as it is now: a concurrent poll may have changed it. An
+ * approved code is left as it is: a write would fail a concurrent poll's redemption, which is
+ * checked against the version it read.
+ */
+async function slowDown(
+  deps: GrantDeps,
+  deviceCode: string,
+  device: Versioned<DeviceAuthorizationRecord>,
+  now: number,
+): Promise<never> {
+  let current: Versioned<DeviceAuthorizationRecord> | null = device;
+  for (let attempt = 0; attempt < SLOW_DOWN_ATTEMPTS; attempt++) {
+    if (!current || current.value.status === "approved") break;
+    const raised = await deps.store.updateDeviceAuthorization(current, {
+      ...current.value,
+      intervalSeconds: current.value.intervalSeconds + SLOW_DOWN_STEP_SECONDS,
+      lastPollAt: now,
+    });
+    if (raised) break;
+    current = await deps.store.getDeviceAuthorization(deviceCode);
+  }
+  throw new OAuthError(400, "slow_down", "Polling too fast: wait the interval, now 5 s longer");
 }
 
 /** Issues the approved sign-in's first tokens and consumes the device code, in one commit. */
