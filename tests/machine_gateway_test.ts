@@ -248,6 +248,37 @@ Deno.test("machine gateway: MCP_POLICY_FILE governs people only", async () => {
   }
 });
 
+Deno.test("machine gateway: a changed access file or token file is followed without SIGHUP", async () => {
+  const m = await machineGateway();
+  const path = `${m.dir}/access.yaml`;
+  // What the timer does every few seconds (main.ts): read each file, reload the changed ones.
+  const files = followConfigFiles(m.gateway.t.deps, m.gateway.t.deps.logger, {});
+  const machineLines = () =>
+    m.gateway.lines.filter((line) => String(line.message).startsWith("MACHINE_ACCESS"));
+  const ciBotToken = () => m.gateway.t.deps.machineAccess.current()?.ci[0].gitlabToken?.reveal();
+  try {
+    const token = await machineToken(m, { client: "nightly" });
+    assert.ok((await callTool(m, token, "get_issue")).body.result);
+    files.check();
+    assert.equal(machineLines().length, 0, "an unchanged file is not reloaded");
+
+    await Deno.writeTextFile(path, ACCESS.replace("tools: [get_*]", "tools: [search_*]"));
+    files.check();
+    assert.equal(machineLines().at(-1)?.message, "MACHINE_ACCESS_FILE reloaded");
+    assert.equal((await callTool(m, token, "get_issue")).body.error.code, -32403);
+
+    // A rule's token file rotated (a Kubernetes Secret, say): the rules are read again with it.
+    assert.equal(ciBotToken(), "glpat-ci-bot");
+    await Deno.writeTextFile(`${m.dir}/ci-bot.token`, "glpat-rotated\n");
+    files.check();
+    assert.equal(machineLines().length, 2);
+    assert.equal(ciBotToken(), "glpat-rotated");
+  } finally {
+    files.stop();
+    await m.close();
+  }
+});
+
 Deno.test("machine gateway: the rule in force decides every call; a broken reload changes nothing", async () => {
   const m = await machineGateway();
   const path = `${m.dir}/access.yaml`;

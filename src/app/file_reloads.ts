@@ -1,8 +1,9 @@
 /**
- * The configuration files the service follows while it runs: MCP_POLICY_FILE and
- * MCP_SERVERS_FILE are read again on SIGHUP and when their content changes on disk
- * (config/file_watch.ts); MACHINE_ACCESS_FILE (with its rules' token files) on SIGHUP. Each reload writes one line: what is in force now, or, for a file that
- * start-up would refuse, why nothing changed (what was in force stays; the service goes on).
+ * The configuration files the service follows while it runs: MCP_POLICY_FILE, MCP_SERVERS_FILE
+ * (with its servers' policy files) and MACHINE_ACCESS_FILE (with its rules' token files) are
+ * read again on SIGHUP and when their content changes on disk (config/file_watch.ts). Each
+ * reload writes one line: what is in force now, or, for a file that start-up would refuse, why
+ * nothing changed (what was in force stays; the service goes on).
  */
 
 import type { Reload } from "../access/call_policy_file.ts";
@@ -36,10 +37,7 @@ export function hasFollowedFiles(deps: Pick<AppDeps, "config">): boolean {
     config.machineAccessFile !== undefined;
 }
 
-/**
- * Follows the policy and servers files of `deps` (and, on SIGHUP, its machine access file),
- * logging each reload on `logger`.
- */
+/** Follows the policy, servers and machine access files of `deps`, logging each reload on `logger`. */
 export function followConfigFiles(
   deps: Pick<AppDeps, "config" | "callPolicy" | "servers" | "openStreams" | "machineAccess">,
   logger: Logger,
@@ -59,16 +57,21 @@ export function followConfigFiles(
     },
   });
   const policy = watchFile(deps.callPolicy, (reload) => logPolicyReload(reload, logger), options);
+  const readText = options.readText ?? Deno.readTextFileSync;
   const served = watchFile(servers, (reload) => afterServersReload(reload, deps, logger), {
     ...options,
-    readText: withServersPolicies(deps.servers, options.readText ?? Deno.readTextFileSync),
+    readText: withNamedFiles(readText, () => serversPolicyFiles(deps.servers)),
   });
-  const watches = [policy, served];
+  const machine = watchFile(deps.machineAccess, (reload) => logMachineReload(reload, logger), {
+    ...options,
+    readText: withNamedFiles(readText, () => deps.machineAccess.current()?.tokenFiles ?? []),
+  });
+  const watches = [policy, served, machine];
   return {
     reload() {
       logPolicyReload(policy.reload(), logger);
       afterServersReload(served.reload(), deps, logger);
-      logMachineReload(deps.machineAccess.reload(), logger);
+      logMachineReload(machine.reload(), logger);
     },
     check: () => watches.forEach((watch) => watch.check()),
     stop: () => watches.forEach((watch) => watch.stop()),
@@ -76,26 +79,28 @@ export function followConfigFiles(
 }
 
 /**
- * The servers file's text followed by the text of the policy files its servers name: a changed
- * `policy_file` reloads the servers file (which reads its policies again), as a changed servers
- * file does.
+ * A file's text followed by the text of the files it names (`named()`, as in force): a change to
+ * one of those reloads the file (which reads them again), as a change to the file does.
  */
-function withServersPolicies(
-  servers: AppDeps["servers"],
+function withNamedFiles(
   readText: (path: string) => string,
+  named: () => readonly string[],
 ): (path: string) => string {
   return (path) => {
-    const policyPaths = servers.names()
-      .flatMap((name) => servers.named(name)?.entry?.policy?.path ?? []);
-    const policies = policyPaths.map((policyPath) => {
+    const texts = named().map((namedPath) => {
       try {
-        return readText(policyPath);
+        return readText(namedPath);
       } catch {
         return "";
       }
     });
-    return [readText(path), ...policies].join("\0");
+    return [readText(path), ...texts].join("\0");
   };
+}
+
+/** The policy files the servers in force name (`policy_file`). */
+function serversPolicyFiles(servers: AppDeps["servers"]): string[] {
+  return servers.names().flatMap((name) => servers.named(name)?.entry?.policy?.path ?? []);
 }
 
 function logPolicyReload(reload: Reload, logger: Logger): void {

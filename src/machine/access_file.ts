@@ -53,7 +53,7 @@ export function readMachineAccess(path: string, readText: ReadText = Deno.readTe
   const root = parseText(path, text, fail);
   if (!isObject(root)) return fail("", "must be an object with a `ci` or `clients` list");
   onlyKeys(root, ["ci", "clients"], "", fail);
-  const context = { fail, readText, folder: dirname(path) };
+  const context: Context = { fail, readText, folder: dirname(path), tokenFiles: [] };
   const ci = listOf(root.ci, "ci", fail).map((raw, index) => parseCiRule(raw, index, context));
   const clients = listOf(root.clients, "clients", fail)
     .map((raw, index) => parseClientRule(raw, index, context));
@@ -62,7 +62,7 @@ export function readMachineAccess(path: string, readText: ReadText = Deno.readTe
     if (seen.has(rule.clientId)) fail(rule.where, `client_id ${rule.clientId} has two rules`);
     seen.add(rule.clientId);
   }
-  return { path, ci, clients } satisfies MachineAccess;
+  return { path, ci, clients, tokenFiles: context.tokenFiles } satisfies MachineAccess;
 }
 
 interface Context {
@@ -70,6 +70,8 @@ interface Context {
   readText: ReadText;
   /** The access file's folder: token files are relative to it. */
   folder: string;
+  /** The token files read, in order. */
+  tokenFiles: string[];
 }
 
 function parseCiRule(raw: unknown, index: number, context: Context): CiRule {
@@ -144,6 +146,7 @@ function readToken(raw: unknown, where: string, context: Context): GitLabTokenSe
   const { fail, readText, folder } = context;
   if (typeof raw !== "string" || raw === "") return fail(where, "must be a file name");
   const path = isAbsolute(raw) ? raw : join(folder, raw);
+  context.tokenFiles.push(path);
   let text: string;
   try {
     text = readText(path);

@@ -1,6 +1,6 @@
 /**
  * The machine access rules in force: read at start-up (a problem stops it with one line), and
- * again on SIGHUP, when a file that cannot be used (or names a server that is not configured)
+ * again on SIGHUP or a change on disk (app/file_reloads.ts), when a file that cannot be used (or names a server that is not configured)
  * keeps the rules in force as they were. The grants read the holder when they issue, and the
  * gateway on every call, so a narrowed rule bites at the next call.
  */
@@ -18,6 +18,8 @@ export type MachineReload =
 export interface MachineAccessHolder {
   /** The rules in force; undefined: no MACHINE_ACCESS_FILE, no machine caller is admitted. */
   current(): MachineAccess | undefined;
+  /** MACHINE_ACCESS_FILE's path; undefined when it is unset. */
+  path(): string | undefined;
   /** Reads the file (and its token files) again. */
   reload(): MachineReload;
 }
@@ -44,6 +46,7 @@ export function createMachineAccessHolder(
   let inForce = initial;
   return {
     current: () => inForce,
+    path: () => inForce?.path,
     reload() {
       if (inForce === undefined) return { kind: "none" };
       const { path } = inForce;

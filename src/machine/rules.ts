@@ -59,6 +59,8 @@ export interface MachineAccess {
   path: string;
   ci: CiRule[];
   clients: ClientRule[];
+  /** The rules' `gitlab_token_file`s, read with the file: a change to one reloads the rules. */
+  tokenFiles: readonly string[];
 }
 
 /** The ID-token claims a CI rule matches; GitLab sends each as a string. */
