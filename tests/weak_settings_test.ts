@@ -1,7 +1,8 @@
 /**
  * Weak settings start, with one warning each (issue 33 §1.9): a JWT_SECRET of fewer than 8
  * distinct characters, the redirect sign-in over a plain http: BASE_URL that is not loopback,
- * and a DATABASE_URL on another host without sslmode.
+ * a DATABASE_URL on another host without sslmode, and a RATE_LIMIT_EXEMPT range wider than any
+ * one network's.
  */
 
 import assert from "node:assert/strict";
@@ -15,6 +16,21 @@ const BASE = { GITLAB_CLIENT_ID: "app", JWT_SECRET: TEST_SECRET };
 function warnings(env: Record<string, string>): string[] {
   return weakSettings(loadConfig({ ...BASE, ...env }));
 }
+
+Deno.test("weak settings: a RATE_LIMIT_EXEMPT range wider than an IPv4 /8 or an IPv6 /16 warns", () => {
+  for (const exempt of ["0.0.0.0/0", "::/0", "128.0.0.0/1", "2000::/3", "10.0.0.0/8,1.0.0.0/7"]) {
+    const found = warnings({ RATE_LIMIT_EXEMPT: exempt });
+    assert.equal(found.length, 1, exempt);
+    assert.match(found[0], /^RATE_LIMIT_EXEMPT exempts .*: the per-address limits count almost no/);
+  }
+  assert.match(
+    warnings({ RATE_LIMIT_EXEMPT: "10.0.0.0/8,0.0.0.0/0" })[0],
+    /exempts 0\.0\.0\.0\/0:/,
+  );
+  for (const exempt of ["10.0.0.0/8", "203.0.113.7", "fd00::/16", "2001:db8::/32"]) {
+    assert.deepEqual(warnings({ RATE_LIMIT_EXEMPT: exempt }), [], exempt);
+  }
+});
 
 Deno.test("weak settings: each warns once, and only when weak", () => {
   assert.deepEqual(warnings({}), []);

@@ -13,8 +13,12 @@ const MIN_DISTINCT_SECRET_CHARACTERS = 8;
 
 /** One line per weak setting of `config`, naming the variable and the fix. */
 export function weakSettings(config: Config): string[] {
-  return [weakJwtSecret(config), plainRedirectBaseUrl(config), unencryptedRemoteDatabase(config)]
-    .filter((warning): warning is string => warning !== undefined);
+  return [
+    weakJwtSecret(config),
+    plainRedirectBaseUrl(config),
+    unencryptedRemoteDatabase(config),
+    sweepingRateLimitExemption(config),
+  ].filter((warning): warning is string => warning !== undefined);
 }
 
 function weakJwtSecret({ jwtSecret }: Config): string | undefined {
@@ -42,6 +46,21 @@ function unencryptedRemoteDatabase({ databaseUrl }: Config): string | undefined 
   if (socket || isLoopbackHost(url.hostname) || url.searchParams.has("sslmode")) return undefined;
   return `DATABASE_URL names another host (${url.hostname}) without sslmode: add ` +
     "?sslmode=require (or verify-full) so tokens do not cross the network in clear";
+}
+
+/** Prefixes shorter than these span more than any one network's addresses (an IPv4 /8, an IPv6 /16). */
+const NARROWEST_SWEEPING_PREFIX = { ipv4: 8, ipv6: 16 } as const;
+
+/** RATE_LIMIT_EXEMPT with a range as wide as `0.0.0.0/0`: the per-address limits are off for nearly everyone. */
+function sweepingRateLimitExemption({ rateLimitExempt }: Config): string | undefined {
+  const sweeping = rateLimitExempt.filter((cidr) => {
+    const [address, prefix] = cidr.split("/");
+    const kind = address.includes(":") ? "ipv6" : "ipv4";
+    return Number(prefix) < NARROWEST_SWEEPING_PREFIX[kind];
+  });
+  if (sweeping.length === 0) return undefined;
+  return `RATE_LIMIT_EXEMPT exempts ${sweeping.join(", ")}: the per-address limits count almost ` +
+    "no client; list only the egress addresses you trust (an office's, a NAT's)";
 }
 
 function isLoopbackHost(hostname: string): boolean {
