@@ -74,6 +74,20 @@ Deno.test("config check: a missing required secret and a rule between variables 
   assert.ok(!(both.stdout + both.stderr).includes(PASSWORD));
 });
 
+Deno.test("config check says the weak settings start-up would warn about, and exits 0", async () => {
+  const run = await runAdminCli(["config", "check"], {
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: "a".repeat(40),
+    RATE_LIMIT_EXEMPT: "0.0.0.0/0",
+  });
+  assert.equal(run.code, 0, run.stderr);
+  const warnings = linesOf(run.stderr);
+  assert.equal(warnings.length, 2, run.stderr);
+  assert.match(warnings[0], /^admin: warning: JWT_SECRET has fewer than 8 distinct characters/);
+  assert.match(warnings[1], /^admin: warning: RATE_LIMIT_EXEMPT exempts 0\.0\.0\.0\/0/);
+  assert.ok(!run.stderr.includes("a".repeat(40)), "no secret echoed");
+});
+
 Deno.test("config check prints the effective configuration with every secret as ****", () =>
   withDir(async (dir) => {
     await Deno.writeTextFile(`${dir}/metrics`, `${FILE_SECRET}\n`);

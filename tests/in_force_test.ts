@@ -18,10 +18,15 @@ const FILE_SECRET = "a-jwt-secret-read-from-a-mounted-file-32-bytes-plus";
 Deno.test("the listening line says what is in force on KV, and never the secret", async () => {
   const dir = await Deno.makeTempDir({ prefix: "in-force-" });
   try {
+    await Deno.writeTextFile(
+      `${dir}/machines.yaml`,
+      "clients:\n  - client_id: bot\n    servers: [default]\n",
+    );
     const { service, close } = await spawnWithGitLab("app", {
       KV_PATH: `${dir}/kv.sqlite3`,
       ALLOWED_GITLAB_GROUPS: "acme/platform,acme/ops:developer",
       ALLOWED_GITLAB_USERS: "id:7",
+      MACHINE_ACCESS_FILE: `${dir}/machines.yaml`,
     });
     try {
       const line = service.listening as Record<string, unknown>;
@@ -32,6 +37,7 @@ Deno.test("the listening line says what is in force on KV, and never the secret"
       assert.equal(line.allowedGroups, 2);
       assert.equal(line.allowedUsers, 1);
       assert.equal(line.allowedRedirectUris, 0);
+      assert.equal(line.machineAccessFile, `${dir}/machines.yaml`);
       assert.equal(line.signIn, "device");
       const listening = service.logs.filter((entry) => entry.includes('"listening"'));
       assert.equal(listening.length, 1, "one start-up line");

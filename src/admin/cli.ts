@@ -139,11 +139,13 @@ export async function runAdmin(
 
 /**
  * `admin config check`: the effective configuration on stdout (secrets as `****`), one line
- * per problem on stderr; with `connect`, the store is opened (and closed) too. 0: no problem.
+ * per warning start-up would log and per problem on stderr; with `connect`, the store is opened
+ * (and closed) too. 0: no problem (warnings do not count, as they do not stop start-up).
  */
 async function checkConfig(env: Env, connect: boolean, output: AdminOutput): Promise<number> {
-  const { lines, problems, config } = checkConfiguration(env);
+  const { lines, problems, warnings, config } = checkConfiguration(env);
   lines.forEach((line) => output.out(line));
+  warnings.forEach((warning) => output.err(`admin: warning: ${warning}`));
   if (connect && config) {
     const problem = await storeProblem(config);
     if (problem) problems.push(problem);

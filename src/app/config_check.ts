@@ -13,12 +13,17 @@ import {
   withProfileDefaults,
 } from "./config.ts";
 import { withSecretFiles } from "../config/secret_files.ts";
+import { weakSettings } from "./weak_settings.ts";
 import { ConfigError, type Env, readTable, variablesOf } from "../config/variable.ts";
 
-/** What a check found: the effective lines, every problem, and the configuration when it reads. */
+/**
+ * What a check found: the effective lines, every problem, the warnings start-up would log (weak
+ * settings), and the configuration when it reads.
+ */
 export interface ConfigCheck {
   lines: string[];
   problems: string[];
+  warnings: string[];
   config?: Config;
 }
 
@@ -67,6 +72,7 @@ export function checkConfiguration(given: Env): ConfigCheck {
   return {
     lines: effectiveLines(filled),
     problems,
+    warnings: config ? weakSettings(config) : [],
     config: problems.length === 0 ? config : undefined,
   };
 }

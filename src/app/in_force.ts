@@ -41,6 +41,7 @@ export async function inForce(config: Config): Promise<Record<string, unknown>> 
     signingKeyId: signing.keyId,
     serversFile: config.mcpServersFile?.path,
     policyFile: config.mcpPolicyFile?.path,
+    machineAccessFile: config.machineAccessFile?.path,
     allowedGroups: config.access.groups?.length ?? 0,
     allowedUsers: config.access.users?.length ?? 0,
     allowedRedirectUris: config.allowedRedirectUris?.length ?? 0,
