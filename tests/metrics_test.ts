@@ -16,7 +16,7 @@ import { loadTemplates } from "../src/pages/mod.ts";
 import { createMetrics, LABEL_WORDS } from "../src/metrics/catalog.ts";
 import { GRANT_TYPES } from "../src/grants/registry.ts";
 import { OPERATOR_COUNT_TTL_MS } from "../src/metrics/operator_revocations.ts";
-import { BoundedLabel, Registry } from "../src/metrics/registry.ts";
+import { BoundedLabel, Registry } from "../src/metrics_registry.ts";
 import {
   type AppLike,
   exchange,

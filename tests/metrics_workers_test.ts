@@ -9,7 +9,7 @@
 
 import assert from "node:assert/strict";
 import parsePrometheusText from "parse-prometheus-text-format";
-import { Registry } from "../src/metrics/registry.ts";
+import { Registry } from "../src/metrics_registry.ts";
 import { shareCounts } from "../src/metrics/workers.ts";
 import { denoServeArgs, spawnWithGitLab, waitFor } from "./_service.ts";
 

@@ -12,7 +12,7 @@
 
 import type { Clock } from "../clock.ts";
 import { OAuthError } from "../http/errors.ts";
-import { BoundedLabel, type Counter, type Histogram, NO_LABELS, Registry } from "./registry.ts";
+import { BoundedLabel, type Counter, type Histogram, NO_LABELS, Registry } from "../metrics_registry.ts";
 import { createSessionsAlive } from "./sessions_alive.ts";
 import { createOperatorRevocations } from "./operator_revocations.ts";
 import { MCP_METHODS } from "./mcp_methods.ts";

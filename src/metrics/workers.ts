@@ -16,7 +16,7 @@
  * answered before it started, in any worker that answers.
  */
 
-import type { HistogramCounts, SeriesCounts, Snapshot } from "./registry.ts";
+import type { HistogramCounts, SeriesCounts, Snapshot } from "../metrics_registry.ts";
 
 /** How long a scrape waits for the other workers' counts (well under a scrape timeout). */
 export const ANSWER_WAIT_MS = 2_000;

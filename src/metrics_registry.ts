@@ -2,7 +2,9 @@
  * A small metrics registry and its Prometheus text exposition (format 0.0.4): counters and
  * histograms with labels, gauges read when scraped. Each label combination is a child kept under
  * its label values joined into one string, so an increment on a hot path is one string, one map
- * lookup and an addition. One registry per app (AppDeps), never a module-level one.
+ * lookup and an addition. One registry per app (AppDeps), never a module-level one. It knows
+ * nothing of this service (the service's metrics are src/metrics/catalog.ts), so it sits on the
+ * ground floor beside the other kit every request uses.
  *
  * @see https://prometheus.io/docs/instrumenting/exposition_formats/
  */
