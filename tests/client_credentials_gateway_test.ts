@@ -1,8 +1,8 @@
 /**
  * A machine client end to end with real components: two service processes on one KV file in
  * gateway mode in front of an MCP SDK server; the client gets its token with oauth4webapi's
- * `PrivateKeyJwt` client-credentials request and calls a tool with the MCP SDK client through
- * either instance; the MCP server receives no GitLab token (the rule gives none). Then the
+ * `PrivateKeyJwt` client-credentials request and calls a tool through either instance, with the
+ * MCP SDK v1 client through one and the SDK v2 client through the other; the MCP server receives no GitLab token (the rule gives none). Then the
  * operator deletes the client with the CLI, and both instances refuse its token from the next
  * call (the issue allows 1 s on the instance and 5 s on others; they refuse at once).
  */
@@ -12,6 +12,10 @@ import * as oauth from "oauth4webapi";
 import { Client } from "@modelcontextprotocol/sdk/client";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import {
+  Client as ClientV2,
+  StreamableHTTPClientTransport as TransportV2,
+} from "@modelcontextprotocol/client";
 import { TEST_SECRET } from "./_helpers.ts";
 import { clientKeyPair, writeAccessFile } from "./_machine_clients.ts";
 import { postInitialize } from "./_mcp_client.ts";
@@ -40,13 +44,30 @@ async function clientToken(serviceUrl: string, clientId: string, key: CryptoKey,
   return (await oauth.processClientCredentialsResponse(as, client, response)).access_token;
 }
 
-/** `whoami` called through the gateway at `serviceUrl` by the MCP SDK client with `token`. */
+/** `whoami` called through the gateway at `serviceUrl` by the MCP SDK v1 client with `token`. */
 async function whoami(serviceUrl: string, token: string): Promise<WhoAmI> {
   const transport = new StreamableHTTPClientTransport(new URL(`${serviceUrl}/mcp`), {
     requestInit: { headers: { Authorization: `Bearer ${token}` } },
   });
   const client = new Client({ name: "nightly-report", version: "1.0.0" });
   await client.connect(transport);
+  try {
+    const result = await client.callTool({ name: "whoami", arguments: {} });
+    const [content] = result.content as { type: string; text: string }[];
+    return JSON.parse(content.text);
+  } finally {
+    await client.close();
+  }
+}
+
+/** The same call by the MCP SDK v2 client, its token from an `authProvider`. */
+async function whoamiV2(serviceUrl: string, token: string): Promise<WhoAmI> {
+  const client = new ClientV2({ name: "nightly-report", version: "2.0.0" });
+  await client.connect(
+    new TransportV2(new URL(`${serviceUrl}/mcp`), {
+      authProvider: { token: () => Promise.resolve(token) },
+    }),
+  );
   try {
     const result = await client.callTool({ name: "whoami", arguments: {} });
     const [content] = result.content as { type: string; text: string }[];
@@ -98,10 +119,10 @@ Deno.test({
 
       // Without BASE_URL each instance is its own issuer (as behind one BASE_URL they share it).
       const tokens: string[] = [];
-      for (const service of services) {
+      for (const [i, service] of services.entries()) {
         const token = await clientToken(service.url, "nightly-report", key.privateKey, key.kid);
         tokens.push(token);
-        const seen = await whoami(service.url, token);
+        const seen = await (i === 0 ? whoami : whoamiV2)(service.url, token);
         assert.equal(seen.authorization, null, "the rule gives the MCP server no GitLab token");
         assert.equal(seen.privateToken, null);
         assert.ok(!mcp.requests.some((r) => r.headers.get("authorization")?.includes(token)));
