@@ -648,6 +648,35 @@ export class CookieJar {
   }
 }
 
+/**
+ * A redirect sign-in (GITLAB_SIGN_IN=redirect) of the /authorize request `overrides` describe:
+ * through the consent page to GitLab and back to our callback with GitLab's code; the callback's
+ * answer.
+ */
+export async function redirectSignIn(
+  t: AppLike,
+  overrides: Record<string, string | null> = {},
+): Promise<Response> {
+  const jar = new CookieJar();
+  const page = await authorize(t, overrides, { jar });
+  const form = consentFormOf(await page.text());
+  const consent = await t.app(
+    new Request(`${TEST_BASE}/oauth/consent`, {
+      method: "POST",
+      headers: { ...jar.headers(), "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ ...form, action: "continue" }),
+    }),
+  );
+  jar.store(consent);
+  assert.equal(consent.status, 302);
+  const state = new URL(consent.headers.get("location")!).searchParams.get("state")!;
+  return await t.app(
+    new Request(`${TEST_BASE}/oauth/callback?${new URLSearchParams({ code: "gl-code", state })}`, {
+      headers: jar.headers(),
+    }),
+  );
+}
+
 /** The hidden fields of the redirect sign-in's consent page (its form's fields). */
 export function consentFormOf(html: string): { sign_in: string; csrf_token: string } {
   const field = (name: string) => {

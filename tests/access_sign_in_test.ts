@@ -10,12 +10,10 @@ import { recordingLogger } from "./_access.ts";
 import type { SessionRecord } from "../src/store/records.ts";
 import { recordsOf } from "../src/store/keys.ts";
 import {
-  authorize,
-  consentFormOf,
-  CookieJar,
   countRecords,
   makeTestApp,
   poll,
+  redirectSignIn,
   startFlow,
   TEST_BASE,
   TEST_REDIRECT,
@@ -131,28 +129,6 @@ Deno.test("access: GitLab unable to answer the membership question leaves the de
     assert.equal(done.status, "complete", JSON.stringify(done));
     assert.deepEqual(t.upstream.revokedTokens, []);
   }));
-
-/** Through the consent page to GitLab and back to our callback with GitLab's code. */
-async function redirectSignIn(t: TestApp): Promise<Response> {
-  const jar = new CookieJar();
-  const page = await authorize(t, {}, { jar });
-  const form = consentFormOf(await page.text());
-  const consent = await t.app(
-    new Request(`${TEST_BASE}/oauth/consent`, {
-      method: "POST",
-      headers: { ...jar.headers(), "Content-Type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ ...form, action: "continue" }),
-    }),
-  );
-  jar.store(consent);
-  assert.equal(consent.status, 302);
-  const state = new URL(consent.headers.get("location")!).searchParams.get("state")!;
-  return await t.app(
-    new Request(`${TEST_BASE}/oauth/callback?${new URLSearchParams({ code: "gl-code", state })}`, {
-      headers: jar.headers(),
-    }),
-  );
-}
 
 Deno.test("access: the redirect sign-in shows our refusal page, linking back with access_denied, state and iss", () =>
   withAccessApp(

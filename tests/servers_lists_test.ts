@@ -13,6 +13,7 @@ import {
   issueTokens,
   makeTestApp,
   poll,
+  redirectSignIn,
   refresh,
   startFlow,
   TEST_BASE,
@@ -91,6 +92,29 @@ Deno.test("a server's group list: a non-member is refused there (and told why) a
     assert.ok(admitted.tokens, JSON.stringify(admitted.body));
     assert.equal(await v2ReadsNote(`${url}/mcp/docs`, admitted.tokens.access_token), NOTE_TEXT);
   }));
+
+Deno.test("a server's group list in the redirect sign-in: our refusal page there, a code at /mcp", () =>
+  withLists(
+    GROUP_LIST,
+    { GITLAB_SIGN_IN: "redirect", GITLAB_CLIENT_SECRET: "gl-secret" },
+    async ({ t }) => {
+      const refused = await redirectSignIn(t, { resource: DOCS });
+      assert.equal(refused.status, 403);
+      assert.equal(refused.headers.get("location"), null);
+      const html = await refused.text();
+      assert.match(html, /@ada is not allowed/);
+      const back = /id="return-link" href="([^"]+)"/.exec(html)?.[1]?.replaceAll("&amp;", "&");
+      assert.equal(new URL(back ?? "x:").searchParams.get("error"), "access_denied", html);
+
+      const admitted = await redirectSignIn(t, { resource: `${TEST_BASE}/mcp` });
+      const location = new URL(admitted.headers.get("location") ?? "x:");
+      assert.ok(location.searchParams.get("code"), location.href);
+
+      t.upstream.groupLevels = { "acme/docs": 20 };
+      const member = await redirectSignIn(t, { resource: DOCS });
+      assert.ok(new URL(member.headers.get("location") ?? "x:").searchParams.get("code"));
+    },
+  ));
 
 Deno.test("a server's user list admits by username or id:<n>; either list of the entry admits", () =>
   withLists(
