@@ -24,7 +24,8 @@ import {
   routesFor,
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
-import type { ServedServer } from "../gateway/served_set.ts";
+import type { ServedServer } from "../servers/served_set.ts";
+import type { McpClient } from "../gateway/mcp_client/types.ts";
 import { gatewayRoute } from "./gateway_route.ts";
 import { ROUTES } from "./route_table.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
@@ -111,7 +112,7 @@ export function createApp(deps: AppDeps): FetchHandler {
  * built on its first request and kept as long as the server is.
  */
 function gatewayRoutes(deps: AppDeps): (url: URL, baseUrl: string) => Route | undefined {
-  const routes = new WeakMap<ServedServer, Route>();
+  const routes = new WeakMap<ServedServer<McpClient>, Route>();
   return (url, baseUrl) => {
     const server = deps.servers.at(url, baseUrl);
     if (server === undefined) return undefined;

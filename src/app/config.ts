@@ -35,6 +35,7 @@ import {
 } from "../config/variable.ts";
 import { secretFileForms, withSecretFiles } from "../config/secret_files.ts";
 import { GATEWAY_VARIABLES } from "../gateway/config.ts";
+import { SERVERS_VARIABLES } from "../servers/config.ts";
 import { INTROSPECTION_VARIABLES } from "../introspection/config.ts";
 import { KEYS_VARIABLES, requireSigningKeys } from "../keys/config.ts";
 import { MACHINE_VARIABLES, requireMachineServers } from "../machine/config.ts";
@@ -164,6 +165,7 @@ export const CONFIG_VARIABLES = {
   ...SESSION_VARIABLES,
   ...STORE_VARIABLES,
   ...CLIENTS_VARIABLES,
+  ...SERVERS_VARIABLES,
   ...GATEWAY_VARIABLES,
   ...MACHINE_VARIABLES,
   ...SIGN_IN_VARIABLES,

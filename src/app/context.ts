@@ -1,6 +1,7 @@
 /** The dependencies a request handler works with, and what each request knows of itself. */
 
-import type { ServedSet } from "../gateway/served_set.ts";
+import type { ServedSet } from "../servers/served_set.ts";
+import type { McpClient } from "../gateway/mcp_client/types.ts";
 import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { Clock } from "../clock.ts";
 import type { Config } from "./config.ts";
@@ -55,7 +56,7 @@ export interface AppDeps {
    * The MCP servers the gateway serves now (`/mcp`'s and MCP_SERVERS_FILE's), with their
    * clients; a reload of MCP_SERVERS_FILE replaces the named ones.
    */
-  servers: ServedSet;
+  servers: ServedSet<McpClient>;
   /** MACHINE_ACCESS_FILE's rules in force (reloaded on SIGHUP); holds none when it is unset. */
   machineAccess: MachineAccessHolder;
   /** GitLab's ID-token signing keys, cached (the jwt-bearer grant of CI jobs). */

@@ -6,8 +6,8 @@
  */
 
 import { mcpClientFor } from "../gateway/mcp_client/for_url.ts";
-import { createServedSet, type ServedSet } from "../gateway/served_set.ts";
-import { DEFAULT_SERVER } from "../gateway/servers_file.ts";
+import { createServedSet, type ServedSet } from "../servers/served_set.ts";
+import { DEFAULT_SERVER } from "../servers/file.ts";
 import type { McpClient } from "../gateway/mcp_client/types.ts";
 import {
   type ClientMetadataFetcher,

@@ -8,8 +8,8 @@
 
 import type { Reload } from "../access/call_policy_file.ts";
 import { FILE_CHECK_MS, watchFile } from "../config/file_watch.ts";
-import { DEFAULT_SERVER } from "../gateway/servers_file.ts";
-import { reloadableServersFile, type ServersReload } from "../gateway/servers_reload.ts";
+import { DEFAULT_SERVER } from "../servers/file.ts";
+import { reloadableServersFile, type ServersReload } from "../servers/reload.ts";
 import type { Logger } from "../logger.ts";
 import type { MachineReload } from "../machine/holder.ts";
 import type { AppDeps } from "./context.ts";

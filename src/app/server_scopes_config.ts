@@ -7,8 +7,8 @@
 import { accessPolicyOf } from "../access/config.ts";
 import { type CallPolicy, policyGroups } from "../access/call_policy.ts";
 import { ConfigError } from "../config/variable.ts";
-import { GATEWAY_VARIABLES } from "../gateway/config.ts";
-import type { ServersFile } from "../gateway/servers_file.ts";
+import { SERVERS_VARIABLES } from "../servers/config.ts";
+import type { ServersFile } from "../servers/file.ts";
 import {
   MEMBERSHIP_SCOPES,
   requireMembershipScope,
@@ -30,7 +30,7 @@ export function requireServerScopes(
   },
   file: Pick<ServersFile, "path" | "servers">,
 ): void {
-  const variable = GATEWAY_VARIABLES.mcpServersFile.name;
+  const variable = SERVERS_VARIABLES.mcpServersFile.name;
   const { servers } = file;
   if (servers.some((entry) => (entry.lists?.groups.length ?? 0) > 0)) {
     requireMembershipScope(config, variable);

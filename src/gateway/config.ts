@@ -1,20 +1,13 @@
 /**
- * The gateway in front of an MCP server: where it forwards (MCP_UPSTREAM_*), the resource it
- * protects (MCP_RESOURCE_URL), who may call what (MCP_POLICY_FILE) and its audit line.
+ * The gateway in front of the MCP servers: the client headers it passes on, who may call what
+ * (MCP_POLICY_FILE) and its audit line. Which servers it serves, and how they are reached, are
+ * the served set's (src/servers/config.ts).
  */
 
-import {
-  caseInsensitive,
-  integerBetween,
-  oneOf,
-  parseBoolean,
-  parseHttpUrlWithQuery,
-  urlWithoutTrailingSlash,
-} from "../config/parsers.ts";
+import { parseBoolean } from "../config/parsers.ts";
 import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
 import { parsePolicyFile } from "../access/call_policy_file.ts";
 import { NEVER_FORWARDED_HEADERS } from "./headers.ts";
-import { parseServersFile } from "./servers_file.ts";
 
 /** The code refused calls were answered with before -32403; kept for clients that match it. */
 const FORMER_POLICY_ERROR_CODE = -32003;
@@ -64,41 +57,6 @@ export function parseForwardHeaders(name: string, raw: string): readonly string[
 
 export const GATEWAY_VARIABLES = {
   /**
-   * The protected MCP resource (RFC 9728 `resource`), without a trailing slash. Undefined:
-   * `{base}/mcp`, derived like the issuer.
-   */
-  mcpResourceUrl: variable(
-    "MCP_RESOURCE_URL",
-    undefined,
-    urlWithoutTrailingSlash,
-    "the protected MCP server (RFC 9728 `resource`)",
-    "`{base}/mcp`",
-  ),
-  /**
-   * More MCP servers, each behind `/mcp/<name>` with its own audience; read at start-up, again on
-   * SIGHUP and when the file changes (src/app/file_reloads.ts). Undefined: none.
-   */
-  mcpServersFile: variable(
-    "MCP_SERVERS_FILE",
-    undefined,
-    parseServersFile,
-    "more MCP servers, each at `/mcp/<name>` (YAML or JSON; [several servers](#several-mcp-servers))",
-  ),
-  /** Gateway mode: where authenticated MCP requests are forwarded. Undefined: no gateway. */
-  mcpUpstreamUrl: variable(
-    "MCP_UPSTREAM_URL",
-    undefined,
-    parseHttpUrlWithQuery,
-    "gateway mode: where authenticated MCP requests go",
-  ),
-  /** How the gateway hands the MCP server the user's GitLab token. */
-  mcpUpstreamTokenHeader: variable(
-    "MCP_UPSTREAM_TOKEN_HEADER",
-    "authorization",
-    caseInsensitive(oneOf("authorization", "private-token")),
-    "gateway: `private-token` sends `PRIVATE-TOKEN` instead of a Bearer",
-  ),
-  /**
    * Client headers the gateway passes on beyond its own list (lower case); never a credential.
    * Undefined: none.
    */
@@ -107,13 +65,6 @@ export const GATEWAY_VARIABLES = {
     undefined,
     parseForwardHeaders,
     "gateway: more client headers to pass on, comma-separated ([which](#the-gateways-headers))",
-  ),
-  /** How long the gateway waits for the MCP server's response headers. */
-  mcpUpstreamTimeoutMs: variable(
-    "MCP_UPSTREAM_TIMEOUT_MS",
-    "30000",
-    integerBetween(1, 3_600_000),
-    "gateway: time limit for the MCP server's response headers",
   ),
   /** Gateway: what each account may call; read at start-up, again on SIGHUP. Undefined: all. */
   mcpPolicyFile: variable(

@@ -18,12 +18,13 @@ import type { Store } from "../store/mod.ts";
 import type { UpstreamConfig } from "../upstream/config.ts";
 import type { Upstream } from "../upstream/types.ts";
 import type { GatewayConfig } from "./config.ts";
+import type { ServersConfig } from "../servers/config.ts";
 import type { Audit } from "./audit.ts";
 import type { Deadlines } from "./deadlines.ts";
 import type { GuardDeps } from "./guard.ts";
 import type { McpClient } from "./mcp_client/types.ts";
 import type { SessionRateLimit } from "./session_rate_limit.ts";
-import type { TokenHeader } from "./servers_file.ts";
+import type { TokenHeader } from "../servers/file.ts";
 import type { OpenStreams } from "./open_streams.ts";
 import type { VerifiedTokens } from "./verified_tokens.ts";
 
@@ -31,6 +32,7 @@ import type { VerifiedTokens } from "./verified_tokens.ts";
 export interface GatewayDeps {
   config:
     & GatewayConfig
+    & Pick<ServersConfig, "mcpUpstreamTimeoutMs">
     & Pick<AccessConfig, "access">
     & Pick<SessionConfig, "accessTokenTtlSeconds" | "sessionIdleTtlSeconds">
     & Pick<UpstreamConfig, "upstreamTimeoutMs">

@@ -15,7 +15,8 @@ import { createDeadlines } from "./deadlines.ts";
 import type { Gateway, GatewayDeps } from "./deps.ts";
 import { type GatewayContext, runExchange } from "./exchange.ts";
 import { createSessionRateLimit } from "./session_rate_limit.ts";
-import { lastValueMemo, type ServedServer } from "./served_set.ts";
+import type { McpClient } from "./mcp_client/types.ts";
+import type { ServedServer } from "../servers/served_set.ts";
 
 /** The gateway as the app sees it. */
 export interface McpGateway {
@@ -24,7 +25,7 @@ export interface McpGateway {
 }
 
 /** The gateway in front of `server`. */
-export function createMcpGateway(deps: GatewayDeps, server: ServedServer): McpGateway {
+export function createMcpGateway(deps: GatewayDeps, server: ServedServer<McpClient>): McpGateway {
   const gateway: Gateway = {
     deps,
     server: server.name,
@@ -33,7 +34,7 @@ export function createMcpGateway(deps: GatewayDeps, server: ServedServer): McpGa
     tokenHeader: server.tokenHeader,
     guard: undefined,
     deadlines: createDeadlines(server.timeoutMs),
-    resourceFor: lastValueMemo(server.resourceFor),
+    resourceFor: server.resourceFor,
     audit: createAudit(deps.logger, deps.config.auditLog, server.name),
     rateLimit: createSessionRateLimit(deps, deps.config.rateLimits.mcp),
     ownPolicy: server.entry?.policy?.policy,

@@ -12,7 +12,7 @@ import type { AccessRules } from "../access/rules.ts";
 import type { AuthenticatedClient } from "./client_auth/authenticate.ts";
 import type { Clock } from "../clock.ts";
 import type { ClientsConfig } from "../clients/config.ts";
-import type { GatewayConfig } from "../gateway/config.ts";
+import type { ServersConfig } from "../servers/config.ts";
 import type { RecheckDeps } from "../session/access_recheck.ts";
 import type { IssueDeps, ReplayDeps } from "../session/life.ts";
 import type { UpstreamConfig } from "../upstream/config.ts";
@@ -49,7 +49,7 @@ export interface GrantDeps extends EndDeps {
     & RecheckDeps["config"]
     & Pick<ClientsConfig, "redirectUriPolicy">
     & Pick<UpstreamConfig, "upstreamTimeoutMs">
-    & Pick<GatewayConfig, "mcpResourceUrl">
+    & Pick<ServersConfig, "mcpResourceUrl">
     & GrantSwitches
     & Pick<MachineConfig, "gitlabIssuer">
     & { revokeOnCodeReplay: boolean; upstream: { url: URL } };

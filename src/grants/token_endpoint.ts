@@ -18,7 +18,7 @@ import type { ServedGrants } from "./registry.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
-import type { ServedSet } from "../gateway/served_set.ts";
+import type { ServedSet } from "../servers/served_set.ts";
 
 /** What the token endpoint uses: what its grants use, and the policy file's groups. */
 type TokenContext =

@@ -9,7 +9,7 @@
  */
 
 import { dirname, isAbsolute, join } from "node:path";
-import { type Fail, isObject, onlyKeys, parseText } from "../gateway/servers_file.ts";
+import { type Fail, isObject, onlyKeys, parseText } from "../servers/file.ts";
 import { crossingGlob, projectGlob } from "./globs.ts";
 import {
   type CiRule,

@@ -14,7 +14,7 @@ import { invalidTarget, requireServedResource } from "../http/resource.ts";
 import type { AccessTokenClaims, TokenSigner } from "../jwt.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import type { SessionConfig } from "../session/config.ts";
-import { DEFAULT_SERVER } from "../gateway/servers_file.ts";
+import { DEFAULT_SERVER } from "../servers/file.ts";
 import type { MachineGrant } from "./rules.ts";
 
 /** What issuing a machine token uses. */

@@ -3,7 +3,7 @@
  * metadata of the MCP server this service protects (RFC 9728).
  */
 
-import type { ServedSet } from "../gateway/served_set.ts";
+import type { ServedSet } from "../servers/served_set.ts";
 import type { IntrospectionConfig } from "../introspection/config.ts";
 import type { KeysConfig } from "../keys/config.ts";
 import type { RequestContext } from "../http/request_context.ts";

@@ -9,7 +9,7 @@ import type { AccessConfig } from "../access/config.ts";
 import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { ClientsConfig } from "../clients/config.ts";
 import type { Clock } from "../clock.ts";
-import type { ServedSet } from "../gateway/served_set.ts";
+import type { ServedSet } from "../servers/served_set.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { RateLimit } from "../http/rate_limit.ts";
 import type { RequestContext } from "../http/request_context.ts";

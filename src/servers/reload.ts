@@ -7,9 +7,8 @@
  */
 
 import { ConfigError } from "../config/variable.ts";
-import type { OpenStreams } from "./open_streams.ts";
 import type { ServedSet } from "./served_set.ts";
-import { readServersFile, type ServersFile } from "./servers_file.ts";
+import { readServersFile, type ServersFile } from "./file.ts";
 
 /** The variable the file comes from, for the error line. */
 const VARIABLE = "MCP_SERVERS_FILE";
@@ -31,7 +30,8 @@ export type ServersReload =
 /** What a reload works on. */
 export interface ServersReloadDeps {
   servers: ServedSet;
-  openStreams: Pick<OpenStreams, "endServer">;
+  /** The gateway's open event streams: a removed server's end. */
+  openStreams: { endServer(name: string): void };
   /** MCP_SERVERS_FILE's path; undefined when it is unset (nothing to reload). */
   path: string | undefined;
   /**

@@ -9,50 +9,59 @@
  */
 
 import { mcpResourceUrl, namedServerResource } from "../http/resource.ts";
-import type { McpClient } from "./mcp_client/types.ts";
-import { DEFAULT_SERVER, type ServerEntry, type TokenHeader } from "./servers_file.ts";
+import { DEFAULT_SERVER, type ServerEntry, type TokenHeader } from "./file.ts";
+
+/**
+ * What reaches a server: the set makes one per server, shares it with a changed server of the
+ * same scheme and closes it when the server goes; how it sends is its user's business (the
+ * gateway's MCP client).
+ */
+export interface ServerClient {
+  /** Ends its idle connections. */
+  close(): void;
+}
 
 /** One MCP server behind the gateway: its name, where it is, how it is reached. */
-export interface ServedServer {
+export interface ServedServer<Client extends ServerClient = ServerClient> {
   /** `default` for the server at `/mcp`, else its MCP_SERVERS_FILE name (at `/mcp/<name>`). */
   name: string;
   url: URL;
-  client: McpClient;
+  client: Client;
   tokenHeader: TokenHeader;
   timeoutMs: number;
   /** Its MCP_SERVERS_FILE entry; undefined for `/mcp`'s. */
   entry?: ServerEntry;
-  /** Its resource URL for a base URL. */
+  /** Its resource URL for a base URL (remembered for the last base URL asked). */
   resourceFor(baseUrl: string): string;
 }
 
 /** What a replacement did: the names added, and the servers it removed or replaced. */
-export interface ServersChange {
+export interface ServersChange<Client extends ServerClient = ServerClient> {
   added: string[];
   /** No longer served: their streams end. */
-  removed: ServedServer[];
+  removed: ServedServer<Client>[];
   /** Served with new settings from now on: these are the old ones (sharing their client). */
-  changed: ServedServer[];
+  changed: ServedServer<Client>[];
 }
 
-/** The served set. */
-export interface ServedSet {
+/** The served set, its servers reached with `Client`s. */
+export interface ServedSet<Client extends ServerClient = ServerClient> {
   /** The server serving `url` for a request to `baseUrl`, if any. */
-  at(url: URL, baseUrl: string): ServedServer | undefined;
+  at(url: URL, baseUrl: string): ServedServer<Client> | undefined;
   /** The named server `name`, if served now. */
-  named(name: string): ServedServer | undefined;
+  named(name: string): ServedServer<Client> | undefined;
   /** The named servers' names, in the file's order. */
   names(): string[];
   /** Every protected resource a token may be asked for now: `/mcp`'s first (do not change it). */
   resources(baseUrl: string): readonly string[];
   /** Serves `entries` as the named servers from now on. */
-  replace(entries: readonly ServerEntry[]): ServersChange;
+  replace(entries: readonly ServerEntry[]): ServersChange<Client>;
   /** Ends the idle connections of every server's client (the service stops). */
   close(): void;
 }
 
 /** What the set is made from: the service-wide settings, `/mcp`'s client, a client maker. */
-export interface ServedSetSettings {
+export interface ServedSetSettings<Client extends ServerClient> {
   config: {
     mcpResourceUrl?: string;
     mcpUpstreamUrl?: URL;
@@ -60,35 +69,38 @@ export interface ServedSetSettings {
     mcpUpstreamTimeoutMs: number;
   };
   /** `/mcp`'s client; absent when MCP_UPSTREAM_URL is not set. */
-  mcpClient?: McpClient;
+  mcpClient?: Client;
   /** Makes the client of a named server. */
-  clientFor(url: URL): McpClient;
+  clientFor(url: URL): Client;
 }
 
 /** The set serving `/mcp` (when configured) and `entries`. */
-export function createServedSet(
-  settings: ServedSetSettings,
+export function createServedSet<Client extends ServerClient>(
+  settings: ServedSetSettings<Client>,
   entries: readonly ServerEntry[] = [],
-): ServedSet {
+): ServedSet<Client> {
   const { config } = settings;
-  const main: ServedServer | undefined = config.mcpUpstreamUrl && settings.mcpClient
+  const main: ServedServer<Client> | undefined = config.mcpUpstreamUrl && settings.mcpClient
     ? {
       name: DEFAULT_SERVER,
       url: config.mcpUpstreamUrl,
       client: settings.mcpClient,
       tokenHeader: config.mcpUpstreamTokenHeader,
       timeoutMs: config.mcpUpstreamTimeoutMs,
-      resourceFor: (baseUrl) => mcpResourceUrl(config, baseUrl),
+      resourceFor: lastValueMemo((baseUrl) => mcpResourceUrl(config, baseUrl)),
     }
     : undefined;
-  const serve = (entry: ServerEntry, client = settings.clientFor(entry.url)): ServedServer => ({
+  const serve = (
+    entry: ServerEntry,
+    client = settings.clientFor(entry.url),
+  ): ServedServer<Client> => ({
     name: entry.name,
     url: entry.url,
     client,
     tokenHeader: entry.tokenHeader ?? config.mcpUpstreamTokenHeader,
     timeoutMs: entry.timeoutMs ?? config.mcpUpstreamTimeoutMs,
     entry,
-    resourceFor: (baseUrl) => namedServerResource(baseUrl, entry.name),
+    resourceFor: lastValueMemo((baseUrl) => namedServerResource(baseUrl, entry.name)),
   });
   let named = new Map(entries.map((entry) => [entry.name, serve(entry)]));
   // The resources of the last base URL asked, for the set they were made of.
@@ -118,8 +130,8 @@ export function createServedSet(
       return listed.resources;
     },
     replace(next) {
-      const change: ServersChange = { added: [], removed: [], changed: [] };
-      const replacement = new Map<string, ServedServer>();
+      const change: ServersChange<Client> = { added: [], removed: [], changed: [] };
+      const replacement = new Map<string, ServedServer<Client>>();
       for (const entry of next) {
         const old = named.get(entry.name);
         if (old?.entry && sameEntry(old.entry, entry)) {
@@ -158,7 +170,7 @@ function comparable(_key: string, value: unknown): unknown {
 }
 
 /** `compute` remembering its last argument and result. */
-export function lastValueMemo<T>(compute: (key: string) => T): (key: string) => T {
+function lastValueMemo<T>(compute: (key: string) => T): (key: string) => T {
   let last: { key: string; value: T } | undefined;
   return (key) => {
     if (last?.key !== key) last = { key, value: compute(key) };
