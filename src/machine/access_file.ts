@@ -9,7 +9,13 @@
  */
 
 import { dirname, isAbsolute, join } from "node:path";
-import { type Fail, isObject, onlyKeys, parseText } from "../servers/file.ts";
+import {
+  type Fail,
+  failingIn,
+  isObject,
+  onlyKeys,
+  readTopObject,
+} from "../config/structured_file.ts";
 import { crossingGlob, projectGlob } from "./globs.ts";
 import {
   type CiRule,
@@ -41,18 +47,8 @@ const MAX_TOKEN = 4096;
 
 /** Reads and checks the access file at `path`; throws MachineAccessError. */
 export function readMachineAccess(path: string, readText: ReadText = Deno.readTextFileSync) {
-  const fail: Fail = (where, message) => {
-    throw new MachineAccessError(`${path}: ${where}${where ? ": " : ""}${message}`);
-  };
-  let text: string;
-  try {
-    text = readText(path);
-  } catch (error) {
-    return fail("", `cannot read the file (${error instanceof Error ? error.name : "unreadable"})`);
-  }
-  const root = parseText(path, text, fail);
-  if (!isObject(root)) return fail("", "must be an object with a `ci` or `clients` list");
-  onlyKeys(root, ["ci", "clients"], "", fail);
+  const fail = failingIn(path, (message) => new MachineAccessError(message));
+  const root = readTopObject(path, readText, fail, ["ci", "clients"], "a `ci` or `clients` list");
   const context: Context = { fail, readText, folder: dirname(path), tokenFiles: [] };
   const ci = listOf(root.ci, "ci", fail).map((raw, index) => parseCiRule(raw, index, context));
   const clients = listOf(root.clients, "clients", fail)

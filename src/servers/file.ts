@@ -8,11 +8,17 @@
  * @see docs/gateway.md "Several MCP servers"
  */
 
-import { LineCounter, parseDocument } from "yaml";
 import { type PolicyFile, readPolicyFile } from "../access/call_policy_file.ts";
 import { type AccessPolicy, parseAllowedGroups, parseAllowedUsers } from "../access/policy.ts";
 import { PolicyError } from "../access/call_policy.ts";
 import { ConfigError } from "../config/variable.ts";
+import {
+  type Fail,
+  failingIn,
+  isObject,
+  onlyKeys,
+  readTopObject,
+} from "../config/structured_file.ts";
 import { isWebUrl } from "../http/web_url.ts";
 
 /** How the gateway hands an MCP server the user's GitLab token. */
@@ -75,18 +81,8 @@ export function readServersFile(
   problem: (message: string) => Error,
   readText: (path: string) => string = Deno.readTextFileSync,
 ): ServersFile {
-  const fail = (where: string, message: string): never => {
-    throw problem(`${path}: ${where}${where ? ": " : ""}${message}`);
-  };
-  let text: string;
-  try {
-    text = readText(path);
-  } catch (error) {
-    return fail("", `cannot read the file (${error instanceof Error ? error.name : "unreadable"})`);
-  }
-  const root = parseText(path, text, fail);
-  if (!isObject(root)) return fail("", "must be an object with a `servers` list");
-  onlyKeys(root, ["servers"], "", fail);
+  const fail = failingIn(path, problem);
+  const root = readTopObject(path, readText, fail, ["servers"], "a `servers` list");
   if (!Array.isArray(root.servers)) return fail("servers", "must be a list");
   const folder = new URL(".", new URL(path, `file://${Deno.cwd()}/`));
   const servers = root.servers.map((raw, index) => parseEntry(raw, index, fail, folder, readText));
@@ -96,34 +92,6 @@ export function readServersFile(
     seen.add(name);
   }
   return { path, servers };
-}
-
-/** Throws the reader's error: where in the file, and what is wrong there. */
-export type Fail = (where: string, message: string) => never;
-
-/**
- * A configuration file's data: YAML or JSON by the file's extension, with the line of a syntax
- * error; a repeated key is an error.
- */
-export function parseText(path: string, text: string, fail: Fail): unknown {
-  const extension = path.toLowerCase().match(/\.(ya?ml|json)$/)?.[1];
-  if (extension === undefined) return fail("", "must end in .yaml, .yml or .json");
-  if (extension === "json") {
-    try {
-      return JSON.parse(text);
-    } catch (error) {
-      return fail("", `not JSON (${error instanceof Error ? error.message : error})`);
-    }
-  }
-  const lineCounter = new LineCounter();
-  const document = parseDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: true });
-  const [error] = document.errors;
-  if (error) {
-    const at = error.linePos?.[0];
-    const where = at ? `line ${at.line}, column ${at.col}` : "";
-    return fail(where, `not YAML (${error.message.split("\n")[0]})`);
-  }
-  return document.toJS();
 }
 
 function parseEntry(
@@ -235,21 +203,4 @@ function serverUrl(raw: unknown, where: string, fail: Fail): URL {
     return fail(where, "must carry no user name, password or fragment");
   }
   return url;
-}
-
-/** Fails naming the first key of `value` that is not `known`. */
-export function onlyKeys(
-  value: Record<string, unknown>,
-  known: string[],
-  where: string,
-  fail: Fail,
-) {
-  const unknown = Object.keys(value).find((key) => !known.includes(key));
-  if (unknown !== undefined) {
-    fail(where, `unknown key ${JSON.stringify(unknown)} (known: ${known.join(", ")})`);
-  }
-}
-
-export function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
