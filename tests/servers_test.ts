@@ -23,6 +23,7 @@ import {
   TEST_SECRET,
   type TestApp,
 } from "./_helpers.ts";
+import { startScripted } from "./_gateway.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import { NOTE_TEXT, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 import { spawnService } from "./_service.ts";
@@ -274,6 +275,44 @@ Deno.test("two servers: each has its resource metadata; /authorize and /token ta
     assert.equal(same.status, 200);
     await same.body?.cancel();
   }));
+
+Deno.test("a named server's own timeout_ms: its late answer is a 504 that names that limit", async () => {
+  const { promise: released, resolve: release } = Promise.withResolvers<void>();
+  const late = startScripted(async () => {
+    await released;
+    return new Response("late");
+  });
+  const file = await writeFile(
+    "servers.yaml",
+    `servers:\n  - name: docs\n    url: ${late.url}\n    timeout_ms: 150\n`,
+  );
+  const t = await makeTestApp({
+    env: { MCP_UPSTREAM_URL: late.url, MCP_SERVERS_FILE: file, MCP_UPSTREAM_TIMEOUT_MS: "60000" },
+  });
+  try {
+    const { access_token } = await tokensFor(t, DOCS);
+    const response = await t.app(
+      new Request(DOCS, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${access_token}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+      }),
+    );
+    assert.equal(response.status, 504);
+    const body = await response.json();
+    assert.equal(body.error, "gateway_timeout");
+    assert.equal(body.error_description, "The MCP server did not answer within 150 ms");
+  } finally {
+    release();
+    t.close();
+    await late.close();
+    await Deno.remove(file);
+  }
+});
 
 Deno.test("two servers: the start-up line lists the servers the gateway serves", async () => {
   const file = await writeFile(

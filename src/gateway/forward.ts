@@ -76,7 +76,7 @@ function upstreamFailure(
   error: unknown,
   timedOut: boolean,
 ): OAuthError {
-  const { config, metrics, logger } = gateway.deps;
+  const { metrics, logger } = gateway.deps;
   metrics.mcpUpstreamResponses.inc({
     server: gateway.server,
     status: timedOut ? "timeout" : "network",
@@ -90,7 +90,7 @@ function upstreamFailure(
     ? new OAuthError(
       504,
       "gateway_timeout",
-      `The MCP server did not answer within ${config.mcpUpstreamTimeoutMs} ms`,
+      `The MCP server did not answer within ${gateway.timeoutMs} ms`,
     )
     : new OAuthError(502, "bad_gateway", "The MCP server could not be reached");
 }
