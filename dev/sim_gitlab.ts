@@ -14,7 +14,7 @@
  */
 
 import { parseArgs } from "node:util";
-import { GITLAB_ROLES } from "../src/access/policy.ts";
+import { GITLAB_ROLES } from "../src/upstream/gitlab.ts";
 import {
   type SimulatedMembership,
   type SimulatedUser,

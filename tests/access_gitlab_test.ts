@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { authorizeOverHttp, pollOverHttp, signInOverHttp, spawnWithGitLab } from "./_service.ts";
-import { GITLAB_ROLES } from "../src/access/policy.ts";
+import { GITLAB_ROLES } from "../src/upstream/gitlab.ts";
 
 Deno.test("access over HTTP: a maintainer of the parent group signs in to a listed subgroup; a guest is refused", async () => {
   const { gitlab, service, close } = await spawnWithGitLab("gitlab-app-id", {

@@ -6,17 +6,18 @@
  * names (`policyGroups`) are asked too, even when they admit nobody to sign in.
  */
 
-import { type AccessPolicy, decide, type SessionAccess } from "./policy.ts";
+import { type AccessPolicy, decide, type ProviderRoles, type SessionAccess } from "./policy.ts";
 import type { Upstream, UpstreamUser } from "../upstream/types.ts";
 
 /**
- * The decision for `user` at `nowMs`. Throws UpstreamError when the upstream cannot answer;
+ * The decision for `user` at `nowMs`, by the provider's `roles`. Throws UpstreamError when the upstream cannot answer;
  * throws TypeError when groups are listed and the upstream has no memberships (start-up
  * refuses that configuration).
  */
 export async function decideAccess(
   upstream: Pick<Upstream, "membership">,
   policy: AccessPolicy,
+  roles: ProviderRoles,
   accessToken: string,
   user: UpstreamUser,
   nowMs: number,
@@ -34,7 +35,7 @@ export async function decideAccess(
     const level = levels[i];
     if (level !== null) groupLevels[path] = level;
   });
-  const access = decide(policy, user, groupLevels, nowMs);
+  const access = decide(policy, user, groupLevels, nowMs, roles);
   return paths.length > policy.groups.length ? { ...access, groupsAsked: paths } : access;
 }
 

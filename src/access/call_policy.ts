@@ -8,7 +8,9 @@
  */
 
 import { type AllowedGroup, parseAllowedGroups, parseAllowedUsers } from "./policy.ts";
-import { meetsRole, namesAccount, type SessionAccess } from "./policy.ts";
+import { meetsRole, namesAccount, type ProviderRoles, type SessionAccess } from "./policy.ts";
+import { unknownRole } from "./policy.ts";
+import { GITLAB_PROVIDER_ROLES } from "../upstream/gitlab.ts";
 import { isNormalUri, missedInNormalForm, normalUriPattern } from "./resource_uri.ts";
 
 /** What a rule names, and the MCP methods that act on it. */
@@ -91,7 +93,10 @@ export function targetOfCall(method: string | undefined): Target | undefined {
     : undefined;
 }
 
-/** Parses a policy file's text. Throws PolicyError naming the problem. */
+/**
+ * Parses a policy file's text. Throws PolicyError naming the problem. A group's role is kept by
+ * name: `unknownRoleIn` checks it against the provider's roles.
+ */
 export function parseCallPolicy(text: string): CallPolicy {
   let parsed: unknown;
   try {
@@ -233,18 +238,36 @@ export function policyGroups(policy: CallPolicy): string[] {
   return [...new Set(paths)];
 }
 
-/** The decision for `caller` acting on `name` of `target`: the first rule that decides. */
+/**
+ * Why `policy` names a role the provider does not declare, as parsing words its problems (the
+ * rule, its effect, the entry); undefined when every role is one of `roles`.
+ */
+export function unknownRoleIn(policy: CallPolicy, roles: ProviderRoles): string | undefined {
+  for (const [index, rule] of policy.rules.entries()) {
+    for (const group of rule.accounts.groups) {
+      const problem = unknownRole(group, roles);
+      if (problem) return `rule ${index} "${rule.effect}" "groups": ${problem}`;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The decision for `caller` acting on `name` of `target`: the first rule that decides, by the
+ * provider's `roles` (GitLab's unless told otherwise).
+ */
 export function decideCall(
   policy: CallPolicy,
   caller: Caller,
   target: Target,
   name: string,
+  roles: ProviderRoles = GITLAB_PROVIDER_ROLES,
 ): CallDecision {
   const invalid = invalidName(target, name);
   if (invalid !== undefined) return { effect: "deny", invalid };
   for (const [index, rule] of policy.rules.entries()) {
     if (rule.target !== target || !rule.matchers.some((matcher) => matcher.test(name))) continue;
-    const named = names(rule.accounts, caller);
+    const named = names(rule.accounts, caller, roles);
     if (rule.effect === "allow") return { effect: named === true ? "allow" : "deny", rule: index };
     // Unknown membership in a deny rule's group refuses: a missing lookup never admits.
     if (named !== false) return { effect: "deny", rule: index };
@@ -269,7 +292,7 @@ function invalidName(target: Target, name: string): string | undefined {
  * Whether `accounts` names the caller: true, false, or "unknown" when a group's membership was
  * never learnt for this session (signed in before the policy named it).
  */
-function names(accounts: Accounts, caller: Caller): boolean | "unknown" {
+function names(accounts: Accounts, caller: Caller, roles: ProviderRoles): boolean | "unknown" {
   if (namesAccount(accounts.users, { id: caller.userId, username: caller.username })) {
     return true;
   }
@@ -277,7 +300,7 @@ function names(accounts: Accounts, caller: Caller): boolean | "unknown" {
   for (const group of accounts.groups) {
     const level = levelIn(caller, group.path);
     if (level === "unknown") unknown = true;
-    else if (level !== undefined && meetsRole(group, level)) return true;
+    else if (level !== undefined && meetsRole(group, level, roles)) return true;
   }
   return unknown ? "unknown" : false;
 }

@@ -5,8 +5,15 @@
  */
 
 import { ConfigError } from "../config/variable.ts";
-import { type CallPolicy, parseCallPolicy, PolicyError, policyGroups } from "./call_policy.ts";
-import type { AccessPolicy } from "./policy.ts";
+import {
+  type CallPolicy,
+  parseCallPolicy,
+  PolicyError,
+  policyGroups,
+  unknownRoleIn,
+} from "./call_policy.ts";
+import type { AccessPolicy, ProviderRoles } from "./policy.ts";
+import { GITLAB_PROVIDER_ROLES } from "../upstream/gitlab.ts";
 import { type AccessRules, accessRulesOf } from "./rules.ts";
 
 /** A policy and the file it came from. */
@@ -57,7 +64,10 @@ export interface CallPolicyHolder {
   current(): CallPolicy | undefined;
   /** MCP_POLICY_FILE's path; undefined when it is unset. */
   path(): string | undefined;
-  /** Reads the file again; a file that cannot be used keeps the policy in force. */
+  /**
+   * Reads the file again; a file that cannot be used (a role the provider does not declare
+   * included) keeps the policy in force.
+   */
   reload(): Reload;
   /**
    * The groups named beside this policy whose memberships are learnt too (the MCP servers' own
@@ -78,7 +88,8 @@ export interface CallPolicyHolder {
 /**
  * A holder starting with `initial`; `check` refuses a policy the service cannot enforce (it
  * throws ConfigError or PolicyError), as start-up does. `servicePolicy` is ALLOWED_GITLAB_GROUPS
- * and ALLOWED_GITLAB_USERS, which `rules` carry.
+ * and ALLOWED_GITLAB_USERS, which `rules` carry with the provider's `roles` (by default GitLab's,
+ * the provider UPSTREAM_PROVIDER chooses unless told otherwise).
  */
 export function createCallPolicyHolder(
   initial: PolicyFile | undefined,
@@ -86,6 +97,7 @@ export function createCallPolicyHolder(
   readText?: (path: string) => string,
   otherGroups: () => readonly string[] = () => [],
   servicePolicy: AccessPolicy = { groups: [], users: [] },
+  roles: ProviderRoles = GITLAB_PROVIDER_ROLES,
 ): CallPolicyHolder {
   let inForce = initial;
   const holder: CallPolicyHolder = {
@@ -93,15 +105,22 @@ export function createCallPolicyHolder(
     otherGroups,
     check,
     path: () => inForce?.path,
-    rules: accessRulesOf(servicePolicy, [], initial?.policy),
+    rules: accessRulesOf(servicePolicy, [], initial?.policy, roles),
     regroup() {
-      holder.rules = accessRulesOf(servicePolicy, heldPolicyGroups(holder), inForce?.policy);
+      holder.rules = accessRulesOf(
+        servicePolicy,
+        heldPolicyGroups(holder),
+        inForce?.policy,
+        roles,
+      );
     },
     reload() {
       if (inForce === undefined) return { kind: "none" };
       const { path } = inForce;
       try {
         const next = readPolicyFile(path, readText);
+        const unknownRole = unknownRoleIn(next.policy, roles);
+        if (unknownRole) throw new PolicyError(`${path}: ${unknownRole}`);
         check(next.policy);
         inForce = next;
         holder.regroup();

@@ -1,38 +1,29 @@
 /**
- * Who may sign in (ALLOWED_GITLAB_GROUPS, ALLOWED_GITLAB_USERS): the lists as configured, the
- * GitLab roles and their access levels, and the decision from what GitLab said of the user's
- * memberships. Knows nothing of HTTP or the store; `admission.ts` asks GitLab.
+ * Who may sign in (ALLOWED_GITLAB_GROUPS, ALLOWED_GITLAB_USERS): the lists as configured, and
+ * the decision from what the provider said of the user's memberships, by the roles the provider
+ * declares (`ProviderRoles`: GitLab's are in `upstream/gitlab.ts`). Knows nothing of HTTP or the
+ * store; `admission.ts` asks the provider.
  *
- * @see docs/security.md "Who can sign in", https://docs.gitlab.com/api/members/#roles
+ * @see docs/security.md "Who can sign in"
  */
 
 import { ConfigError } from "../config/variable.ts";
 import type { SessionAccess } from "../store/records.ts";
+import type { ProviderRoles } from "../upstream/types.ts";
 
 export type { SessionAccess } from "../store/records.ts";
-
-/**
- * GitLab's roles and their `access_level` values. Minimal Access (5) is no membership unless a
- * rule names it: it sees nothing of the group's projects.
- */
-export const GITLAB_ROLES = {
-  minimal_access: 5,
-  guest: 10,
-  planner: 15,
-  reporter: 20,
-  developer: 30,
-  maintainer: 40,
-  owner: 50,
-} as const;
-
-export type GitLabRole = keyof typeof GITLAB_ROLES;
+export type { ProviderRoles } from "../upstream/types.ts";
 
 /** One entry of ALLOWED_GITLAB_GROUPS: a group's full path, and the role it takes at least. */
 export interface AllowedGroup {
   /** The group's full path, e.g. `acme/platform`, as written (GitLab matches it in any case). */
   path: string;
-  /** Undefined: Guest or more admits (Minimal Access only when a rule names it). */
-  minRole?: GitLabRole;
+  /**
+   * The role's name in lower case, as written: the configuration checks it against the
+   * provider's roles once the provider is chosen (`unknownRole`). Undefined: the provider's
+   * `unnamed` role (GitLab: Guest or more; Minimal Access only when a rule names it).
+   */
+  minRole?: string;
 }
 
 /** The configured lists; both empty: everyone GitLab signs in is admitted. */
@@ -63,16 +54,20 @@ export function parseAllowedGroups(name: string, raw: string): AllowedGroup[] {
       );
     }
     if (role === undefined) return { path };
-    const minRole = role.toLowerCase();
-    if (!(minRole in GITLAB_ROLES)) {
-      throw new ConfigError(
-        name,
-        `unknown role ${JSON.stringify(role)} in ${JSON.stringify(entry)}; roles: ` +
-          Object.keys(GITLAB_ROLES).join(", "),
-      );
-    }
-    return { path, minRole: minRole as GitLabRole };
+    return { path, minRole: role.toLowerCase() };
   });
+}
+
+/**
+ * Why `group`'s role is not one of the provider's `roles`, in the words start-up and reloads
+ * refuse it with; undefined when it is one (or none is named).
+ */
+export function unknownRole(group: AllowedGroup, roles: ProviderRoles): string | undefined {
+  const { minRole } = group;
+  if (minRole === undefined || Object.hasOwn(roles.levels, minRole)) return undefined;
+  const entry = JSON.stringify(`${group.path}:${minRole}`);
+  const names = Object.keys(roles.levels).join(", ") || "none (the provider declares no roles)";
+  return `unknown role ${JSON.stringify(minRole)} in ${entry}; roles: ${names}`;
 }
 
 /**
@@ -117,9 +112,14 @@ export function isListedUser(policy: AccessPolicy, user: ListedAccount): boolean
   return namesAccount(policy.users, user);
 }
 
-/** Whether an `access_level` meets a listed group's role (Guest when none is named). */
-export function meetsRole(group: AllowedGroup, accessLevel: number): boolean {
-  return accessLevel >= GITLAB_ROLES[group.minRole ?? "guest"];
+/**
+ * Whether a membership's level meets a listed group's role (the provider's `unnamed` one when
+ * none is named); a role the provider does not declare is met by nobody.
+ */
+export function meetsRole(group: AllowedGroup, accessLevel: number, roles: ProviderRoles): boolean {
+  const role = group.minRole ?? roles.unnamed;
+  if (role === undefined) return true;
+  return Object.hasOwn(roles.levels, role) && accessLevel >= roles.levels[role];
 }
 
 /**
@@ -131,9 +131,12 @@ export function decide(
   user: ListedAccount,
   groupLevels: Record<string, number>,
   nowMs: number,
+  roles: ProviderRoles,
 ): SessionAccess {
   const admittingGroups = policy.groups
-    .filter((group) => group.path in groupLevels && meetsRole(group, groupLevels[group.path]))
+    .filter((group) =>
+      group.path in groupLevels && meetsRole(group, groupLevels[group.path], roles)
+    )
     .map((group) => group.path);
   return {
     checkedAt: nowMs,
@@ -146,19 +149,21 @@ export function decide(
 /**
  * Whether an MCP server's own lists (MCP_SERVERS_FILE `allowed_gitlab_groups`,
  * `allowed_gitlab_users`) admit `user`, from the levels the session learnt (groups are matched
- * in any case, as GitLab does). Either list admits; no learnt levels admit by group nobody.
+ * in any case, as GitLab does), by the provider's `roles`. Either list admits; no learnt
+ * levels admit by group nobody.
  */
 export function listsAdmit(
   lists: AccessPolicy,
   user: ListedAccount,
   access: Pick<SessionAccess, "groupLevels"> | undefined,
+  roles: ProviderRoles,
 ): boolean {
   if (namesAccount(lists.users, user)) return true;
   const levels = Object.entries(access?.groupLevels ?? {});
   return lists.groups.some((group) => {
     const path = group.path.toLowerCase();
     const found = levels.find(([asked]) => asked.toLowerCase() === path);
-    return found !== undefined && meetsRole(group, found[1]);
+    return found !== undefined && meetsRole(group, found[1], roles);
   });
 }
 
@@ -173,18 +178,23 @@ export function admittedBy(access: SessionAccess): string[] {
 }
 
 /** Why a decision refuses, for the operator's log line: each listed group's answer. */
-export function refusalReason(policy: AccessPolicy, access: SessionAccess): string {
+export function refusalReason(
+  policy: AccessPolicy,
+  access: SessionAccess,
+  roles: ProviderRoles,
+): string {
   const groups = policy.groups.map((group) => {
     const level = access.groupLevels[group.path];
     if (level === undefined) return `${group.path}: not a member`;
-    return `${group.path}: ${roleOf(level)}, needs ${group.minRole ?? "guest"}`;
+    const needs = group.minRole ?? roles.unnamed ?? "a membership";
+    return `${group.path}: ${roleOf(level, roles)}, needs ${needs}`;
   });
   const users = policy.users.length > 0 ? ["not in ALLOWED_GITLAB_USERS"] : [];
   return [...groups, ...users].join("; ");
 }
 
-/** The role an access level is (the highest role it reaches), or the number itself. */
-function roleOf(level: number): string {
-  const reached = Object.entries(GITLAB_ROLES).filter(([, value]) => level >= value);
+/** The role a level is among the provider's `roles` (the highest it reaches), or the number. */
+function roleOf(level: number, roles: ProviderRoles): string {
+  const reached = Object.entries(roles.levels).filter(([, value]) => level >= value);
   return reached.at(-1)?.[0] ?? `access level ${level}`;
 }

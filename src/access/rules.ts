@@ -6,7 +6,7 @@
 
 import { groupsToAsk } from "./admission.ts";
 import type { CallPolicy } from "./call_policy.ts";
-import { type AccessPolicy, isRestricted } from "./policy.ts";
+import { type AccessPolicy, isRestricted, type ProviderRoles } from "./policy.ts";
 
 /** The lists and the policy in force. */
 export interface AccessRules {
@@ -25,16 +25,19 @@ export interface AccessRules {
   decides: boolean;
   /** MCP_POLICY_FILE's policy in force; undefined: every call passes. */
   callPolicy: CallPolicy | undefined;
+  /** The provider's roles, which the lists' and the policies' `group:role` entries name. */
+  roles: ProviderRoles;
 }
 
 /**
  * The rules of the service-wide `policy` with `learntGroups` learnt too, and `callPolicy`
- * deciding calls.
+ * deciding calls, by the provider's `roles`.
  */
 export function accessRulesOf(
   policy: AccessPolicy,
   learntGroups: readonly string[],
   callPolicy: CallPolicy | undefined,
+  roles: ProviderRoles,
 ): AccessRules {
   const restricted = isRestricted(policy);
   return {
@@ -44,5 +47,6 @@ export function accessRulesOf(
     groupsToAsk: groupsToAsk(policy, learntGroups),
     decides: restricted || learntGroups.length > 0,
     callPolicy,
+    roles,
   };
 }

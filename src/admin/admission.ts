@@ -4,14 +4,17 @@
  * while anyone was admitted (it has no `access`).
  */
 
-import { GITLAB_ROLES } from "../access/policy.ts";
 import type { SessionRecord } from "../store/records.ts";
+import type { ProviderRoles } from "../upstream/types.ts";
 
 /** One listed group that admitted a session. */
 export interface AdmittingGroup {
   /** The group's full path, as ALLOWED_GITLAB_GROUPS names it. */
   path: string;
-  /** GitLab's name of the user's access level there, or `access level N` for another number. */
+  /**
+   * The provider's name of the user's level there (its declared roles), or `access level N` for
+   * another number.
+   */
   role: string;
   /** The user's `access_level` in the group; null if the record does not hold it. */
   accessLevel: number | null;
@@ -24,22 +27,20 @@ export interface Admission {
   userList: boolean;
 }
 
-const ROLE_NAMES = new Map<number, string>(
-  Object.entries(GITLAB_ROLES).map(([name, level]) => [level, name]),
-);
-
-/** The role an access level is: its GitLab name when it is one, else the number. */
-function roleName(level: number | undefined): string {
+/** The role a level is: the provider's name of it when it declares one, else the number. */
+function roleName(level: number | undefined, roles: ProviderRoles | undefined): string {
   if (level === undefined) return "role unknown";
-  return ROLE_NAMES.get(level) ?? `access level ${level}`;
+  const named = Object.entries(roles?.levels ?? {}).find(([, value]) => value === level);
+  return named?.[0] ?? `access level ${level}`;
 }
 
-export function admissionOf(session: SessionRecord): Admission | null {
+/** What admitted `session`, its levels named by the provider's `roles` (absent: as numbers). */
+export function admissionOf(session: SessionRecord, roles?: ProviderRoles): Admission | null {
   const { access } = session;
   if (!access) return null;
   const groups = access.admittingGroups.map((path) => {
     const level = access.groupLevels[path];
-    return { path, role: roleName(level), accessLevel: level ?? null };
+    return { path, role: roleName(level, roles), accessLevel: level ?? null };
   });
   return { groups, userList: access.listedUser };
 }

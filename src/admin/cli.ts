@@ -127,6 +127,7 @@ export async function runAdmin(
         opened.kind === "kv" ? kvFileSize(config.kvPath) : Promise.resolve(undefined),
       storeName: storeInForce(config),
       servers: ["default", ...(config.mcpServersFile?.servers ?? []).map(({ name }) => name)],
+      roles: deps.callPolicy.rules.roles,
     });
   } catch (error) {
     if (!(error instanceof AdminRefusal)) throw error;

@@ -8,7 +8,7 @@ import type { LogFields, Logger } from "../logger.ts";
 import { revokeOpenedUpstreamTokens } from "../session/end.ts";
 import type { Store } from "../store/mod.ts";
 import type { ClientRecord, SessionRecord, UpstreamTokenPair } from "../store/records.ts";
-import type { Upstream } from "../upstream/types.ts";
+import type { ProviderRoles, Upstream } from "../upstream/types.ts";
 import { admissionLabel, admissionOf, admittedThrough } from "./admission.ts";
 import type { AdminCommand, UserSelector } from "./args.ts";
 import { formatTable } from "./table.ts";
@@ -39,6 +39,8 @@ export interface AdminDeps {
   storeName?: string;
   /** The MCP servers the gateway serves: `default` (/mcp) and MCP_SERVERS_FILE's names. */
   servers?: readonly string[];
+  /** The provider's roles, to name the levels that admitted a session (absent: numbers). */
+  roles?: ProviderRoles;
 }
 
 /** The commands that read or change KV (`keys generate`, `migrate` and `help` need none). */
@@ -107,13 +109,13 @@ function serverOf(session: SessionRecord, servers: readonly string[]): string {
 }
 
 /** One line a session: never its refresh token's hash nor its sealed upstream tokens. */
-function sessionView(session: SessionRecord) {
+function sessionView(session: SessionRecord, roles: ProviderRoles | undefined) {
   return {
     id: session.id,
     userId: session.upstreamUserId,
     username: session.upstreamUsername,
     clientId: session.clientId,
-    admittedBy: admissionOf(session),
+    admittedBy: admissionOf(session, roles),
     scopes: session.scopes.join(" "),
     createdAt: iso(session.createdAt),
     lastRefreshedAt: iso(session.updatedAt),
@@ -122,7 +124,7 @@ function sessionView(session: SessionRecord) {
 }
 
 function printSessions(sessions: SessionRecord[], json: boolean, deps: AdminDeps): void {
-  const views = sessions.map(sessionView);
+  const views = sessions.map((session) => sessionView(session, deps.roles));
   if (json) return views.forEach((view) => deps.print(jsonLine(view)));
   const rows = views.map((v) => [
     v.id,

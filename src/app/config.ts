@@ -48,6 +48,13 @@ import { requireOneStore, STORE_VARIABLES } from "../store/config.ts";
 import { requireMembershipScope, UPSTREAM_VARIABLES } from "../upstream/config.ts";
 import { requireServerScopes } from "./server_scopes_config.ts";
 import { PROVIDERS } from "../upstream/providers.ts";
+import type { ProviderDescription } from "../upstream/oauth_provider.ts";
+import {
+  requireListedRoles,
+  requirePolicyFileRoles,
+  requireServersFileRoles,
+  rolesOf,
+} from "./roles_config.ts";
 
 export { ConfigError, type ConfigVariable, type Env } from "../config/variable.ts";
 
@@ -227,6 +234,14 @@ export function loadConfig(given: Env): Config {
 
 /** The rules between variables, in the order start-up applies them; each throws ConfigError. */
 export const CROSS_CHECKS: readonly ((config: Config) => void)[] = [
+  // The roles the lists and files name are the provider's (a provider that src/upstream/ does
+  // not know is refused, and checked, where it is chosen: app/deps.ts).
+  ...[requireListedRoles, requirePolicyFileRoles, requireServersFileRoles].map(
+    (check) => (config: Config) => {
+      const provider = knownProvider(config);
+      if (provider) check(config, rolesOf(provider));
+    },
+  ),
   requireBaseUrlBehindProxy,
   requireProfileSettings,
   requireOneStore,
@@ -276,10 +291,13 @@ export function isStrictOpenToAnySelfManagedUser(config: Config): boolean {
 
 /** Whether the configured provider says anyone can make an account at its URL (gitlab.com). */
 function anyoneCanSignUpAt(config: Config): boolean {
-  const provider = Object.hasOwn(PROVIDERS, config.upstream.provider)
-    ? PROVIDERS[config.upstream.provider]
-    : undefined;
-  return provider?.anyoneCanSignUp?.(config.upstream.url) ?? false;
+  return knownProvider(config)?.anyoneCanSignUp?.(config.upstream.url) ?? false;
+}
+
+/** The provider UPSTREAM_PROVIDER names, if `src/upstream/providers.ts` has it. */
+function knownProvider(config: Config): ProviderDescription | undefined {
+  const name = config.upstream.provider;
+  return Object.hasOwn(PROVIDERS, name) ? PROVIDERS[name] : undefined;
 }
 
 /**

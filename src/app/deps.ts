@@ -40,6 +40,7 @@ import {
   providerProfile,
 } from "../upstream/oauth_provider.ts";
 import { PROVIDERS } from "../upstream/providers.ts";
+import { requireKnownRoles, rolesOf } from "./roles_config.ts";
 import type { MisconfigurationHints } from "../upstream/oauth_http.ts";
 import type { Upstream } from "../upstream/types.ts";
 
@@ -86,6 +87,8 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
   });
   const openStreams = createOpenStreams({ store, clock, logger });
   const provider = configuredProvider(config, resources.providers);
+  const roles = rolesOf(provider);
+  requireKnownRoles(config, roles);
   const upstream = resources.upstream ??
     (settings && configuredUpstream(config, settings.gitlabClientId, logger, metrics, provider));
   if (upstream) requireMemberships(config, upstream);
@@ -101,6 +104,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     undefined,
     () => serversGroups(servers),
     accessPolicyOf(config),
+    roles,
   );
   const initialPolicy = config.mcpPolicyFile?.policy;
   if (initialPolicy) requireCallPolicyMemberships(config, initialPolicy, upstream);

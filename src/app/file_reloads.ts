@@ -14,6 +14,7 @@ import type { Logger } from "../logger.ts";
 import type { MachineReload } from "../machine/holder.ts";
 import type { AppDeps } from "./context.ts";
 import { requireServerScopes } from "./server_scopes_config.ts";
+import { requireServerRoles } from "./roles_config.ts";
 
 /** The running watches; `reload` is what SIGHUP does. */
 export interface FollowedFiles {
@@ -50,6 +51,7 @@ export function followConfigFiles(
     readText: options.readText,
     // A server's own policy is refused on reload for what refuses MCP_POLICY_FILE's.
     check: (file) => {
+      requireServerRoles(file, deps.callPolicy.rules.roles);
       requireServerScopes(deps.config, file);
       for (const entry of file.servers) {
         if (entry.policy) deps.callPolicy.check(entry.policy.policy);

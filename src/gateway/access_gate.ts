@@ -91,7 +91,7 @@ export async function requireStillAdmitted(
   const asks = recheckDue(recheckDeps, session) && (gate.quietUntil.get(session.id) ?? 0) <= now;
   const recheck: Recheck = asks
     ? await recheckAccess(recheckDeps, session)
-    : serverListsDecide(gate.serverLists, session);
+    : serverListsDecide(gate.serverLists, session, recheckDeps.rules.roles);
   if (!asks && recheck.kind === "admitted") return session;
   if (recheck.kind === "admitted") {
     if (recheck.session !== session) return await saveDecision(deps, recheck.session);

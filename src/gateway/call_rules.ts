@@ -44,5 +44,6 @@ export function callRulesFor(
   learnPolicyTools(gateway, policy);
   const listedGroups = accessPolicyOf(gateway.deps.config).groups.map((group) => group.path);
   const caller = callerOf(auth, listedGroups);
-  return { caller, decide: (target, name) => decideCall(policy, caller, target, name) };
+  const { roles } = gateway.deps.callPolicy.rules;
+  return { caller, decide: (target, name) => decideCall(policy, caller, target, name, roles) };
 }

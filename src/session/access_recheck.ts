@@ -9,7 +9,13 @@
  */
 
 import { decideAccess } from "../access/admission.ts";
-import { type AccessPolicy, admits, listsAdmit, refusalReason } from "../access/policy.ts";
+import {
+  type AccessPolicy,
+  admits,
+  listsAdmit,
+  type ProviderRoles,
+  refusalReason,
+} from "../access/policy.ts";
 import type { Clock } from "../clock.ts";
 import type { AccessConfig } from "../access/config.ts";
 import type { AccessRules } from "../access/rules.ts";
@@ -55,8 +61,8 @@ export function recheckDue(
 /** Re-checks `session` when due; never throws for GitLab's failures. */
 export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): Promise<Recheck> {
   const { store, clock, upstream, config } = deps;
-  if (!recheckDue(deps, session)) return serverListsDecide(deps.serverLists, session);
-  const { policy, restricted, learntGroups } = deps.rules;
+  const { policy, restricted, learntGroups, roles } = deps.rules;
+  if (!recheckDue(deps, session)) return serverListsDecide(deps.serverLists, session, roles);
   const now = clock.now();
   const last = session.access;
   const tokens = await store.openUpstreamTokens(session);
@@ -66,15 +72,16 @@ export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): 
     const access = await decideAccess(
       upstream,
       policy,
+      roles,
       tokens.accessToken,
       user,
       now,
       learntGroups,
     );
     if (restricted && !admits(access)) {
-      return { kind: "refused", reason: refusalReason(policy, access) };
+      return { kind: "refused", reason: refusalReason(policy, access, roles) };
     }
-    return serverListsDecide(deps.serverLists, { ...session, access });
+    return serverListsDecide(deps.serverLists, { ...session, access }, roles);
   } catch (error) {
     if (!(error instanceof UpstreamError)) throw error;
     // GitLab refusing the user's token itself (revoked, blocked account) is an answer.
@@ -91,14 +98,17 @@ export async function recheckAccess(deps: RecheckDeps, session: SessionRecord): 
 
 /**
  * The decision of the session's MCP server's own lists, from what the session learnt: they
- * narrow the service-wide lists, so a session they do not admit ends.
+ * narrow the service-wide lists, so a session they do not admit ends. `roles`: the provider's.
  */
 export function serverListsDecide(
   lists: AccessPolicy | undefined,
   session: SessionRecord,
+  roles: ProviderRoles,
 ): Recheck {
   const user = { id: session.upstreamUserId, username: session.upstreamUsername };
-  if (!lists || listsAdmit(lists, user, session.access)) return { kind: "admitted", session };
+  if (!lists || listsAdmit(lists, user, session.access, roles)) {
+    return { kind: "admitted", session };
+  }
   return { kind: "refused", reason: `not in the lists of the MCP server ${session.resource}` };
 }
 

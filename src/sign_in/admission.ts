@@ -40,6 +40,7 @@ export async function admitSignIn(
   const access = await decideAccess(
     upstream,
     policy,
+    rules.roles,
     tokens.accessToken,
     user,
     ctx.deps.clock.now(),
@@ -47,7 +48,7 @@ export async function admitSignIn(
   );
   // Without a list everyone is admitted; the levels are kept for the gateway's policy.
   const serviceAdmits = !rules.restricted || admits(access);
-  const serverAdmits = !serverLists || listsAdmit(serverLists, user, access);
+  const serverAdmits = !serverLists || listsAdmit(serverLists, user, access, rules.roles);
   if (serviceAdmits && serverAdmits) return { kind: "admitted", access };
   const refusedBy = serviceAdmits && serverLists ? serverLists : policy;
   ctx.deps.logger.warn("sign-in refused: account not allowed", {
@@ -55,7 +56,7 @@ export async function admitSignIn(
     gitlabUser: user.username,
     reason: serviceAdmits
       ? `not in the lists of the MCP server ${resource}`
-      : refusalReason(policy, access),
+      : refusalReason(policy, access, rules.roles),
   });
   await revokeRefusedToken(ctx, tokens.accessToken);
   ctx.deps.metrics.signInsFinished.inc({

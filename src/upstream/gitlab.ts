@@ -1,7 +1,7 @@
 /**
  * GitLab as a provider (`oauth_provider.ts` does the OAuth exchanges): its endpoints below the
- * instance's URL (which may carry a sub-path), its user API, its scopes in words and its group
- * memberships. GitLab needs none of the RFC quirks.
+ * instance's URL (which may carry a sub-path), its user API, its scopes in words, its group
+ * memberships and their roles. GitLab needs none of the RFC quirks.
  *
  * @see https://docs.gitlab.com/api/oauth2/#device-authorization-grant-flow
  */
@@ -15,7 +15,13 @@ import {
   userApiReader,
 } from "./oauth_provider.ts";
 import { GITLAB_SCOPE_WORDS } from "./gitlab_scopes.ts";
-import { type Upstream, UpstreamError, type UpstreamProfile, type UpstreamUser } from "./types.ts";
+import {
+  type ProviderRoles,
+  type Upstream,
+  UpstreamError,
+  type UpstreamProfile,
+  type UpstreamUser,
+} from "./types.ts";
 
 export type { MisconfigurationHints, UpstreamLogger } from "./oauth_http.ts";
 
@@ -32,7 +38,26 @@ export type GitLabUpstreamOptions = Omit<ProviderConnection, "baseUrl"> & {
 export const processGitLabUserResponse: (response: Response) => Promise<UpstreamUser> =
   userApiReader({ id: "id", username: "username" });
 
-/** GitLab as a provider: its endpoints, user API, scopes in words and group memberships. */
+/**
+ * GitLab's roles and their `access_level` values. Minimal Access (5) is no membership unless a
+ * rule names it: it sees nothing of the group's projects.
+ *
+ * @see https://docs.gitlab.com/api/members/#roles
+ */
+export const GITLAB_ROLES = {
+  minimal_access: 5,
+  guest: 10,
+  planner: 15,
+  reporter: 20,
+  developer: 30,
+  maintainer: 40,
+  owner: 50,
+} as const;
+
+/** GitLab's roles as the provider declares them: a group named without a role asks for Guest. */
+export const GITLAB_PROVIDER_ROLES: ProviderRoles = { levels: GITLAB_ROLES, unnamed: "guest" };
+
+/** GitLab as a provider: its endpoints, user API, scopes in words, memberships and roles. */
 export const GITLAB_PROVIDER: ProviderDescription = {
   displayName: GITLAB_DISPLAY_NAME,
   endpoints: {
@@ -53,6 +78,7 @@ export const GITLAB_PROVIDER: ProviderDescription = {
       });
       return await processGitLabMemberResponse(response);
     }),
+  roles: GITLAB_PROVIDER_ROLES,
 };
 
 /** Creates the GitLab upstream client; throws TypeError/RangeError on unusable options. */

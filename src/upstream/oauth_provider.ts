@@ -1,7 +1,7 @@
 /**
  * An OAuth provider described by data: where its endpoints are below its URL, how its user API
  * names the user, how it departs from the RFCs, and what it knows beyond OAuth (its scopes in
- * words, group memberships). The exchanges themselves are the provider-neutral client's
+ * words, group memberships and their roles). The exchanges themselves are the provider-neutral client's
  * (oauth_http.ts). GitLab is one description (gitlab.ts); another RFC 8628 provider (GitHub,
  * Keycloak) is another description, and nothing above this folder changes.
  *
@@ -28,7 +28,13 @@ import {
   requireNonEmptyString,
   type UpstreamLogger,
 } from "./oauth_http.ts";
-import { type Upstream, UpstreamError, type UpstreamProfile, type UpstreamUser } from "./types.ts";
+import {
+  type ProviderRoles,
+  type Upstream,
+  UpstreamError,
+  type UpstreamProfile,
+  type UpstreamUser,
+} from "./types.ts";
 import { isWebUrl } from "../http/web_url.ts";
 
 /** The paths of a provider's endpoints, below its URL (which may carry a sub-path). */
@@ -72,6 +78,11 @@ export interface ProviderDescription {
    * the provider's URL, the `Upstream.membership` lookup.
    */
   membership?(http: OAuthHttpClient, baseUrl: URL): NonNullable<Upstream["membership"]>;
+  /**
+   * The roles a group membership has, for providers with memberships (GitLab's Guest to
+   * Owner): the only names a group entry's `:role` may take, and the levels they stand for.
+   */
+  roles?: ProviderRoles;
 }
 
 /** How to reach one instance of a provider as one OAuth application. */

@@ -6,8 +6,8 @@
  * `oauth_http.ts` is the provider-neutral half (sending with a time limit, transport errors,
  * RFC 6749 / RFC 8628 answers classified into `UpstreamError` and `DevicePollResult`, backoff
  * headers, the operator's hints on a refused application); `oauth_provider.ts` turns a
- * provider's description (endpoints, user API, quirks, scopes in words, memberships) into an
- * `Upstream`; `gitlab.ts` is GitLab's description. Adding a provider takes a description in a
+ * provider's description (endpoints, user API, quirks, scopes in words, memberships and their
+ * roles) into an `Upstream`; `gitlab.ts` is GitLab's description. Adding a provider takes a description in a
  * module of this folder and one line in `providers.ts`; UPSTREAM_PROVIDER chooses it.
  * What still says GitLab, on purpose: the `gitlab_user` claim (fixed by the spec), the
  * variables' names (`GITLAB_*`, kept for compatibility), and the library's `gitlab` options
@@ -149,6 +149,24 @@ export interface UpstreamProfile {
   scopes: string;
   /** The provider's scopes in words, for the pages (a scope not here is shown by its name). */
   scopeWords?: Readonly<Record<string, string>>;
+}
+
+/**
+ * A provider's roles in a group, as it declares them: what ALLOWED_GITLAB_GROUPS, the policy
+ * files and the servers file may name after a group (`acme:developer`), and the levels its
+ * membership lookup answers. Nothing outside the provider's module names a role.
+ */
+export interface ProviderRoles {
+  /**
+   * Each role's name (lower case) and its level, lowest first: a role is met by its own level
+   * and every higher one.
+   */
+  levels: Readonly<Record<string, number>>;
+  /**
+   * The role a group named without one asks for (GitLab: `guest`, so that Minimal Access counts
+   * only where a rule names it); absent: any membership.
+   */
+  unnamed?: string;
 }
 
 /** What the service needs of the upstream identity provider. */
