@@ -33,9 +33,9 @@ for side in "$@"; do
   else
     (cd "$side" && PORT=$port HOST=127.0.0.1 BASE_URL=http://127.0.0.1:18090 KV_PATH=$kv \
       JWT_SECRET=bench-secret-bench-secret-bench-secret-0123456789 \
-      GITLAB_CLIENT_ID=bench-gitlab-app GITLAB_URL=http://127.0.0.1:9 \
+      GITLAB_CLIENT_ID=bench-gitlab-app GITLAB_URL=http://127.0.0.1:9 RATE_LIMIT_MCP=off \
       MCP_UPSTREAM_URL=http://127.0.0.1:18092/mcp \
-      exec taskset -c 0 deno run --v8-flags=--max-semi-space-size=8 -A main.ts start >"$OUT/log-$i.txt" 2>&1) &
+      exec taskset -c 0 deno run --v8-flags=--max-semi-space-size=8,--heap-growing-percent=50 -A main.ts start >"$OUT/log-$i.txt" 2>&1) &
   fi
   PIDS+=($!)
   PORTS+=($port)

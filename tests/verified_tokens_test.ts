@@ -106,3 +106,35 @@ Deno.test("verified tokens: an MCP session's owner is remembered less than a sec
   tokens.forgetMcpSession("mcp-b");
   assert.equal(tokens.mcpSessionOwner("mcp-b", NOW), undefined);
 });
+
+Deno.test("verified tokens: a remembered token keeps what a call needs of its session, not the sealed GitLab tokens", () => {
+  const tokens = createVerifiedTokens();
+  tokens.remember("token", found({ session: { access: ACCESS } }), NOW);
+  const session = tokens.get("token", ISSUER, NOW)?.session;
+  assert.deepEqual(session, {
+    id: "session-1",
+    upstreamUserId: "42",
+    upstreamUsername: "alice",
+    clientId: "client",
+    access: ACCESS,
+    expiresAt: NOW + 30 * 24 * HOUR,
+    upstreamTokenExpiry: NOW + 2 * HOUR,
+  });
+});
+
+Deno.test("verified tokens: tokens never sent again are dropped once expired, not held until the memory is full", () => {
+  const tokens = createVerifiedTokens();
+  for (let i = 0; i < 100; i++) tokens.remember(`token-${i}`, found({ sid: `s-${i}` }), NOW);
+  tokens.remember("late", found(), NOW + VERIFIED_TOKEN_TTL_MS - 1);
+  assert.equal(tokens.size(), 101);
+  tokens.remember("later", found(), NOW + VERIFIED_TOKEN_TTL_MS);
+  assert.equal(tokens.size(), 2);
+  assert.ok(tokens.get("late", ISSUER, NOW + VERIFIED_TOKEN_TTL_MS));
+});
+
+const ACCESS = {
+  checkedAt: NOW,
+  groupLevels: { "acme/platform": 30 },
+  admittingGroups: ["acme/platform"],
+  listedUser: false,
+};

@@ -18,13 +18,30 @@ export const VERIFIED_TOKEN_TTL_MS = 1000;
 /** Tokens remembered at once; the oldest goes first. */
 const MAX_ENTRIES = 10_000;
 
+/**
+ * What a request needs of its session once the token is accepted. The memory keeps only this,
+ * not the whole record (sealed GitLab tokens, hashes, scopes): every cold call's entry outlives
+ * a few young-generation collections, so what it holds is promoted and only a full collection
+ * frees it.
+ */
+export type RememberedSession = Pick<
+  SessionRecord,
+  | "id"
+  | "upstreamUserId"
+  | "upstreamUsername"
+  | "clientId"
+  | "access"
+  | "expiresAt"
+  | "upstreamTokenExpiry"
+>;
+
 /** What the guard found for a token it accepted. */
 export interface VerifiedToken {
   /** The verified claims; `iss` is the issuer it was verified for. */
   claims: AccessTokenClaims;
   /** The token's `exp`, in milliseconds. */
   expiresAtMs: number;
-  session: SessionRecord;
+  session: RememberedSession;
   /** The session's GitLab access token, opened. */
   upstreamToken: string;
 }
@@ -49,6 +66,8 @@ export interface VerifiedTokens {
   rememberMcpSession(mcpSessionId: string, sessionId: string, nowMs: number): void;
   /** Forgets a binding that just ended. */
   forgetMcpSession(mcpSessionId: string): void;
+  /** How many tokens are held now, expired ones not yet dropped included. */
+  size(): number;
 }
 
 interface Entry extends VerifiedToken {
@@ -84,8 +103,15 @@ export function createVerifiedTokens(ttlMs = VERIFIED_TOKEN_TTL_MS): VerifiedTok
       );
       if (untilMs <= nowMs) return;
       entries.delete(token);
+      dropExpiredHead(entries, nowMs);
       if (entries.size >= MAX_ENTRIES) dropOldest(entries, nowMs);
-      entries.set(token, { ...found, untilMs });
+      entries.set(token, {
+        claims: found.claims,
+        expiresAtMs: found.expiresAtMs,
+        session: rememberedSession(found.session),
+        upstreamToken: found.upstreamToken,
+        untilMs,
+      });
     },
     forgetSession(sessionId) {
       ended.add(sessionId);
@@ -107,19 +133,41 @@ export function createVerifiedTokens(ttlMs = VERIFIED_TOKEN_TTL_MS): VerifiedTok
     rememberMcpSession(mcpSessionId, sessionId, nowMs) {
       if (ttlMs <= 0) return;
       owners.delete(mcpSessionId);
+      dropExpiredHead(owners, nowMs);
       if (owners.size >= MAX_ENTRIES) dropOldest(owners, nowMs);
       owners.set(mcpSessionId, { sessionId, untilMs: nowMs + ttlMs });
     },
     forgetMcpSession(mcpSessionId) {
       owners.delete(mcpSessionId);
     },
+    size: () => entries.size,
   };
 }
 
-function upstreamRefreshDueMs(session: SessionRecord): number {
+/** The fields of `session` a remembered token answers with (a copy: the record is not kept). */
+function rememberedSession(session: RememberedSession): RememberedSession {
+  const { id, upstreamUserId, upstreamUsername, clientId, access, expiresAt } = session;
+  const { upstreamTokenExpiry } = session;
+  return { id, upstreamUserId, upstreamUsername, clientId, access, expiresAt, upstreamTokenExpiry };
+}
+
+function upstreamRefreshDueMs(session: RememberedSession): number {
   return session.upstreamTokenExpiry === 0
     ? Infinity
     : session.upstreamTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS;
+}
+
+/**
+ * Drops the expired entries at the head of `entries`: entries are set in the order they were
+ * remembered, each for at most the TTL, so those at the head expire first. Without this a token
+ * never sent again stays until the map is full: up to MAX_ENTRIES stale entries held for good,
+ * each a full collection's work (issue 39: the cold gateway's peak RSS).
+ */
+function dropExpiredHead(entries: Map<string, { untilMs: number }>, nowMs: number): void {
+  for (const [key, entry] of entries) {
+    if (entry.untilMs > nowMs) return;
+    entries.delete(key);
+  }
 }
 
 /** Drops expired entries, and the oldest one if none had expired. */
