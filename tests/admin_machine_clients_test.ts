@@ -154,6 +154,10 @@ Deno.test({
       const table = await admin(["list"]);
       assert.match(table.stdout, /MACHINE CLIENT/);
       assert.match(table.stdout, /2 machine client\(s\)/);
+      const stats = await runAdminCli(["stats", "--json"], shared);
+      assert.equal(stats.code, 0, stats.stderr);
+      assert.equal(jsonLines(stats.stdout)[0].machineClients, 2, stats.stdout);
+      assert.match((await runAdminCli(["stats"], shared)).stdout, /machine clients\s+2/);
 
       const opened = await openDatabase({ kvPath: shared.KV_PATH, databasePoolSize: 1 });
       try {

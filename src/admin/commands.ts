@@ -162,13 +162,14 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
     deps.store.countRecords(),
     deps.kvFileSize(),
   ]);
-  const { flows: pendingFlows, sessions, clients } = counts;
+  const { flows: pendingFlows, sessions, clients, machineClients } = counts;
   const onPostgres = deps.storeName?.startsWith("postgres:") ?? false;
   const stats = {
     store: deps.storeName,
     pendingFlows,
     sessions,
     clients,
+    machineClients,
     // PostgreSQL has no KV file: its records are the counts above.
     ...(onPostgres ? {} : { kvFileBytes: kvFileBytes ?? null }),
   };
@@ -178,6 +179,7 @@ async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
     ["pending flows", String(stats.pendingFlows)],
     ["sessions", String(stats.sessions)],
     ["clients", String(stats.clients)],
+    ["machine clients", String(stats.machineClients)],
     ...(onPostgres ? [] : [[
       "KV file",
       kvFileBytes === undefined ? "not a local file" : `${kvFileBytes} bytes`,

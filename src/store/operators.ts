@@ -29,6 +29,8 @@ export interface RecordCounts {
   flows: number;
   sessions: number;
   clients: number;
+  /** Operator-registered machine clients (`admin clients add`). */
+  machineClients: number;
 }
 
 /** The operator's operations of the store. */
@@ -140,12 +142,13 @@ export function createOperatorStore(io: StoreIo): OperatorStore {
     },
 
     async countRecords() {
-      const [flows, sessions, clients] = await Promise.all([
+      const [flows, sessions, clients, machineClients] = await Promise.all([
         count(recordPrefix("flow")),
         count(recordPrefix("session")),
         count(recordPrefix("client")),
+        count(recordPrefix("machine_client")),
       ]);
-      return { flows, sessions, clients };
+      return { flows, sessions, clients, machineClients };
     },
   };
 }
