@@ -14,6 +14,7 @@ import type { AdminCommand, UserSelector } from "./args.ts";
 import { formatTable } from "./table.ts";
 import { addMachineClient, deleteMachineClient, printMachineClients } from "./machine_clients.ts";
 import { AdminRefusal } from "./refusal.ts";
+import { printStats } from "./stats.ts";
 
 export { AdminRefusal } from "./refusal.ts";
 import { jsonLine } from "./terminal.ts";
@@ -155,36 +156,6 @@ function printClients(clients: ClientRecord[], json: boolean, deps: AdminDeps): 
   formatTable(["CLIENT", "NAME", "REGISTERED", "REDIRECT URIS"], rows)
     .forEach((line) => deps.print(line));
   deps.print(`${clients.length} client(s)`);
-}
-
-async function printStats(json: boolean, deps: AdminDeps): Promise<void> {
-  const [counts, kvFileBytes] = await Promise.all([
-    deps.store.countRecords(),
-    deps.kvFileSize(),
-  ]);
-  const { flows: pendingFlows, sessions, clients, machineClients } = counts;
-  const onPostgres = deps.storeName?.startsWith("postgres:") ?? false;
-  const stats = {
-    store: deps.storeName,
-    pendingFlows,
-    sessions,
-    clients,
-    machineClients,
-    // PostgreSQL has no KV file: its records are the counts above.
-    ...(onPostgres ? {} : { kvFileBytes: kvFileBytes ?? null }),
-  };
-  if (json) return deps.print(jsonLine(stats));
-  formatTable(["", ""], [
-    ...(deps.storeName === undefined ? [] : [["store", deps.storeName]]),
-    ["pending flows", String(stats.pendingFlows)],
-    ["sessions", String(stats.sessions)],
-    ["clients", String(stats.clients)],
-    ["machine clients", String(stats.machineClients)],
-    ...(onPostgres ? [] : [[
-      "KV file",
-      kvFileBytes === undefined ? "not a local file" : `${kvFileBytes} bytes`,
-    ]]),
-  ]).slice(1).forEach((line) => deps.print(line));
 }
 
 /** Offboarding: every session of the user ends, and their GitLab tokens are revoked. */
