@@ -11,7 +11,6 @@ import { redact } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
-import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 
 /** At most this many abandoned sign-ins are revoked per sweep (their revocations run in parallel). */
 const SWEEP_LIMIT = 5;
@@ -21,7 +20,8 @@ export interface EndDeps {
   store: Store;
   logger: Logger;
   upstream: Upstream;
-  verifiedTokens: Pick<VerifiedTokens, "forgetSession">;
+  /** What remembers the session's access tokens as accepted (the gateway's memory). */
+  verifiedTokens: { forgetSession(sessionId: string): void };
 }
 
 /** Deletes the session, then revokes its GitLab token (best effort). */

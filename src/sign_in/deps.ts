@@ -10,9 +10,9 @@ import type { ClientMetadataFetcher } from "../client_metadata/fetcher.ts";
 import type { ClientsConfig } from "../clients/config.ts";
 import type { Clock } from "../clock.ts";
 import type { ServedSet } from "../servers/served_set.ts";
-import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { RateLimit } from "../http/rate_limit.ts";
 import type { RequestContext } from "../http/request_context.ts";
+import type { EndDeps } from "../session/end.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/catalog.ts";
 import type { Templates } from "../pages/mod.ts";
@@ -56,7 +56,7 @@ export interface SignInDeps {
   clientMetadataFetcher: ClientMetadataFetcher;
   upstreamProfile: UpstreamProfile;
   /** Ending an abandoned sign-in's session forgets its tokens here too. */
-  verifiedTokens: Pick<VerifiedTokens, "forgetSession">;
+  verifiedTokens: EndDeps["verifiedTokens"];
 }
 
 /** What exists only once OAuth is configured: the provider, and the consents' signer. */
