@@ -107,6 +107,51 @@ Deno.test("store deadline: a spent budget answers at once; an operation outside 
   assert.deepEqual(outside, { value: "alone", settled: true });
 });
 
+Deno.test("store deadline: the operations in flight share one timer, each expiring at its own limit, and none is left when they end", async () => {
+  const clock = manualTimers();
+  const deadline = createStoreDeadline(500, clock.timers);
+  // A request that spends 300 ms of its budget on a first operation, then waits (not counted).
+  const first = manual();
+  const second = manual();
+  const gate = Promise.withResolvers<void>();
+  const spending = watch(deadline.run(async () => {
+    await deadline.bound(first.operation);
+    await gate.promise;
+    return await deadline.bound(second.operation);
+  }));
+  clock.advance(300);
+  first.finish("read");
+  await turn();
+  assert.equal(clock.pending.size, 0, "no operation in flight, no timer");
+  const operations = Array.from({ length: 20 }, () => manual());
+  const requests = operations.map((op) => watch(deadline.run(() => deadline.bound(op.operation))));
+  assert.equal(clock.pending.size, 1, "twenty operations, one timer");
+  // Its second operation has 200 ms left: its limit comes before the others'.
+  gate.resolve();
+  await turn();
+  assert.equal(clock.pending.size, 1);
+  for (const [i, op] of operations.entries()) if (i % 2 === 0) op.finish("done");
+  await turn();
+  clock.advance(199);
+  await turn();
+  assert.equal(spending.settled, false);
+  clock.advance(1);
+  await turn();
+  assert.ok(spending.error instanceof StoreUnavailableError, "expired with its 200 ms, not 500");
+  assert.equal(requests.filter((r) => r.settled).length, 10, "the others have 300 ms left");
+  assert.equal(clock.pending.size, 1);
+  clock.advance(299);
+  await turn();
+  assert.equal(requests.filter((r) => r.settled).length, 10);
+  operations[1].finish("done");
+  await turn();
+  clock.advance(1);
+  await turn();
+  assert.equal(requests.filter((r) => r.error instanceof StoreUnavailableError).length, 9);
+  assert.equal(requests[1].value, "done");
+  assert.equal(clock.pending.size, 0, "no timer holds an idle process");
+});
+
 const write = (key: string): PlannedWrite => ({
   checks: [],
   mutations: [{ type: "set", key: [key], value: 1 }],

@@ -80,6 +80,7 @@ export function createStoreDeadline(
   timers: DeadlineTimers = SYSTEM_TIMERS,
 ): StoreDeadline {
   const current = new AsyncLocalStorage<Budget>();
+  const alarms = new Alarms(timers);
   const budgetNow = (): Budget => {
     const budget = current.getStore();
     return budget && !budget.ended ? budget : new Budget(limitMs);
@@ -94,17 +95,72 @@ export function createStoreDeadline(
       }
     },
     bound(operation) {
-      return race(budgetNow(), limitMs, timers, operation);
+      return race(budgetNow(), limitMs, alarms, operation);
     },
   };
+}
+
+/** An operation in flight: when its budget runs out, and what then. */
+interface Alarm {
+  atMs: number;
+  expire(): void;
+}
+
+/**
+ * One timer for every operation in flight, armed for the earliest of their limits. A timer set
+ * and cleared per operation (two per refresh) cost the refresh grant about 5% of its CPU; here a
+ * new operation arms the timer only when its limit comes before the armed one (a request that
+ * has spent part of its budget), and the timer goes when no operation is left in flight, so it
+ * never keeps an idle process alive. Each operation still expires at its own limit, exactly.
+ */
+class Alarms {
+  readonly #pending = new Set<Alarm>();
+  #timer: unknown;
+  #armedAtMs = Infinity;
+
+  constructor(readonly timers: DeadlineTimers) {}
+
+  add(alarm: Alarm): void {
+    this.#pending.add(alarm);
+    if (alarm.atMs < this.#armedAtMs) this.#arm(alarm.atMs);
+  }
+
+  remove(alarm: Alarm): void {
+    if (!this.#pending.delete(alarm) || this.#pending.size > 0) return;
+    this.timers.clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#armedAtMs = Infinity;
+  }
+
+  #arm(atMs: number): void {
+    if (this.#timer !== undefined) this.timers.clearTimeout(this.#timer);
+    this.#armedAtMs = atMs;
+    this.#timer = this.timers.setTimeout(() => this.#ring(), atMs - this.timers.now());
+  }
+
+  /** Expires every operation whose limit has come, and arms for the next. */
+  #ring(): void {
+    this.#timer = undefined;
+    this.#armedAtMs = Infinity;
+    const now = this.timers.now();
+    let nextMs = Infinity;
+    for (const alarm of this.#pending) {
+      if (alarm.atMs <= now) {
+        this.#pending.delete(alarm);
+        alarm.expire();
+      } else if (alarm.atMs < nextMs) nextMs = alarm.atMs;
+    }
+    if (nextMs < Infinity) this.#arm(nextMs);
+  }
 }
 
 function race<T>(
   budget: Budget,
   limitMs: number,
-  timers: DeadlineTimers,
+  alarms: Alarms,
   operation: (caller: Caller) => Promise<T>,
 ): Promise<T> {
+  const { timers } = alarms;
   const started = timers.now();
   const leftMs = budget.leftMs(started);
   if (leftMs <= 0) return Promise.reject(timedOut(limitMs));
@@ -115,16 +171,20 @@ function race<T>(
     const settle = () => {
       if (settled) return false;
       settled = true;
-      timers.clearTimeout(timer);
+      alarms.remove(alarm);
       budget.end(timers.now());
       return true;
     };
-    const timer = timers.setTimeout(() => {
-      if (!settle()) return;
-      const error = timedOut(limitMs);
-      reject(error);
-      caller.giveUp(error);
-    }, leftMs);
+    const alarm: Alarm = {
+      atMs: started + leftMs,
+      expire() {
+        if (!settle()) return;
+        const error = timedOut(limitMs);
+        reject(error);
+        caller.giveUp(error);
+      },
+    };
+    alarms.add(alarm);
     let running: Promise<T>;
     try {
       running = operation(caller);
