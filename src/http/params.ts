@@ -96,9 +96,41 @@ function paramsFromJson(text: string): Map<string, string> {
 }
 
 async function readLimitedText(request: Request, timeoutMs: number): Promise<string> {
-  const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > MAX_BODY_BYTES) throw tooLarge();
-  if (!request.body) return "";
+  const length = request.headers.get("content-length");
+  if (Number(length ?? "0") > MAX_BODY_BYTES) throw tooLarge();
+  const bytes = length === null
+    ? await readChunks(request, timeoutMs)
+    : await readDeclared(request, timeoutMs);
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new OAuthError(400, "invalid_request", "Body is not valid UTF-8");
+  }
+}
+
+/**
+ * A body of declared length, read natively in one go: the HTTP server holds the client to that
+ * length, and a grant is spared the stream reader and its promise per chunk (a few percent of a
+ * refresh's CPU). A body longer than declared (a Request built in-process) is still refused.
+ */
+async function readDeclared(request: Request, timeoutMs: number): Promise<Uint8Array> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const bytes = await new Promise<Uint8Array>((resolve, reject) => {
+      // A client that trickles its body would hold the request (and its connection) forever.
+      timer = setTimeout(() => reject(bodyTimeout(timeoutMs)), timeoutMs);
+      request.bytes().then(resolve, () => reject(unreadableBody()));
+    });
+    if (bytes.byteLength > MAX_BODY_BYTES) throw tooLarge();
+    return bytes;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A body of unknown length, read chunk by chunk up to MAX_BODY_BYTES. */
+async function readChunks(request: Request, timeoutMs: number): Promise<Uint8Array> {
+  if (!request.body) return new Uint8Array();
   const chunks: Uint8Array[] = [];
   let size = 0;
   const reader = request.body.getReader();
@@ -118,16 +150,15 @@ async function readLimitedText(request: Request, timeoutMs: number): Promise<str
   } catch (error) {
     reader.cancel().catch(() => {});
     if (error instanceof OAuthError) throw error;
-    throw new OAuthError(400, "invalid_request", "Could not read the request body");
+    throw unreadableBody();
   } finally {
     clearTimeout(timer);
   }
-  const bytes = joinChunks(chunks, size);
-  try {
-    return new TextDecoder("utf-8", { fatal: true }).decode(bytes);
-  } catch {
-    throw new OAuthError(400, "invalid_request", "Body is not valid UTF-8");
-  }
+  return joinChunks(chunks, size);
+}
+
+function unreadableBody(): OAuthError {
+  return new OAuthError(400, "invalid_request", "Could not read the request body");
 }
 
 /**
