@@ -4,7 +4,7 @@
  * headers and writes one log line per request.
  */
 
-import { clientIp, createProxyTrust, peerAddress } from "../http/client_ip.ts";
+import { clientIp, createPeerAddress, createProxyTrust } from "../http/client_ip.ts";
 import { strictTransportSecurity } from "./config.ts";
 import type { AppDeps, RequestContext } from "./context.ts";
 import { crossOriginHeaders, preflight } from "../http/cors.ts";
@@ -47,6 +47,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const trusted = createProxyTrust(deps.config.trustProxy);
   const trustsProxies = deps.config.trustProxy.length > 0;
   const limitedClientOf = createLimitedClient(deps.config);
+  const peerAddress = createPeerAddress();
   const hsts = strictTransportSecurity(deps.config);
   const routes = routesFor(ROUTES, deps.config);
   const routeLabel = routeLabels(routes);

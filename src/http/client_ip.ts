@@ -35,6 +35,29 @@ export function peerAddress(info: Deno.ServeHandlerInfo | undefined): string {
 }
 
 /**
+ * `peerAddress` remembering the canonical address of the last peers seen (all forgotten when
+ * REMEMBERED_PEERS are held): a busy client's every request would parse its address again.
+ */
+export function createPeerAddress(): (info: Deno.ServeHandlerInfo | undefined) => string {
+  const known = new Map<string, string>();
+  return (info) => {
+    const address = info?.remoteAddr;
+    const hostname = address && "hostname" in address ? address.hostname : undefined;
+    if (hostname === undefined) return peerAddress(info);
+    let canonical = known.get(hostname);
+    if (canonical === undefined) {
+      if (known.size >= REMEMBERED_PEERS) known.clear();
+      canonical = peerAddress(info);
+      known.set(hostname, canonical);
+    }
+    return canonical;
+  };
+}
+
+/** How many peers' canonical addresses createPeerAddress remembers at once. */
+const REMEMBERED_PEERS = 1024;
+
+/**
  * The client address of a request from the canonical socket `peer`. Walking `X-Forwarded-For`
  * from the right: a trusted proxy's entry moves on, the first other address is the client, and
  * an entry that is no address (a proxy that wrote `unknown`) makes the client UNKNOWN_CLIENT,
