@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import * as oauth from "oauth4webapi";
 import { loadConfig } from "../src/app/config.ts";
-import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
 import { newSession } from "../src/session/life.ts";
 import type { StoreDatabase } from "../src/store/mod.ts";
 import { openDatabase } from "../src/store/open.ts";

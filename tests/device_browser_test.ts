@@ -13,7 +13,7 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import * as oauth from "oauth4webapi";
 import type { Page } from "playwright-core";
-import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
 import { type BrowserRig, ignoreBrowserTests, startBrowserRig } from "./_browser.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 

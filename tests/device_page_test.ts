@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
 import { CookieJar, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
 
 const CLIENT_IP = "203.0.113.9";

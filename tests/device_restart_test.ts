@@ -11,7 +11,7 @@ import { Client } from "@modelcontextprotocol/sdk/client";
 // @ts-types="@modelcontextprotocol/sdk/client/streamableHttp"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
-import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
 import { CookieJar, TEST_SECRET } from "./_helpers.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import { ignorePostgresTests, sharedPostgres } from "./_postgres.ts";

@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { DEVICE_CODE_GRANT_TYPE } from "../src/grants/device_code.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
   assertError,

@@ -11,7 +11,7 @@ import { ACCESS_VARIABLES, accessPolicyOf } from "../access/config.ts";
 import { policyGroups } from "../access/call_policy.ts";
 import { isRestricted } from "../access/policy.ts";
 import { CLIENTS_VARIABLES } from "../clients/config.ts";
-import { DEVICE_AUTHORIZATION_VARIABLES } from "../device_authorization/config.ts";
+import { DEVICE_AUTHORIZATION_VARIABLES } from "../sign_in/device_authorization/config.ts";
 import {
   addressOrIgnored,
   caseInsensitive,

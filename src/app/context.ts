@@ -19,6 +19,7 @@ import type { CallPolicyHolder } from "../access/call_policy_file.ts";
 import type { MachineAccessHolder } from "../machine/holder.ts";
 import type { GitLabKeys } from "../machine/gitlab_keys.ts";
 import type { ServedGrants } from "../grants/registry.ts";
+import type { GrantTypes } from "../clients/registration.ts";
 
 /** What exists only when the OAuth settings are configured (spec §1.7). */
 export interface OAuthDeps {
@@ -63,6 +64,8 @@ export interface AppDeps {
   gitlabKeys: GitLabKeys;
   /** The grant types `POST /token` serves under the configuration, by `grant_type`. */
   grants: ServedGrants;
+  /** Every grant type the service knows and the defaults of a registration naming none. */
+  grantTypes: GrantTypes;
 }
 
 /** One request as a route sees it, with the whole service as its dependencies. */

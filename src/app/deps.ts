@@ -23,7 +23,7 @@ import { createCallPolicyHolder } from "../access/call_policy_file.ts";
 import { createMachineAccessHolder } from "../machine/holder.ts";
 import { createGitLabKeys } from "../machine/gitlab_keys.ts";
 import type { AppDeps } from "./context.ts";
-import { servedGrants } from "../grants/registry.ts";
+import { DEFAULT_GRANT_TYPES, GRANT_TYPES, servedGrants } from "../grants/registry.ts";
 import type { Logger } from "../logger.ts";
 import type { Metrics } from "../metrics/catalog.ts";
 import { createMetrics } from "./metrics.ts";
@@ -133,6 +133,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
     callPolicy,
     servers,
     grants: servedGrants(config),
+    grantTypes: { known: GRANT_TYPES, defaults: DEFAULT_GRANT_TYPES },
     gitlabKeys: createGitLabKeys({
       gitlabUrl: config.upstream.url,
       clock,

@@ -26,7 +26,7 @@ import { handleRevoke } from "../routes/revoke.ts";
 import { handleToken } from "../grants/token_endpoint.ts";
 import { handleDeviceAuthorization } from "../routes/device_authorization.ts";
 import { handleDevice, handleDeviceForm } from "../routes/device.ts";
-import { deviceAuthorizationOn } from "../device_authorization/config.ts";
+import { deviceAuthorizationOn } from "../sign_in/device_authorization/config.ts";
 
 const authorizationServerMetadata = {
   methods: { GET: handleAuthorizationServerMetadata },

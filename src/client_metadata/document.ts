@@ -6,9 +6,8 @@
  *   ("Client ID Metadata Documents")
  */
 
-import { parseClientMetadata } from "../clients/registration.ts";
+import { type GrantTypes, parseClientMetadata } from "../clients/registration.ts";
 import { OAuthError } from "../http/errors.ts";
-import { GRANT_TYPES } from "../grants/registry.ts";
 import type { ClientMetadataDocument } from "../store/records.ts";
 
 export type { ClientMetadataDocument };
@@ -46,6 +45,7 @@ export function clientMetadataUrl(clientId: string): URL {
 export function parseClientMetadataDocument(
   body: string,
   clientId: string,
+  grantTypes: GrantTypes,
 ): ClientMetadataDocument {
   let parsed: unknown;
   try {
@@ -61,12 +61,13 @@ export function parseClientMetadataDocument(
     throw problem("the document's client_id is not its URL");
   }
   const { redirect_uris, token_endpoint_auth_method, client_name } = input;
-  const grant_types = knownGrantTypes(input.grant_types);
+  const grant_types = knownGrantTypes(input.grant_types, grantTypes.known);
   try {
     // The registration rules, on the fields that matter here; other fields are the client's.
     const metadata = parseClientMetadata(
       { redirect_uris, token_endpoint_auth_method, client_name, grant_types },
-      GRANT_TYPES,
+      grantTypes.known,
+      grantTypes.defaults,
     );
     return {
       clientId,
@@ -84,9 +85,9 @@ export function parseClientMetadataDocument(
  * The grant types a document lists that this service knows (others are the client's business);
  * undefined when it lists none of them, which means the default.
  */
-function knownGrantTypes(listed: unknown): string[] | undefined {
+function knownGrantTypes(listed: unknown, served: readonly string[]): string[] | undefined {
   if (!Array.isArray(listed)) return undefined;
-  const known = GRANT_TYPES.filter((type) => listed.includes(type));
+  const known = served.filter((type) => listed.includes(type));
   return known.length > 0 ? known : undefined;
 }
 

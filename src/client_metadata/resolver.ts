@@ -7,6 +7,7 @@
  * @see draft-ietf-oauth-client-id-metadata-document §4.4 (caching)
  */
 
+import type { GrantTypes } from "../clients/registration.ts";
 import type { Clock } from "../clock.ts";
 import type { Logger } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
@@ -29,6 +30,8 @@ export interface ResolverDeps {
   clock: Clock;
   logger: Logger;
   fetcher: ClientMetadataFetcher;
+  /** The grant types a document may list, and those one that lists none gets. */
+  grantTypes: GrantTypes;
 }
 
 /** The valid document of a metadata document client id; throws ClientMetadataError. */
@@ -60,7 +63,7 @@ async function fetchRecord(
   clientId: string,
 ): Promise<ClientDocumentRecord> {
   const { body, maxAgeSeconds } = await deps.fetcher.fetchDocument(url);
-  const document = parseClientMetadataDocument(body, clientId);
+  const document = parseClientMetadataDocument(body, clientId, deps.grantTypes);
   const now = deps.clock.now();
   const maxAge = Math.min(maxAgeSeconds ?? MIN_CACHE_SECONDS, MAX_CACHE_SECONDS);
   return {

@@ -9,8 +9,7 @@ import { OAuthError } from "../http/errors.ts";
 import type { ClientMetadata } from "../store/records.ts";
 import { parseUrl, parseWebUrl } from "../http/web_url.ts";
 import { UNSAFE_REDIRECT_SCHEMES } from "./uri_schemes.ts";
-import { DEFAULT_GRANT_TYPES } from "../grants/registry.ts";
-import { DEVICE_CODE_GRANT_TYPE } from "../grants/device_code.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../http/grant_types.ts";
 
 const MAX_REDIRECT_URIS = 20;
 const MAX_URI_LENGTH = 2000;
@@ -23,20 +22,30 @@ export const LOOPBACK_HOSTS = ["127.0.0.1", "[::1]", "localhost"];
 const TEXT_FIELDS = ["client_name", "scope", "software_id", "software_version"] as const;
 const URL_FIELDS = ["client_uri", "logo_uri", "tos_uri", "policy_uri"] as const;
 
+/** The token endpoint's grant types as registration sees them (src/grants/registry.ts says). */
+export interface GrantTypes {
+  /** Every grant type the service can serve. */
+  known: readonly string[];
+  /** What a registration that names none gets. */
+  defaults: readonly string[];
+}
+
 /**
  * Validates registration metadata, `grant_types` among `grantTypes` (what the configuration
- * lets clients register); throws invalid_redirect_uri / invalid_client_metadata. A client of
- * the device grant only (RFC 8628) has no redirect URI to register.
+ * lets clients register), `defaults` when it names none; throws invalid_redirect_uri /
+ * invalid_client_metadata. A client of the device grant only (RFC 8628) has no redirect URI to
+ * register.
  */
 export function parseClientMetadata(
   body: unknown,
   grantTypes: readonly string[],
+  defaults: readonly string[],
 ): ClientMetadata {
   if (typeof body !== "object" || body === null || Array.isArray(body)) {
     throw invalidMetadata("The registration request must be a JSON object");
   }
   const input = body as Record<string, unknown>;
-  const grant_types = parseList(input, "grant_types", grantTypes) ?? [...DEFAULT_GRANT_TYPES];
+  const grant_types = parseList(input, "grant_types", grantTypes) ?? [...defaults];
   const redirects = grant_types.includes("authorization_code");
   if (!redirects && !grant_types.includes(DEVICE_CODE_GRANT_TYPE)) {
     throw invalidMetadata(

@@ -6,16 +6,14 @@
  * @see docs/mcp-clients.md "Headless clients: device authorization"
  */
 
-import { deviceAuthorizationOn } from "../device_authorization/config.ts";
-import { auditDeviceAuthorization } from "../device_authorization/audit.ts";
+import { deviceAuthorizationOn } from "../sign_in/device_authorization/config.ts";
+import { auditDeviceAuthorization } from "../sign_in/device_authorization/audit.ts";
 import { OAuthError } from "../http/errors.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../http/grant_types.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { DeviceAuthorizationRecord } from "../store/records.ts";
 import type { Grant, GrantDeps, GrantRequest, Issued } from "./grant.ts";
 import { invalidGrant, issueForSession, sessionTokens } from "./session_checks.ts";
-
-/** The grant's `grant_type` (RFC 8628 §3.4). */
-export const DEVICE_CODE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
 
 /** How much each `slow_down` adds to the code's interval (RFC 8628 §3.5). */
 export const SLOW_DOWN_STEP_SECONDS = 5;

@@ -21,7 +21,7 @@ import type { LogFields } from "../logger.ts";
 import type { Metrics } from "../metrics/catalog.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { Upstream } from "../upstream/types.ts";
-import type { DeviceAuthorizationConfig } from "../device_authorization/config.ts";
+import type { DeviceAuthorizationConfig } from "../sign_in/device_authorization/config.ts";
 import type { GitLabKeys } from "../machine/gitlab_keys.ts";
 import type { MachineConfig } from "../machine/config.ts";
 import type { MachineAccessHolder } from "../machine/holder.ts";

@@ -9,7 +9,7 @@
 
 import { PATHS } from "../http/paths.ts";
 import { isClientMetadataUrl } from "../client_metadata/client_id.ts";
-import { clientDocumentOf } from "../clients/document_client.ts";
+import { clientDocumentOf } from "../client_metadata/document_client.ts";
 import { matchesRegisteredRedirect } from "../clients/registration.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
 import { OAuthError } from "../http/errors.ts";

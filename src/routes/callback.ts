@@ -6,7 +6,7 @@
  * authorization code created as a completed device flow creates them; the browser returns to
  * the client with `code`, `state` and `iss`. The upstream's `access_denied` returns there too; a
  * user this service refuses reads why on our page, with a link back to the client. A sign-in
- * started at `/device` completes there instead (`device_authorization/completion.ts`).
+ * started at `/device` completes there instead (`sign_in/device_authorization/completion.ts`).
  *
  * @see RFC 6749 §4.1.2 and §10.12, RFC 7636, RFC 9207
  */
@@ -32,8 +32,8 @@ import {
 } from "../sign_in/redirect_flow.ts";
 import { UpstreamError } from "../upstream/types.ts";
 import { signInFailure } from "../metrics/catalog.ts";
-import { completeDeviceSignIn } from "../device_authorization/completion.ts";
-import { denyDevice } from "../device_authorization/flow_sign_in.ts";
+import { completeDeviceSignIn } from "../sign_in/device_authorization/completion.ts";
+import { denyDevice } from "../sign_in/device_authorization/flow_sign_in.ts";
 
 /** Handles `GET /oauth/callback`. */
 export async function handleCallback(ctx: SignInContext): Promise<Response> {

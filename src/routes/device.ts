@@ -3,24 +3,27 @@
  * the user code (any case, with or without the dash; `?user_code=` fills it in) and sees which
  * application asks, for what, and a warning; a code is bound to the first browser that enters
  * it, another browser reads that it is in use, and nothing of the client; wrong codes are
- * limited per client address (`device_authorization/wrong_codes.ts`). `POST`: the page's form
+ * limited per client address (`sign_in/device_authorization/wrong_codes.ts`). `POST`: the page's form
  * (CSRF token bound to the browser): "Continue" to the upstream sign-in, then Approve / Deny.
  *
  * @see docs/mcp-clients.md "Headless clients: device authorization"
  */
 
 import { sha256Base64Url, timingSafeEqual } from "../crypto.ts";
-import { auditDeviceAuthorization } from "../device_authorization/audit.ts";
-import { authorizationPage, htmlPage } from "../device_authorization/page.ts";
+import { auditDeviceAuthorization } from "../sign_in/device_authorization/audit.ts";
+import { authorizationPage, htmlPage } from "../sign_in/device_authorization/page.ts";
 import {
   changeDeviceAuthorization,
   continueUpstream,
   isDeviceForm,
-} from "../device_authorization/sign_in.ts";
-import { continueWithDeviceFlow } from "../device_authorization/continue_device_flow.ts";
-import { identifyDeviceClient } from "../device_authorization/client.ts";
-import { normalizeUserCode } from "../device_authorization/user_code.ts";
-import { countWrongCode, refuseAfterWrongCodes } from "../device_authorization/wrong_codes.ts";
+} from "../sign_in/device_authorization/sign_in.ts";
+import { continueWithDeviceFlow } from "../sign_in/device_authorization/continue_device_flow.ts";
+import { identifyDeviceClient } from "../sign_in/device_authorization/client.ts";
+import { normalizeUserCode } from "../sign_in/device_authorization/user_code.ts";
+import {
+  countWrongCode,
+  refuseAfterWrongCodes,
+} from "../sign_in/device_authorization/wrong_codes.ts";
 import { readParams, singleValued } from "../http/params.ts";
 import { PATHS } from "../http/paths.ts";
 import { enforceRateLimit } from "../http/rate_limit.ts";

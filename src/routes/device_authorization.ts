@@ -6,9 +6,9 @@
  */
 
 import { randomToken } from "../crypto.ts";
-import { auditDeviceAuthorization } from "../device_authorization/audit.ts";
-import { identifyDeviceClient } from "../device_authorization/client.ts";
-import { newUserCode } from "../device_authorization/user_code.ts";
+import { auditDeviceAuthorization } from "../sign_in/device_authorization/audit.ts";
+import { identifyDeviceClient } from "../sign_in/device_authorization/client.ts";
+import { newUserCode } from "../sign_in/device_authorization/user_code.ts";
 import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { PATHS } from "../http/paths.ts";

@@ -30,7 +30,7 @@ import { servedGrantTypes } from "../grants/registry.ts";
 import {
   type DeviceAuthorizationConfig,
   deviceAuthorizationOn,
-} from "../device_authorization/config.ts";
+} from "../sign_in/device_authorization/config.ts";
 import {
   clientAssertionAlgs,
   clientAuthMethodNames,

@@ -16,7 +16,7 @@ import { readJson } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import { isAllowedRedirect } from "../clients/redirect_allow_list.ts";
 import type { ClientMetadata, ClientRecord } from "../store/records.ts";
-import { registrableGrantTypes } from "../grants/registry.ts";
+import { DEFAULT_GRANT_TYPES, registrableGrantTypes } from "../grants/registry.ts";
 import type { GrantSwitches } from "../grants/grant.ts";
 
 /**
@@ -42,6 +42,7 @@ export async function handleRegister(ctx: RequestContext<RegisterDeps>): Promise
   const metadata = parseClientMetadata(
     await readJson(ctx.request, ctx.deps.config.requestBodyTimeoutMs),
     registrableGrantTypes(ctx.deps.config),
+    DEFAULT_GRANT_TYPES,
   );
   requireAllowedRedirects(ctx, metadata.redirect_uris);
   requireStorableSize(metadata);

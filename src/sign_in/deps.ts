@@ -21,7 +21,8 @@ import type { Store } from "../store/mod.ts";
 import type { UpstreamConfig } from "../upstream/config.ts";
 import type { Upstream, UpstreamProfile } from "../upstream/types.ts";
 import type { SignInConfig } from "./config.ts";
-import type { DeviceAuthorizationConfig } from "../device_authorization/config.ts";
+import type { GrantTypes } from "../clients/registration.ts";
+import type { DeviceAuthorizationConfig } from "./device_authorization/config.ts";
 import type { ConsentSigner } from "./consent_signer.ts";
 
 /** The settings signing in reads. */
@@ -54,6 +55,8 @@ export interface SignInDeps {
   /** The MCP servers served now: a sign-in is for one of them. */
   servers: Pick<ServedSet, "resources" | "at">;
   clientMetadataFetcher: ClientMetadataFetcher;
+  /** The token endpoint's grant types, as a client's registration or document reads them. */
+  grantTypes: GrantTypes;
   upstreamProfile: UpstreamProfile;
   /** Ending an abandoned sign-in's session forgets its tokens here too. */
   verifiedTokens: EndDeps["verifiedTokens"];

@@ -35,7 +35,7 @@ import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
 import { admitNewFlow } from "./pending_caps.ts";
 import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
 import { signInFailure } from "../metrics/catalog.ts";
-import { denyDeviceOfFlow, storeDeviceFlowSignIn } from "../device_authorization/flow_sign_in.ts";
+import { denyDeviceOfFlow, storeDeviceFlowSignIn } from "./device_authorization/flow_sign_in.ts";
 import { PATHS } from "../http/paths.ts";
 
 /** Flow state size parameter (spec §8): 32 random bytes. */

@@ -44,7 +44,6 @@ export {
   transportError,
 } from "./oauth_parse.ts";
 
-export const DEVICE_CODE_GRANT_TYPE = "urn:ietf:params:oauth:grant-type:device_code";
 /** RFC 8628 §3.2: the interval to use when the provider names none. */
 const DEFAULT_INTERVAL_SECONDS = 5;
 /** Longest device flow taken from `expires_in` (GitLab's last five minutes). */

@@ -8,10 +8,10 @@
  * @see RFC 8628, RFC 6749 §4.1 with RFC 7636, §6, RFC 7009
  */
 
+import { DEVICE_CODE_GRANT_TYPE } from "../http/grant_types.ts";
 import {
   authorizationUrl,
   createOAuthHttpClient,
-  DEVICE_CODE_GRANT_TYPE,
   endpointBelow,
   httpFailure,
   malformed,

@@ -4,11 +4,11 @@
  * the authorization and the user is asked Approve / Deny.
  */
 
-import { admitSignIn } from "../sign_in/admission.ts";
-import type { SignInContext } from "../sign_in/deps.ts";
-import { alreadyUsed, notice } from "../sign_in/redirect_flow.ts";
-import type { UpstreamTokenSet } from "../store/records.ts";
-import type { UpstreamUser } from "../upstream/types.ts";
+import { admitSignIn } from "../admission.ts";
+import type { SignInContext } from "../deps.ts";
+import { alreadyUsed, notice } from "../redirect_flow.ts";
+import type { UpstreamTokenSet } from "../../store/records.ts";
+import type { UpstreamUser } from "../../upstream/types.ts";
 import { denyDevice, storeDeviceSignIn } from "./flow_sign_in.ts";
 import { authorizationPage } from "./page.ts";
 

@@ -6,11 +6,11 @@
  * guessing a live one is hopeless within its `expires_in`.
  */
 
-import { rateLimitSubject } from "../http/ip_address.ts";
-import { countedAddress, type LimitedClient } from "../http/limited_client.ts";
-import { type RateLimit, tooManyRequests } from "../http/rate_limit.ts";
-import type { Metrics } from "../metrics/catalog.ts";
-import type { Store } from "../store/mod.ts";
+import { rateLimitSubject } from "../../http/ip_address.ts";
+import { countedAddress, type LimitedClient } from "../../http/limited_client.ts";
+import { type RateLimit, tooManyRequests } from "../../http/rate_limit.ts";
+import type { Metrics } from "../../metrics/catalog.ts";
+import type { Store } from "../../store/mod.ts";
 
 /** What counting wrong codes uses. */
 export interface WrongCodeDeps {

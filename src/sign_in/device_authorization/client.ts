@@ -4,13 +4,15 @@
  * unknown client, shown as unknown. A known client must list the device grant.
  */
 
-import { isClientMetadataUrl } from "../client_metadata/client_id.ts";
-import type { ClientsConfig } from "../clients/config.ts";
-import { clientDocumentOf, type DocumentClientDeps } from "../clients/document_client.ts";
-import { DEVICE_CODE_GRANT_TYPE } from "../grants/device_code.ts";
-import { DEFAULT_GRANT_TYPES } from "../grants/registry.ts";
-import { OAuthError } from "../http/errors.ts";
-import type { ClientRecord } from "../store/records.ts";
+import { isClientMetadataUrl } from "../../client_metadata/client_id.ts";
+import type { ClientsConfig } from "../../clients/config.ts";
+import {
+  clientDocumentOf,
+  type DocumentClientDeps,
+} from "../../client_metadata/document_client.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../../http/grant_types.ts";
+import { OAuthError } from "../../http/errors.ts";
+import type { ClientRecord } from "../../store/records.ts";
 
 /** Who the client is, as far as the service can tell (what the sign-in pages show). */
 export interface DeviceClient {
@@ -36,7 +38,7 @@ export async function identifyDeviceClient(
 ): Promise<DeviceClient> {
   if (isClientMetadataUrl(clientId)) {
     const document = await clientDocumentOf(deps, clientId);
-    requireDeviceGrant(document.grantTypes ?? DEFAULT_GRANT_TYPES);
+    requireDeviceGrant(document.grantTypes ?? deps.grantTypes.defaults);
     return { clientName: document.clientName, verifiedHost: new URL(clientId).host };
   }
   const registration = await deps.store.getClient(clientId);

@@ -5,11 +5,11 @@
  * has the authorization denied, so the device's poll gets `access_denied`.
  */
 
-import { revokeAbandonedUpstreamTokens, storeSignIn } from "../sign_in/completion.ts";
-import type { SignInContext } from "../sign_in/deps.ts";
-import type { Versioned } from "../store/mod.ts";
-import type { FlowRecord, SessionAccess, UpstreamTokenSet } from "../store/records.ts";
-import type { UpstreamUser } from "../upstream/types.ts";
+import { revokeAbandonedUpstreamTokens, storeSignIn } from "../completion.ts";
+import type { SignInContext } from "../deps.ts";
+import type { Versioned } from "../../store/mod.ts";
+import type { FlowRecord, SessionAccess, UpstreamTokenSet } from "../../store/records.ts";
+import type { UpstreamUser } from "../../upstream/types.ts";
 import { auditDeviceAuthorization } from "./audit.ts";
 import { changeDeviceAuthorization, signInRequestOf } from "./sign_in.ts";
 

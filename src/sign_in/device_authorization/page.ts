@@ -3,13 +3,13 @@
  * warning, with "Continue" (before the upstream sign-in) or Approve / Deny (after it).
  */
 
-import { profileFor } from "../sign_in/server_scopes.ts";
-import { OAuthError } from "../http/errors.ts";
-import { PATHS } from "../http/paths.ts";
-import type { RenderedPage } from "../pages/mod.ts";
-import { readCookie, signInCookies } from "../sign_in/cookies.ts";
-import type { SignInContext } from "../sign_in/deps.ts";
-import type { DeviceAuthorizationRecord } from "../store/records.ts";
+import { profileFor } from "../server_scopes.ts";
+import { OAuthError } from "../../http/errors.ts";
+import { PATHS } from "../../http/paths.ts";
+import type { RenderedPage } from "../../pages/mod.ts";
+import { readCookie, signInCookies } from "../cookies.ts";
+import type { SignInContext } from "../deps.ts";
+import type { DeviceAuthorizationRecord } from "../../store/records.ts";
 import { type DeviceClient, identifyDeviceClient } from "./client.ts";
 import { deviceCsrfToken } from "./sign_in.ts";
 

@@ -6,15 +6,15 @@
  * once at `/token`) or `denied`. Forms carry a CSRF token bound to the browser's cookie.
  */
 
-import { sha256Base64Url, timingSafeEqual } from "../crypto.ts";
-import { PATHS } from "../http/paths.ts";
-import { readCookie, signInCookies } from "../sign_in/cookies.ts";
-import type { SignInContext, SignInRequestContext } from "../sign_in/deps.ts";
-import { PKCE_METHOD } from "../sign_in/pkce.ts";
-import { sendUpstream, SIGN_IN_STEP_TTL_MS } from "../sign_in/redirect_flow.ts";
-import type { Versioned } from "../store/mod.ts";
-import type { DeviceAuthorizationRecord, SignInRecord } from "../store/records.ts";
-import type { SignInRequest } from "../session/life.ts";
+import { sha256Base64Url, timingSafeEqual } from "../../crypto.ts";
+import { PATHS } from "../../http/paths.ts";
+import { readCookie, signInCookies } from "../cookies.ts";
+import type { SignInContext, SignInRequestContext } from "../deps.ts";
+import { PKCE_METHOD } from "../pkce.ts";
+import { sendUpstream, SIGN_IN_STEP_TTL_MS } from "../redirect_flow.ts";
+import type { Versioned } from "../../store/mod.ts";
+import type { DeviceAuthorizationRecord, SignInRecord } from "../../store/records.ts";
+import type { SignInRequest } from "../../session/life.ts";
 
 /** Attempts at a transition that the client's polls (which touch the record) may race. */
 const ATTEMPTS = 5;

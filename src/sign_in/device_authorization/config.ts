@@ -3,8 +3,8 @@
  * device code lives.
  */
 
-import { integerBetween, oneOf } from "../config/parsers.ts";
-import { type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
+import { integerBetween, oneOf } from "../../config/parsers.ts";
+import { type ConfigTable, type ValuesOf, variable } from "../../config/variable.ts";
 
 export const DEVICE_AUTHORIZATION_VARIABLES = {
   /** `on`: `/device_authorization`, `/device` and the device_code grant exist. */

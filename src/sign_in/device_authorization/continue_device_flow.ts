@@ -4,11 +4,11 @@
  * browser to `/device`, which asks Approve / Deny.
  */
 
-import { PATHS } from "../http/paths.ts";
-import { startFlow } from "../sign_in/device.ts";
-import { profileFor, scopesFor } from "../sign_in/server_scopes.ts";
-import type { SignInContext } from "../sign_in/deps.ts";
-import type { DeviceAuthorizationRecord } from "../store/records.ts";
+import { PATHS } from "../../http/paths.ts";
+import { startFlow } from "../device.ts";
+import { profileFor, scopesFor } from "../server_scopes.ts";
+import type { SignInContext } from "../deps.ts";
+import type { DeviceAuthorizationRecord } from "../../store/records.ts";
 import { htmlPage } from "./page.ts";
 import { signInRequestOf } from "./sign_in.ts";
 import type { DeviceClient } from "./client.ts";

@@ -3,8 +3,8 @@
  * and logged once, with the client's id: started, approved, denied, expired.
  */
 
-import type { Logger } from "../logger.ts";
-import type { DeviceAuthorizationOutcome, Metrics } from "../metrics/catalog.ts";
+import type { Logger } from "../../logger.ts";
+import type { DeviceAuthorizationOutcome, Metrics } from "../../metrics/catalog.ts";
 
 /** What auditing a device authorization uses. */
 export interface DeviceAuditDeps {
