@@ -109,6 +109,24 @@ Deno.test("architecture: no import circle between the files of src/", async () =
   assert.deepEqual(circles(await sourceFiles()), []);
 });
 
+/** The folders of src/ as one node each, importing the folders their files import. */
+function folderGraph(files: SourceFile[]): SourceFile[] {
+  const imports = new Map<string, Set<string>>();
+  for (const file of files) {
+    const from = folderOf(file.path);
+    const targets = imports.get(from) ?? new Set();
+    for (const target of file.imports) {
+      if (folderOf(target) !== from) targets.add(folderOf(target));
+    }
+    imports.set(from, targets);
+  }
+  return [...imports].map(([path, targets]) => ({ path, lines: 0, imports: [...targets] }));
+}
+
+Deno.test("architecture: no two folders of src/ import each other, even through others", async () => {
+  assert.deepEqual(circles(folderGraph(await sourceFiles())), []);
+});
+
 Deno.test("architecture: src/http/ is a toolkit and imports nothing outside itself", async () => {
   const outside = (await sourceFiles()).filter((file) => folderOf(file.path) === "http")
     .flatMap((file) =>
