@@ -44,6 +44,24 @@ async function clientToken(serviceUrl: string, clientId: string, key: CryptoKey,
   return (await oauth.processClientCredentialsResponse(as, client, response)).access_token;
 }
 
+/** What a connected MCP client, v1's or v2's, needs for `whoami`. */
+interface McpCaller {
+  callTool(params: { name: string; arguments: Record<string, unknown> }): Promise<unknown>;
+  close(): Promise<void>;
+}
+
+/** `whoami` called with `client`, connected; then closed. */
+async function whoamiWith(client: McpCaller): Promise<WhoAmI> {
+  try {
+    const result = await client.callTool({ name: "whoami", arguments: {} }) as {
+      content: { type: string; text: string }[];
+    };
+    return JSON.parse(result.content[0].text);
+  } finally {
+    await client.close();
+  }
+}
+
 /** `whoami` called through the gateway at `serviceUrl` by the MCP SDK v1 client with `token`. */
 async function whoami(serviceUrl: string, token: string): Promise<WhoAmI> {
   const transport = new StreamableHTTPClientTransport(new URL(`${serviceUrl}/mcp`), {
@@ -51,13 +69,7 @@ async function whoami(serviceUrl: string, token: string): Promise<WhoAmI> {
   });
   const client = new Client({ name: "nightly-report", version: "1.0.0" });
   await client.connect(transport);
-  try {
-    const result = await client.callTool({ name: "whoami", arguments: {} });
-    const [content] = result.content as { type: string; text: string }[];
-    return JSON.parse(content.text);
-  } finally {
-    await client.close();
-  }
+  return await whoamiWith(client);
 }
 
 /** The same call by the MCP SDK v2 client, its token from an `authProvider`. */
@@ -68,13 +80,7 @@ async function whoamiV2(serviceUrl: string, token: string): Promise<WhoAmI> {
       authProvider: { token: () => Promise.resolve(token) },
     }),
   );
-  try {
-    const result = await client.callTool({ name: "whoami", arguments: {} });
-    const [content] = result.content as { type: string; text: string }[];
-    return JSON.parse(content.text);
-  } finally {
-    await client.close();
-  }
+  return await whoamiWith(client);
 }
 
 Deno.test({
