@@ -137,11 +137,10 @@ export function createCallPolicyHolder(
 
 /**
  * The groups the policies in force name (MCP_POLICY_FILE's, and the servers' own policies and
- * lists): their
- * memberships are learnt at sign-in, whichever server the sign-in is for, since a token's session
- * is re-checked against the same lists.
+ * lists): their memberships are learnt at sign-in, whichever server the sign-in is for, since a
+ * token's session is re-checked against the same lists.
  */
-export function heldPolicyGroups(holder: CallPolicyHolder): string[] {
+function heldPolicyGroups(holder: CallPolicyHolder): string[] {
   const current = holder.current();
   return [...new Set([...(current ? policyGroups(current) : []), ...holder.otherGroups()])];
 }

@@ -29,11 +29,6 @@ function enabledGrants(config: GrantSwitches): Grant[] {
   return GRANTS.filter((grant) => grant.enabled?.(config) ?? true);
 }
 
-/** The `grant_type` values `config` serves, in metadata's order. */
-export function servedGrantTypes(config: GrantSwitches): string[] {
-  return enabledGrants(config).map((grant) => grant.type);
-}
-
 /** The `grant_type` values a client registering itself may ask for under `config`. */
 export function registrableGrantTypes(config: GrantSwitches): string[] {
   return enabledGrants(config).filter((grant) => grant.registrable).map((grant) => grant.type);

@@ -21,12 +21,14 @@ interface MetadataDeps {
   upstreamProfile: Pick<UpstreamProfile, "displayName">;
   /** The MCP servers served now: each has its protected resource metadata. */
   servers: Pick<ServedSet, "resources">;
+  /** The grant types `POST /token` serves, in metadata's order. */
+  grants: ServedGrants;
 }
 import { json, NO_STORE } from "../http/responses.ts";
 import { pathOf } from "../http/resource.ts";
 import { PATHS } from "../http/paths.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
-import { servedGrantTypes } from "../grants/registry.ts";
+import type { ServedGrants } from "../grants/registry.ts";
 import {
   type DeviceAuthorizationConfig,
   deviceAuthorizationOn,
@@ -62,7 +64,7 @@ export function handleAuthorizationServerMetadata(
       revocation_endpoint: `${issuer}${PATHS.revoke}`,
       response_types_supported: ["code"],
       response_modes_supported: ["query"],
-      grant_types_supported: servedGrantTypes(ctx.deps.config),
+      grant_types_supported: [...ctx.deps.grants.keys()],
       code_challenge_methods_supported: ["S256"],
       token_endpoint_auth_methods_supported: clientAuthMethodNames(ctx.deps.config),
       ...assertionAlgs(ctx.deps.config),
