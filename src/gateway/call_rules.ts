@@ -7,7 +7,6 @@
 
 import type { Caller, CallPolicy } from "../access/call_policy.ts";
 import { decideCall } from "../access/call_policy.ts";
-import { accessPolicyOf } from "../access/config.ts";
 import { type Decide, machineDecider } from "../machine/decide.ts";
 import { learnPolicyTools } from "./answer_lists.ts";
 import { callerOf } from "./call_check.ts";
@@ -42,8 +41,7 @@ export function callRulesFor(
   }
   if (!policy) return {};
   learnPolicyTools(gateway, policy);
-  const listedGroups = accessPolicyOf(gateway.deps.config).groups.map((group) => group.path);
-  const caller = callerOf(auth, listedGroups);
-  const { roles } = gateway.deps.callPolicy.rules;
+  const { roles, policy: lists } = gateway.deps.callPolicy.rules;
+  const caller = callerOf(auth, lists.groups.map((group) => group.path));
   return { caller, decide: (target, name) => decideCall(policy, caller, target, name, roles) };
 }
