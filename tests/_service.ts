@@ -427,15 +427,19 @@ export interface RawResponse {
 }
 
 /**
- * Sends `head` (the request line and header lines, without the blank line) over a plain TCP
- * connection to `serviceUrl` and reads the answer: for what fetch refuses to send, such as a
- * `Host` header of the test's choosing.
+ * Sends `head` (the request line and header lines, without the blank line) and `body` over a
+ * plain TCP connection to `serviceUrl` and reads the answer: for what fetch refuses to send, such
+ * as a `Host` header of the test's choosing.
  */
-export async function rawRequest(serviceUrl: string, head: string[]): Promise<RawResponse> {
+export async function rawRequest(
+  serviceUrl: string,
+  head: string[],
+  body = "",
+): Promise<RawResponse> {
   const { hostname, port } = new URL(serviceUrl);
   const conn = await Deno.connect({ hostname, port: Number(port) });
   try {
-    const request = [...head, "Connection: close", "", ""].join("\r\n");
+    const request = [...head, "Connection: close", "", body].join("\r\n");
     await conn.write(new TextEncoder().encode(request));
     const raw = await new Response(conn.readable).text();
     const [headText, ...bodyParts] = raw.split("\r\n\r\n");

@@ -10,10 +10,11 @@
 import assert from "node:assert/strict";
 import { startScripted } from "./_gateway_mcp.ts";
 import { makeTestApp, makeTestAppOn, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
-import { spawnService, waitFor } from "./_service.ts";
+import { rawRequest, spawnService, waitFor } from "./_service.ts";
 import { STORE_KINDS } from "./_stores.ts";
 import { recordingLogger } from "./_access.ts";
 import { createLogger } from "../src/logger.ts";
+import { followConfigFiles } from "../src/app/file_reloads.ts";
 
 const GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 
@@ -372,5 +373,41 @@ Deno.test("jwt bearer: the token endpoint's line names the CI caller; metrics co
     assert.equal(count("invalid_grant"), "1");
   } finally {
     t.close();
+  }
+});
+
+Deno.test("jwt bearer: without BASE_URL a reload bringing ci: rules is refused as start-up refuses it, so the Host never picks the audience", async () => {
+  const dir = await Deno.makeTempDir();
+  const path = `${dir}/access.yaml`;
+  await Deno.writeTextFile(path, "clients:\n  - client_id: robot\n    servers: [default]\n");
+  const lines: Record<string, unknown>[] = [];
+  const logger = createLogger((line) => lines.push(JSON.parse(line)));
+  const t = await makeTestApp({ env: { BASE_URL: "", MACHINE_ACCESS_FILE: path }, logger });
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+  // What SIGHUP does (main.ts).
+  const files = followConfigFiles(t.deps, logger, {});
+  try {
+    await Deno.writeTextFile(path, "ci:\n  - project: acme/*\n    servers: [default]\n");
+    files.reload();
+    // A job's ID token for another service, sent here with that service's name as the Host.
+    const elsewhere = await t.upstream.idTokens.sign("http://elsewhere.example", t.clock.now());
+    const form = new URLSearchParams({ grant_type: GRANT, assertion: elsewhere }).toString();
+    const answer = await rawRequest(`http://127.0.0.1:${server.addr.port}`, [
+      "POST /token HTTP/1.1",
+      "Host: elsewhere.example",
+      "Content-Type: application/x-www-form-urlencoded",
+      `Content-Length: ${form.length}`,
+    ], form);
+    assert.equal(answer.status, 400, answer.body);
+    assert.equal(JSON.parse(answer.body).error, "invalid_grant");
+    assert.match(
+      String(lines.find((line) => String(line.message).startsWith("MACHINE_ACCESS"))?.message),
+      /^MACHINE_ACCESS_FILE not reloaded, the rules in force stay: .*ci: rules need BASE_URL/,
+    );
+  } finally {
+    files.stop();
+    await server.shutdown();
+    t.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });

@@ -144,6 +144,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       config.machineAccessFile,
       // A reload may name the servers served then (MCP_SERVERS_FILE reloads too).
       () => [DEFAULT_SERVER, ...servers.names()],
+      { baseUrl: config.baseUrl },
     ),
   };
 }

@@ -37,11 +37,33 @@ export function requireKnownServers(access: MachineAccess, known: readonly strin
   }
 }
 
-/** A holder starting with `initial`, whose reloads must name only the servers served then. */
+/**
+ * Refuses `ci:` rules without BASE_URL, as start-up does (config.ts): an ID token's audience is
+ * checked against the issuer, which would otherwise follow the request's `Host`.
+ */
+export function requireBaseUrlForCi(access: MachineAccess, baseUrl: string | undefined): void {
+  if (access.ci.length > 0 && !baseUrl) {
+    throw new MachineAccessError(
+      `${access.path}: ci: rules need BASE_URL (GitLab ID tokens name it as their audience)`,
+    );
+  }
+}
+
+/** What a reload is checked against besides the file itself. */
+export interface MachineReloadChecks {
+  /** BASE_URL, which `ci:` rules need. */
+  baseUrl?: string;
+  readText?: ReadText;
+}
+
+/**
+ * A holder starting with `initial`, whose reloads must name only the servers served then, and
+ * may bring `ci:` rules only with BASE_URL.
+ */
 export function createMachineAccessHolder(
   initial: MachineAccess | undefined,
   knownServers: () => readonly string[],
-  readText?: ReadText,
+  { baseUrl, readText }: MachineReloadChecks = {},
 ): MachineAccessHolder {
   let inForce = initial;
   return {
@@ -53,6 +75,7 @@ export function createMachineAccessHolder(
       try {
         const next = readMachineAccess(path, readText);
         requireKnownServers(next, knownServers());
+        requireBaseUrlForCi(next, baseUrl);
         inForce = next;
         return { kind: "reloaded", path, ci: next.ci.length, clients: next.clients.length };
       } catch (error) {
