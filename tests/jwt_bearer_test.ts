@@ -411,3 +411,38 @@ Deno.test("jwt bearer: without BASE_URL a reload bringing ci: rules is refused a
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("jwt bearer: a key GitLab withdrew is refused once the keys are ten minutes old; while GitLab cannot answer, its last keys serve", async () => {
+  await withGrantApp(async (t) => {
+    const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+    const post = async (assertion: string) => {
+      const response = await fetch(`http://127.0.0.1:${server.addr.port}/token`, {
+        method: "POST",
+        body: new URLSearchParams({ grant_type: GRANT, assertion }),
+      });
+      return { status: response.status, body: await response.json() };
+    };
+    try {
+      const [first, leaked, later] = await Promise.all([idToken(t), idToken(t), idToken(t)]);
+      assert.equal((await post(first)).status, 200);
+      // GitLab rotates its key (its private half leaked): it no longer publishes gitlab-key-1.
+      t.upstream.idTokens.rotate();
+      t.clock.advance(9 * 60_000);
+      assert.equal((await post(later)).status, 200, "within ten minutes the cached key serves");
+      t.clock.advance(60_000);
+      const refused = await post(leaked);
+      assert.equal(refused.status, 400);
+      assert.equal(refused.body.error, "invalid_grant");
+      assert.match(refused.body.error_description, /^kid:/);
+      assert.equal(t.upstream.idTokens.fetches, 2);
+      // A key still published serves on while GitLab answers 503 (the keys are fetched again).
+      const current = await idToken(t);
+      t.clock.advance(10 * 60_000);
+      t.upstream.idTokens.unavailable = true;
+      assert.equal((await post(current)).status, 200);
+      assert.equal(t.upstream.idTokens.fetches, 3);
+    } finally {
+      await server.shutdown();
+    }
+  });
+});

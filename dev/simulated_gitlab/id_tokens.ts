@@ -39,6 +39,8 @@ export class FakeGitLabIdTokens {
   issuer: string;
   /** How many times the keys were fetched. */
   fetches = 0;
+  /** While set, the keys URL answers 503, as a GitLab in trouble does. */
+  unavailable = false;
   #pair?: Promise<KeyPair>;
   #kid = "gitlab-key-1";
   #generation = 1;
@@ -69,6 +71,7 @@ export class FakeGitLabIdTokens {
     const url = new URL(input instanceof Request ? input.url : input);
     if (url.pathname !== "/oauth/discovery/keys") return new Response(null, { status: 404 });
     this.fetches++;
+    if (this.unavailable) return new Response(null, { status: 503 });
     return Response.json(await this.jwks());
   };
 

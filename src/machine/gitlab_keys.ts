@@ -1,7 +1,9 @@
 /**
  * GitLab's ID-token signing keys (`{GITLAB_URL}/oauth/discovery/keys`), cached. A `kid` not in
  * the cache fetches them again, unless any fetch happened in the last minute: a rotated key works
- * within a minute, and tokens naming made-up kids cannot make the service hammer GitLab.
+ * within a minute, and tokens naming made-up kids cannot make the service hammer GitLab. Keys
+ * older than ten minutes are fetched again before use, so a key GitLab withdrew (rotated after a
+ * leak, say) stops being trusted; while GitLab cannot answer, the keys it last published serve.
  */
 
 import type { Clock } from "../clock.ts";
@@ -9,6 +11,8 @@ import { readBody } from "../upstream/oauth_parse.ts";
 
 /** At most one fetch of the keys per this long, whatever the kids asked for. */
 export const KEYS_REFETCH_MS = 60_000;
+/** Keys fetched longer ago than this are fetched again before a token is checked with them. */
+export const KEYS_MAX_AGE_MS = 10 * 60_000;
 /** The most keys kept from one answer. */
 const MAX_KEYS = 50;
 
@@ -41,7 +45,9 @@ export function createGitLabKeys(deps: GitLabKeysDeps): GitLabKeys {
   const url = `${deps.gitlabUrl.href.replace(/\/+$/, "")}/oauth/discovery/keys`;
   const fetching = deps.fetch ?? fetch;
   let keys = new Map<string, PublishedKey>();
+  /** When a fetch last started (the refetch limit), and when `keys` were last read. */
   let fetchedAt: number | undefined;
+  let keysAt: number | undefined;
   let inFlight: Promise<void> | undefined;
 
   async function refresh(): Promise<void> {
@@ -67,17 +73,24 @@ export function createGitLabKeys(deps: GitLabKeysDeps): GitLabKeys {
       throw new GitLabKeysUnavailable(error instanceof Error ? error.message : "unreadable");
     }
     keys = parseKeys(text);
+    keysAt = deps.clock.now();
   }
 
   return {
     async keyFor(kid) {
+      const now = deps.clock.now();
       const known = keys.get(kid);
-      if (known) return known;
-      const due = fetchedAt === undefined || deps.clock.now() - fetchedAt >= KEYS_REFETCH_MS;
+      if (known && keysAt !== undefined && now - keysAt < KEYS_MAX_AGE_MS) return known;
+      const due = fetchedAt === undefined || now - fetchedAt >= KEYS_REFETCH_MS;
       if (due && inFlight === undefined) {
         inFlight = refresh().finally(() => inFlight = undefined);
       }
-      if (inFlight) await inFlight;
+      try {
+        if (inFlight) await inFlight;
+      } catch (error) {
+        // GitLab did not answer: a key it published serves on; an unknown kid cannot be checked.
+        if (!known) throw error;
+      }
       return keys.get(kid);
     },
   };
