@@ -165,7 +165,7 @@ Deno.test("jwt bearer: every check fails closed with invalid_grant naming it", a
       ["iat", idToken(t, { iat: now + 61 })],
       ["nbf", idToken(t, { nbf: now + 61 })],
     ];
-    for (const claim of ["exp", "iat", "jti", "project_path", "ref", "ref_type"]) {
+    for (const claim of ["exp", "iat", "jti", "sub", "project_path", "ref", "ref_type"]) {
       cases.push([claim, idToken(t, { [claim]: undefined })]);
     }
     for (const [check, assertion] of cases) {

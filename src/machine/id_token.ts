@@ -15,8 +15,18 @@ import { type GitLabKeys, GitLabKeysUnavailable } from "./gitlab_keys.ts";
 export const ASSERTION_LEEWAY_SECONDS = 60;
 /** The one algorithm GitLab signs ID tokens with. */
 const ALGORITHM = "RS256";
-/** The claims every ID token must carry (the issue's list). */
-const REQUIRED = ["exp", "iat", "jti", "iss", "aud", "project_path", "ref", "ref_type"] as const;
+/** The claims every ID token must carry: the issue's list, and `sub` (RFC 7523 §3 item 2). */
+const REQUIRED = [
+  "exp",
+  "iat",
+  "jti",
+  "iss",
+  "aud",
+  "sub",
+  "project_path",
+  "ref",
+  "ref_type",
+] as const;
 
 /** Thrown when a check fails; the message names it (for `invalid_grant`'s description). */
 export class AssertionRefused extends Error {
