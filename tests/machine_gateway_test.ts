@@ -16,7 +16,8 @@ import { type CiJob, ciTokenClaims } from "../src/machine/caller.ts";
 import { machineSubject } from "../src/jwt.ts";
 import { issueMachineToken } from "../src/machine/token.ts";
 import { followConfigFiles } from "../src/app/file_reloads.ts";
-import { addClient } from "./_machine_clients.ts";
+import { addClient, basic } from "./_machine_clients.ts";
+import { clientSecretHash } from "../src/grants/client_auth/client_secret.ts";
 
 const TOOLS = ["get_issue", "search_code", "delete_project"];
 
@@ -356,6 +357,46 @@ Deno.test("machine gateway: a CI job whose claims no rule in force admits is ref
     const answer = await callTool(m, token, "get_issue", "/mcp/docs");
     assert.equal(answer.response.status, 401);
     assert.equal(m.upstream.seen.length, 0);
+  } finally {
+    await m.close();
+  }
+});
+
+Deno.test("machine gateway: a client deleted and added again under its id (a new secret) does not bring its old tokens back", async () => {
+  const m = await machineGateway();
+  const { store } = m.gateway.t;
+  const tokenWith = async (secret: string) => {
+    const response = await fetch(m.gateway.mcpUrl.replace(/\/mcp$/, "/token"), {
+      method: "POST",
+      headers: basic("nightly", secret),
+      body: new URLSearchParams({ grant_type: "client_credentials" }),
+    });
+    assert.equal(response.status, 200);
+    return (await response.json()).access_token as string;
+  };
+  try {
+    // The client as `clients add` stored it, with a secret the test knows.
+    const first = (await store.getMachineClient("nightly"))!;
+    await store.deleteMachineClient("nightly");
+    await store.addMachineClient({
+      ...first,
+      credential: { method: "client_secret", secretHash: clientSecretHash("leaked") },
+    });
+    const stolen = await tokenWith("leaked");
+    assert.ok((await callTool(m, stolen, "get_issue")).body.result);
+    // The secret leaked: the operator deletes the client and adds it again with a new secret.
+    await store.deleteMachineClient("nightly");
+    assert.equal((await callTool(m, stolen, "get_issue")).response.status, 401);
+    await store.addMachineClient({
+      ...first,
+      credential: { method: "client_secret", secretHash: clientSecretHash("new") },
+      createdAt: first.createdAt + 60_000,
+    });
+    const refused = await callTool(m, stolen, "get_issue");
+    assert.equal(refused.response.status, 401);
+    assert.match(refused.response.headers.get("www-authenticate") ?? "", /deleted/);
+    assert.ok((await callTool(m, await tokenWith("new"), "get_issue")).body.result);
+    assert.equal(m.upstream.seen.filter((seen) => seen.method === "tools/call").length, 2);
   } finally {
     await m.close();
   }

@@ -10,7 +10,7 @@
 
 import { OAuthError } from "../http/errors.ts";
 import { machineSubject } from "../jwt.ts";
-import { grantedScope, issueMachineToken } from "../machine/token.ts";
+import { CLIENT_ADDED_CLAIM, grantedScope, issueMachineToken } from "../machine/token.ts";
 import type { Grant, GrantDeps, GrantRequest, GrantSwitches, Issued } from "./grant.ts";
 import { invalidClient } from "./client_auth/invalid_client.ts";
 
@@ -57,7 +57,7 @@ async function issueClientToken(deps: GrantDeps, request: GrantRequest): Promise
     grant: rule,
     scope: grantedScope(request.params.get("scope")),
     // No GitLab user stands behind it: `gitlab_user` is its subject (no username has a colon).
-    claims: { gitlab_user: subject },
+    claims: { gitlab_user: subject, [CLIENT_ADDED_CLAIM]: String(client.machine.createdAt) },
   });
   return {
     body,

@@ -17,6 +17,13 @@ import type { SessionConfig } from "../session/config.ts";
 import { DEFAULT_SERVER } from "../servers/file.ts";
 import type { MachineGrant } from "./rules.ts";
 
+/**
+ * The claim of a client's token naming when its client was added (`admin clients add`, epoch
+ * ms, as text): the gateway refuses the token once the client was deleted, also when a client was
+ * added again under the same id since.
+ */
+export const CLIENT_ADDED_CLAIM = "client_added";
+
 /** What issuing a machine token uses. */
 export interface MachineTokenDeps {
   signer: Pick<TokenSigner, "sign">;
