@@ -158,7 +158,28 @@ Deno.test("cimd: bad documents → 400 invalid_request naming the problem, nothi
       (id) => streamed(JSON.stringify(documentOf(id, { pad: "x".repeat(MAX_DOCUMENT_BYTES) }))),
       /larger than 5120 bytes/,
     ],
-    ["not JSON", () => new Response("<html>hello</html>"), /not JSON/],
+    [
+      "not JSON",
+      () => new Response("<html>hello</html>", { headers: { "Content-Type": "application/json" } }),
+      /not JSON/,
+    ],
+    [
+      "the document served as a web page",
+      (id) =>
+        new Response(JSON.stringify(documentOf(id)), {
+          headers: { "Content-Type": "text/html; charset=utf-8" },
+        }),
+      /not served as application\/json \(Content-Type: text\/html\)/,
+    ],
+    [
+      "the document served without a Content-Type",
+      (id) => {
+        const response = new Response(JSON.stringify(documentOf(id)));
+        response.headers.delete("Content-Type");
+        return response;
+      },
+      /not served as application\/json \(Content-Type: none\)/,
+    ],
     ["a JSON array", () => Response.json([1, 2]), /not a JSON object/],
     [
       "slow",
@@ -200,6 +221,15 @@ Deno.test("cimd: bad documents → 400 invalid_request naming the problem, nothi
     }, { fetcher: { timeoutMs: 300 } });
   }
 });
+
+Deno.test("cimd: a document served as application/<something>+json with parameters is accepted", () =>
+  withCimd(async ({ t, docs, clientId }) => {
+    docs.route(DOC_PATH, () =>
+      new Response(JSON.stringify(documentOf(clientId)), {
+        headers: { "Content-Type": "Application/Client-Metadata+JSON; charset=utf-8" },
+      }));
+    await assertPage(await authorize(t, { client_id: clientId }));
+  }));
 
 function streamed(text: string): Response {
   const bytes = new TextEncoder().encode(text);

@@ -1,7 +1,8 @@
 /**
  * Fetches a Client ID Metadata Document with the limits the service promises: `GET` with
  * `Accept: application/json`, 5 seconds for everything (name resolution included), at most
- * 5 KiB, no redirect followed, and, unless CLIENT_METADATA_ALLOW_PRIVATE is set, only from a
+ * 5 KiB, no redirect followed, only a 200 served as `application/json` (or `application/…+json`),
+ * and, unless CLIENT_METADATA_ALLOW_PRIVATE is set, only from a
  * host whose every address is public, checked before connecting.
  *
  * DNS-rebinding residue: the addresses are checked with `Deno.resolveDns`, and `fetch` then
@@ -138,6 +139,13 @@ async function readDocument(response: Response, maxBytes: number): Promise<Fetch
         : `the document URL answered HTTP ${response.status}`,
     );
   }
+  const mediaType = mediaTypeOf(response.headers.get("content-type"));
+  if (!isJsonMediaType(mediaType)) {
+    await response.body?.cancel();
+    throw new ClientMetadataError(
+      `the document is not served as application/json (Content-Type: ${shown(mediaType)})`,
+    );
+  }
   if (Number(response.headers.get("content-length") ?? 0) > maxBytes) {
     await response.body?.cancel();
     throw tooLarge(maxBytes);
@@ -146,6 +154,29 @@ async function readDocument(response: Response, maxBytes: number): Promise<Fetch
     body: await readCapped(response.body, maxBytes),
     maxAgeSeconds: maxAge(response.headers.get("cache-control")),
   };
+}
+
+/** The media type of a Content-Type header, without parameters, in lower case. */
+function mediaTypeOf(contentType: string | null): string {
+  return (contentType ?? "").split(";")[0].trim().toLowerCase();
+}
+
+/**
+ * `application/json` or a more specific `application/…+json`: the draft's "MUST treat all other
+ * … content types as an error response" (a page or a text file that happens to hold the JSON is
+ * no document the client published as one).
+ */
+function isJsonMediaType(mediaType: string): boolean {
+  return mediaType === "application/json" ||
+    /^application\/[a-z0-9!#$&^_.-]+\+json$/.test(mediaType);
+}
+
+/** A media type fit to quote in an error description (the server chose it). */
+function shown(mediaType: string): string {
+  if (mediaType === "") return "none";
+  return /^[a-z0-9!#$&^_.+-]{1,60}\/[a-z0-9!#$&^_.+-]{1,60}$/.test(mediaType)
+    ? mediaType
+    : "unusable";
 }
 
 async function readCapped(
