@@ -198,6 +198,25 @@ Deno.test("jwt bearer: a jti is accepted once; the scope asked for is granted", 
   });
 });
 
+Deno.test("jwt bearer: a request refused for its resource leaves the ID token unspent; of 20 good ones at once exactly one succeeds", async () => {
+  await withGrantApp(async (t) => {
+    const assertion = await idToken(t);
+    for (const resource of [`${TEST_BASE}/mcp/docs`, "https://elsewhere.test/mcp", "not a url"]) {
+      const refused = await refusal(await grant(t, { assertion, resource }));
+      assert.equal(refused.error, "invalid_target", refused.description);
+    }
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () => grant(t, { assertion, resource: `${TEST_BASE}/mcp` })),
+    );
+    const statuses = await Promise.all(answers.map(async (answer) => {
+      await answer.body?.cancel();
+      return answer.status;
+    }));
+    assert.equal(statuses.filter((status) => status === 200).length, 1, String(statuses));
+    assert.ok(statuses.every((status) => status === 200 || status === 400), String(statuses));
+  });
+});
+
 for (const kind of STORE_KINDS) {
   Deno.test({
     name: `jwt bearer: of concurrent replays exactly one succeeds (${kind.name})`,

@@ -1,8 +1,9 @@
 /**
  * The JWT bearer grant (RFC 7523 §2.1) for GitLab CI jobs: the job's GitLab ID token is the
  * credential (no client secret; a `client_id` sent is ignored). The token is checked
- * (id_token.ts), its `jti` is used once, the first MACHINE_ACCESS_FILE `ci:` rule its claims
- * match admits it, and the access token (`sub` `ci:<project_path>`, no refresh token) is for one
+ * (id_token.ts), the first MACHINE_ACCESS_FILE `ci:` rule its claims match admits it and the
+ * resource asked for, its `jti` is used once (last, so a request refused for what it asks leaves
+ * the job's token usable), and the access token (`sub` `ci:<project_path>`, no refresh token) is for one
  * of the rule's servers and lives no longer than the ID token.
  *
  * @see README.md "GitLab CI jobs", docs/gateway.md "Machine callers"
@@ -15,7 +16,7 @@ import { ciTokenClaims } from "../machine/caller.ts";
 import { gitlabIssuerOf } from "../machine/config.ts";
 import { ASSERTION_LEEWAY_SECONDS, AssertionRefused, verifyIdToken } from "../machine/id_token.ts";
 import { ciRuleFor } from "../machine/rules.ts";
-import { grantedScope, issueMachineToken } from "../machine/token.ts";
+import { grantedScope, issueMachineToken, machineResource } from "../machine/token.ts";
 import type { Grant, GrantDeps, GrantRequest, Issued } from "./grant.ts";
 import { invalidGrant } from "./session_checks.ts";
 
@@ -63,6 +64,13 @@ async function issueForCiJob(deps: GrantDeps, request: GrantRequest): Promise<Is
     });
     throw invalidGrant(`no rule admits ${job.project_path} at ref ${job.ref}`);
   }
+  // The jti is spent last: a request refused for what it asks (its resource) may be sent again
+  // with the job's one ID token.
+  const resource = machineResource(
+    deps.servedResources(request.issuer),
+    request.params.get("resource"),
+    rule,
+  );
   const keepUntil = (verified.exp + ASSERTION_LEEWAY_SECONDS) * 1000;
   if (!await deps.store.spendAssertionId(gitlabIssuerOf(deps.config), verified.jti, keepUntil)) {
     throw invalidGrant("jti: the assertion was used already");
@@ -72,7 +80,7 @@ async function issueForCiJob(deps: GrantDeps, request: GrantRequest): Promise<Is
     subject,
     clientId: subject,
     issuer: request.issuer,
-    requestedResource: request.params.get("resource"),
+    requestedResource: resource,
     grant: rule,
     maxTtlSeconds: verified.exp - Math.floor(now / 1000),
     scope,
