@@ -22,6 +22,17 @@ export async function writeAccessFile(
   return path;
 }
 
+/**
+ * PORT and a BASE_URL naming it, for a service process that serves private_key_jwt (which needs
+ * BASE_URL) at the address it announces.
+ */
+export function baseUrlEnv(): { PORT: string; BASE_URL: string } {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { port } = listener.addr as Deno.NetAddr;
+  listener.close();
+  return { PORT: String(port), BASE_URL: `http://127.0.0.1:${port}` };
+}
+
 /** A key pair of `alg`, its public JWK (with `kid`) and the private key. */
 export async function clientKeyPair(
   alg: "ES256" | "RS256" | "EdDSA" = "ES256",
@@ -54,6 +65,7 @@ export async function addClient(
     credential,
   }, {
     store,
+    baseUrl: TEST_BASE,
     logger: silentLogger,
     print: (line) => printed.push(line),
     kvFileSize: () => Promise.resolve(undefined),

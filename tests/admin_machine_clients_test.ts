@@ -7,7 +7,7 @@
 
 import assert from "node:assert/strict";
 import { kvText, TEST_SECRET } from "./_helpers.ts";
-import { basic, clientKeyPair, writeAccessFile } from "./_machine_clients.ts";
+import { baseUrlEnv, basic, clientKeyPair, writeAccessFile } from "./_machine_clients.ts";
 import { type CommandRun, fetchJson, type Json, runAdminCli, spawnWithGitLab } from "./_service.ts";
 import { openDatabase } from "../src/store/open.ts";
 
@@ -38,6 +38,8 @@ Deno.test({
         { client_id: "ci-bot", servers: ["default"] },
         { client_id: "signer", servers: ["default"] },
       ]),
+      // private_key_jwt needs BASE_URL; the CLI refuses keys without it (below).
+      ...baseUrlEnv(),
     };
     const started = await spawnWithGitLab(shared.GITLAB_CLIENT_ID, shared);
     const admin = (args: string[]): Promise<CommandRun> =>
@@ -65,6 +67,21 @@ Deno.test({
       const key = await clientKeyPair("ES256", "signer-1");
       const keyFile = `${dir}/signer.jwks.json`;
       await Deno.writeTextFile(keyFile, JSON.stringify({ keys: [key.jwk] }));
+      const { BASE_URL: _, ...withoutBaseUrl } = shared;
+      const unserved = await runAdminCli([
+        "clients",
+        "add",
+        "--name",
+        "Signer",
+        "--grant",
+        "client_credentials",
+        "--id",
+        "signer",
+        "--jwks-file",
+        keyFile,
+      ], { ...withoutBaseUrl, GITLAB_URL: started.gitlab.url.href });
+      assert.equal(unserved.code, 2, unserved.stderr);
+      assert.match(unserved.stderr, /--jwks-file needs BASE_URL.*nothing added/);
       const withKeys = await admin([
         "add",
         "--name",

@@ -17,7 +17,7 @@ import {
   StreamableHTTPClientTransport as TransportV2,
 } from "@modelcontextprotocol/client";
 import { TEST_SECRET } from "./_helpers.ts";
-import { clientKeyPair, writeAccessFile } from "./_machine_clients.ts";
+import { baseUrlEnv, clientKeyPair, writeAccessFile } from "./_machine_clients.ts";
 import { postInitialize } from "./_mcp_client.ts";
 import { startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
 import { runAdminCli, type ServiceProcess, spawnService } from "./_service.ts";
@@ -104,8 +104,10 @@ Deno.test({
     };
     const services: ServiceProcess[] = [];
     try {
-      services.push(await spawnService(env));
-      services.push(await spawnService(env));
+      // private_key_jwt needs BASE_URL: each instance is its own issuer here (behind one
+      // BASE_URL they would share it).
+      services.push(await spawnService({ ...env, ...baseUrlEnv() }));
+      services.push(await spawnService({ ...env, ...baseUrlEnv() }));
       const key = await clientKeyPair("ES256", "nightly-1");
       const keyFile = `${dir}/nightly.jwks.json`;
       await Deno.writeTextFile(keyFile, JSON.stringify({ keys: [key.jwk] }));
@@ -120,10 +122,9 @@ Deno.test({
         "nightly-report",
         "--jwks-file",
         keyFile,
-      ], env);
+      ], { ...env, BASE_URL: services[0].url });
       assert.equal(added.code, 0, added.stderr);
 
-      // Without BASE_URL each instance is its own issuer (as behind one BASE_URL they share it).
       const tokens: string[] = [];
       for (const [i, service] of services.entries()) {
         const token = await clientToken(service.url, "nightly-report", key.privateKey, key.kid);

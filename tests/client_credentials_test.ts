@@ -34,13 +34,13 @@ import type { LogFields } from "../src/logger.ts";
 const INSECURE = { [oauth.allowInsecureRequests]: true } as const;
 
 /** The app with MACHINE_ACCESS_FILE giving `robot` and `vault` the server at /mcp. */
-async function machineApp(logs?: LogFields[]): Promise<TestApp> {
+async function machineApp(logs?: LogFields[], env: Record<string, string> = {}): Promise<TestApp> {
   const path = await writeAccessFile([
     { client_id: "robot", servers: ["default"] },
     { client_id: "vault", servers: ["default"] },
   ]);
   return await makeTestApp({
-    env: { MACHINE_ACCESS_FILE: path },
+    env: { MACHINE_ACCESS_FILE: path, ...env },
     // oauth4webapi signs its assertions with the wall clock's time.
     clock: new FakeClock(Date.now()),
     logger: logs ? recordingLogger(logs) : undefined,
@@ -125,6 +125,44 @@ Deno.test("client credentials: with MACHINE_ACCESS_FILE metadata lists the grant
       "Ed25519",
     ]);
   });
+});
+
+Deno.test("client credentials: without BASE_URL private_key_jwt is neither accepted nor listed, so no Host picks an assertion's audience; secrets still work", async () => {
+  const t = await machineApp(undefined, { BASE_URL: "" });
+  try {
+    const key = await clientKeyPair();
+    await addClient(t.store, { id: "robot", jwks: { keys: [key.jwk] } });
+    // A hostile server replays an assertion the client made for it, naming its own host.
+    const hostile = "http://hostile.example";
+    const replayed = await assertion(key, "robot", t.clock.now(), { aud: hostile });
+    await assertError(
+      await token(t, assertionForm(replayed), { url: `${hostile}/token` }),
+      401,
+      "invalid_client",
+      /private_key_jwt is not served: this server has no BASE_URL/,
+    );
+    const ours = await assertion(key, "robot", t.clock.now());
+    await assertError(
+      await token(t, assertionForm(ours)),
+      401,
+      "invalid_client",
+      /private_key_jwt is not served/,
+    );
+    const { client_id, client_secret } = await addClient(t.store, { id: "vault", secret: true });
+    const issued = await token(t, { grant_type: "client_credentials" }, {
+      headers: basic(client_id, client_secret ?? ""),
+    });
+    assert.equal(issued.status, 200, await issued.text());
+    const doc = await metadata(t);
+    assert.deepEqual(doc.token_endpoint_auth_methods_supported, [
+      "none",
+      "client_secret_basic",
+      "client_secret_post",
+    ]);
+    assert.equal(doc.token_endpoint_auth_signing_alg_values_supported, undefined);
+  } finally {
+    t.close();
+  }
 });
 
 for (const alg of ["ES256", "RS256", "EdDSA"] as const) {

@@ -1,14 +1,15 @@
 /**
  * Weak settings start, with one warning each (issue 33 §1.9): a JWT_SECRET of fewer than 8
  * distinct characters, the redirect sign-in over a plain http: BASE_URL that is not loopback,
- * a DATABASE_URL on another host without sslmode, and a RATE_LIMIT_EXEMPT range wider than any
- * one network's.
+ * a DATABASE_URL on another host without sslmode, a RATE_LIMIT_EXEMPT range wider than any
+ * one network's, and MACHINE_ACCESS_FILE clients without BASE_URL (private_key_jwt refused).
  */
 
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/app/config.ts";
 import { weakSettings } from "../src/app/weak_settings.ts";
 import { TEST_SECRET } from "./_helpers.ts";
+import { writeAccessFile } from "./_machine_clients.ts";
 import { spawnService } from "./_service.ts";
 
 const BASE = { GITLAB_CLIENT_ID: "app", JWT_SECRET: TEST_SECRET };
@@ -63,6 +64,18 @@ Deno.test("weak settings: each warns once, and only when weak", () => {
   ) {
     assert.deepEqual(warnings({ DATABASE_URL: url }), [], url);
   }
+});
+
+Deno.test("weak settings: MACHINE_ACCESS_FILE clients without BASE_URL warn that private_key_jwt is refused", async () => {
+  const path = await writeAccessFile([{ client_id: "robot", servers: ["default"] }]);
+  const found = warnings({ MACHINE_ACCESS_FILE: path });
+  assert.equal(found.length, 1, found.join("\n"));
+  assert.match(
+    found[0],
+    /^MACHINE_ACCESS_FILE names clients but BASE_URL is unset: private_key_jwt/,
+  );
+  assert.deepEqual(warnings({ MACHINE_ACCESS_FILE: path, BASE_URL: "https://auth.example" }), []);
+  assert.deepEqual(warnings({ MACHINE_ACCESS_FILE: await writeAccessFile([]) }), []);
 });
 
 Deno.test("weak settings: the service starts and says so in one warning line", async () => {

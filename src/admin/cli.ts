@@ -128,6 +128,7 @@ export async function runAdmin(
       storeName: storeInForce(config),
       servers: ["default", ...(config.mcpServersFile?.servers ?? []).map(({ name }) => name)],
       roles: deps.callPolicy.rules.roles,
+      baseUrl: config.baseUrl,
     });
   } catch (error) {
     if (!(error instanceof AdminRefusal)) throw error;

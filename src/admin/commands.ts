@@ -42,6 +42,8 @@ export interface AdminDeps {
   servers?: readonly string[];
   /** The provider's roles, to name the levels that admitted a session (absent: numbers). */
   roles?: ProviderRoles;
+  /** BASE_URL; `clients add --jwks-file` refuses without it, as the service refuses the keys. */
+  baseUrl?: string;
 }
 
 /** The commands that read or change KV (`keys generate`, `migrate` and `help` need none). */

@@ -20,6 +20,7 @@ type AddCommand = Extract<AdminCommand, { name: "clients add" }>;
 /** What these commands use of the CLI's (AdminDeps). */
 interface AdminDeps {
   store: Store;
+  baseUrl?: string;
   logger: Logger;
   print(line: string): void;
   note?(line: string): void;
@@ -31,6 +32,7 @@ export async function addMachineClient(command: AddCommand, deps: AdminDeps): Pr
   let secret: string | undefined;
   let credential: MachineClientCredential;
   if ("jwksFile" in given) {
+    requireBaseUrl(deps.baseUrl);
     credential = { method: "private_key_jwt", jwks: await keysOf(given.jwksFile) };
   } else {
     secret = randomToken(32);
@@ -57,6 +59,19 @@ export async function addMachineClient(command: AddCommand, deps: AdminDeps): Pr
         "Give the client a rule under clients: in MACHINE_ACCESS_FILE.",
   );
   return 0;
+}
+
+/**
+ * Keys are refused without BASE_URL: the service would refuse every assertion signed with them
+ * (an assertion's `aud` must name a fixed issuer, not the request's Host).
+ */
+function requireBaseUrl(baseUrl: string | undefined): void {
+  if (baseUrl) return;
+  throw new AdminRefusal(
+    "--jwks-file needs BASE_URL, set as the service has it: without it the service refuses " +
+      "private_key_jwt (an assertion's aud must name a fixed issuer); nothing added",
+    2,
+  );
 }
 
 /** The public keys of the command's key file; AdminRefusal when it cannot be read or used. */

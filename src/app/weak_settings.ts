@@ -18,6 +18,7 @@ export function weakSettings(config: Config): string[] {
     plainRedirectBaseUrl(config),
     unencryptedRemoteDatabase(config),
     sweepingRateLimitExemption(config),
+    machineClientsWithoutBaseUrl(config),
   ].filter((warning): warning is string => warning !== undefined);
 }
 
@@ -46,6 +47,19 @@ function unencryptedRemoteDatabase({ databaseUrl }: Config): string | undefined 
   if (socket || isLoopbackHost(url.hostname) || url.searchParams.has("sslmode")) return undefined;
   return `DATABASE_URL names another host (${url.hostname}) without sslmode: add ` +
     "?sslmode=require (or verify-full) so tokens do not cross the network in clear";
+}
+
+/**
+ * Machine clients without BASE_URL: those with keys cannot authenticate (private_key_jwt is
+ * refused, so the request's Host never names an assertion's audience); secrets still work.
+ */
+function machineClientsWithoutBaseUrl({ machineAccessFile, baseUrl }: Config): string | undefined {
+  if (machineAccessFile === undefined || machineAccessFile.clients.length === 0 || baseUrl) {
+    return undefined;
+  }
+  return "MACHINE_ACCESS_FILE names clients but BASE_URL is unset: private_key_jwt is refused " +
+    "(an assertion's aud must name a fixed issuer, not the request's Host); set BASE_URL for " +
+    "clients with keys, or use client secrets";
 }
 
 /** Prefixes shorter than these span more than any one network's addresses (an IPv4 /8, an IPv6 /16). */

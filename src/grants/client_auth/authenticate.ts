@@ -17,6 +17,7 @@ import type { ClientAuthMethod } from "./method.ts";
 import { CLIENT_SECRET_BASIC, CLIENT_SECRET_POST } from "./client_secret.ts";
 import { ASSERTION_SIGNING_ALGS, PRIVATE_KEY_JWT } from "./private_key_jwt.ts";
 import type { AuthenticatedClient, ClientAuthDeps } from "./method.ts";
+import { invalidClient } from "./invalid_client.ts";
 
 export type { AuthenticatedClient, ClientAuthDeps, ClientAuthMethod } from "./method.ts";
 
@@ -35,25 +36,43 @@ const PROVING_METHODS: readonly ClientAuthMethod[] = [
   PRIVATE_KEY_JWT,
 ];
 
-/** What says whether machine clients are served: MACHINE_ACCESS_FILE, when it is set. */
+/**
+ * What says which methods are served: machine clients while MACHINE_ACCESS_FILE is set, and
+ * `private_key_jwt` only with BASE_URL too.
+ */
 export interface ClientAuthSwitch {
   machineAccessFile?: unknown;
+  baseUrl?: string;
 }
 
 function machineClientsServed(config: ClientAuthSwitch): boolean {
   return config.machineAccessFile !== undefined;
 }
 
+/**
+ * Whether `private_key_jwt` is served. Without BASE_URL the issuer an assertion's `aud` must
+ * name would follow the request's `Host`: an authorization server that received an assertion
+ * made for itself, by a client using the same key with us, could replay it here naming its own
+ * host. A fixed issuer closes that, as `ci:` rules require BASE_URL for GitLab's ID tokens.
+ */
+function assertionsServed(config: ClientAuthSwitch): boolean {
+  return machineClientsServed(config) && config.baseUrl !== undefined && config.baseUrl !== "";
+}
+
+/** The proving methods served under `config`. */
+function servedProvingMethods(config: ClientAuthSwitch): ClientAuthMethod[] {
+  if (!machineClientsServed(config)) return [];
+  return PROVING_METHODS.filter((method) => method !== PRIVATE_KEY_JWT || assertionsServed(config));
+}
+
 /** The names metadata lists as `token_endpoint_auth_methods_supported`. */
 export function clientAuthMethodNames(config: ClientAuthSwitch): string[] {
-  return machineClientsServed(config)
-    ? [NONE, ...PROVING_METHODS].map(({ name }) => name)
-    : [NONE.name];
+  return [NONE, ...servedProvingMethods(config)].map(({ name }) => name);
 }
 
 /** What metadata lists as `token_endpoint_auth_signing_alg_values_supported`, if anything. */
 export function clientAssertionAlgs(config: ClientAuthSwitch): string[] | undefined {
-  return machineClientsServed(config) ? [...ASSERTION_SIGNING_ALGS] : undefined;
+  return assertionsServed(config) ? [...ASSERTION_SIGNING_ALGS] : undefined;
 }
 
 /**
@@ -75,5 +94,12 @@ export function authenticateClient(
       `Use one client authentication method, not ${used.map(({ name }) => name).join(" and ")}`,
     );
   }
-  return (used[0] ?? NONE).authenticate(deps, request, params);
+  const method = used[0] ?? NONE;
+  if (method !== NONE && !servedProvingMethods(config).includes(method)) {
+    throw invalidClient(
+      `${method.name} is not served: this server has no BASE_URL, so an assertion's aud ` +
+        "cannot name a fixed issuer",
+    );
+  }
+  return method.authenticate(deps, request, params);
 }
