@@ -4,11 +4,15 @@
  * non-empty string (-32602), a body that repeats a member name anywhere (-32600, one audit
  * line), a request whose id is null (-32600), a 2026-07-28 request whose `Mcp-Name` header
  * names what its body does not (-32020); every list answer on every event stream is filtered,
- * a GET resumed with `Last-Event-ID` included; refusals carry -32403, or MCP_POLICY_ERROR_CODE.
+ * a GET resumed with `Last-Event-ID` included, and every list of an answer whose id two list
+ * requests of a batch share (the real SDK v1 server); refusals carry -32403, or MCP_POLICY_ERROR_CODE.
  * Each refusal never reaches the MCP server.
  */
 
 import assert from "node:assert/strict";
+// @ts-types="@modelcontextprotocol/sdk/server/mcp"
+import { McpServer as McpServerV1 } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { serveMcp } from "../dev/mcp_http.ts";
 import {
   auditLines,
   type GatewayServer,
@@ -204,6 +208,80 @@ Deno.test("policy: every list on every event stream is filtered, a resumed GET's
     assert.doesNotMatch(replay, /Deletes it all/);
   } finally {
     await s.close();
+  }
+});
+
+/** The tool names of every list answer in `text` (a JSON body or an event stream). */
+function listedTools(text: string): string[][] {
+  const data = text.trimStart().startsWith("[") || text.trimStart().startsWith("{")
+    ? [text]
+    : text.split("\n").filter((line) => line.startsWith("data:")).map((line) => line.slice(5));
+  return data.flatMap((json) => [JSON.parse(json)].flat())
+    .filter((message) => Array.isArray(message.result?.tools))
+    .map((message) => message.result.tools.map((tool: { name: string }) => tool.name));
+}
+
+Deno.test("policy: a batch giving tools/list and prompts/list one id gets the tools cut too", async () => {
+  // The SDK v1 server (2025-03-26, batches, an event stream): it answers both under id 2.
+  const sdk = serveMcp(() => {
+    const server = new McpServerV1({ name: "batch", version: "1" });
+    for (const { name, description } of TOOLS) {
+      server.registerTool(name, { description }, () => ({ content: [] }));
+    }
+    server.registerPrompt("summary", { description: "Sums up" }, () => ({ messages: [] }));
+    return server;
+  });
+  const path = await Deno.makeTempFile({ suffix: ".json" });
+  await Deno.writeTextFile(path, JSON.stringify(POLICY));
+  const g = await startGateway(sdk.url, { env: { MCP_POLICY_FILE: path } });
+  // A server answering JSON: the batch's two answers, both id 2.
+  const json = startScripted(() =>
+    Response.json([
+      { jsonrpc: "2.0", id: 2, result: { tools: TOOLS } },
+      { jsonrpc: "2.0", id: 2, result: { prompts: [{ name: "summary" }] } },
+    ])
+  );
+  const gJson = await startGateway(json.url, { env: { MCP_POLICY_FILE: path } });
+  const batch = JSON.stringify([
+    { jsonrpc: "2.0", id: 2, method: "tools/list" },
+    { jsonrpc: "2.0", id: 2, method: "prompts/list" },
+  ]);
+  try {
+    const initialize = await post(
+      g,
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 0,
+        method: "initialize",
+        params: {
+          protocolVersion: "2025-03-26",
+          capabilities: {},
+          clientInfo: { name: "raw", version: "1" },
+        },
+      }),
+    );
+    await initialize.body?.cancel();
+    const headers = {
+      "Mcp-Session-Id": initialize.headers.get("mcp-session-id") ?? "",
+      "MCP-Protocol-Version": "2025-03-26",
+    };
+    const initialized = JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" });
+    await (await post(g, initialized, headers)).body?.cancel();
+    const streamed = await post(g, batch, headers);
+    assert.equal(streamed.status, 200);
+    const events = await streamed.text();
+    assert.deepEqual(listedTools(events), [["read_file"]], events);
+    assert.doesNotMatch(events, /Deletes it all/);
+    const answered = await post(gJson, batch);
+    const text = await answered.text();
+    assert.deepEqual(listedTools(text), [["read_file"]], text);
+    assert.doesNotMatch(text, /Deletes it all/);
+  } finally {
+    await g.close();
+    await gJson.close();
+    await sdk.close();
+    await json.close();
+    await Deno.remove(path);
   }
 });
 

@@ -74,8 +74,10 @@ export function filterJsonBody(
 }
 
 /**
- * A message with its list result filtered when it answers one of `lists`, or (`anyList`) when its
- * result carries a list of any kind; else itself.
+ * A message with its list results filtered when it answers one of `lists`, or (`anyList`) when
+ * its result carries a list of any kind; else itself. Every list the result carries is cut, not
+ * only the one its request asked for: a batch may give two list requests one id (`tools/list`
+ * and `prompts/list`, both `id: 1`), and the id then names only one of them.
  */
 function filterMessage(
   message: unknown,
@@ -85,30 +87,34 @@ function filterMessage(
 ): unknown {
   if (typeof message !== "object" || message === null || !("id" in message)) return message;
   if (!("result" in message)) return message;
-  const result = message.result;
+  const result = message.result as Record<string, unknown>;
   if (typeof result !== "object" || result === null) return message;
-  const list = lists.get(JSON.stringify(message.id)) ??
-    (anyList ? listIn(result as Record<string, unknown>) : undefined);
-  if (list === undefined) return message;
-  const items = (result as Record<string, unknown>)[list.field];
-  if (!Array.isArray(items)) return message;
-  const kept = items.filter((item) => {
-    const name = typeof item === "object" && item !== null
-      ? (item as Record<string, unknown>)[list.item]
-      : undefined;
-    // An item without a name cannot be checked: it is not shown.
-    return typeof name === "string" && permits(list.target, name);
-  });
-  if (keepWhole && kept.length === items.length) return message;
-  const filtered: Record<string, unknown> = { ...result, [list.field]: kept };
+  if (!anyList && !lists.has(JSON.stringify(message.id))) return message;
+  const carried = listsIn(result);
+  if (carried.length === 0) return message;
+  const filtered: Record<string, unknown> = { ...result };
+  let cut = false;
+  for (const list of carried) {
+    const items = result[list.field] as unknown[];
+    const kept = items.filter((item) => {
+      const name = typeof item === "object" && item !== null
+        ? (item as Record<string, unknown>)[list.item]
+        : undefined;
+      // An item without a name cannot be checked: it is not shown.
+      return typeof name === "string" && permits(list.target, name);
+    });
+    if (kept.length !== items.length) cut = true;
+    filtered[list.field] = kept;
+  }
+  if (keepWhole && !cut) return message;
   // The list is this account's (2026-07-28 caching): a shared cache must not serve it to another.
   if ("cacheScope" in result) filtered.cacheScope = "private";
   return { ...message, result: filtered };
 }
 
-/** The list a result carries, whatever request it answers. */
-function listIn(result: Record<string, unknown>): typeof LISTS[string] | undefined {
-  return Object.values(LISTS).find((list) => Array.isArray(result[list.field]));
+/** The lists a result carries, whatever request it answers. */
+function listsIn(result: Record<string, unknown>): typeof LISTS[string][] {
+  return Object.values(LISTS).filter((list) => Array.isArray(result[list.field]));
 }
 
 /** Largest event held whole while looking for a list answer. */
