@@ -188,6 +188,26 @@ Deno.test("gateway: an MCP server that switches protocols (101) is 502, never a 
   }
 });
 
+Deno.test("gateway: an MCP server answering a status no response can carry (999, 600, 099) is 502, never a server error", async () => {
+  for (const status of ["999", "600", "099"]) {
+    const answer = `HTTP/1.1 ${status} Odd\r\nContent-Type: application/json\r\n` +
+      `Content-Length: 2\r\n\r\n{}`;
+    const server = startRawServer(answer, "close");
+    const { t, accessToken } = await gatewayApp(server.url.href);
+    try {
+      const response = await mcpRequest(t, accessToken, {
+        headers: { "Content-Type": "application/json" },
+        body: '{"jsonrpc":"2.0","id":1,"method":"ping"}',
+      });
+      assert.equal(response.status, 502, status);
+      assert.equal((await response.json()).error, "bad_gateway", status);
+    } finally {
+      t.close();
+      await server.close();
+    }
+  }
+});
+
 Deno.test("gateway: a header MCP_UPSTREAM_FORWARD_HEADERS names twice, or passed anyway, goes once", async () => {
   const upstream = startScripted((request) => Response.json(Object.fromEntries(request.headers)));
   const { t, accessToken } = await gatewayApp(upstream.url, {

@@ -32,8 +32,9 @@ export async function forward(
 ): Promise<McpAnswer> {
   const { config, metrics } = gateway.deps;
   const { deadline } = outgoing;
+  let answer: McpAnswer;
   try {
-    const answer = await gateway.client.send({
+    answer = await gateway.client.send({
       url: gateway.upstreamUrl,
       method,
       headers: upstreamRequestHeaders(
@@ -50,12 +51,35 @@ export async function forward(
       server: gateway.server,
       status: String(answer.status),
     });
-    return answer;
   } catch (error) {
     throw upstreamFailure(gateway, requestId, auth, error, deadline.signal.aborted);
   } finally {
     deadline.done();
   }
+  if (!isFinalStatus(answer.status)) throw await unrelayableStatus(gateway, requestId, answer);
+  return answer;
+}
+
+/**
+ * Whether `status` is one an answer can be relayed with: a `Response` takes 200–599 only, and an
+ * HTTP/1.1 status line may carry any three digits (`999`).
+ */
+function isFinalStatus(status: number): boolean {
+  return status >= 200 && status <= 599;
+}
+
+/** 502 for an answer whose status no response can carry; its connection is given up. */
+async function unrelayableStatus(
+  gateway: Gateway,
+  requestId: string,
+  answer: McpAnswer,
+): Promise<OAuthError> {
+  await answer.cancel();
+  gateway.deps.logger.warn("MCP server answered an invalid HTTP status", {
+    requestId,
+    status: answer.status,
+  });
+  return new OAuthError(502, "bad_gateway", "The MCP server answered an invalid HTTP status");
 }
 
 /**
