@@ -2,7 +2,7 @@
  * What a lenient MCP server could read differently from the gateway is refused while a policy
  * is in force (issue 33 §1.3, §1.4, §3.1): a tool or prompt call whose name is missing or not a
  * non-empty string (-32602), a body that repeats a member name anywhere (-32600, one audit
- * line), a request whose id is null (-32600), a 2026-07-28 request whose `Mcp-Name` header
+ * line), a request whose id is null or neither a string nor a number (-32600), a 2026-07-28 request whose `Mcp-Name` header
  * names what its body does not (-32020); every list answer on every event stream is filtered,
  * a GET resumed with `Last-Event-ID` included, and every list of an answer whose id two list
  * requests of a batch share (the real SDK v1 server); refusals carry -32403, or MCP_POLICY_ERROR_CODE.
@@ -156,6 +156,38 @@ Deno.test("policy: a request whose id is null is refused, -32600, and never filt
     assert.deepEqual(s.upstream.bodies, []);
   } finally {
     await s.close();
+  }
+});
+
+Deno.test("policy: a request whose id is neither a string nor a number is refused, -32600, never answered unfiltered", async () => {
+  // A lenient MCP server that answers whatever id it is given, in JSON.
+  const lenient = startScripted(async (request) => {
+    const { id } = await request.json();
+    return Response.json({ jsonrpc: "2.0", id, result: { tools: TOOLS } });
+  });
+  const path = await Deno.makeTempFile({ suffix: ".json" });
+  await Deno.writeTextFile(path, JSON.stringify(POLICY));
+  const g = await startGateway(lenient.url, { env: { MCP_POLICY_FILE: path } });
+  try {
+    for (const id of ["true", "false", '{"n":1}', "[1]"]) {
+      const body = `{"jsonrpc":"2.0","id":${id},"method":"tools/list"}`;
+      const response = await post(g, body);
+      const text = await response.text();
+      assert.doesNotMatch(text, /Deletes it all/, body);
+      assert.equal(response.status, 400, body);
+      const answer = JSON.parse(text);
+      assert.equal(answer.error.code, -32600);
+      assert.equal(answer.id, null);
+      assert.match(answer.error.message, /id must be a string or a number/);
+    }
+    assert.equal(lenient.requests.length, 0, "none reached the MCP server");
+    // A string or number id goes through, and its list is cut.
+    const fine = await post(g, '{"jsonrpc":"2.0","id":"a","method":"tools/list"}');
+    assert.deepEqual((await fine.json()).result.tools, [{ name: "read_file" }]);
+  } finally {
+    await g.close();
+    await lenient.close();
+    await Deno.remove(path);
   }
 });
 

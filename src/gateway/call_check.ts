@@ -120,7 +120,7 @@ export function refusedCallResponse(
  * Why a body the policy is to decide is not a request it can decide, or undefined: a member
  * name repeated in one object (the gateway would decide the last, a first-wins server run the
  * first), or a request whose `id` is null (its answer cannot be told from an error about no
- * request, and list filtering would not know it).
+ * request, and list filtering would not know it) or of another kind than a string or a number.
  */
 export function ambiguousRequest(text: string, messages: McpMessage[]): string | undefined {
   const repeated = firstDuplicateName(text);
@@ -129,6 +129,10 @@ export function ambiguousRequest(text: string, messages: McpMessage[]): string |
   }
   if (messages.some((message) => message.method !== undefined && message.id === null)) {
     return "a request's id must not be null";
+  }
+  // A lenient MCP server answers `id: true` too, and list filtering knows no such request.
+  if (messages.some((message) => message.method !== undefined && message.invalidId)) {
+    return "a request's id must be a string or a number";
   }
   return undefined;
 }

@@ -52,6 +52,8 @@ export interface McpMessage {
   name?: string;
   /** The JSON-RPC id; absent for a notification. */
   id?: string | number | null;
+  /** An `id` that is there but is no string, number or null, the only ids JSON-RPC has. */
+  invalidId?: true;
   /** MCP_POLICY_FILE's decision, for a call it decided. */
   policy?: CallDecision;
   /**
@@ -214,6 +216,7 @@ function describe(message: unknown): McpMessage {
     if (subscriptions !== undefined) described.subscriptions = subscriptions;
   }
   if (typeof id === "string" || typeof id === "number" || id === null) described.id = id;
+  else if (Object.hasOwn(message, "id")) described.invalidId = true;
   return described;
 }
 
