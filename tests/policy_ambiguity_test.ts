@@ -2,11 +2,11 @@
  * What a lenient MCP server could read differently from the gateway is refused while a policy
  * is in force (issue 33 §1.3, §1.4, §3.1): a tool or prompt call whose name is missing or not a
  * non-empty string (-32602), a body that repeats a member name anywhere (-32600, one audit
- * line), a request whose id is null or neither a string nor a number (-32600), a 2026-07-28 request whose `Mcp-Name` header
- * names what its body does not (-32020); every list answer on every event stream is filtered,
- * a GET resumed with `Last-Event-ID` included, and every list of an answer whose id two list
- * requests of a batch share (the real SDK v1 server); refusals carry -32403, or MCP_POLICY_ERROR_CODE.
- * Each refusal never reaches the MCP server.
+ * line), a request whose id is null or neither a string nor a number (-32600), a 2026-07-28
+ * request whose `Mcp-Name` header names what its body does not (-32020); every list answer on
+ * every event stream is filtered, a GET resumed with `Last-Event-ID` included, and every list
+ * of an answer whose id two list requests of a batch share (the real SDK v1 server); refusals
+ * carry -32403, or MCP_POLICY_ERROR_CODE. Each refusal never reaches the MCP server.
  */
 
 import assert from "node:assert/strict";
