@@ -216,6 +216,18 @@ Deno.test("device authorization: an unknown client is accepted under the spec's 
   }
 });
 
+Deno.test("device code grant: under REDIRECT_URI_POLICY=registered a client deleted since issuance gets 401, as the code grant", async () => {
+  await withApp(async (t) => {
+    const clientId = await deviceClient(t);
+    const { device_code } = await start(t, clientId);
+    // `clients delete` before the user signed in: no session of it to end yet.
+    assert.ok(await t.store.deleteClient(clientId));
+    await approve(t, device_code);
+    await assertError(await pollToken(t, clientId, device_code), 401, "invalid_client");
+    assert.ok(await t.store.getDeviceAuthorization(device_code), "nothing spent");
+  }, { env: { REDIRECT_URI_POLICY: "registered" } });
+});
+
 Deno.test("device authorization: registration asks for the grant by name; off, it cannot", async () => {
   await withApp(async (t) => {
     const response = await t.app(

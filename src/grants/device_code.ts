@@ -13,7 +13,12 @@ import { DEVICE_CODE_GRANT_TYPE } from "../http/grant_types.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { DeviceAuthorizationRecord } from "../store/records.ts";
 import type { Grant, GrantDeps, GrantRequest, Issued } from "./grant.ts";
-import { invalidGrant, issueForSession, sessionTokens } from "./session_checks.ts";
+import {
+  invalidGrant,
+  issueForSession,
+  requireSameClient,
+  sessionTokens,
+} from "./session_checks.ts";
 
 /** How much each `slow_down` adds to the code's interval (RFC 8628 §3.5). */
 export const SLOW_DOWN_STEP_SECONDS = 5;
@@ -35,6 +40,10 @@ async function redeemDeviceCode(deps: GrantDeps, request: GrantRequest): Promise
 
   const found = await store.getDeviceAuthorization(deviceCode);
   if (!found || found.value.clientId !== clientId) throw invalidGrant("Invalid device code");
+  // As the code and refresh grants: a client deleted since (`clients delete`) gets no tokens.
+  if (deps.config.redirectUriPolicy === "registered") {
+    await requireSameClient(deps, clientId, found.value.clientId, "device code");
+  }
   const now = clock.now();
   if (now > found.value.expiresAt) {
     if (await store.deleteDeviceAuthorization(found)) {

@@ -33,7 +33,7 @@ export async function requireSameClient(
   deps: Pick<GrantDeps, "store">,
   clientId: string | undefined,
   grantClientId: string,
-  grant: "code" | "refresh token",
+  grant: "code" | "refresh token" | "device code",
 ): Promise<void> {
   if (!clientId) throw new OAuthError(400, "invalid_request", "client_id is required");
   // A metadata document client was checked against its document at /authorize; a registered
