@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
+import { userCodeHash } from "../src/store/keys.ts";
 import { CookieJar, TEST_BASE, type TestApp, withApp } from "./_helpers.ts";
 
 const CLIENT_IP = "203.0.113.9";
@@ -145,6 +146,22 @@ Deno.test("device page: 20 wrong codes per address, then 429 with Retry-After fo
     const later = await open(t, "?user_code=not-a-code");
     assert.equal(later.status, 400);
     await later.body?.cancel();
+  });
+});
+
+Deno.test("device page: a guess through the device flow's return (?code=, the user code's hash) is a wrong code too", async () => {
+  await withApp(async (t) => {
+    const userCode = await startCode(t, await registered(t, "agent"));
+    // `code` names an authorization by its user code's hash, which anyone can compute.
+    for (let i = 0; i < 20; i++) {
+      const guess = userCodeHash(`BBBB-BBB${"CDFGHJKLMNPQRSTVWXZB"[i]}`);
+      const wrong = await open(t, `?code=${guess}`);
+      assert.equal(wrong.status, 400, `wrong code ${i + 1}`);
+      await wrong.body?.cancel();
+    }
+    const right = await open(t, `?user_code=${userCode}`);
+    assert.equal(right.status, 429, "past the limit, a right code from that address too");
+    await right.body?.cancel();
   });
 });
 

@@ -24,6 +24,7 @@ import {
   countWrongCode,
   refuseAfterWrongCodes,
 } from "../sign_in/device_authorization/wrong_codes.ts";
+import type { LimitedClient } from "../http/limited_client.ts";
 import { readParams, singleValued } from "../http/params.ts";
 import { PATHS } from "../http/paths.ts";
 import { enforceRateLimit } from "../http/rate_limit.ts";
@@ -41,7 +42,9 @@ export async function handleDevice(ctx: SignInContext): Promise<Response> {
   const client = ctx.limitedClient();
   await refuseAfterWrongCodes(ctx.deps, client);
   const signedIn = query.get("code");
-  if (typed === undefined && signedIn !== undefined) return await afterDeviceFlow(ctx, signedIn);
+  if (typed === undefined && signedIn !== undefined) {
+    return await afterDeviceFlow(ctx, signedIn, client);
+  }
   if (typed === undefined) return entryPage(ctx, 200);
   const userCode = normalizeUserCode(typed);
   const device = userCode === undefined
@@ -59,11 +62,18 @@ export async function handleDevice(ctx: SignInContext): Promise<Response> {
 
 /**
  * Back from GitLab's device flow (its page sends the browser here with `code`, the
- * authorization's id): Approve / Deny, for the browser the code is bound to.
+ * authorization's id): Approve / Deny, for the browser the code is bound to. That id is the user
+ * code's hash, which anyone can compute from a guess: one naming no signed-in authorization is a
+ * wrong code.
  */
-async function afterDeviceFlow(ctx: SignInContext, deviceId: string): Promise<Response> {
+async function afterDeviceFlow(
+  ctx: SignInContext,
+  deviceId: string,
+  client: LimitedClient,
+): Promise<Response> {
   const device = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(deviceId);
   if (!device || device.value.status !== "signed_in" || device.value.sessionId === undefined) {
+    await countWrongCode(ctx.deps, client);
     return expired(ctx);
   }
   const browser = readCookie(ctx.request, signInCookies(ctx.baseUrl).browser);
