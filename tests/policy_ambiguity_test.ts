@@ -191,6 +191,31 @@ Deno.test("policy: a request whose id is neither a string nor a number is refuse
   }
 });
 
+Deno.test("policy: a JSON list answered under another id than its request's is cut all the same", async () => {
+  // One server turns the id "7" into 7, another answers a stray id.
+  const answers: ((id: unknown) => unknown)[] = [(id) => Number(id), () => 99];
+  const path = await Deno.makeTempFile({ suffix: ".json" });
+  await Deno.writeTextFile(path, JSON.stringify(POLICY));
+  for (const answerId of answers) {
+    const upstream = startScripted(async (request) => {
+      const { id } = await request.json();
+      return Response.json({ jsonrpc: "2.0", id: answerId(id), result: { tools: TOOLS } });
+    });
+    const g = await startGateway(upstream.url, { env: { MCP_POLICY_FILE: path } });
+    try {
+      const response = await post(g, '{"jsonrpc":"2.0","id":"7","method":"tools/list"}');
+      const text = await response.text();
+      assert.equal(response.status, 200);
+      assert.deepEqual(listedTools(text), [["read_file"]], text);
+      assert.doesNotMatch(text, /Deletes it all/);
+    } finally {
+      await g.close();
+      await upstream.close();
+    }
+  }
+  await Deno.remove(path);
+});
+
 Deno.test("policy: a 2026-07-28 request naming in Mcp-Name what its body does not is refused", async () => {
   const s = await setup();
   try {

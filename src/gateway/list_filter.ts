@@ -1,7 +1,7 @@
 /**
  * The MCP server's answers to `tools/list`, `resources/list` and `prompts/list`, cut down to what
- * the account may call, as JSON or inside an event stream's events. A JSON answer is cut where
- * it answers a list request of this POST (by its id). In an event stream, POST or GET, every
+ * the account may call, as JSON or inside an event stream's events. A JSON answer to a POST
+ * with a list request has every list in it cut, whatever id it came under. In an event stream, POST or GET, every
  * response whose result carries a list (`tools`, `resources`, `prompts`) is cut, whatever it
  * answers: a GET resumed with `Last-Event-ID` replays earlier streams' answers, whose requests
  * this request never saw. Every other event goes through byte for byte.

@@ -137,8 +137,9 @@ export interface ListFilter {
 const MAX_FILTERED_JSON_BYTES = 16 * 1024 * 1024;
 
 /**
- * A JSON answer to a list request, read whole and cut to what the account may call; one that
- * cannot be read is not relayed (502): an unfiltered list must not reach the client.
+ * A JSON answer to a POST with a list request, read whole, every list in it cut to what the
+ * account may call; one that cannot be read is not relayed (502): an unfiltered list must not
+ * reach the client.
  */
 async function relayFilteredJson(
   body: ReadableStream<Uint8Array>,
@@ -155,7 +156,8 @@ async function relayFilteredJson(
       await read.cancel();
       throw new UnfilterableList("the MCP server's list answer is too large to filter");
     }
-    text = filterJsonBody(UTF8.decode(read), filter.lists, filter.permits);
+    // Every list in it, whatever id it came under: a server may answer id "7" as 7.
+    text = filterJsonBody(UTF8.decode(read), filter.lists, filter.permits, { anyList: true });
   } catch (error) {
     if (!(error instanceof UnfilterableList)) throw error;
     auditor.record(audit, { status: 502 });
