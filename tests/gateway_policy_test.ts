@@ -181,6 +181,31 @@ Deno.test("policy: a refused call never reaches the MCP server; 200 with a JSON-
   }
 });
 
+Deno.test("policy: a batch of notifications with a refused call is answered 202 with no body, as one is", async () => {
+  const p = await policyGateway(ISSUE_POLICY, "grace");
+  try {
+    const call = { jsonrpc: "2.0", method: "tools/call", params: { name: "delete_project" } };
+    const initialized = { jsonrpc: "2.0", method: "notifications/initialized" };
+    for (const body of [call, [initialized, call]]) {
+      const response = await fetch(p.gateway.mcpUrl, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${p.accessToken}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+        },
+        body: JSON.stringify(body),
+      });
+      // JSON-RPC 2.0 §6: no response objects, no array, "nothing at all".
+      assert.equal(response.status, 202, JSON.stringify(body));
+      assert.equal(await response.text(), "");
+    }
+    assert.equal(seen(p, "tools/call"), 0);
+  } finally {
+    await p.close();
+  }
+});
+
 Deno.test("policy: what it cannot read never passes: a body that is not JSON to us, a call in a PUT", async () => {
   const p = await policyGateway(ISSUE_POLICY, "grace", { "acme/maintainers": 30 });
   try {

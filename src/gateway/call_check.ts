@@ -108,8 +108,9 @@ export function refusedCallResponse(
         ? { code: INVALID_PARAMS, message: `Invalid params: ${message.policy.invalid}` }
         : { code, message: refusalMessage(message) },
     }));
-  const body = batch ? answers : answers[0] ?? null;
-  if (body === null) return new Response(null, { status: 202 });
+  // No requests, no answer: JSON-RPC 2.0 §6 forbids an empty array.
+  if (answers.length === 0) return new Response(null, { status: 202 });
+  const body = batch ? answers : answers[0];
   return new Response(JSON.stringify(body), {
     status: 200,
     headers: { "Content-Type": "application/json", "Cache-Control": "no-store" },
