@@ -11,10 +11,13 @@ import { decodeJwt } from "jose";
 import * as oauth from "oauth4webapi";
 import {
   assertError,
+  exchange,
   FakeClock,
+  issueCode,
   kvText,
   makeTestApp,
   readJsonAnswer,
+  refresh,
   register,
   TEST_BASE,
   type TestApp,
@@ -344,6 +347,23 @@ Deno.test("client credentials: aud may be the token endpoint, or an array naming
       const { status, body } = await readJsonAnswer(await withAssertion(t, key, { aud }));
       assert.equal(status, 200, JSON.stringify(body));
     }
+  });
+});
+
+Deno.test("client credentials: a parameter sent without a value is as if omitted (RFC 6749 §3.2), for public and machine clients alike", async () => {
+  await withMachineApp(async (t) => {
+    const empty = { client_secret: "", resource: "", scope: "" };
+    const exchanged = await readJsonAnswer(await exchange(t, await issueCode(t), empty));
+    assert.equal(exchanged.status, 200, JSON.stringify(exchanged.body));
+    const refreshed = await readJsonAnswer(await refresh(t, exchanged.body.refresh_token, empty));
+    assert.equal(refreshed.status, 200, JSON.stringify(refreshed.body));
+    const { client_id, client_secret } = await addClient(t.store, { id: "vault", secret: true });
+    const issued = await readJsonAnswer(
+      await token(t, { grant_type: "client_credentials", client_id: "", resource: "" }, {
+        headers: basic(client_id, client_secret ?? ""),
+      }),
+    );
+    assert.equal(issued.status, 200, JSON.stringify(issued.body));
   });
 });
 

@@ -16,7 +16,7 @@ import type { MachineAccessHolder } from "../machine/holder.ts";
 import type { GrantDeps, Issued } from "./grant.ts";
 import type { ServedGrants } from "./registry.ts";
 import { OAuthError } from "../http/errors.ts";
-import { readParams } from "../http/params.ts";
+import { readParams, withValues } from "../http/params.ts";
 import { json, NO_STORE } from "../http/responses.ts";
 import type { ServedSet } from "../servers/served_set.ts";
 
@@ -47,7 +47,7 @@ type TokenContext =
 
 /** Handles `POST /token`. */
 export async function handleToken(ctx: TokenContext): Promise<Response> {
-  const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
+  const params = withValues(await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs));
   const grantType = params.get("grant_type");
   const grant = grantType === undefined ? undefined : ctx.deps.grants.get(grantType);
   return await ctx.deps.metrics.countGrant(grant?.type, async () => {

@@ -62,6 +62,15 @@ export async function readParams(
   return paramsFromJson(text);
 }
 
+/**
+ * The parameters that have a value: at the token endpoint one sent without a value is as if
+ * omitted (RFC 6749 §3.2), so `client_secret=` from a public client is no secret, and
+ * `resource=` names no resource.
+ */
+export function withValues(params: ReadonlyMap<string, string>): Map<string, string> {
+  return new Map([...params].filter(([, value]) => value !== ""));
+}
+
 /** Reads an `application/json` body of any shape (validated by the caller), as readParams. */
 export async function readJson(request: Request, timeoutMs: number): Promise<unknown> {
   const type = (request.headers.get("content-type") ?? "").split(";")[0].trim().toLowerCase();
