@@ -196,6 +196,16 @@ Deno.test("device authorization: bad requests answer RFC 6749 §5.2 errors, neve
   });
 });
 
+Deno.test("device authorization: a parameter sent without a value is as if omitted, as at /token (RFC 6749 §3.1–3.2)", async () => {
+  await withApp(async (t) => {
+    const clientId = await deviceClient(t);
+    const { device_code } = await start(t, clientId, { resource: "", scope: "" });
+    const stored = await t.store.getDeviceAuthorization(device_code);
+    assert.equal(stored?.value.resource, `${TEST_BASE}/mcp`, "the default resource");
+    await assertError(await deviceAuthorization(t, { client_id: "" }), 400, "invalid_request");
+  });
+});
+
 Deno.test("device authorization: an unknown client is accepted under the spec's policy, 401 under registered", async () => {
   await withApp(async (t) => {
     await start(t, "never-registered");

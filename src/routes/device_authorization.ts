@@ -10,7 +10,7 @@ import { auditDeviceAuthorization } from "../sign_in/device_authorization/audit.
 import { identifyDeviceClient } from "../sign_in/device_authorization/client.ts";
 import { newUserCode } from "../sign_in/device_authorization/user_code.ts";
 import { OAuthError } from "../http/errors.ts";
-import { readParams } from "../http/params.ts";
+import { readParams, withValues } from "../http/params.ts";
 import { PATHS } from "../http/paths.ts";
 import { requireServedResource } from "../http/resource.ts";
 import { json, NO_STORE } from "../http/responses.ts";
@@ -27,7 +27,8 @@ const USER_CODE_ATTEMPTS = 5;
 /** Handles `POST /device_authorization`. */
 export async function handleDeviceAuthorization(ctx: SignInContext): Promise<Response> {
   const { config, store, clock } = ctx.deps;
-  const params = await readParams(ctx.request, config.requestBodyTimeoutMs);
+  // A form's endpoint of OAuth: a parameter sent without a value is as if omitted (RFC 6749 §3.1).
+  const params = withValues(await readParams(ctx.request, config.requestBodyTimeoutMs));
   const clientId = params.get("client_id");
   if (!clientId) throw new OAuthError(400, "invalid_request", "client_id is required");
   const scope = requireServedScopes(params.get("scope"));
