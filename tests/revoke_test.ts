@@ -8,14 +8,17 @@ import { decodeJwt } from "jose";
 import { createTokenSigner } from "../src/jwt.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
 import {
+  assertError,
   issueTokens,
   makeTestApp,
   refresh,
   TEST_BASE,
   TEST_SECRET,
   type TestApp,
+  token,
   withApp,
 } from "./_helpers.ts";
+import { addClient, basic, writeAccessFile } from "./_machine_clients.ts";
 import { postToken, type ServiceProcess, signInOverHttp, spawnWithGitLab } from "./_service.ts";
 
 function revoke(
@@ -292,5 +295,32 @@ Deno.test("revoke over HTTP: GitLab unreachable → still 200, the session is en
     );
   } finally {
     await close();
+  }
+});
+
+Deno.test("revoke: a live machine client's access token → 400 unsupported_token_type, not a 200 that revokes nothing (RFC 7009 §2.2.1)", async () => {
+  const path = await writeAccessFile([{ client_id: "vault", servers: ["default"] }]);
+  const t = await makeTestApp({ env: { MACHINE_ACCESS_FILE: path } });
+  try {
+    const { client_id, client_secret } = await addClient(t.store, { id: "vault", secret: true });
+    const issued = await token(t, { grant_type: "client_credentials" }, {
+      headers: basic(client_id, client_secret ?? ""),
+    });
+    const { access_token } = await issued.json();
+    const hints: Record<string, string>[] = [{}, { token_type_hint: "access_token" }];
+    for (const hint of hints) {
+      const body = await assertError(
+        await revoke(t, { token: access_token, ...hint }),
+        400,
+        "unsupported_token_type",
+        /machine caller's access token cannot be revoked/,
+      );
+      assert.ok(!JSON.stringify(body).includes(access_token));
+    }
+    // Past its exp it is no token at all: 200 as for any other.
+    t.clock.advance((t.config.accessTokenTtlSeconds + 1) * 1000);
+    await assertRevoked200(await revoke(t, { token: access_token }));
+  } finally {
+    t.close();
   }
 });

@@ -29,7 +29,9 @@ export type OAuthErrorCode =
   | "authorization_pending"
   | "slow_down"
   | "access_denied"
-  | "expired_token";
+  | "expired_token"
+  /** RFC 7009 §2.2.1: `/revoke` cannot revoke this kind of token. */
+  | "unsupported_token_type";
 
 /** The one error type: routes throw it; `errorResponse` renders it as `{error, error_description}`. */
 export class OAuthError extends Error {

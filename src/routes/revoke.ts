@@ -1,13 +1,14 @@
 /**
  * `POST /revoke`: ends the session a refresh token or live access token belongs to, and revokes
- * the session's upstream token (best effort). An expired access token ends nothing.
+ * the session's upstream token (best effort). An expired access token ends nothing; a machine
+ * caller's live one, which has no session, is `unsupported_token_type`.
  *
  * @see RFC 7009 §2
  */
 
 import type { Clock } from "../clock.ts";
 import type { RequestContext } from "../http/request_context.ts";
-import type { TokenSigner } from "../jwt.ts";
+import { machineKindOf, type TokenSigner } from "../jwt.ts";
 import type { Metrics } from "../metrics/catalog.ts";
 import type { EndDeps } from "../session/end.ts";
 import type { Upstream } from "../upstream/types.ts";
@@ -71,7 +72,24 @@ async function bySignedAccessToken(
   if (typeof claims?.sid !== "string") return null;
   // A leaked token past its expiry must not log its user out.
   if (typeof claims.exp !== "number" || claims.exp * 1000 <= ctx.deps.clock.now()) return null;
-  return (await ctx.deps.store.getSession(claims.sid))?.value ?? null;
+  const session = (await ctx.deps.store.getSession(claims.sid))?.value ?? null;
+  if (!session && typeof claims.sub === "string" && machineKindOf(claims.sub) !== undefined) {
+    throw unrevocableMachineToken();
+  }
+  return session;
+}
+
+/**
+ * A machine caller's live token has no session to end and lives until its `exp`: a 200 would
+ * tell the caller it is revoked (RFC 7009 §2.2.1 has this error for a type not revoked).
+ */
+function unrevocableMachineToken(): OAuthError {
+  return new OAuthError(
+    400,
+    "unsupported_token_type",
+    "A machine caller's access token cannot be revoked; it lives until its exp " +
+      "(an operator ends a machine client with admin clients delete)",
+  );
 }
 
 async function byRefreshToken(
