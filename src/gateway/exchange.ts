@@ -16,6 +16,7 @@ import { OAuthError } from "../http/errors.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
+import { DEFAULT_SERVER } from "../servers/file.ts";
 import type { AuditContext, AuditOutcome } from "./audit.ts";
 import {
   ambiguousRequest,
@@ -162,6 +163,7 @@ function authenticate(x: Exchange): Promise<undefined> | undefined {
   const authenticating = authenticateForGateway(deps, x.headers["authorization"] ?? null, {
     issuer: ctx.baseUrl,
     resource: x.resource,
+    refusesUnbound: gateway.server !== DEFAULT_SERVER,
   });
   const authenticated = (auth: GatewayRequest): undefined => {
     x.auth = auth;

@@ -74,6 +74,11 @@ export interface GuardTarget {
   issuer: string;
   /** The protected resource; its metadata URL goes into every challenge. */
   resource: string;
+  /**
+   * Refuses a token naming no resource (signed before resource indicators, for `/mcp`): set at
+   * an MCP_SERVERS_FILE server, where such a token is not valid (docs/gateway.md).
+   */
+  refusesUnbound?: boolean;
 }
 
 /** What the authenticator works with; the service's AppDeps provide all of it. */
@@ -148,7 +153,7 @@ async function verifyAndAccept(
     throw BearerChallengeError.invalidToken(target.resource, "The access token is malformed");
   }
   const claims = await verifyToken(deps, token, target);
-  requireResource(claims, target.resource);
+  requireResource(claims, target);
   if (machineKindOf(claims.sub) !== undefined) return await machineRequest(deps, claims, target);
   return accepted(deps, await verifyAndRemember(deps, token, claims, target), target);
 }
@@ -184,7 +189,7 @@ async function machineRequest(
 
 /** The request a verified (or remembered) token stands for, once it holds for `target`. */
 function accepted(deps: GuardDeps, found: VerifiedToken, target: GuardTarget): GatewayRequest {
-  requireResource(found.claims, target.resource);
+  requireResource(found.claims, target);
   requireScope(found.claims, deps.requiredScope, target.resource);
   return authenticated(found);
 }
@@ -261,12 +266,16 @@ function requirePlausibleTimes(
 
 /**
  * RFC 8707: a token bound to another MCP server is refused here even when that server shares
- * our secret. Tokens from before resource indicators carry no `resource` and are accepted.
+ * our secret. Tokens from before resource indicators carry no `resource`: they were for `/mcp`,
+ * so are accepted unless the target refuses them.
  */
-function requireResource(claims: AccessTokenClaims, resource: string): void {
+function requireResource(
+  claims: AccessTokenClaims,
+  { resource, refusesUnbound }: GuardTarget,
+): void {
   const bound: unknown = claims.resource;
   // The same string is the common case, and needs no URL parsing on every call.
-  if (bound === undefined || bound === resource) return;
+  if (bound === resource || (bound === undefined && !refusesUnbound)) return;
   if (typeof bound !== "string" || !sameResource(bound, resource)) {
     throw BearerChallengeError.invalidToken(
       resource,

@@ -1,0 +1,84 @@
+/**
+ * Each MCP server of MCP_SERVERS_FILE is its own audience (RFC 8707; docs/gateway.md "Several MCP
+ * servers"): over real HTTP, with scripted MCP servers at `/mcp` and `/mcp/docs` that show what
+ * reached them. A token that names no resource (signed before resource indicators, or by a
+ * replica of an older version sharing the key) is valid at `/mcp` only, as the docs say: at a
+ * named server it is refused and the user's GitLab token never reaches that server.
+ */
+
+import assert from "node:assert/strict";
+import { decodeJwt } from "jose";
+import type { AccessTokenClaims } from "../src/jwt.ts";
+import { issueTokens, makeTestApp, type TestApp } from "./_helpers.ts";
+import { echo, type ScriptedUpstream, startScripted } from "./_gateway.ts";
+
+interface Served {
+  t: TestApp;
+  url: string;
+  main: ScriptedUpstream;
+  docs: ScriptedUpstream;
+}
+
+/** The service over HTTP with an echoing MCP server at /mcp and another at /mcp/docs. */
+async function withServers(fn: (s: Served) => Promise<void>): Promise<void> {
+  const main = startScripted(echo);
+  const docs = startScripted(echo);
+  const dir = await Deno.makeTempDir();
+  const file = `${dir}/servers.yaml`;
+  await Deno.writeTextFile(file, `servers:\n  - name: docs\n    url: ${docs.url}\n`);
+  const t = await makeTestApp({ env: { MCP_UPSTREAM_URL: main.url, MCP_SERVERS_FILE: file } });
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+  try {
+    await fn({ t, url: `http://127.0.0.1:${server.addr.port}`, main, docs });
+  } finally {
+    await server.shutdown();
+    t.close();
+    await main.close();
+    await docs.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+async function post(url: string, token: string): Promise<Response> {
+  return await fetch(url, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      "Content-Type": "application/json",
+      Accept: "application/json, text/event-stream",
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+  });
+}
+
+/** The claims of `token` signed again without a `resource` claim, as an older version signs. */
+async function withoutResource(t: TestApp, token: string): Promise<string> {
+  const { resource: _dropped, iat: _iat, exp: _exp, ...claims } = decodeJwt(token);
+  return await t.deps.oauth!.signer.sign(
+    claims as unknown as AccessTokenClaims,
+    t.clock.now(),
+    t.config.accessTokenTtlSeconds,
+  );
+}
+
+Deno.test("servers audience: a token naming no resource is good at /mcp only, never at a named server", () =>
+  withServers(async ({ t, url, main, docs }) => {
+    const { access_token } = await issueTokens(t);
+    const unbound = await withoutResource(t, access_token);
+    assert.equal(decodeJwt(unbound).resource, undefined);
+
+    const atMain = await post(`${url}/mcp`, unbound);
+    assert.equal(atMain.status, 200, "valid at /mcp, as before resource indicators");
+    assert.match((await atMain.json()).authorization, /^Bearer gl-access/);
+    assert.equal(main.requests.length, 1);
+
+    const atDocs = await post(`${url}/mcp/docs`, unbound);
+    const body = await atDocs.json();
+    assert.equal(atDocs.status, 401, JSON.stringify(body));
+    assert.equal(body.error, "invalid_token");
+    assert.match(
+      atDocs.headers.get("www-authenticate") ?? "",
+      /error="invalid_token".*resource_metadata="http:\/\/auth\.test\/\.well-known\/oauth-protected-resource\/mcp\/docs"/,
+    );
+    assert.equal(docs.requests.length, 0, "the GitLab token reached another server");
+  }));
