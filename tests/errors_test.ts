@@ -421,6 +421,35 @@ Deno.test("bad input /token: body of exactly 64 KiB is read (not 413)", () =>
     );
   }));
 
+Deno.test("bad input /token: repeated members of a JSON body → 400 invalid_request as in a form, nothing written", () =>
+  withApp(async (t) => {
+    const { refreshToken, code } = await seed(t);
+    const rt = JSON.stringify(refreshToken);
+    const bodies = [
+      `{"grant_type":"refresh_token","grant_type":"authorization_code","refresh_token":${rt}}`,
+      `{"grant_type":"refresh_token","refresh_token":"old","refresh_token":${rt}}`,
+      // The same name spelled with an escape is the same member.
+      `{"grant_type":"refresh_token","refresh_token":${rt},"refresh\\u005ftoken":${rt}}`,
+      `{"grant_type":"authorization_code","code":${JSON.stringify(code)},"code":"x",` +
+      `"code_verifier":${JSON.stringify(PKCE.verifier)}}`,
+    ];
+    for (const body of bodies) {
+      await assertError(
+        await withoutWrites(t, () => postToken(t, body, JSON_TYPE)),
+        400,
+        "invalid_request",
+        /Repeated parameter/,
+      );
+    }
+    // Names and values that only look alike (a value holding `"name":`) are no repetition.
+    const lookalike = `{"grant_type":"refresh_token","refresh_token":${rt},` +
+      `"state":"\\"refresh_token\\": 1, \\"grant_type\\":"}`;
+    const refreshed = await postToken(t, lookalike, JSON_TYPE);
+    assert.equal(refreshed.status, 200, await refreshed.clone().text());
+    await refreshed.body?.cancel();
+    assert.ok(await t.store.getCode(code), "the code survived");
+  }));
+
 Deno.test("bad input /token: repeated parameters → 400 invalid_request, nothing written", () =>
   withApp(async (t) => {
     const { refreshToken, code } = await seed(t);

@@ -101,7 +101,33 @@ function paramsFromJson(text: string): Map<string, string> {
     }
     map.set(name, value);
   }
+  refuseRepeatedNames(text);
   return map;
+}
+
+/**
+ * JSON.parse keeps the last of a repeated member silently; a parameter sent twice is refused as
+ * in a form (RFC 6749 §3.1), so that no one reading the first and no one reading the last
+ * disagree on the request. `text` is an object of strings and nulls (checked): every string
+ * followed by a colon is a name.
+ */
+function refuseRepeatedNames(text: string): void {
+  // Sticky: each matches where it is asked to, a string from its opening quote.
+  const jsonString = /"(?:[^"\\]|\\.)*"/y;
+  const nameEnd = /[ \t\n\r]*:/y;
+  const seen = new Set<string>();
+  for (let at = text.indexOf('"'); at !== -1; at = text.indexOf('"', at)) {
+    jsonString.lastIndex = at;
+    const literal = jsonString.exec(text)?.[0];
+    at += literal?.length ?? 1;
+    nameEnd.lastIndex = at;
+    if (literal === undefined || !nameEnd.test(text)) continue;
+    const name: string = JSON.parse(literal);
+    if (seen.has(name)) {
+      throw new OAuthError(400, "invalid_request", `Repeated parameter: ${name.slice(0, 64)}`);
+    }
+    seen.add(name);
+  }
 }
 
 async function readLimitedText(request: Request, timeoutMs: number): Promise<string> {
