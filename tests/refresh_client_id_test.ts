@@ -65,3 +65,25 @@ Deno.test("refresh, registered policy: client_id required, unknown → 401 inval
     assert.equal(own.status, 200, "refused attempts did not spend the token");
     await own.body?.cancel();
   }));
+
+Deno.test("refresh, registered policy: a retry within REFRESH_GRACE_SECONDS is checked as the first request was (client_id, resource) before the grace answers", () =>
+  withEnv({ REDIRECT_URI_POLICY: "registered", REFRESH_GRACE_SECONDS: "30" }, async (t) => {
+    const mine = await registerClient(t);
+    const other = await registerClient(t);
+    const old = await refreshTokenFor(t, mine);
+    const rotated = await refresh(t, old, { client_id: mine });
+    assert.equal(rotated.status, 200, await rotated.clone().text());
+    const pair = await rotated.json();
+
+    await assertError(await refresh(t, old), 400, "invalid_request", "missing");
+    await assertError(await refresh(t, old, { client_id: other }), 400, "invalid_grant", "other");
+    await assertError(
+      await refresh(t, old, { client_id: mine, resource: "https://elsewhere.example/mcp" }),
+      400,
+      "invalid_target",
+      "resource",
+    );
+    const retried = await refresh(t, old, { client_id: mine });
+    assert.equal(retried.status, 200, "the refused retries did not take the grace");
+    assert.deepEqual(await retried.json(), pair);
+  }));

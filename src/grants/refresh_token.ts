@@ -11,6 +11,7 @@ import { recheckAccess } from "../session/access_recheck.ts";
 import {
   endSessionAsItIsNow,
   endSessionOnRefreshReplay,
+  hasRefreshGrace,
   isCurrentRefreshToken,
   issueTokens,
   refreshGraceFor,
@@ -42,7 +43,7 @@ async function refresh(deps: GrantDeps, request: GrantRequest): Promise<Issued> 
   if (!refreshToken) throw new OAuthError(400, "invalid_request", "refresh_token is required");
   const named = await store.getSessionNamedBy(refreshToken);
   const found = named && isCurrentRefreshToken(named.value, refreshToken) ? named : null;
-  if (!found) return await answerAgainOrRefuse(deps, request, refreshToken, named !== null);
+  if (!found) return await answerAgainOrRefuse(deps, request, refreshToken, named);
   await requireRefreshingClient(deps, request, found.value.clientId);
   requireSessionResource(deps, request, found.value);
 
@@ -92,8 +93,14 @@ async function answerAgainOrRefuse(
   deps: GrantDeps,
   request: GrantRequest,
   refreshToken: string,
-  namesLiveSession: boolean,
+  named: Versioned<SessionRecord> | null,
 ): Promise<Issued> {
+  const namesLiveSession = named !== null;
+  if (named && hasRefreshGrace(named.value, refreshToken, deps.clock.now())) {
+    // A retry is refused what the first request would have been refused.
+    await requireRefreshingClient(deps, request, named.value.clientId);
+    requireSessionResource(deps, request, named.value);
+  }
   const replayed = await takeRefreshGrace(deps, refreshToken);
   if (!replayed) {
     const ended = await endReplayedSession(deps, request, refreshToken);

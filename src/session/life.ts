@@ -215,6 +215,15 @@ export async function findSessionByRefreshToken(
   return session && isCurrentRefreshToken(session.value, token) ? session : null;
 }
 
+/**
+ * Whether `token` is the one `session`'s last rotation replaced and its grace answer is still
+ * there to take (REFRESH_GRACE_SECONDS): a retry the grant checks as it checked the first.
+ */
+export function hasRefreshGrace(session: SessionRecord, token: string, nowMs: number): boolean {
+  const grace = session.previousRefresh;
+  return grace?.hash === refreshTokenHash(token) && nowMs <= grace.untilMs;
+}
+
 /** Opt-in (REFRESH_GRACE_SECONDS): what the previous token may fetch once more, and until when. */
 export function refreshGraceFor(
   { clock, config }: Pick<GraceDeps, "clock" | "config">,
