@@ -53,7 +53,8 @@ Deno.test("resource: /authorize accepts the protected MCP server, absent or spel
 
 Deno.test("resource: /authorize answers 400 invalid_target for another resource, a fragment or garbage", () =>
   withApp(async (t) => {
-    for (const resource of [OTHER, `${RESOURCE}#frag`, "not a url", "", `${TEST_BASE}/mcp2`]) {
+    // `resource=` without a value is as if omitted (servers_audience_test.ts).
+    for (const resource of [OTHER, `${RESOURCE}#frag`, "not a url", `${TEST_BASE}/mcp2`]) {
       await assertError(await authorize(t, { resource }), 400, "invalid_target");
     }
     // The spec's own checks still come first.

@@ -3,13 +3,24 @@
  * servers"): over real HTTP, with scripted MCP servers at `/mcp` and `/mcp/docs` that show what
  * reached them. A token that names no resource (signed before resource indicators, or by a
  * replica of an older version sharing the key) is valid at `/mcp` only, as the docs say: at a
- * named server it is refused and the user's GitLab token never reaches that server.
+ * named server it is refused and the user's GitLab token never reaches that server. And
+ * `/authorize` takes `resource=` sent without a value as omitted (RFC 6749 §3.1), as `/token`
+ * and `/device_authorization` do: the sign-in is for `/mcp`, not refused `invalid_target`.
  */
 
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
 import type { AccessTokenClaims } from "../src/jwt.ts";
-import { issueTokens, makeTestApp, type TestApp } from "./_helpers.ts";
+import {
+  authorizeQuery,
+  exchange,
+  flowDataFromPage,
+  issueTokens,
+  makeTestApp,
+  poll,
+  TEST_BASE,
+  type TestApp,
+} from "./_helpers.ts";
 import { echo, type ScriptedUpstream, startScripted } from "./_gateway.ts";
 
 interface Served {
@@ -81,4 +92,20 @@ Deno.test("servers audience: a token naming no resource is good at /mcp only, ne
       /error="invalid_token".*resource_metadata="http:\/\/auth\.test\/\.well-known\/oauth-protected-resource\/mcp\/docs"/,
     );
     assert.equal(docs.requests.length, 0, "the GitLab token reached another server");
+  }));
+
+Deno.test("servers audience: /authorize takes resource= without a value as omitted: a sign-in for /mcp", () =>
+  withServers(async ({ t, url }) => {
+    const page = await fetch(`${url}/authorize?${authorizeQuery({ resource: "" })}`);
+    const html = await page.text();
+    assert.equal(page.status, 200, html);
+    t.upstream.approve();
+    const done = await (await poll(t, flowDataFromPage(html).flowState)).json();
+    assert.equal(done.status, "complete", JSON.stringify(done));
+    const tokens = await (await exchange(t, done.code, {})).json();
+    assert.equal(decodeJwt(tokens.access_token).resource, `${TEST_BASE}/mcp`);
+
+    const named = await fetch(`${url}/authorize?${authorizeQuery({ resource: "http://other/" })}`);
+    assert.equal(named.status, 400, "a resource with a value is still checked");
+    assert.equal((await named.json()).error, "invalid_target");
   }));

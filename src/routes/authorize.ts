@@ -132,7 +132,8 @@ function parseAuthorizationRequest(query: URLSearchParams): AuthorizationRequest
     codeChallenge,
     state: params.get("state") ?? "",
     redirectUri: params.get("redirect_uri") || undefined,
-    resource: params.get("resource"),
+    // Sent without a value is as if omitted (RFC 6749 §3.1), as at /token.
+    resource: params.get("resource") || undefined,
   };
 }
 
