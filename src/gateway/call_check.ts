@@ -17,7 +17,7 @@ import {
 } from "../access/call_policy.ts";
 import type { Decide } from "../machine/decide.ts";
 import type { GatewayRequest } from "./guard.ts";
-import { firstDuplicateName } from "./json_duplicates.ts";
+import { firstDuplicateName } from "../http/json_duplicates.ts";
 import type { McpMessage } from "./mcp_message.ts";
 
 /**

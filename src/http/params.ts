@@ -2,6 +2,7 @@
 
 import { joinChunks } from "./bytes.ts";
 import { OAuthError } from "./errors.ts";
+import { firstDuplicateName } from "./json_duplicates.ts";
 
 /** Bodies larger than this are refused with 413. */
 export const MAX_BODY_BYTES = 64 * 1024;
@@ -101,33 +102,13 @@ function paramsFromJson(text: string): Map<string, string> {
     }
     map.set(name, value);
   }
-  refuseRepeatedNames(text);
-  return map;
-}
-
-/**
- * JSON.parse keeps the last of a repeated member silently; a parameter sent twice is refused as
- * in a form (RFC 6749 §3.1), so that no one reading the first and no one reading the last
- * disagree on the request. `text` is an object of strings and nulls (checked): every string
- * followed by a colon is a name.
- */
-function refuseRepeatedNames(text: string): void {
-  // Sticky: each matches where it is asked to, a string from its opening quote.
-  const jsonString = /"(?:[^"\\]|\\.)*"/y;
-  const nameEnd = /[ \t\n\r]*:/y;
-  const seen = new Set<string>();
-  for (let at = text.indexOf('"'); at !== -1; at = text.indexOf('"', at)) {
-    jsonString.lastIndex = at;
-    const literal = jsonString.exec(text)?.[0];
-    at += literal?.length ?? 1;
-    nameEnd.lastIndex = at;
-    if (literal === undefined || !nameEnd.test(text)) continue;
-    const name: string = JSON.parse(literal);
-    if (seen.has(name)) {
-      throw new OAuthError(400, "invalid_request", `Repeated parameter: ${name.slice(0, 64)}`);
-    }
-    seen.add(name);
+  // JSON.parse keeps the last of a repeated member silently: refused as in a form (RFC 6749
+  // §3.1), so that a reader of the first and the service never disagree on one request.
+  const repeated = firstDuplicateName(text);
+  if (repeated !== undefined) {
+    throw new OAuthError(400, "invalid_request", `Repeated parameter: ${repeated.slice(0, 64)}`);
   }
+  return map;
 }
 
 async function readLimitedText(request: Request, timeoutMs: number): Promise<string> {
