@@ -104,7 +104,7 @@ Deno.test("AS metadata: POST → 405 with Allow", () =>
   withApp(async (t) => {
     const response = await t.app(new Request(`${TEST_BASE}${AS_PATH}`, { method: "POST" }));
     assert.equal(response.status, 405);
-    assert.equal(response.headers.get("allow"), "GET, OPTIONS");
+    assert.equal(response.headers.get("allow"), "GET, HEAD, OPTIONS");
     assert.equal((await response.json()).error, "invalid_request");
   }));
 

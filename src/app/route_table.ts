@@ -7,7 +7,8 @@
 import type { Config } from "./config.ts";
 import { OAUTH_CORS } from "../http/cors.ts";
 import { PATHS } from "../http/paths.ts";
-import type { Routes } from "./router.ts";
+import type { RequestContext } from "./context.ts";
+import type { Handler, Methods, Routes } from "./router.ts";
 import { handleAuthorize } from "../routes/authorize.ts";
 import { handleCallback } from "../routes/callback.ts";
 import { handleConsent } from "../routes/consent.ts";
@@ -28,12 +29,22 @@ import { handleDeviceAuthorization } from "../routes/device_authorization.ts";
 import { handleDevice, handleDeviceForm } from "../routes/device.ts";
 import { deviceAuthorizationOn } from "../sign_in/device_authorization/config.ts";
 
+/**
+ * GET, and HEAD answered by the same handler: a document that changes nothing when read (RFC
+ * 9110 §9.3.2). `Deno.serve` sends a HEAD answer's headers, its length included, never its body.
+ * The GETs that start or advance a sign-in (/authorize, /oauth/poll, /device, the callback) stay
+ * GET only: a link checker's HEAD must not start a GitLab flow.
+ */
+function readOnly(handler: Handler<RequestContext>): Methods<RequestContext> {
+  return { GET: handler, HEAD: handler };
+}
+
 const authorizationServerMetadata = {
-  methods: { GET: handleAuthorizationServerMetadata },
+  methods: readOnly(handleAuthorizationServerMetadata),
   cors: OAUTH_CORS,
 };
 const protectedResourceMetadata = {
-  methods: { GET: handleProtectedResourceMetadata },
+  methods: readOnly(handleProtectedResourceMetadata),
   cors: OAUTH_CORS,
 };
 
@@ -41,10 +52,10 @@ const redirectSignIn = (config: Config) => config.upstream.signIn === "redirect"
 
 /** Path → handlers and rules. */
 export const ROUTES: Routes = {
-  [PATHS.home]: { methods: { GET: handleHome } },
-  [PATHS.liveness]: { methods: { GET: handleLiveness } },
-  [PATHS.readiness]: { methods: { GET: handleReadiness } },
-  [PATHS.metrics]: { methods: { GET: handleMetrics }, when: (config) => !!config.metricsToken },
+  [PATHS.home]: { methods: readOnly(handleHome) },
+  [PATHS.liveness]: { methods: readOnly(handleLiveness) },
+  [PATHS.readiness]: { methods: readOnly(handleReadiness) },
+  [PATHS.metrics]: { methods: readOnly(handleMetrics), when: (config) => !!config.metricsToken },
   [PATHS.authorize]: { methods: { GET: handleAuthorize }, oauth: true, rateLimit: "authorize" },
   [PATHS.poll]: {
     methods: { GET: handlePoll },
@@ -105,7 +116,7 @@ export const ROUTES: Routes = {
     oauth: true,
     when: (config) => config.introspectionTokens !== undefined,
   },
-  [PATHS.jwks]: { methods: { GET: handleJwks }, cors: OAUTH_CORS },
+  [PATHS.jwks]: { methods: readOnly(handleJwks), cors: OAUTH_CORS },
   [PATHS.authorizationServerMetadata]: authorizationServerMetadata,
   [`${PATHS.authorizationServerMetadata}/*`]: authorizationServerMetadata,
   [PATHS.protectedResourceMetadata]: protectedResourceMetadata,
