@@ -10,6 +10,8 @@ import assert from "node:assert/strict";
 import * as oauth from "oauth4webapi";
 import { loadConfig } from "../src/app/config.ts";
 import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
+import { MAX_QUERY_PARAMETER_LENGTH } from "../src/http/params.ts";
+import { createLogger } from "../src/logger.ts";
 import { newSession } from "../src/session/life.ts";
 import type { StoreDatabase } from "../src/store/mod.ts";
 import { openDatabase } from "../src/store/open.ts";
@@ -204,6 +206,43 @@ Deno.test("device authorization: a parameter sent without a value is as if omitt
     assert.equal(stored?.value.resource, `${TEST_BASE}/mcp`, "the default resource");
     await assertError(await deviceAuthorization(t, { client_id: "" }), 400, "invalid_request");
   });
+});
+
+Deno.test("device authorization: a client_id or scope longer than /authorize takes is refused over HTTP, nothing stored or logged", async () => {
+  const logged: string[] = [];
+  await withApp(async (t) => {
+    const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+    const post = (body: URLSearchParams | string, type = "application/x-www-form-urlencoded") =>
+      fetch(`http://127.0.0.1:${server.addr.port}/device_authorization`, {
+        method: "POST",
+        headers: { "Content-Type": type },
+        body,
+      });
+    try {
+      const before = await kvText(t.kv);
+      const long = "c".repeat(MAX_QUERY_PARAMETER_LENGTH + 1);
+      for (
+        const body of [
+          new URLSearchParams({ client_id: long }),
+          new URLSearchParams({ client_id: "agent", scope: "mcp:tools ".repeat(500) }),
+        ]
+      ) {
+        const answer = await assertError(await post(body), 400, "invalid_request");
+        assert.match(answer.error_description ?? "", /exceeds 4096 characters/);
+      }
+      const json = await post(JSON.stringify({ client_id: long }), "application/json");
+      await assertError(json, 400, "invalid_request");
+      assert.equal(await kvText(t.kv), before, "nothing written to the store");
+      assert.ok(logged.every((line) => line.length < 4096), "no log line carries it");
+      assert.ok(!logged.some((line) => line.includes("device authorization started")));
+      // As long as /authorize takes is taken.
+      const atLimit = "c".repeat(MAX_QUERY_PARAMETER_LENGTH);
+      const taken = await post(new URLSearchParams({ client_id: atLimit }));
+      assert.equal(taken.status, 200, await taken.text());
+    } finally {
+      await server.shutdown();
+    }
+  }, { logger: createLogger((line) => logged.push(line)) });
 });
 
 Deno.test("device authorization: an unknown client is accepted under the spec's policy, 401 under registered", async () => {

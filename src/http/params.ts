@@ -10,7 +10,9 @@ export const MAX_BODY_BYTES = 64 * 1024;
 /**
  * The longest query parameter accepted: longer than any OAuth parameter needs, and it keeps
  * what /authorize stores from its query (client_id, state, redirect_uri, code_challenge) well
- * under Deno KV's 64 KiB value limit. Bodies have their own limit (MAX_BODY_BYTES).
+ * under Deno KV's 64 KiB value limit. Bodies have their own limit (MAX_BODY_BYTES); a form
+ * endpoint that stores or logs what its body says holds its parameters to this one too
+ * (withinParameterLength).
  */
 export const MAX_QUERY_PARAMETER_LENGTH = 4096;
 
@@ -27,16 +29,32 @@ function uniqueParams(params: URLSearchParams, maxLength: number): Map<string, s
   const map = new Map<string, string>();
   for (const [name, value] of params) {
     if (map.has(name)) throw new OAuthError(400, "invalid_request", `Repeated parameter: ${name}`);
-    if (value.length > maxLength) {
-      throw new OAuthError(
-        400,
-        "invalid_request",
-        `Parameter ${name.slice(0, 64)} exceeds ${maxLength} characters`,
-      );
-    }
+    if (value.length > maxLength) throw tooLong(name, maxLength);
     map.set(name, value);
   }
   return map;
+}
+
+/**
+ * `params` when no value is longer than MAX_QUERY_PARAMETER_LENGTH, else 400 `invalid_request`
+ * (RFC 6749 §5.2), as a query parameter that long is refused: for a body's parameters that the
+ * endpoint stores or logs, which its 64 KiB limit alone would let through.
+ */
+export function withinParameterLength<P extends ReadonlyMap<string, string>>(params: P): P {
+  for (const [name, value] of params) {
+    if (value.length > MAX_QUERY_PARAMETER_LENGTH) {
+      throw tooLong(name, MAX_QUERY_PARAMETER_LENGTH);
+    }
+  }
+  return params;
+}
+
+function tooLong(name: string, maxLength: number): OAuthError {
+  return new OAuthError(
+    400,
+    "invalid_request",
+    `Parameter ${name.slice(0, 64)} exceeds ${maxLength} characters`,
+  );
 }
 
 /**

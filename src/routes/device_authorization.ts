@@ -10,7 +10,7 @@ import { auditDeviceAuthorization } from "../sign_in/device_authorization/audit.
 import { identifyDeviceClient } from "../sign_in/device_authorization/client.ts";
 import { newUserCode } from "../sign_in/device_authorization/user_code.ts";
 import { OAuthError } from "../http/errors.ts";
-import { readParams, withValues } from "../http/params.ts";
+import { readParams, withinParameterLength, withValues } from "../http/params.ts";
 import { PATHS } from "../http/paths.ts";
 import { requireServedResource } from "../http/resource.ts";
 import { json, NO_STORE } from "../http/responses.ts";
@@ -28,7 +28,10 @@ const USER_CODE_ATTEMPTS = 5;
 export async function handleDeviceAuthorization(ctx: SignInContext): Promise<Response> {
   const { config, store, clock } = ctx.deps;
   // A form's endpoint of OAuth: a parameter sent without a value is as if omitted (RFC 6749 §3.1).
-  const params = withValues(await readParams(ctx.request, config.requestBodyTimeoutMs));
+  // What it stores and logs (client_id, scope) is held to /authorize's limit on its query.
+  const params = withinParameterLength(
+    withValues(await readParams(ctx.request, config.requestBodyTimeoutMs)),
+  );
   const clientId = params.get("client_id");
   if (!clientId) throw new OAuthError(400, "invalid_request", "client_id is required");
   const scope = requireServedScopes(params.get("scope"));
