@@ -234,6 +234,50 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
   }
 });
 
+Deno.test("servers reload: a server the file adds at MCP_RESOURCE_URL's path is refused with one error line; the servers in force stay", async () => {
+  const dir = await Deno.makeTempDir();
+  const file = `${dir}/servers.yaml`;
+  await Deno.writeTextFile(file, serversYaml({ a: "http://127.0.0.1:9/mcp" }));
+  const lines: Record<string, unknown>[] = [];
+  const t = await makeTestApp({
+    // `/mcp`'s server is the resource at /mcp/docs (its trailing slash dropped).
+    env: { MCP_SERVERS_FILE: file, MCP_RESOURCE_URL: `${TEST_BASE}/mcp/docs/` },
+    logger: createLogger((line) => lines.push(JSON.parse(line))),
+  });
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+  const url = `http://127.0.0.1:${server.addr.port}`;
+  const files = followConfigFiles(t.deps, t.deps.logger, {});
+  const metadataOf = async (path: string) => {
+    const response = await fetch(`${url}/.well-known/oauth-protected-resource${path}`);
+    return response.status === 200 ? (await response.json()).resource : response.status;
+  };
+  try {
+    await Deno.writeTextFile(
+      file,
+      serversYaml({ a: "http://127.0.0.1:9/mcp", docs: "http://127.0.0.1:9/docs" }),
+    );
+    files.check();
+    const servers = lines.filter((l) => String(l.message).startsWith("MCP_SERVERS_FILE"));
+    assert.equal(servers.length, 1, JSON.stringify(servers));
+    assert.equal(servers[0].level, "error");
+    assert.match(
+      String(servers[0].message),
+      /^MCP_SERVERS_FILE not reloaded, the servers in force stay: .*servers\.yaml: server docs: its path is the path of MCP_RESOURCE_URL/,
+    );
+    assert.equal(await metadataOf("/mcp/a"), `${TEST_BASE}/mcp/a`, "the servers in force stay");
+    assert.equal(await metadataOf("/mcp/docs"), `${TEST_BASE}/mcp/docs`, "/mcp's, as before");
+    assert.deepEqual(t.deps.servers.resources(TEST_BASE), [
+      `${TEST_BASE}/mcp/docs`,
+      `${TEST_BASE}/mcp/a`,
+    ]);
+  } finally {
+    files.stop();
+    await server.shutdown();
+    t.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 /** A sign-in for `resource` over real HTTP against the service and the simulated GitLab. */
 async function signInFor(
   service: ServiceProcess,

@@ -10,6 +10,7 @@
 
 import assert from "node:assert/strict";
 import { loadConfig } from "../src/app/config.ts";
+import { checkConfiguration } from "../src/app/config_check.ts";
 import { parseAdminArgs } from "../src/admin/args.ts";
 import { AdminRefusal, runStoreCommand, type StoreCommand } from "../src/admin/commands.ts";
 import { createLogger } from "../src/logger.ts";
@@ -154,6 +155,57 @@ Deno.test("servers file: every mistake stops start-up with one line naming file,
     }
   }
   assert.throws(() => configWith("/nonexistent/servers.yaml"), /cannot read the file/);
+});
+
+Deno.test("servers file: a server at MCP_RESOURCE_URL's path (trailing slash, case aside) stops start-up and config check with one line", async () => {
+  const path = await writeFile("servers.yaml", "servers:\n  - name: docs\n    url: http://x/mcp\n");
+  const env = (more: Record<string, string | undefined>) => ({
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: TEST_SECRET,
+    MCP_SERVERS_FILE: path,
+    ...more,
+  });
+  try {
+    for (
+      const more of [
+        { MCP_RESOURCE_URL: "https://mcp.example/mcp/docs" },
+        { MCP_RESOURCE_URL: "https://mcp.example/mcp/docs/" },
+        { MCP_RESOURCE_URL: "HTTPS://MCP.example/MCP/Docs" },
+        {
+          BASE_URL: "https://auth.example/gw",
+          MCP_RESOURCE_URL: "https://auth.example/gw/mcp/docs",
+        },
+      ]
+    ) {
+      assert.throws(() => loadConfig(env(more)), (error: unknown) => {
+        const message = String(error);
+        assert.match(
+          message,
+          /^ConfigError: MCP_SERVERS_FILE: .*servers\.yaml: server docs: its path is the path of MCP_RESOURCE_URL \(/,
+          JSON.stringify(more),
+        );
+        assert.ok(!message.includes("\n"), "one line");
+        return true;
+      });
+      const check = checkConfiguration(env(more));
+      assert.equal(check.problems.length, 1, check.problems.join("\n"));
+      assert.match(check.problems[0], /server docs: its path is the path of MCP_RESOURCE_URL/);
+    }
+    // Another path is no collision: under BASE_URL's path, or another name.
+    for (
+      const more of [
+        { BASE_URL: "https://auth.example/gw", MCP_RESOURCE_URL: "https://auth.example/mcp/docs" },
+        { MCP_RESOURCE_URL: "https://mcp.example/mcp/docs2" },
+        { MCP_RESOURCE_URL: "https://mcp.example/mcp" },
+      ]
+    ) {
+      assert.deepEqual(loadConfig(env(more)).mcpServersFile?.servers.map(({ name }) => name), [
+        "docs",
+      ]);
+    }
+  } finally {
+    await Deno.remove(path);
+  }
 });
 
 interface TwoServers {

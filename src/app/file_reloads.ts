@@ -8,6 +8,7 @@
 
 import type { Reload } from "../access/call_policy_file.ts";
 import { FILE_CHECK_MS, watchFile } from "../config/file_watch.ts";
+import { requireDistinctServerPaths } from "../servers/config.ts";
 import { DEFAULT_SERVER } from "../servers/file.ts";
 import { reloadableServersFile, type ServersReload } from "../servers/reload.ts";
 import type { Logger } from "../logger.ts";
@@ -53,6 +54,7 @@ export function followConfigFiles(
     check: (file) => {
       requireServerRoles(file, deps.callPolicy.rules.roles);
       requireServerScopes(deps.config, file);
+      requireDistinctServerPaths(deps.config, file);
       for (const entry of file.servers) {
         if (entry.policy) deps.callPolicy.check(entry.policy.policy);
       }

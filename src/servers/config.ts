@@ -11,8 +11,8 @@ import {
   parseHttpUrlWithQuery,
   urlWithoutTrailingSlash,
 } from "../config/parsers.ts";
-import { type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
-import { parseServersFile } from "./file.ts";
+import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
+import { parseServersFile, type ServersFile } from "./file.ts";
 
 export const SERVERS_VARIABLES = {
   /**
@@ -61,3 +61,37 @@ export const SERVERS_VARIABLES = {
 
 /** What SERVERS_VARIABLES reads to. */
 export type ServersConfig = ValuesOf<typeof SERVERS_VARIABLES>;
+
+/**
+ * No named server is served where MCP_RESOURCE_URL puts `/mcp`'s: the path of that URL is looked
+ * up first (servers/served_set.ts), so `/mcp`'s server would answer the named one's requests and
+ * metadata, and its resource would stand for both. Paths compare without trailing slashes and
+ * whatever their case (a name is lower-case only; two servers a letter's case apart would be
+ * one to whatever folds case on the way), at start-up and on every reload of the file.
+ */
+export function requireDistinctServerPaths(
+  config: { baseUrl?: string; mcpResourceUrl?: string },
+  file: Pick<ServersFile, "path" | "servers">,
+): void {
+  if (config.mcpResourceUrl === undefined) return;
+  const mainPath = comparablePath(config.mcpResourceUrl);
+  const basePath = config.baseUrl === undefined ? "" : comparablePath(config.baseUrl);
+  const entry = file.servers.find(({ name }) => `${basePath}/mcp/${name}` === mainPath);
+  if (entry === undefined) return;
+  throw new ConfigError(
+    SERVERS_VARIABLES.mcpServersFile.name,
+    `${file.path}: server ${entry.name}: its path is the path of ` +
+      `${SERVERS_VARIABLES.mcpResourceUrl.name} (${config.mcpResourceUrl}), where /mcp's server ` +
+      `answers; rename the server or change ${SERVERS_VARIABLES.mcpResourceUrl.name}`,
+  );
+}
+
+/** A URL's path without trailing slashes, in lower case (`""` for the root). */
+function comparablePath(url: string): string {
+  return new URL(url).pathname.replace(/\/+$/, "").toLowerCase();
+}
+
+/** MCP_SERVERS_FILE's servers are not served at MCP_RESOURCE_URL's path (a start-up rule). */
+export function requireServersOffResourcePath(config: ServersConfig & { baseUrl?: string }): void {
+  if (config.mcpServersFile) requireDistinctServerPaths(config, config.mcpServersFile);
+}
