@@ -2,10 +2,12 @@
  * MCP_SERVERS_FILE follows its file while the service runs (issue 35 §1, issue 33 §2.3): a
  * changed content is picked up without a signal (the watch's check, called here instead of
  * waiting for its timer), SIGHUP reloads at once; a new server is served (its path and its
- * protected resource metadata), a removed one answers 404 and its open streams end, a changed
- * one takes new requests to its new URL while the streams of kept servers go on; a file start-up
- * would refuse changes nothing and is reported in one line. Over real HTTP, with the service as a
- * process where a signal is needed, and SDK v1 and v2 (2026-07-28) clients on an added server.
+ * protected resource metadata), a removed one answers 404, its open streams end and a request it
+ * still holds ends with 502 (over http and https), a changed one takes new requests to its new
+ * URL while the streams of kept servers go on; a file start-up would refuse (one adding a server
+ * at MCP_RESOURCE_URL's path too) changes nothing and is reported in one line. Over real HTTP,
+ * with the service as a process where a signal is needed, and SDK v1 and v2 (2026-07-28) clients
+ * on an added server.
  */
 
 import assert from "node:assert/strict";
@@ -29,6 +31,7 @@ import {
   waitFor,
 } from "./_service.ts";
 import type { SimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { startDocumentServer } from "./_tls.ts";
 
 const encoder = new TextEncoder();
 
@@ -397,3 +400,93 @@ Deno.test(
     }
   },
 );
+
+Deno.test(
+  "servers reload: a request an https server holds ends (502) when SIGHUP removes that server, not when it answers",
+  { ignore: Deno.build.os === "windows" },
+  async () => {
+    const mcp = await startDocumentServer();
+    const arrived = Promise.withResolvers<void>();
+    const held = Promise.withResolvers<void>();
+    mcp.route("/mcp", async () => {
+      arrived.resolve();
+      await held.promise;
+      return Response.json({ jsonrpc: "2.0", id: 1, result: {} });
+    });
+    const dir = await Deno.makeTempDir();
+    const file = `${dir}/servers.yaml`;
+    await Deno.writeTextFile(file, serversYaml({ gone: `${mcp.origin}/mcp` }));
+    const { gitlab, service, close } = await spawnWithGitLab("app", {
+      MCP_SERVERS_FILE: file,
+      DENO_CERT: await mcp.caFile(),
+    });
+    try {
+      const token = await signInFor(service, gitlab, `${service.url}/mcp/gone`);
+      const answer = fetch(`${service.url}/mcp/gone`, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${token}`,
+          "Content-Type": "application/json",
+          Accept: "application/json, text/event-stream",
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+      });
+      await within(arrived.promise, 5000, "the request at the https MCP server");
+
+      await Deno.writeTextFile(file, serversYaml({}));
+      service.signal("SIGHUP");
+      // The MCP server still holds it: only the gateway's giving it up can answer it.
+      const response = await within(answer, 5000, "the held request's answer");
+      const body = await response.json();
+      assert.equal(response.status, 502, JSON.stringify(body));
+      assert.equal(body.error, "bad_gateway");
+      assert.equal(JSON.parse(linesWith(service, "MCP_SERVERS_FILE reloaded")[0]).removed, "gone");
+    } finally {
+      held.resolve();
+      await close();
+      await mcp.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);
+
+Deno.test("servers reload: a request an http server holds ends (502) when a reload removes that server", async () => {
+  const arrived = Promise.withResolvers<void>();
+  const held = Promise.withResolvers<void>();
+  const mcp = startScripted(async () => {
+    arrived.resolve();
+    await held.promise;
+    return Response.json({ jsonrpc: "2.0", id: 1, result: {} });
+  });
+  const dir = await Deno.makeTempDir();
+  const file = `${dir}/servers.yaml`;
+  await Deno.writeTextFile(file, serversYaml({ gone: mcp.url }));
+  const t = await makeTestApp({ env: { MCP_SERVERS_FILE: file } });
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+  const files = followConfigFiles(t.deps, t.deps.logger, {});
+  try {
+    const token = await tokenFor(t, `${TEST_BASE}/mcp/gone`);
+    const answer = fetch(`http://127.0.0.1:${server.addr.port}/mcp/gone`, {
+      method: "POST",
+      headers: {
+        Authorization: `Bearer ${token}`,
+        "Content-Type": "application/json",
+        Accept: "application/json, text/event-stream",
+      },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+    });
+    await within(arrived.promise, 5000, "the request at the MCP server");
+    await Deno.writeTextFile(file, serversYaml({}));
+    files.check();
+    const response = await within(answer, 5000, "the held request's answer");
+    assert.equal(response.status, 502, await response.clone().text());
+    assert.equal((await response.json()).error, "bad_gateway");
+  } finally {
+    held.resolve();
+    files.stop();
+    await server.shutdown();
+    t.close();
+    await mcp.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -2,7 +2,8 @@
  * MCP_SERVERS_FILE read again while the service runs (on SIGHUP, and when its content changes on
  * disk: main.ts): a file start-up would refuse changes nothing (the servers in force stay, the
  * reload says why); a good one replaces the named servers at once. A removed server answers 404
- * from then on and its open event streams end now; a changed one serves new requests with its
+ * from then on, its open event streams end now and its requests still waiting for an answer end
+ * too (its client is closed: mcp_client/); a changed one serves new requests with its
  * new settings while its running requests and streams go on; `/mcp`'s never changes.
  */
 

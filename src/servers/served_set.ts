@@ -17,7 +17,7 @@ import { DEFAULT_SERVER, type ServerEntry, type TokenHeader } from "./file.ts";
  * gateway's MCP client).
  */
 export interface ServerClient {
-  /** Ends its idle connections. */
+  /** Ends its connections, and the requests still waiting on them. */
   close(): void;
 }
 

@@ -8,18 +8,32 @@
 import { snapshotHeaders } from "../headers.ts";
 import type { McpAnswer, McpClient, McpExchange } from "./types.ts";
 
-/** A client sending every exchange with `fetch` (which pools connections itself). */
+/**
+ * A client sending every exchange with `fetch` (which pools connections itself). `close()`
+ * aborts what it is still sending or receiving, as `node:http`'s client ends its connections:
+ * a server a reload removed answers nothing more (servers/reload.ts); later exchanges go out.
+ */
 export function createFetchClient(): McpClient {
-  return { send, close() {} };
+  let closing = new AbortController();
+  return {
+    send: (exchange) => send(exchange, closing.signal),
+    close() {
+      closing.abort(new Error("the MCP server's client was closed"));
+      closing = new AbortController();
+    },
+  };
 }
 
-async function send({ url, method, headers, body, deadline }: McpExchange): Promise<McpAnswer> {
+async function send(
+  { url, method, headers, body, deadline }: McpExchange,
+  closed: AbortSignal,
+): Promise<McpAnswer> {
   const response = await fetch(url, {
     method,
     headers,
     body,
     redirect: "manual",
-    signal: deadline.signal,
+    signal: AbortSignal.any([deadline.signal, closed]),
   });
   if (response.status === 101) {
     await response.body?.cancel();

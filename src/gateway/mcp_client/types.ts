@@ -41,7 +41,10 @@ export interface McpBody {
   bytes(): Promise<Uint8Array<ArrayBuffer>>;
 }
 
-/** Sends exchanges to the MCP server; `close()` ends its idle connections. */
+/**
+ * Sends exchanges to the MCP server; `close()` ends its connections and the exchanges still on
+ * them (a later exchange opens new ones).
+ */
 export interface McpClient {
   /** Rejects when the MCP server cannot be reached, or with the deadline's reason in time. */
   send(exchange: McpExchange): Promise<McpAnswer>;
