@@ -328,3 +328,112 @@ Deno.test("device sign-in: approved late in a long DEVICE_CODE_TTL, the session 
     assert.equal(issued.status, 200, await issued.text());
   }, { env: { ...REDIRECT, DEVICE_CODE_TTL: "3600" } });
 });
+
+/** Follows where the sign-in sent the browser back to /device: the page it shows. */
+async function landing(t: TestApp, url: string, jar = new CookieJar()): Promise<string> {
+  assert.equal(new URL(url).pathname, "/device", url);
+  const response = await t.app(new Request(url, { headers: jar.headers() }));
+  const html = await response.text();
+  assert.equal(response.status, 200, html);
+  assert.match(html, /name="user_code"/, "the code-entry form, to try again");
+  return html;
+}
+
+function messageOf(html: string): string {
+  return html.match(/<p id="message" role="alert">([^<]*)<\/p>/)?.[1] ?? "(no message)";
+}
+
+Deno.test("device sign-in (redirect mode): back from a failed GitLab sign-in, /device says what happened", async () => {
+  await withApp(async (t) => {
+    const denied = await start(t);
+    const back = await backFromGitLab(t, denied, "error=access_denied");
+    assert.equal(back.status, 302);
+    assert.equal(
+      messageOf(await landing(t, back.headers.get("location") ?? "")),
+      "GitLab sign-in was cancelled — the device was not authorized.",
+    );
+    await assertError(await poll(t, denied), 400, "access_denied");
+
+    const failed = await start(t);
+    const broken = await backFromGitLab(t, failed, "error=invalid_scope");
+    assert.equal(
+      messageOf(await landing(t, broken.headers.get("location") ?? "")),
+      "GitLab sign-in failed: server_error. To try again, enter the code from your device.",
+    );
+    await assertError(await poll(t, failed), 400, "authorization_pending");
+  }, { env: REDIRECT });
+});
+
+Deno.test("device sign-in: /device never shows the query's own text as the failure", async () => {
+  await withApp(async (t) => {
+    for (const error of ["<script>alert(1)</script>", "call_555_0100_to_unlock", ""]) {
+      const html = await landing(t, `${TEST_BASE}/device?error=${encodeURIComponent(error)}`);
+      assert.equal(
+        messageOf(html),
+        "GitLab sign-in failed. To try again, enter the code from your device.",
+      );
+      assert.doesNotMatch(html, /alert\(1\)|call_555/);
+    }
+  });
+});
+
+/** Device mode: enters the code, continues, GitLab's flow answers `answer`; the page's link back. */
+async function failedDeviceFlow(
+  t: TestApp,
+  started: Started,
+  jar: CookieJar,
+  answer: () => void,
+): Promise<string> {
+  const entered = await t.app(
+    new Request(`${TEST_BASE}/device?user_code=${started.userCode}`, { headers: jar.headers() }),
+  );
+  jar.store(entered);
+  const form = formOf(await entered.text());
+  const page = await (await post(t, jar, { ...form, action: "continue" })).text();
+  answer();
+  const done = await (await pollFlow(t, flowDataFromPage(page).flowState)).json();
+  assert.equal(done.status, "failed", JSON.stringify(done));
+  const link = page.match(/id="return-link" href="([^"]+)"/)?.[1]?.replaceAll("&amp;", "&");
+  assert.ok(link, "the page's link back after a failure");
+  return link;
+}
+
+Deno.test("device sign-in (GitLab device flow): the page's link back after a failure says what happened", async () => {
+  await withApp(async (t) => {
+    const denied = await start(t);
+    const jar = new CookieJar();
+    const link = await failedDeviceFlow(t, denied, jar, () => {
+      t.upstream.polls.push(new UpstreamError("terminal", "access_denied", "denied"));
+    });
+    assert.equal(
+      messageOf(await landing(t, link, jar)),
+      "GitLab sign-in was cancelled, or this service refused the account — the device was not authorized.",
+    );
+    await assertError(await poll(t, denied), 400, "access_denied");
+    // Another browser, or a guess of the code's hash, reads nothing of it: a wrong code.
+    const other = await t.app(new Request(link));
+    assert.equal(other.status, 400);
+    assert.doesNotMatch(await other.text(), /GitLab sign-in/);
+
+    const expired = await start(t);
+    const other2 = new CookieJar();
+    const back = await failedDeviceFlow(t, expired, other2, () => {
+      t.upstream.polls.push(new UpstreamError("terminal", "expired_token", "expired"));
+    });
+    assert.equal(
+      messageOf(await landing(t, back, other2)),
+      "GitLab sign-in did not complete. To try again, enter the code from your device.",
+    );
+    await assertError(await poll(t, expired), 400, "authorization_pending");
+  });
+});
+
+Deno.test("device sign-in (GitLab device flow): a refused account's link back says it was refused", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const jar = new CookieJar();
+    const link = await failedDeviceFlow(t, started, jar, () => t.upstream.approve());
+    assert.match(messageOf(await landing(t, link, jar)), /this service refused the account/);
+    await assertError(await poll(t, started), 400, "access_denied");
+  }, { env: { ALLOWED_GITLAB_USERS: "grace" } });
+});

@@ -3,8 +3,10 @@
  * the user code (any case, with or without the dash; `?user_code=` fills it in) and sees which
  * application asks, for what, and a warning; a code is bound to the first browser that enters
  * it, another browser reads that it is in use, and nothing of the client; wrong codes are
- * limited per client address (`sign_in/device_authorization/wrong_codes.ts`). `POST`: the page's form
- * (CSRF token bound to the browser): "Continue" to the upstream sign-in, then Approve / Deny.
+ * limited per client address (`sign_in/device_authorization/wrong_codes.ts`). Back from a failed
+ * GitLab sign-in it says what happened (`sign_in/device_authorization/failure_message.ts`).
+ * `POST`: the page's form (CSRF token bound to the browser): "Continue" to the upstream
+ * sign-in, then Approve / Deny.
  *
  * @see docs/mcp-clients.md "Headless clients: device authorization"
  */
@@ -19,6 +21,10 @@ import {
 } from "../sign_in/device_authorization/sign_in.ts";
 import { continueWithDeviceFlow } from "../sign_in/device_authorization/continue_device_flow.ts";
 import { identifyDeviceClient } from "../sign_in/device_authorization/client.ts";
+import {
+  deviceFlowFailureMessage,
+  signInFailureMessage,
+} from "../sign_in/device_authorization/failure_message.ts";
 import { normalizeUserCode } from "../sign_in/device_authorization/user_code.ts";
 import {
   countWrongCode,
@@ -42,8 +48,12 @@ export async function handleDevice(ctx: SignInContext): Promise<Response> {
   const client = ctx.limitedClient();
   await refuseAfterWrongCodes(ctx.deps, client);
   const signedIn = query.get("code");
+  const failed = query.get("error");
   if (typed === undefined && signedIn !== undefined) {
-    return await afterDeviceFlow(ctx, signedIn, client);
+    return await afterDeviceFlow(ctx, signedIn, client, failed !== undefined);
+  }
+  if (typed === undefined && failed !== undefined) {
+    return entryPage(ctx, 200, signInFailureMessage(failed));
   }
   if (typed === undefined) return entryPage(ctx, 200);
   const userCode = normalizeUserCode(typed);
@@ -62,29 +72,37 @@ export async function handleDevice(ctx: SignInContext): Promise<Response> {
 
 /**
  * Back from GitLab's device flow (its page sends the browser here with `code`, the
- * authorization's id): Approve / Deny, for the browser the code is bound to. That id is the user
- * code's hash, which anyone can compute from a guess: one naming no signed-in authorization is a
- * wrong code.
+ * authorization's id): Approve / Deny, for the browser the code is bound to; after a `failed`
+ * sign-in (its page's return link adds `error`), what happened, read from the authorization.
+ * That id is the user code's hash, which anyone can compute from a guess: one naming no
+ * signed-in authorization (or, after a failure, none bound to this browser) is a wrong code.
  */
 async function afterDeviceFlow(
   ctx: SignInContext,
   deviceId: string,
   client: LimitedClient,
+  failed: boolean,
 ): Promise<Response> {
   const device = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(deviceId);
+  const failure = failed && device && isBoundHere(ctx, device.value)
+    ? deviceFlowFailureMessage(device.value.status)
+    : undefined;
+  if (failure !== undefined) return entryPage(ctx, 200, failure);
   if (!device || device.value.status !== "signed_in" || device.value.sessionId === undefined) {
     await countWrongCode(ctx.deps, client);
     return expired(ctx);
   }
-  const browser = readCookie(ctx.request, signInCookies(ctx.baseUrl).browser);
-  const bound = device.value.browserHash;
-  if (!browser || !bound || !timingSafeEqual(sha256Base64Url(browser), bound)) return inUse(ctx);
+  if (!isBoundHere(ctx, device.value)) return inUse(ctx);
   const session = await ctx.deps.store.getSession(device.value.sessionId);
   if (!session) return expired(ctx);
-  return await authorizationPage(ctx, device.value, {
-    signedInAs: session.value.upstreamUsername,
-    browser,
-  });
+  return await authorizationPage(ctx, device.value, { signedInAs: session.value.upstreamUsername });
+}
+
+/** Whether the authorization is bound to the browser of this request (its cookie). */
+function isBoundHere(ctx: SignInContext, device: DeviceAuthorizationRecord): boolean {
+  const browser = readCookie(ctx.request, signInCookies(ctx.baseUrl).browser);
+  const bound = device.browserHash;
+  return !!browser && !!bound && timingSafeEqual(sha256Base64Url(browser), bound);
 }
 
 /** Handles `POST /device`: the page's "Continue", "Approve" or "Deny". */

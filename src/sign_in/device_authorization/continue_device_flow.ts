@@ -42,7 +42,8 @@ export async function continueWithDeviceFlow(
     expiresInSeconds: Math.max(0, Math.ceil((flow.expiresAt - ctx.deps.clock.now()) / 1000)),
     flowState,
     pollUrl: `${ctx.baseUrl}${PATHS.poll}`,
-    redirectUri: returnTo,
+    // Its "Return" link after a failure names the authorization, so /device can say what happened.
+    redirectUri: `${returnTo}?code=${device.userCodeHash}`,
     clientId: device.clientId,
     clientName: client.clientName,
     clientVerifiedHost: client.verifiedHost,
