@@ -262,13 +262,15 @@ export async function fetchJson(url: string, init?: RequestInit): Promise<HttpRe
   return { status: response.status, body };
 }
 
-/** POST one JSON-RPC `message` to `{serviceUrl}/mcp` as a Streamable HTTP client does. */
-export function postMcpOverHttp(
-  serviceUrl: string,
+/**
+ * A POST of one JSON-RPC `message` (id 1; a `ping` unless told) as a Streamable HTTP client
+ * sends it, with `accessToken` as its bearer token.
+ */
+export function mcpPostInit(
   accessToken: string,
-  message: Record<string, unknown>,
-): Promise<HttpResult> {
-  return fetchJson(`${serviceUrl}/mcp`, {
+  message: Record<string, unknown> = { method: "ping" },
+): RequestInit {
+  return {
     method: "POST",
     headers: {
       Authorization: `Bearer ${accessToken}`,
@@ -276,7 +278,16 @@ export function postMcpOverHttp(
       Accept: "application/json, text/event-stream",
     },
     body: JSON.stringify({ jsonrpc: "2.0", id: 1, ...message }),
-  });
+  };
+}
+
+/** POST one JSON-RPC `message` to `{serviceUrl}/mcp` as a Streamable HTTP client does. */
+export function postMcpOverHttp(
+  serviceUrl: string,
+  accessToken: string,
+  message: Record<string, unknown>,
+): Promise<HttpResult> {
+  return fetchJson(`${serviceUrl}/mcp`, mcpPostInit(accessToken, message));
 }
 
 /** POST `{serviceUrl}/token`, form-encoded. */

@@ -22,6 +22,7 @@ import { assertMcpSignInRequests, MemoryOAuthProvider } from "./_mcp_client.ts";
 import {
   demoRunArgs,
   followPageWithoutBrowser,
+  mcpPostInit,
   redirectSignInWithoutBrowser,
   spawnService,
   waitFor,
@@ -143,15 +144,7 @@ Deno.test({
       const read = await v2.readResource({ uri: HANDBOOK_URI });
       assert.match(String((read.contents[0] as { text?: string }).text), /demo handbook/);
 
-      const atMain = await fetch(`${demo.url}/mcp`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${token}`,
-          "Content-Type": "application/json",
-          Accept: "application/json, text/event-stream",
-        },
-        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
-      });
+      const atMain = await fetch(`${demo.url}/mcp`, mcpPostInit(token));
       await atMain.body?.cancel();
       assert.equal(atMain.status, 401, "a token for /mcp/docs is refused at /mcp");
     } finally {

@@ -22,6 +22,7 @@ import {
   type TestApp,
 } from "./_helpers.ts";
 import { echo, type ScriptedUpstream, startScripted } from "./_gateway.ts";
+import { mcpPostInit } from "./_service.ts";
 
 interface Served {
   t: TestApp;
@@ -51,15 +52,7 @@ async function withServers(fn: (s: Served) => Promise<void>): Promise<void> {
 }
 
 async function post(url: string, token: string): Promise<Response> {
-  return await fetch(url, {
-    method: "POST",
-    headers: {
-      Authorization: `Bearer ${token}`,
-      "Content-Type": "application/json",
-      Accept: "application/json, text/event-stream",
-    },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
-  });
+  return await fetch(url, mcpPostInit(token));
 }
 
 /** The claims of `token` signed again without a `resource` claim, as an older version signs. */

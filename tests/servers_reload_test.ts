@@ -25,6 +25,7 @@ import { ROUTE_TOOL, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 import {
   authorizeOverHttp,
   exchangeOverHttp,
+  mcpPostInit,
   pollOverHttp,
   type ServiceProcess,
   spawnWithGitLab,
@@ -185,15 +186,7 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
     assert.equal(await nextText(streamB), "data: still here\n\n", "a kept server's stream goes on");
 
     const post = (name: string, token: string) =>
-      statusOf(`${url}/mcp/${name}`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${token}`,
-          "Content-Type": "application/json",
-          Accept: "application/json, text/event-stream",
-        },
-        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
-      });
+      statusOf(`${url}/mcp/${name}`, mcpPostInit(token));
     assert.equal(await post("a", tokenA), 404, "a removed server answers 404");
     const toB = c.requests.length;
     assert.equal(await post("b", tokenB), 200);
@@ -422,15 +415,7 @@ Deno.test(
     });
     try {
       const token = await signInFor(service, gitlab, `${service.url}/mcp/gone`);
-      const answer = fetch(`${service.url}/mcp/gone`, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${token}`,
-          "Content-Type": "application/json",
-          Accept: "application/json, text/event-stream",
-        },
-        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
-      });
+      const answer = fetch(`${service.url}/mcp/gone`, mcpPostInit(token));
       await within(arrived.promise, 5000, "the request at the https MCP server");
 
       await Deno.writeTextFile(file, serversYaml({}));
@@ -466,15 +451,7 @@ Deno.test("servers reload: a request an http server holds ends (502) when a relo
   const files = followConfigFiles(t.deps, t.deps.logger, {});
   try {
     const token = await tokenFor(t, `${TEST_BASE}/mcp/gone`);
-    const answer = fetch(`http://127.0.0.1:${server.addr.port}/mcp/gone`, {
-      method: "POST",
-      headers: {
-        Authorization: `Bearer ${token}`,
-        "Content-Type": "application/json",
-        Accept: "application/json, text/event-stream",
-      },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
-    });
+    const answer = fetch(`http://127.0.0.1:${server.addr.port}/mcp/gone`, mcpPostInit(token));
     await within(arrived.promise, 5000, "the request at the MCP server");
     await Deno.writeTextFile(file, serversYaml({}));
     files.check();

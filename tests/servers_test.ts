@@ -27,7 +27,7 @@ import {
 import { startScripted } from "./_gateway.ts";
 import { startMcpUpstream } from "./_mcp_upstream.ts";
 import { NOTE_TEXT, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
-import { spawnService } from "./_service.ts";
+import { mcpPostInit, spawnService } from "./_service.ts";
 import { v1Whoami, v2ReadsNote } from "./_servers_clients.ts";
 
 const DOCS = `${TEST_BASE}/mcp/docs`;
@@ -246,15 +246,7 @@ async function tokensFor(t: TestApp, resource?: string) {
 }
 
 async function status(url: string, token: string): Promise<{ status: number; challenge: string }> {
-  const response = await fetch(url, {
-    method: "POST",
-    headers: {
-      Authorization: `Bearer ${token}`,
-      "Content-Type": "application/json",
-      Accept: "application/json, text/event-stream",
-    },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
-  });
+  const response = await fetch(url, mcpPostInit(token));
   await response.body?.cancel();
   return { status: response.status, challenge: response.headers.get("www-authenticate") ?? "" };
 }
@@ -344,15 +336,7 @@ Deno.test("a named server's own timeout_ms: its late answer is a 504 that names 
   try {
     const { access_token } = await tokensFor(t, DOCS);
     const response = await t.app(
-      new Request(DOCS, {
-        method: "POST",
-        headers: {
-          Authorization: `Bearer ${access_token}`,
-          "Content-Type": "application/json",
-          Accept: "application/json, text/event-stream",
-        },
-        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
-      }),
+      new Request(DOCS, mcpPostInit(access_token)),
     );
     assert.equal(response.status, 504);
     const body = await response.json();

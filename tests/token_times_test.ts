@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { decodeJwt, SignJWT } from "jose";
 import { createResourceGuard } from "../mod.ts";
 import { issueTokens, makeTestApp, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
+import { mcpPostInit } from "./_service.ts";
 
 const encoder = new TextEncoder();
 
@@ -29,15 +30,7 @@ function startUpstream() {
 
 async function mcpStatus(t: TestApp, token: string): Promise<[number, string]> {
   const response = await t.app(
-    new Request(`${TEST_BASE}/mcp`, {
-      method: "POST",
-      headers: {
-        Authorization: `Bearer ${token}`,
-        "Content-Type": "application/json",
-        Accept: "application/json, text/event-stream",
-      },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
-    }),
+    new Request(`${TEST_BASE}/mcp`, mcpPostInit(token)),
   );
   await response.body?.cancel();
   return [response.status, response.headers.get("www-authenticate") ?? ""];
