@@ -13,6 +13,7 @@ import { createTokenSigner } from "../src/jwt.ts";
 import { decodeJwt } from "jose";
 import { issueTokens, makeTestApp, TEST_BASE, TEST_SECRET, type TestApp } from "./_helpers.ts";
 import { freshKeys, signingEnv } from "./_signing_keys.ts";
+import { addClient, basic, writeAccessFile } from "./_machine_clients.ts";
 
 const CALLER = "resource-server-one-secret-of-32-bytes!!";
 const OTHER_CALLER = "resource-server-two-secret-of-32-bytes!!";
@@ -219,4 +220,28 @@ Deno.test("introspection: INTROSPECTION_TOKENS needs tokens of at least 32 bytes
     CALLER,
     OTHER_CALLER,
   ]);
+});
+
+Deno.test("introspect: a machine caller's live access token (client credentials) is inactive: its rule is the gateway's to enforce", async () => {
+  const accessFile = await writeAccessFile([{ client_id: "robot", servers: ["default"] }]);
+  const t = await makeTestApp({ env: { ...INTROSPECTION_ENV, MACHINE_ACCESS_FILE: accessFile } });
+  try {
+    const { client_id, client_secret } = await addClient(t.store, { id: "robot", secret: true });
+    const response = await t.app(
+      new Request(`${TEST_BASE}/token`, {
+        method: "POST",
+        headers: {
+          "Content-Type": "application/x-www-form-urlencoded",
+          ...basic(client_id, client_secret ?? ""),
+        },
+        body: new URLSearchParams({ grant_type: "client_credentials" }),
+      }),
+    );
+    assert.equal(response.status, 200);
+    const { access_token } = await response.json();
+    assert.equal(decodeJwt(access_token).sub, "client:robot");
+    assert.deepEqual(await introspected(t, access_token), { active: false });
+  } finally {
+    t.close();
+  }
 });
