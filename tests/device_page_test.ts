@@ -187,3 +187,28 @@ Deno.test("device page: wrong codes count a NAT64 client as its IPv4 address; RA
     for (let i = 0; i < 5; i++) assert.equal(await wrongFrom(CLIENT_IP), 400, "the office");
   }, { env: { RATE_LIMIT_DEVICE: "2/600", RATE_LIMIT_EXEMPT: CLIENT_IP } });
 });
+
+Deno.test("device page: wrong codes count the network too, 5× RATE_LIMIT_DEVICE per IPv4 /24 or IPv6 /56", async () => {
+  await withApp(async (t) => {
+    const userCode = await startCode(t, await registered(t, "agent"));
+    const statusFrom = async (ip: string, code = "BBBB-BBBB") => {
+      const answer = await open(t, `?user_code=${code}`, new CookieJar(), ip);
+      await answer.body?.cancel();
+      return answer.status;
+    };
+    // Five /64s of one /56, two wrong codes each (each address's own limit): ten in the /56.
+    for (let net = 1; net <= 5; net++) {
+      for (let i = 0; i < 2; i++) assert.equal(await statusFrom(`2001:db8:0:${net}::1`), 400);
+    }
+    assert.equal(await statusFrom("2001:db8:0:6::1"), 429, "a sixth /64 of the same /56");
+    assert.equal(await statusFrom("2001:db8:0:6::1", userCode), 429, "a right code too");
+    assert.equal(await statusFrom("2001:db8:0:100::1"), 400, "the next /56");
+    for (let host = 1; host <= 5; host++) {
+      for (let i = 0; i < 2; i++) assert.equal(await statusFrom(`198.51.100.${host}`), 400);
+    }
+    assert.equal(await statusFrom("198.51.100.6"), 429, "a sixth address of the same /24");
+    assert.equal(await statusFrom("198.51.101.1"), 400, "the next /24");
+    t.clock.advance(600_000);
+    assert.equal(await statusFrom("2001:db8:0:6::1"), 400, "the next window");
+  }, { env: { RATE_LIMIT_DEVICE: "2/600" } });
+});

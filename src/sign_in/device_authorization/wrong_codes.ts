@@ -1,12 +1,15 @@
 /**
  * Wrong user codes at `/device`, counted per client address as the rate limits count it
  * (RATE_LIMIT_DEVICE, an IPv6 client by its /64, a NAT64 one as its IPv4, loopback as
- * RATE_LIMIT_LOOPBACK says, RATE_LIMIT_EXEMPT not at all): past the limit every code from that
- * address answers 429 until the window ends. With 20 tries per 10 minutes against 20^8 codes,
- * guessing a live one is hopeless within its `expires_in`.
+ * RATE_LIMIT_LOOPBACK says, RATE_LIMIT_EXEMPT not at all), and per network (its IPv4 /24 or
+ * IPv6 /56, as the pending-flow caps count it) at NETWORK_FACTOR times that limit: past either
+ * limit every code from that address answers 429 until the window ends. With 20 tries per 10
+ * minutes against 20^8 codes, guessing a live one is hopeless within its `expires_in`; the
+ * network's count keeps it so for an attacker holding many /64s (a free tunnel broker's /48 has
+ * 65,536 of them, but only 256 /56s).
  */
 
-import { rateLimitSubject } from "../../http/ip_address.ts";
+import { clientPrefix, rateLimitSubject } from "../../http/ip_address.ts";
 import { countedAddress, type LimitedClient } from "../../http/limited_client.ts";
 import { type RateLimit, tooManyRequests } from "../../http/rate_limit.ts";
 import type { Metrics } from "../../metrics/catalog.ts";
@@ -22,6 +25,9 @@ export interface WrongCodeDeps {
 
 const BUCKET = "device";
 
+/** A network's wrong codes may be this many times an address's. */
+export const NETWORK_FACTOR = 5;
+
 /**
  * Throws the 429 when `client` (as RequestContext.limitedClient gives it) has used up its wrong
  * codes in this window.
@@ -30,34 +36,44 @@ export async function refuseAfterWrongCodes(
   deps: WrongCodeDeps,
   client: LimitedClient,
 ): Promise<void> {
-  const counted = countedUnder(deps, client);
-  if (!counted) return;
-  const { limit, subject, windowMs } = counted;
-  if (await deps.store.requestsCounted(BUCKET, subject, windowMs) >= limit) {
-    throw refusal(deps, windowMs);
-  }
+  const { windowMs, subjects } = countedUnder(deps, client);
+  const counts = await Promise.all(
+    subjects.map(({ subject }) => deps.store.requestsCounted(BUCKET, subject, windowMs)),
+  );
+  if (subjects.some(({ limit }, i) => counts[i] >= limit)) throw refusal(deps, windowMs);
 }
 
 /** Counts one wrong code of `client`; throws the 429 when it was one too many. */
 export async function countWrongCode(deps: WrongCodeDeps, client: LimitedClient): Promise<void> {
-  const counted = countedUnder(deps, client);
-  if (!counted) return;
-  const { limit, subject, windowMs } = counted;
-  if (await deps.store.countRequest(BUCKET, subject, limit, windowMs) > limit) {
-    throw refusal(deps, windowMs);
-  }
+  const { windowMs, subjects } = countedUnder(deps, client);
+  const counts = await Promise.all(
+    subjects.map(({ subject, limit }) => deps.store.countRequest(BUCKET, subject, limit, windowMs)),
+  );
+  if (subjects.some(({ limit }, i) => counts[i] > limit)) throw refusal(deps, windowMs);
 }
 
-/** The limit, subject and window `client` is counted under; undefined: exempt, or no limit. */
-function countedUnder(deps: WrongCodeDeps, client: LimitedClient) {
+/** A subject counted, and its limit. */
+interface CountedSubject {
+  subject: string;
+  limit: number;
+}
+
+/**
+ * The window and the subjects `client` is counted under (its address, then its network); none
+ * when it is exempt or there is no limit.
+ */
+function countedUnder(
+  deps: WrongCodeDeps,
+  client: LimitedClient,
+): { windowMs: number; subjects: CountedSubject[] } {
   const address = countedAddress(client);
   const limit = deps.config.rateLimits.device;
-  if (address === undefined || !limit) return undefined;
-  return {
-    limit: limit.limit,
-    subject: rateLimitSubject(address),
-    windowMs: limit.windowSeconds * 1000,
-  };
+  if (address === undefined || !limit) return { windowMs: 0, subjects: [] };
+  const subjects = [{ subject: rateLimitSubject(address), limit: limit.limit }];
+  const network = clientPrefix(address);
+  // An address that is no IP (UNKNOWN_CLIENT) is its own "network": counted once.
+  if (network !== address) subjects.push({ subject: network, limit: limit.limit * NETWORK_FACTOR });
+  return { windowMs: limit.windowSeconds * 1000, subjects };
 }
 
 function refusal(deps: WrongCodeDeps, windowMs: number) {
