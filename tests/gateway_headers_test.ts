@@ -259,7 +259,7 @@ Deno.test("gateway: a client's JOB-TOKEN, Sudo, Cookie, Forwarded, X-Forwarded-*
       body: "{}",
     });
     const seen: Record<string, string> = await response.json();
-    // Host, Content-Length, Connection and Accept-Encoding (`identity`) are the gateway's own.
+    // Host, Content-Length, Connection, Accept-Encoding (`identity`) and Via are the gateway's own.
     assert.deepEqual(Object.keys(seen).sort(), [
       "accept",
       "accept-encoding",
@@ -271,6 +271,7 @@ Deno.test("gateway: a client's JOB-TOKEN, Sudo, Cookie, Forwarded, X-Forwarded-*
       "last-event-id",
       "mcp-protocol-version",
       "user-agent",
+      "via",
       "x-tenant",
     ]);
     assert.equal(seen.authorization, "Bearer gl-access-0");

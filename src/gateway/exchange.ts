@@ -36,7 +36,7 @@ import {
   type GatewayRequest,
   type GuardDeps,
 } from "./guard.ts";
-import { type HeaderSnapshot, snapshotHeaders } from "./headers.ts";
+import { endToEndHeaders, type HeaderSnapshot, snapshotHeaders } from "./headers.ts";
 import {
   headerMismatchResponse,
   inspectPost,
@@ -112,7 +112,7 @@ const STEPS: readonly Step[] = [
 
 /** Runs one request through the steps; every outcome leaves through `finish`. */
 export async function runExchange(ctx: GatewayContext, gateway: Gateway): Promise<Response> {
-  const headers = snapshotHeaders(ctx.request.headers);
+  const headers = endToEndHeaders(snapshotHeaders(ctx.request.headers));
   const mcpSessionId = headers["mcp-session-id"] ?? null;
   const x: Exchange = {
     ctx,
@@ -276,6 +276,7 @@ async function relay(x: Exchange): Promise<Exit> {
       body: x.body,
       deadline: deadlineOf(x),
     });
+    // Bound even when its `Connection` names it (not relayed): no other session is handed it.
     const issued = upstream.headers["mcp-session-id"];
     const method = ctx.request.method;
     const tracking = trackMcpSession(gateway.deps, ctx.requestId, method, auth, {

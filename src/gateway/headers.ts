@@ -31,6 +31,13 @@ const FORWARDED_REQUEST_HEADERS: ReadonlySet<string> = new Set([
   "user-agent",
 ]);
 
+/**
+ * The `Via` the gateway adds to every request it forwards (RFC 9110 §7.6.3): the protocol it
+ * received (Deno.serve does not say; 1.1 is what a reverse proxy in front speaks) and a fixed
+ * pseudonym, never the host's name.
+ */
+export const VIA = "1.1 gitlab-mcp-auth";
+
 /** The prefix of the headers a tool's `x-mcp-header` parameters travel in (2026-07-28). */
 export const MCP_PARAM_PREFIX = "mcp-param-";
 
@@ -73,9 +80,11 @@ export const NEVER_FORWARDED_HEADERS: ReadonlySet<string> = new Set([
 ]);
 
 /**
- * The headers sent to the MCP server: the allowed client headers, the operator's extra ones,
- * and the user's GitLab token in `tokenHeader` (`Authorization: Bearer` or `PRIVATE-TOKEN`).
- * `Accept-Encoding` is the MCP client's own (mcp_client/): it decodes DECODED_ENCODINGS.
+ * The headers sent to the MCP server: the allowed client headers (of `incoming` as
+ * `endToEndHeaders` leaves it), the operator's extra ones, the gateway's `Via` (after the
+ * client's when the operator lists `Via`), and the user's GitLab token in `tokenHeader`
+ * (`Authorization: Bearer` or `PRIVATE-TOKEN`). `Accept-Encoding` is the MCP client's own
+ * (mcp_client/): it decodes DECODED_ENCODINGS.
  */
 export function upstreamRequestHeaders(
   incoming: HeaderSnapshot,
@@ -90,10 +99,14 @@ export function upstreamRequestHeaders(
       headers.push([name, incoming[name]]);
     }
   }
+  let via = VIA;
   for (const [name, value] of extra.length > 0 ? pick(incoming, extra) : []) {
+    // Each recipient appends itself to the chain it received.
+    if (name === "via") via = `${value}, ${VIA}`;
     // An operator's list may repeat a name, or one passed anyway: each goes once.
-    if (!headers.some(([sent]) => sent === name)) headers.push([name, value]);
+    else if (!headers.some(([sent]) => sent === name)) headers.push([name, value]);
   }
+  headers.push(["via", via]);
   if (token.header === "private-token") headers.push(["PRIVATE-TOKEN", token.value]);
   else if (token.header === "authorization") {
     headers.push(["Authorization", `Bearer ${token.value}`]);
@@ -116,10 +129,46 @@ export function relayedResponseHeaders(upstream: HeaderSnapshot, status: number)
   if (status === 405) headers.push(...pick(upstream, ["allow"]));
   const encoding = upstream["content-encoding"]?.trim().toLowerCase();
   // The MCP client has decoded these already: the client gets the plain body.
-  if (encoding && DECODED_ENCODINGS.has(encoding)) {
-    return headers.filter(([name]) => name !== "content-encoding");
+  const decoded = encoding !== undefined && DECODED_ENCODINGS.has(encoding);
+  const connection = upstream["connection"];
+  if (!decoded && connection === undefined) return headers;
+  // The fields its `Connection` names were for the gateway's hop only (RFC 9110 §7.6.1).
+  const hopOnly = connection === undefined ? [] : connectionOptions(connection);
+  return headers.filter(([name]) =>
+    !(decoded && name === "content-encoding") && !hopOnly.includes(name)
+  );
+}
+
+/**
+ * `incoming` without the fields its `Connection` names (RFC 9110 §7.6.1: they are for this hop
+ * only, so never forwarded): what the MCP server may be sent, and so what the gateway decides
+ * from. An `Mcp-Session-Id` named there is neither sent nor checked: the request is as
+ * sessionless for the binding as for the MCP server. The fields the gateway reads itself and
+ * never forwards (NEVER_FORWARDED_HEADERS: `Authorization`, `Content-Length`) stay for it to
+ * read. Without a `Connection` field, or one naming nothing else present (`keep-alive`,
+ * `close`), `incoming` itself.
+ */
+export function endToEndHeaders(incoming: HeaderSnapshot): HeaderSnapshot {
+  const connection = incoming["connection"];
+  if (connection === undefined) return incoming;
+  let kept: Record<string, string> | undefined;
+  for (const name of connectionOptions(connection)) {
+    if (incoming[name] === undefined || NEVER_FORWARDED_HEADERS.has(name)) continue;
+    const copy: Record<string, string> = kept ?? Object.assign(Object.create(null), incoming);
+    delete copy[name];
+    kept = copy;
   }
-  return headers;
+  return kept ?? incoming;
+}
+
+/** The field names a `Connection` value lists, lower-cased (RFC 9110 §7.6.1). */
+function connectionOptions(value: string): string[] {
+  const names: string[] = [];
+  for (const option of value.split(",")) {
+    const name = option.trim().toLowerCase();
+    if (name !== "") names.push(name);
+  }
+  return names;
 }
 
 /**
