@@ -122,7 +122,9 @@ const MAX_EVENT_CHARS = 16 * 1024 * 1024;
 
 /**
  * An event stream whose events answering one of `lists` carry the filtered result; every other
- * event, and the stream's line endings, pass as they came.
+ * event, and the stream's line endings, pass as they came. Events are told apart as an SSE
+ * parser (WHATWG HTML, the MCP SDKs' `eventsource-parser`) tells them: a line ends at CRLF, LF or
+ * a lone CR, however they mix and wherever a chunk cuts them, and an empty line ends the event.
  */
 export function filterEventStream(
   body: ReadableStream<Uint8Array>,
@@ -133,24 +135,33 @@ export function filterEventStream(
   const eventOptions = { ...options, anyList: true };
   const decoder = new TextDecoder();
   const encoder = new TextEncoder();
-  const boundary = /\r\n\r\n|\n\n|\r\r/g;
+  const lineEnd = /[\r\n]/g;
   let pending = "";
-  /** Where the next boundary may begin: what was searched before holds none. */
+  /** Where the line being read begins in `pending`. */
+  let lineStart = 0;
+  /** Where its end may be: what was searched before holds none. */
   let searchFrom = 0;
   /** Past an event too large to hold, when only learning: every chunk passes as it came. */
   let passing = false;
-  const flushEvents = (controller: TransformStreamDefaultController<Uint8Array>) => {
+  const flushEvents = (controller: TransformStreamDefaultController<Uint8Array>, last: boolean) => {
     let start = 0;
-    boundary.lastIndex = searchFrom;
-    for (let match = boundary.exec(pending); match !== null; match = boundary.exec(pending)) {
-      const end = match.index + match[0].length;
-      const event = pending.slice(start, end);
-      controller.enqueue(encoder.encode(filterEvent(event, lists, permits, eventOptions)));
-      start = end;
+    lineEnd.lastIndex = searchFrom;
+    for (let match = lineEnd.exec(pending); match !== null; match = lineEnd.exec(pending)) {
+      const end = match.index;
+      // A CR that ends the text so far may be the first half of a CRLF.
+      if (pending[end] === "\r" && end === pending.length - 1 && !last) break;
+      const next = end + (pending.startsWith("\r\n", end) ? 2 : 1);
+      if (end === lineStart) {
+        // An empty line: the event ends with it.
+        const event = pending.slice(start, next);
+        controller.enqueue(encoder.encode(filterEvent(event, lists, permits, eventOptions)));
+        start = next;
+      }
+      lineStart = lineEnd.lastIndex = next;
     }
     pending = pending.slice(start);
-    // A boundary may begin in the last three characters and end in the next chunk.
-    searchFrom = Math.max(0, pending.length - 3);
+    lineStart -= start;
+    searchFrom = Math.max(lineStart, pending.length - 1);
     if (pending.length > MAX_EVENT_CHARS) {
       if (!options.keepWhole) {
         throw new UnfilterableList("an event of the MCP server's stream is too large to filter");
@@ -166,12 +177,12 @@ export function filterEventStream(
       transform(chunk, controller) {
         if (passing) return controller.enqueue(chunk);
         pending += decoder.decode(chunk, { stream: true });
-        flushEvents(controller);
+        flushEvents(controller, false);
       },
       flush(controller) {
         if (passing) return;
         pending += decoder.decode();
-        flushEvents(controller);
+        flushEvents(controller, true);
         if (pending !== "") {
           controller.enqueue(encoder.encode(filterEvent(pending, lists, permits, eventOptions)));
         }
