@@ -14,14 +14,15 @@ import type { ListFilter } from "./relay.ts";
 /**
  * How the answer's lists are read: with a policy (or a machine caller's tool limits) every event stream is filtered, a GET's (and its
  * replays) too; without one, the answer to a `tools/list` is only read for the names it lists.
- * Either way a listed tool earns its own metrics label.
+ * Either way a listed tool earns its own metrics label. `messages` is undefined when the request
+ * had no body to read (a GET): what comes back answers requests it never carried.
  */
 export function answerListFilter(
   gateway: Gateway,
   decide: Decide | undefined,
-  messages: readonly McpMessage[],
+  messages: readonly McpMessage[] | undefined,
 ): ListFilter | undefined {
-  const lists = listRequestsOf([...messages]);
+  const lists = listRequestsOf([...messages ?? []]);
   const { gatewayMessages } = gateway.deps.metrics;
   const learn = (target: Target, name: string) => {
     if (target === "tools") gatewayMessages.learnTool(name);
@@ -33,6 +34,7 @@ export function answerListFilter(
         learn(target, name);
         return decide(target, name).effect === "allow";
       },
+      replays: messages === undefined,
     };
   }
   if (![...lists.values()].some((list) => list.target === "tools")) return undefined;

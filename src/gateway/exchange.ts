@@ -300,7 +300,7 @@ async function relay(x: Exchange): Promise<Exit> {
     );
     return { error, outcome: { status: 401 }, counted: "allowed" };
   }
-  const filter = answerListFilter(x.gateway, x.rules?.decide, x.post?.messages ?? []);
+  const filter = answerListFilter(x.gateway, x.rules?.decide, x.post?.messages);
   try {
     const relaying = {
       openStreams: gateway.deps.openStreams,

@@ -76,8 +76,9 @@ export async function relayResponse(
   }
   // Whatever type a successful answer claims (an MCP server may send JSON as text/plain), a list
   // answer that is not an event stream is read as JSON and filtered, or refused (502), never
-  // passed uncut; a failure's own text (a 2025 session's 404) passes as it came.
-  const cutting = filter && !filter.learnOnly && filter.lists.size > 0;
+  // passed uncut; a failure's own text (a 2025 session's 404) passes as it came. So is a GET's:
+  // the SDKs read any successful GET answer as an event stream, whatever its type says.
+  const cutting = filter && !filter.learnOnly && (filter.lists.size > 0 || filter.replays);
   if (cutting && body && (upstream.ok || type.startsWith("application/json"))) {
     return await relayFilteredJson(body.stream(), init, headers, auditor, audit, filter);
   }
@@ -131,6 +132,11 @@ export interface ListFilter {
    * the gateway cannot read passes as it came.
    */
   learnOnly?: boolean;
+  /**
+   * A GET's: what comes back answers requests it never carried (a stream resumed with
+   * `Last-Event-ID` replays a POST's answers), so every list in it is cut, whatever its type.
+   */
+  replays?: boolean;
 }
 
 /** Largest JSON list answer read whole to be filtered; a larger one is refused (502). */
