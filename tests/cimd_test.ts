@@ -17,6 +17,7 @@ import { isPublicAddress } from "../src/client_metadata/address.ts";
 import { loadConfig } from "../src/app/config.ts";
 import { createAppDeps } from "../src/app/deps.ts";
 import { silentLogger } from "../src/logger.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
 import {
   assertError,
@@ -137,6 +138,33 @@ Deno.test("cimd: the redirect_uri must be the document's under every policy; loo
       );
       // A sole redirect URI may be left out; the code then goes there.
       await assertPage(await authorize(t, { client_id: clientId, redirect_uri: null }));
+    }, { env: { REDIRECT_URI_POLICY: policy } });
+  }
+});
+
+Deno.test("cimd: a document whose grant_types lack authorization_code (a device-only client) → 400 unauthorized_client at /authorize, under every policy", async () => {
+  for (const policy of ["any", "registered"]) {
+    await withCimd(async ({ t, docs, clientId }) => {
+      docs.route(
+        DOC_PATH,
+        () => Response.json(documentOf(clientId, { grant_types: [DEVICE_CODE_GRANT_TYPE] })),
+      );
+      await assertError(
+        await authorize(t, { client_id: clientId }),
+        400,
+        "unauthorized_client",
+        /grant_types do not include authorization_code/,
+      );
+      assert.equal(await countRecords(t.kv, "flow"), 0, "no sign-in started");
+      docs.route(
+        DOC_PATH,
+        () =>
+          Response.json(
+            documentOf(clientId, { grant_types: ["authorization_code", DEVICE_CODE_GRANT_TYPE] }),
+          ),
+      );
+      t.clock.advance(6 * MINUTE);
+      await assertPage(await authorize(t, { client_id: clientId }));
     }, { env: { REDIRECT_URI_POLICY: policy } });
   }
 });

@@ -16,9 +16,11 @@ import { newSession } from "../src/session/life.ts";
 import type { StoreDatabase } from "../src/store/mod.ts";
 import { openDatabase } from "../src/store/open.ts";
 import { ignorePostgresTests, sharedPostgres } from "./_postgres.ts";
+import { addClient } from "./_machine_clients.ts";
 import {
   assertError,
   assertNo500,
+  countRecords,
   kvText,
   makeTestAppOn,
   registerClient,
@@ -261,6 +263,22 @@ Deno.test("device authorization: an unknown client is accepted under the spec's 
         "invalid_client",
       );
       await start(t, await deviceClient(t));
+    }, { env });
+  }
+});
+
+Deno.test("device authorization: a machine client's id → 400 unauthorized_client under every policy, nothing stored", async () => {
+  const envs: Record<string, string>[] = [{}, { REDIRECT_URI_POLICY: "registered" }];
+  for (const env of envs) {
+    await withApp(async (t) => {
+      const { client_id } = await addClient(t.store, { id: "nightly-report" });
+      await assertError(
+        await deviceAuthorization(t, { client_id }),
+        400,
+        "unauthorized_client",
+        /machine client's: its only grant is client_credentials/,
+      );
+      assert.equal(await countRecords(t.kv, "device"), 0);
     }, { env });
   }
 });

@@ -10,18 +10,22 @@ import {
   assertError,
   authorize,
   authorizeQuery,
+  countRecords,
   type Json,
   makeTestApp,
   readJsonAnswer,
   register,
   registerClient,
   TEST_BASE,
+  TEST_REDIRECT,
   TEST_SECRET,
   type TestApp,
   withApp,
   withEnv,
 } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
+import { addClient } from "./_machine_clients.ts";
+import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
 
 /** What MCP clients in the wild send (shape of Claude Code / the TypeScript SDK's request). */
 const TYPICAL = {
@@ -164,6 +168,74 @@ Deno.test("register: unsupported metadata → 400 invalid_client_metadata", () =
       );
     }
   }));
+
+Deno.test("register: response_types and grant_types must agree (RFC 7591 §2.1); none refused, a device-only client's default is []", () =>
+  withApp(async (t) => {
+    const redirect_uris = ["https://app.example/cb"];
+    const refused: Json[] = [
+      { redirect_uris, response_types: [] },
+      { redirect_uris, grant_types: ["authorization_code"], response_types: [] },
+      { redirect_uris, grant_types: [] },
+      { redirect_uris, grant_types: [], response_types: [] },
+      { grant_types: [DEVICE_CODE_GRANT_TYPE], response_types: ["code"] },
+      {
+        redirect_uris,
+        grant_types: [DEVICE_CODE_GRANT_TYPE, "refresh_token"],
+        response_types: ["code"],
+      },
+    ];
+    for (const body of refused) {
+      const error = await assertError(await register(t, body), 400, "invalid_client_metadata");
+      assert.ok(error.error_description, JSON.stringify(body));
+    }
+    assert.equal((await recordsOf(t.kv, "client")).length, 0, "nothing stored");
+    for (const response_types of [undefined, []]) {
+      const { status, body } = await readJsonAnswer(
+        await register(t, { grant_types: [DEVICE_CODE_GRANT_TYPE], response_types }),
+      );
+      assert.equal(status, 201, JSON.stringify(body));
+      assert.deepEqual(body.response_types, [], "a device-only client has no response type");
+      assert.deepEqual(
+        (await t.store.getClient(body.client_id))?.metadata.response_types,
+        [],
+        "stored as echoed",
+      );
+    }
+  }));
+
+Deno.test("authorize: a known client without the authorization_code grant (device-only registration, machine client) → 400 unauthorized_client, under every policy, nothing started", async () => {
+  const envs: Record<string, string>[] = [{}, { REDIRECT_URI_POLICY: "registered" }];
+  for (const env of envs) {
+    await withEnv(env, async (t) => {
+      const deviceOnly = await registerClient(t, [TEST_REDIRECT], {
+        grant_types: [DEVICE_CODE_GRANT_TYPE],
+      });
+      const machine = (await addClient(t.store, { id: "nightly-report" })).client_id;
+      const refusals: [string, RegExp][] = [
+        [deviceOnly, /grant_types do not include authorization_code/],
+        [machine, /machine client's: its only grant is client_credentials/],
+      ];
+      for (const [clientId, description] of refusals) {
+        for (const redirect_uri of [TEST_REDIRECT, "https://attacker.example/cb"]) {
+          await assertError(
+            await authorize(t, { client_id: clientId, redirect_uri }),
+            400,
+            "unauthorized_client",
+            description,
+          );
+        }
+      }
+      assert.equal(await countRecords(t.kv, "flow"), 0, "no sign-in started");
+      assert.equal(t.upstream.calls.start, 0, "GitLab not asked");
+      // The same registration with the grant is served.
+      const both = await registerClient(t, [TEST_REDIRECT], {
+        grant_types: ["authorization_code", DEVICE_CODE_GRANT_TYPE],
+      });
+      const page = await authorize(t, { client_id: both, redirect_uri: TEST_REDIRECT });
+      assert.equal(page.status, 200, await page.text());
+    });
+  }
+});
 
 Deno.test("register: wrong content type, malformed JSON, non-UTF-8 → 400 JSON; over 64 KiB → 413 JSON", () =>
   withApp(async (t) => {

@@ -58,7 +58,7 @@ export function parseClientMetadata(
       : [],
     token_endpoint_auth_method: parseAuthMethod(input.token_endpoint_auth_method),
     grant_types,
-    response_types: parseList(input, "response_types", ["code"]) ?? ["code"],
+    response_types: parseResponseTypes(input, redirects),
   };
   for (const field of TEXT_FIELDS) {
     const value = optionalText(input, field);
@@ -127,6 +127,27 @@ function parseAuthMethod(value: unknown): "none" {
   throw invalidMetadata(
     "Only public clients are supported: token_endpoint_auth_method must be none",
   );
+}
+
+/**
+ * `response_types`, consistent with `grant_types` (RFC 7591 §2.1): `code` exactly when the
+ * client has the authorization_code grant. Omitted, it is `["code"]` for such a client and `[]`
+ * for a device-only one (which uses no authorization endpoint); a contradiction is refused.
+ */
+function parseResponseTypes(input: Record<string, unknown>, authorizationCode: boolean): string[] {
+  const listed = parseList(input, "response_types", ["code"]);
+  if (listed === undefined) return authorizationCode ? ["code"] : [];
+  if (authorizationCode && !listed.includes("code")) {
+    throw invalidMetadata(
+      "response_types must include code: grant_types includes authorization_code",
+    );
+  }
+  if (!authorizationCode && listed.includes("code")) {
+    throw invalidMetadata(
+      "response_types code needs authorization_code in grant_types",
+    );
+  }
+  return listed;
 }
 
 function parseList(

@@ -11,6 +11,7 @@ import { PATHS } from "../http/paths.ts";
 import { isClientMetadataUrl } from "../client_metadata/client_id.ts";
 import { clientDocumentOf } from "../client_metadata/document_client.ts";
 import { matchesRegisteredRedirect } from "../clients/registration.ts";
+import { refuseMachineClient, requireListedGrant } from "../clients/grant_check.ts";
 import type { SignInContext } from "../sign_in/deps.ts";
 import { OAuthError } from "../http/errors.ts";
 import { singleValued } from "../http/params.ts";
@@ -23,6 +24,9 @@ import { StoreUnavailableError } from "../store/backend.ts";
 import type { DeviceAuthorization } from "../upstream/types.ts";
 import { deviceFlowFor, type ShownFlow } from "../sign_in/device.ts";
 import { profileFor, scopesFor } from "../sign_in/server_scopes.ts";
+
+/** The grant a code from here is for (RFC 6749 §4.1.3). */
+const AUTHORIZATION_CODE = "authorization_code";
 
 interface AuthorizationRequest {
   clientId: string;
@@ -140,7 +144,9 @@ function parseAuthorizationRequest(query: URLSearchParams): AuthorizationRequest
 /**
  * A metadata document client is held to its document's redirect URIs under every policy (it is
  * the client's own word); a registered one to its registration under REDIRECT_URI_POLICY=
- * registered; otherwise the redirect URI is taken as given (spec §4.1).
+ * registered; otherwise the redirect URI is taken as given (spec §4.1). A known client without
+ * the authorization_code grant (a device-only registration or document, a machine client) is
+ * refused first: the code would be of no use to it, and its redirect URI is no one's to trust.
  */
 async function identifyClient(
   ctx: SignInContext,
@@ -148,6 +154,8 @@ async function identifyClient(
 ): Promise<IdentifiedClient> {
   if (isClientMetadataUrl(request.clientId)) return await documentClient(ctx, request);
   const client = await ctx.deps.store.getClient(request.clientId);
+  if (client) requireListedGrant(client.metadata.grant_types, AUTHORIZATION_CODE);
+  else await refuseMachineClient(ctx.deps.store, request.clientId);
   if (ctx.deps.config.redirectUriPolicy !== "registered") {
     return {
       redirectUri: request.redirectUri,
@@ -168,6 +176,7 @@ async function documentClient(
   request: AuthorizationRequest,
 ): Promise<IdentifiedClient> {
   const document = await clientDocumentOf(ctx.deps, request.clientId);
+  requireListedGrant(document.grantTypes ?? ctx.deps.grantTypes.defaults, AUTHORIZATION_CODE);
   const patterns = ctx.deps.config.allowedRedirectUris;
   if (patterns && !document.redirectUris.some((uri) => isAllowedRedirect(uri, patterns))) {
     throw new OAuthError(

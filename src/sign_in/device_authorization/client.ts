@@ -10,6 +10,7 @@ import {
   clientDocumentOf,
   type DocumentClientDeps,
 } from "../../client_metadata/document_client.ts";
+import { refuseMachineClient, requireListedGrant } from "../../clients/grant_check.ts";
 import { DEVICE_CODE_GRANT_TYPE } from "../../http/grant_types.ts";
 import { OAuthError } from "../../http/errors.ts";
 import type { ClientRecord } from "../../store/records.ts";
@@ -30,7 +31,8 @@ export interface DeviceClientDeps extends DocumentClientDeps {
 
 /**
  * The client of `clientId`; throws 401 `invalid_client` for an unknown one under
- * REDIRECT_URI_POLICY=registered, 400 `unauthorized_client` for one not allowed the grant.
+ * REDIRECT_URI_POLICY=registered, 400 `unauthorized_client` for one not allowed the grant (a
+ * machine client among them).
  */
 export async function identifyDeviceClient(
   deps: DeviceClientDeps,
@@ -38,25 +40,17 @@ export async function identifyDeviceClient(
 ): Promise<DeviceClient> {
   if (isClientMetadataUrl(clientId)) {
     const document = await clientDocumentOf(deps, clientId);
-    requireDeviceGrant(document.grantTypes ?? deps.grantTypes.defaults);
+    requireListedGrant(document.grantTypes ?? deps.grantTypes.defaults, DEVICE_CODE_GRANT_TYPE);
     return { clientName: document.clientName, verifiedHost: new URL(clientId).host };
   }
   const registration = await deps.store.getClient(clientId);
   if (!registration) {
+    await refuseMachineClient(deps.store, clientId);
     if (deps.config.redirectUriPolicy === "registered") {
       throw new OAuthError(401, "invalid_client", "Unknown client_id");
     }
     return {};
   }
-  requireDeviceGrant(registration.metadata.grant_types);
+  requireListedGrant(registration.metadata.grant_types, DEVICE_CODE_GRANT_TYPE);
   return { clientName: registration.clientName, registration };
-}
-
-function requireDeviceGrant(grantTypes: readonly string[]): void {
-  if (grantTypes.includes(DEVICE_CODE_GRANT_TYPE)) return;
-  throw new OAuthError(
-    400,
-    "unauthorized_client",
-    `The client's grant_types do not include ${DEVICE_CODE_GRANT_TYPE}`,
-  );
 }
