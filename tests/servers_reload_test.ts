@@ -11,6 +11,7 @@
  */
 
 import assert from "node:assert/strict";
+import { decodeJwt } from "jose";
 import { Client as ClientV1 } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport as TransportV1 } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
@@ -19,7 +20,15 @@ import {
 } from "@modelcontextprotocol/client";
 import { followConfigFiles } from "../src/app/file_reloads.ts";
 import { createLogger } from "../src/logger.ts";
-import { exchange, issueCode, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
+import {
+  assertError,
+  exchange,
+  issueCode,
+  makeTestApp,
+  refresh,
+  TEST_BASE,
+  type TestApp,
+} from "./_helpers.ts";
 import { modernBody, startScripted, within } from "./_gateway_mcp.ts";
 import { ROUTE_TOOL, startMcpV2Upstream } from "./_mcp_v2_upstream.ts";
 import {
@@ -226,6 +235,46 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
     await server.shutdown();
     t.close();
     await Promise.all([a.close(), b.close(), c.close()]);
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("servers reload: a removed server's code and refresh token get invalid_target, with or without resource; the session stays and works again when the server is back", async () => {
+  const dir = await Deno.makeTempDir();
+  const file = `${dir}/servers.yaml`;
+  const listed = serversYaml({ a: "http://127.0.0.1:1/mcp", b: "http://127.0.0.1:2/mcp" });
+  await Deno.writeTextFile(file, listed);
+  const t = await makeTestApp({ env: { MCP_SERVERS_FILE: file } });
+  const files = followConfigFiles(t.deps, t.deps.logger, {});
+  const A = `${TEST_BASE}/mcp/a`;
+  try {
+    const code = await issueCode(t, { resource: A });
+    const first = await exchange(t, await issueCode(t, { resource: A }));
+    assert.equal(first.status, 200, await first.clone().text());
+    const { refresh_token } = await first.json();
+
+    await Deno.writeTextFile(file, serversYaml({ b: "http://127.0.0.1:2/mcp" }));
+    files.check();
+    assert.deepEqual(t.deps.servers.names(), ["b"], "a removed");
+    await assertError(await exchange(t, code), 400, "invalid_target", /no longer served/);
+    await assertError(await refresh(t, refresh_token), 400, "invalid_target", /no longer served/);
+    await assertError(await refresh(t, refresh_token, { resource: A }), 400, "invalid_target");
+
+    await Deno.writeTextFile(file, listed);
+    files.check();
+    const again = await refresh(t, refresh_token);
+    assert.equal(again.status, 200, await again.clone().text());
+    assert.equal(
+      decodeJwt((await again.json()).access_token).resource,
+      A,
+      "the same session, for the same server",
+    );
+    const exchanged = await exchange(t, code);
+    assert.equal(exchanged.status, 200, "the code stayed");
+    await exchanged.body?.cancel();
+  } finally {
+    files.stop();
+    t.close();
     await Deno.remove(dir, { recursive: true });
   }
 });

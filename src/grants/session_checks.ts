@@ -11,6 +11,7 @@ import { OAuthError } from "../http/errors.ts";
 import {
   invalidTarget,
   mcpResourceUrl,
+  namedServerResource,
   requireServedResource,
   sameResource,
 } from "../http/resource.ts";
@@ -54,6 +55,10 @@ export function protectedResource(deps: Pick<GrantDeps, "config">, issuer: strin
 /**
  * RFC 8707 §2.2: a `resource` at /token must be the protected MCP server and the one the
  * session was authorized for (a session from before resource indicators is for that server).
+ * Without one, the session's resource is meant: a server of this issuer's MCP_SERVERS_FILE
+ * that it no longer lists gets no new tokens (the session stays, for the server's return). A
+ * resource of another base URL (a session from before BASE_URL changed, or one another host
+ * name started without BASE_URL) is left as it was.
  */
 export function requireSessionResource(
   deps: Pick<GrantDeps, "servedResources">,
@@ -61,11 +66,27 @@ export function requireSessionResource(
   session: SessionRecord,
 ): void {
   const requested = request.params.get("resource");
-  if (requested === undefined) return;
-  requireServedResource(requested, deps.servedResources(request.issuer));
+  const served = deps.servedResources(request.issuer);
+  if (requested === undefined) {
+    if (!isRemovedServer(session.resource, request.issuer, served)) return;
+    throw invalidTarget("the MCP server this grant was authorized for is no longer served");
+  }
+  requireServedResource(requested, served);
   if (session.resource !== undefined && !sameResource(requested, session.resource)) {
     throw invalidTarget("resource is not the one this grant was authorized for");
   }
+}
+
+/** Whether `resource` is a named server's of `issuer` (`{base}/mcp/<name>`) not served now. */
+function isRemovedServer(
+  resource: string | undefined,
+  issuer: string,
+  served: readonly string[],
+): boolean {
+  if (resource === undefined || !resource.startsWith(namedServerResource(issuer, ""))) {
+    return false;
+  }
+  return !served.some((candidate) => sameResource(candidate, resource));
 }
 
 /**
