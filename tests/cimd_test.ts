@@ -142,8 +142,13 @@ Deno.test("cimd: the redirect_uri must be the document's under every policy; loo
   }
 });
 
-Deno.test("cimd: a document whose grant_types lack authorization_code (a device-only client) → 400 unauthorized_client at /authorize, under every policy", async () => {
-  for (const policy of ["any", "registered"]) {
+Deno.test("cimd: a document whose grant_types lack authorization_code (a device-only client) → 400 unauthorized_client at /authorize, under every policy, the device grant served or not", async () => {
+  const envs: Record<string, string>[] = [
+    { REDIRECT_URI_POLICY: "any" },
+    { REDIRECT_URI_POLICY: "registered" },
+    { DEVICE_AUTHORIZATION: "off" },
+  ];
+  for (const env of envs) {
     await withCimd(async ({ t, docs, clientId }) => {
       docs.route(
         DOC_PATH,
@@ -165,7 +170,7 @@ Deno.test("cimd: a document whose grant_types lack authorization_code (a device-
       );
       t.clock.advance(6 * MINUTE);
       await assertPage(await authorize(t, { client_id: clientId }));
-    }, { env: { REDIRECT_URI_POLICY: policy } });
+    }, { env });
   }
 });
 
