@@ -183,9 +183,3 @@ export interface Metrics {
   /** The exposition text. */
   render(): Promise<string>;
 }
-
-/** How an upstream error code ends a sign-in: the user's no, the code's expiry, or a failure. */
-export function signInFailure(code: string | undefined): "denied" | "expired" | "failed" {
-  if (code === "access_denied") return "denied";
-  return code === "expired_token" ? "expired" : "failed";
-}

@@ -31,7 +31,7 @@ import {
   returnToClient,
 } from "../sign_in/redirect_flow.ts";
 import { UpstreamError } from "../upstream/types.ts";
-import { signInFailure } from "../metrics/catalog.ts";
+import { signInFailure } from "../sign_in/upstream_failure.ts";
 import { completeDeviceSignIn } from "../sign_in/device_authorization/completion.ts";
 import { denyDevice } from "../sign_in/device_authorization/flow_sign_in.ts";
 

@@ -34,7 +34,7 @@ import { admitSignIn, type SignInAdmission } from "./admission.ts";
 import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
 import { admitNewFlow } from "./pending_caps.ts";
 import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
-import { signInFailure } from "../metrics/catalog.ts";
+import { signInFailure } from "./upstream_failure.ts";
 import { denyDeviceOfFlow, storeDeviceFlowSignIn } from "./device_authorization/flow_sign_in.ts";
 import { PATHS } from "../http/paths.ts";
 
