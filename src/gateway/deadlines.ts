@@ -20,6 +20,8 @@ export interface Deadline {
 
 /** Starts waits with one time limit. */
 export interface Deadlines {
+  /** The time limit of every wait, in milliseconds. */
+  readonly limitMs: number;
   start(): Deadline;
 }
 
@@ -65,6 +67,7 @@ export function createDeadlines(limitMs: number, timers: Timers = SYSTEM_TIMERS)
   }
 
   return {
+    limitMs,
     start() {
       const wait: Wait = { controller: new AbortController() };
       const tick = Math.ceil((timers.now() + limitMs) / tickMs) * tickMs;

@@ -68,9 +68,8 @@ export interface Gateway {
   client: McpClient;
   /** Built on the first request, from the OAuth dependencies only a configured service has. */
   guard: GuardDeps | undefined;
-  deadlines: Deadlines;
   /** How long the MCP server has for its response headers (its own `timeout_ms`, or the service's). */
-  timeoutMs: number;
+  deadlines: Deadlines;
   audit: Audit;
   /** RATE_LIMIT_MCP; undefined when `off`. */
   rateLimit: SessionRateLimit | undefined;

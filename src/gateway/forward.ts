@@ -114,7 +114,7 @@ function upstreamFailure(
     ? new OAuthError(
       504,
       "gateway_timeout",
-      `The MCP server did not answer within ${gateway.timeoutMs} ms`,
+      `The MCP server did not answer within ${gateway.deadlines.limitMs} ms`,
     )
     : new OAuthError(502, "bad_gateway", "The MCP server could not be reached");
 }

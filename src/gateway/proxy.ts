@@ -34,7 +34,6 @@ export function createMcpGateway(deps: GatewayDeps, server: ServedServer<McpClie
     tokenHeader: server.tokenHeader,
     guard: undefined,
     deadlines: createDeadlines(server.timeoutMs),
-    timeoutMs: server.timeoutMs,
     resourceFor: server.resourceFor,
     audit: createAudit(deps.logger, deps.config.auditLog, server.name),
     rateLimit: createSessionRateLimit(deps, deps.config.rateLimits.mcp),
