@@ -48,8 +48,8 @@ export interface Composition {
   config: Config;
   /** Closed by whoever stops serving `app`. */
   kv: StoreDatabase;
-  /** Closes `kv` (PostgreSQL: drains its pool). */
-  closeKv(): Promise<void>;
+  /** Stops the sweep, closes the MCP servers' clients and `kv` (PostgreSQL: drains its pool). */
+  close(): Promise<void>;
   /** What a reload of MCP_POLICY_FILE, MCP_SERVERS_FILE or MACHINE_ACCESS_FILE changes. */
   reloadable: Reloadable;
 }
@@ -67,7 +67,7 @@ export interface RunningService {
   config: Config;
   /** What a reload of MCP_POLICY_FILE, MCP_SERVERS_FILE or MACHINE_ACCESS_FILE changes. */
   reloadable: Reloadable;
-  /** Stops accepting, finishes in-flight requests (bounded), closes KV. */
+  /** Stops accepting, finishes in-flight requests (bounded), closes the MCP clients and KV. */
   shutdown(): Promise<void>;
   finished: Promise<void>;
 }
@@ -99,9 +99,10 @@ export async function composeService(
   const sweep = sweepPeriodically(deps);
   const close = async () => {
     sweep.stop();
+    deps.servers.close();
     await closeKv();
   };
-  return { app: createApp(deps), config, kv, closeKv: close, reloadable: deps };
+  return { app: createApp(deps), config, kv, close, reloadable: deps };
 }
 
 /**
@@ -112,7 +113,7 @@ export async function startService(
   env: Env,
   logger: Logger = createLogger(),
 ): Promise<RunningService> {
-  const { app, config, closeKv, reloadable } = await composeService(env, logger);
+  const { app, config, close, reloadable } = await composeService(env, logger);
   const { promise: listening, resolve } = Promise.withResolvers<string>();
   const summary = await inForce(config);
   let server: Deno.HttpServer;
@@ -126,7 +127,7 @@ export async function startService(
         ),
     }, app);
   } catch (error) {
-    await closeKv();
+    await close();
     throw error instanceof Deno.errors.AddrInUse ? portInUse(config) : cannotListen(config, error);
   }
   let stopping: Promise<void> | undefined;
@@ -143,7 +144,7 @@ export async function startService(
           Deno.exit(1);
         }, SHUTDOWN_GRACE_MS);
         await server.shutdown();
-        await closeKv();
+        await close();
         clearTimeout(timer);
       })();
       return stopping;

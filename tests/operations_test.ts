@@ -9,6 +9,11 @@ import {
   spawnWithGitLab,
   waitFor,
 } from "./_service.ts";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
+import { startService } from "../main.ts";
+import { createLogger } from "../src/logger.ts";
+import { IDLE_CONNECTION_MS } from "../src/gateway/mcp_client/node_http_client.ts";
+import { TEST_SECRET } from "./_helpers.ts";
 
 Deno.test("SIGTERM: a request in flight finishes, then the process exits 0", async () => {
   const { gitlab, service, close } = await spawnWithGitLab("ops-app", {
@@ -51,6 +56,62 @@ Deno.test("SIGTERM: connections kept open to the MCP server do not hold the proc
   } finally {
     await close();
     await mcp.shutdown();
+  }
+});
+
+/**
+ * An MCP server on a raw socket, answering each request on a kept-alive connection; `closed`
+ * resolves with the time the gateway's side of its first connection closed.
+ */
+function keepAliveMcpServer() {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const { promise: closed, resolve } = Promise.withResolvers<number>();
+  const body = '{"jsonrpc":"2.0","id":1,"result":{}}';
+  const answer = new TextEncoder().encode(
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" +
+      `Content-Length: ${body.length}\r\nConnection: keep-alive\r\n\r\n${body}`,
+  );
+  const serving = (async () => {
+    const conn = await listener.accept();
+    const buffer = new Uint8Array(64 * 1024);
+    while (await conn.read(buffer).catch(() => null) !== null) await conn.write(answer);
+    resolve(performance.now());
+    conn.close();
+  })();
+  return {
+    url: `http://127.0.0.1:${listener.addr.port}/mcp`,
+    closed,
+    async close() {
+      listener.close();
+      await serving;
+    },
+  };
+}
+
+Deno.test("shutdown: the service closes its connections to the MCP server, as it closes the store", async () => {
+  const mcp = keepAliveMcpServer();
+  const gitlab = startSimulatedGitLab();
+  const service = await startService({
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "ops-shutdown-app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: ":memory:",
+    PORT: "0",
+    HOST: "127.0.0.1",
+    MCP_UPSTREAM_URL: mcp.url,
+  }, createLogger(() => {}));
+  try {
+    const { access_token } = await signInOverHttp(service.url, gitlab);
+    const answer = await postMcpOverHttp(service.url, access_token, { method: "tools/list" });
+    assert.equal(answer.status, 200, JSON.stringify(answer.body));
+    const answered = performance.now();
+    await service.shutdown();
+    // Left alone, the pooled connection would close only once idle for IDLE_CONNECTION_MS.
+    assert.ok((await mcp.closed) - answered < IDLE_CONNECTION_MS / 2, "closed at shutdown");
+  } finally {
+    await service.shutdown();
+    await gitlab.close();
+    await mcp.close();
   }
 });
 
