@@ -46,23 +46,23 @@ Deno.test("policy watch: a symlink swap is reloaded once; a broken file is repor
     const holder = createCallPolicyHolder(readPolicyFile(map.path), () => {});
     const reloads: Reload["kind"][] = [];
     const watch = watchFile(holder, (reload) => reloads.push(reload.kind));
-    watch.check();
+    await watch.check();
     assert.deepEqual(reloads, [], "an unchanged file is not reloaded");
 
     await map.publish(DENY);
-    watch.check();
-    watch.check();
+    await watch.check();
+    await watch.check();
     assert.deepEqual(reloads, ["reloaded"]);
     assert.equal(holder.current()?.defaultEffect, "deny");
 
     await map.publish("{ broken");
-    watch.check();
-    watch.check();
+    await watch.check();
+    await watch.check();
     assert.deepEqual(reloads, ["reloaded", "kept"], "reported once, not at every check");
     assert.equal(holder.current()?.defaultEffect, "deny", "the policy in force stays");
 
     await map.publish(ALLOW);
-    watch.check();
+    await watch.check();
     assert.deepEqual(reloads, ["reloaded", "kept", "reloaded"]);
     assert.equal(holder.current()?.defaultEffect, "allow");
     watch.stop();
@@ -102,3 +102,46 @@ Deno.test(
     }
   },
 );
+
+Deno.test("policy watch: a check reads asynchronously, one at a time, and is not repeated by a reload during it", async () => {
+  const map = await configMap(ALLOW);
+  try {
+    const holder = createCallPolicyHolder(readPolicyFile(map.path), () => {});
+    const reloads: Reload["kind"][] = [];
+    // Reads wait at the gate while it is shut.
+    let gate = Promise.withResolvers<void>();
+    gate.resolve();
+    let reads = 0;
+    const readText = async (path: string) => {
+      reads++;
+      const text = await Deno.readTextFile(path);
+      await gate.promise;
+      return text;
+    };
+    const watch = watchFile(holder, (reload) => reloads.push(reload.kind), { readText });
+    await watch.check();
+    assert.equal(reads, 2, "the start's read, and the check's");
+
+    gate = Promise.withResolvers();
+    await map.publish(DENY);
+    const checking = watch.check();
+    assert.equal(watch.check(), checking, "a check still reading is not started again");
+    assert.equal(reads, 3);
+    assert.equal(holder.current()?.defaultEffect, "allow", "nothing applied before the read ends");
+
+    assert.equal(watch.reload().kind, "reloaded", "SIGHUP while the check reads");
+    gate.resolve();
+    await checking;
+    assert.deepEqual(reloads, [], "the reload applied what the check read: not applied twice");
+    assert.equal(holder.current()?.defaultEffect, "deny");
+
+    await watch.check();
+    assert.deepEqual(reloads, [], "the next check compares with what the reload read");
+    await map.publish(ALLOW);
+    await watch.check();
+    assert.deepEqual(reloads, ["reloaded"]);
+    watch.stop();
+  } finally {
+    await map.remove();
+  }
+});

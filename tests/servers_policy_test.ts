@@ -154,7 +154,7 @@ Deno.test("a server's own policy file is followed: a change applies without a si
         `${dir}/docs-policy.json`,
         JSON.stringify({ rules: [{ tools: [ROUTE_TOOL], allow: { users: ["ada"] } }] }),
       );
-      followed.check();
+      await followed.check();
       docs = await v2Client(`${url}/mcp/docs`, token);
       try {
         assert.equal(await routeAnswered(docs), true);

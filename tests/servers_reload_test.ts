@@ -175,12 +175,12 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
     const streamB = await openGetStream(`${url}/mcp/b`, tokenB);
     readers.push(streamA, postA, streamB);
 
-    files.check();
+    await files.check();
     assert.equal(lines.filter((l) => String(l.message).startsWith("MCP_SERVERS_FILE")).length, 0);
 
     // a removed, b moved to c's URL, d added: a plain write, no signal.
     await Deno.writeTextFile(file, serversYaml({ b: c.url, d: c.url }));
-    files.check();
+    await files.check();
     const reloaded = lines.filter((l) => l.message === "MCP_SERVERS_FILE reloaded");
     assert.equal(reloaded.length, 1);
     assert.equal(reloaded[0].mcpServers, "b,d");
@@ -207,8 +207,8 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
 
     // A file start-up would refuse: one line, however often it is checked; nothing changes.
     await Deno.writeTextFile(file, "servers:\n  - name: b\n    url: ftp://x/mcp\n");
-    files.check();
-    files.check();
+    await files.check();
+    await files.check();
     const refused = lines.filter((l) =>
       String(l.message).startsWith("MCP_SERVERS_FILE not reloaded")
     );
@@ -254,14 +254,14 @@ Deno.test("servers reload: a removed server's code and refresh token get invalid
     const { refresh_token } = await first.json();
 
     await Deno.writeTextFile(file, serversYaml({ b: "http://127.0.0.1:2/mcp" }));
-    files.check();
+    await files.check();
     assert.deepEqual(t.deps.servers.names(), ["b"], "a removed");
     await assertError(await exchange(t, code), 400, "invalid_target", /no longer served/);
     await assertError(await refresh(t, refresh_token), 400, "invalid_target", /no longer served/);
     await assertError(await refresh(t, refresh_token, { resource: A }), 400, "invalid_target");
 
     await Deno.writeTextFile(file, listed);
-    files.check();
+    await files.check();
     const again = await refresh(t, refresh_token);
     assert.equal(again.status, 200, await again.clone().text());
     assert.equal(
@@ -301,7 +301,7 @@ Deno.test("servers reload: a server the file adds at MCP_RESOURCE_URL's path is 
       file,
       serversYaml({ a: "http://127.0.0.1:9/mcp", docs: "http://127.0.0.1:9/docs" }),
     );
-    files.check();
+    await files.check();
     const servers = lines.filter((l) => String(l.message).startsWith("MCP_SERVERS_FILE"));
     assert.equal(servers.length, 1, JSON.stringify(servers));
     assert.equal(servers[0].level, "error");
@@ -503,7 +503,7 @@ Deno.test("servers reload: a request an http server holds ends (502) when a relo
     const answer = fetch(`http://127.0.0.1:${server.addr.port}/mcp/gone`, mcpPostInit(token));
     await within(arrived.promise, 5000, "the request at the MCP server");
     await Deno.writeTextFile(file, serversYaml({}));
-    files.check();
+    await files.check();
     const response = await within(answer, 5000, "the held request's answer");
     assert.equal(response.status, 502, await response.clone().text());
     assert.equal((await response.json()).error, "bad_gateway");

@@ -22,14 +22,13 @@ export interface FollowedFiles {
   /** Reads every followed file again now, whatever it holds (SIGHUP). */
   reload(): void;
   /** Reads every followed file now, and reloads the ones that changed (what the timer does). */
-  check(): void;
+  check(): Promise<void>;
   stop(): void;
 }
 
-/** How the files are followed: the poll interval (none: only `check` reads them), the reader. */
+/** How the files are followed: the poll interval (none: only `check` reads them). */
 export interface FollowOptions {
   everyMs?: number;
-  readText?: (path: string) => string;
 }
 
 /** Whether any file is there to follow (without one, SIGHUP keeps its default meaning). */
@@ -49,7 +48,6 @@ export function followConfigFiles(
     servers: deps.servers,
     openStreams: deps.openStreams,
     path: deps.config.mcpServersFile?.path,
-    readText: options.readText,
     // A server's own policy is refused on reload for what refuses MCP_POLICY_FILE's.
     check: (file) => {
       requireServerRoles(file, deps.callPolicy.rules.roles);
@@ -61,14 +59,16 @@ export function followConfigFiles(
     },
   });
   const policy = watchFile(deps.callPolicy, (reload) => logPolicyReload(reload, logger), options);
-  const readText = options.readText ?? Deno.readTextFileSync;
   const served = watchFile(servers, (reload) => afterServersReload(reload, deps, logger), {
     ...options,
-    readText: withNamedFiles(readText, () => serversPolicyFiles(deps.servers)),
+    readText: withNamedFiles(Deno.readTextFile, () => serversPolicyFiles(deps.servers)),
   });
   const machine = watchFile(deps.machineAccess, (reload) => logMachineReload(reload, logger), {
     ...options,
-    readText: withNamedFiles(readText, () => deps.machineAccess.current()?.tokenFiles ?? []),
+    readText: withNamedFiles(
+      Deno.readTextFile,
+      () => deps.machineAccess.current()?.tokenFiles ?? [],
+    ),
   });
   const watches = [policy, served, machine];
   return {
@@ -77,7 +77,9 @@ export function followConfigFiles(
       afterServersReload(served.reload(), deps, logger);
       logMachineReload(machine.reload(), logger);
     },
-    check: () => watches.forEach((watch) => watch.check()),
+    async check() {
+      await Promise.all(watches.map((watch) => watch.check()));
+    },
     stop: () => watches.forEach((watch) => watch.stop()),
   };
 }
@@ -87,18 +89,12 @@ export function followConfigFiles(
  * one of those reloads the file (which reads them again), as a change to the file does.
  */
 function withNamedFiles(
-  readText: (path: string) => string,
+  readText: (path: string) => Promise<string>,
   named: () => readonly string[],
-): (path: string) => string {
-  return (path) => {
-    const texts = named().map((namedPath) => {
-      try {
-        return readText(namedPath);
-      } catch {
-        return "";
-      }
-    });
-    return [readText(path), ...texts].join("\0");
+): (path: string) => Promise<string> {
+  return async (path) => {
+    const texts = named().map((namedPath) => readText(namedPath).catch(() => ""));
+    return [await readText(path), ...await Promise.all(texts)].join("\0");
   };
 }
 

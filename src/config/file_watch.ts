@@ -2,9 +2,10 @@
  * A configuration file reloaded when its content changes on disk (issue 33 §2.3), not only on
  * SIGHUP: a Kubernetes ConfigMap changes the file in place by swapping a symlink, and a signal to
  * the wrong process (npx, `deno task`) never reaches the service. The file is read again every
- * few seconds and compared by content, so a symlink swap, a rename over it and an edit in place
- * all count, and a touch that changes nothing does not. MCP_POLICY_FILE and MCP_SERVERS_FILE
- * both follow their files this way.
+ * few seconds (asynchronously: a slow volume holds no request up) and compared by content, so a
+ * symlink swap, a rename over it and an edit in place all count, and a touch that changes
+ * nothing does not. MCP_POLICY_FILE, MCP_SERVERS_FILE and MACHINE_ACCESS_FILE follow their
+ * files this way (Deno Deploy has no file system events to wait for instead).
  */
 
 /** How often a file is read: a change is in force within this time (and a little more). */
@@ -18,11 +19,12 @@ export interface ReloadableFile<R> {
 }
 
 /**
- * A running watch: `check` reads the file once now and reloads it if it changed (the timer calls
- * it too); `reload` reloads it whatever it holds (SIGHUP), and the next check compares with that.
+ * A running watch: `check` reads the file once now, without blocking the event loop, and reloads
+ * it if it changed (the timer calls it too; a check still reading is not started again);
+ * `reload` reloads it whatever it holds (SIGHUP), and the next check compares with that.
  */
 export interface FileWatch<R> {
-  check(): void;
+  check(): Promise<void>;
   reload(): R;
   stop(): void;
 }
@@ -35,26 +37,31 @@ export interface FileWatch<R> {
 export function watchFile<R>(
   file: ReloadableFile<R>,
   onReload: (reload: R) => void,
-  options: { everyMs?: number; readText?: (path: string) => string } = {},
+  options: { everyMs?: number; readText?: (path: string) => Promise<string> } = {},
 ): FileWatch<R> {
   const path = file.path();
-  const readText = options.readText ?? Deno.readTextFileSync;
-  const read = () => {
+  const readText = options.readText ?? Deno.readTextFile;
+  const read = async () => {
     if (path === undefined) return undefined;
     try {
-      return readText(path);
+      return await readText(path);
     } catch {
       // A file that is briefly missing (mid-swap) is read again at the next check.
       return undefined;
     }
   };
+  /** The content in force: read at the start, or by the last reload. */
   let seen = read();
-  const check = () => {
-    const text = read();
-    if (text === undefined || text === seen) return;
-    seen = text;
+  let checking: Promise<void> | undefined;
+  const compare = async () => {
+    const inForce = seen;
+    const text = await read();
+    // A reload while this read ran applied the file as it is now: the next check compares.
+    if (text === undefined || seen !== inForce || text === await inForce) return;
+    seen = Promise.resolve(text);
     onReload(file.reload());
   };
+  const check = () => checking ??= compare().finally(() => checking = undefined);
   const timer = path !== undefined && options.everyMs !== undefined
     ? setInterval(check, options.everyMs)
     : undefined;
@@ -62,7 +69,8 @@ export function watchFile<R>(
   return {
     check,
     reload() {
-      seen = read() ?? seen;
+      const before = seen;
+      seen = read().then((text) => text ?? before);
       return file.reload();
     },
     stop: () => clearInterval(timer),
