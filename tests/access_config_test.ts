@@ -30,7 +30,7 @@ Deno.test("access config: groups with and without a role, users, defaults", () =
     ALLOWED_GITLAB_USERS: "@Ada, grace",
   });
   assert.deepEqual(accessPolicyOf(config), {
-    groups: [{ path: "acme" }, { path: "acme/platform", minRole: "developer" }],
+    groups: [{ path: "acme" }, { path: "acme/platform", minRole: "Developer" }],
     users: ["ada", "grace"],
   });
   assert.equal(config.access.recheckSeconds, 300);

@@ -131,6 +131,12 @@ Deno.test("provider roles: a GitLab role name is refused for another provider, n
     'ALLOWED_GITLAB_GROUPS: unknown role "developer" in "crew:developer"; roles: viewer, ' +
       "editor, admin",
   );
+  // The role is echoed as the operator wrote it (matched in any case, never shown lowered).
+  assert.equal(
+    (await refusal({ ALLOWED_GITLAB_GROUPS: "Crew:Maintainer" })).message,
+    'ALLOWED_GITLAB_GROUPS: unknown role "Maintainer" in "Crew:Maintainer"; roles: viewer, ' +
+      "editor, admin",
+  );
   const dir = await Deno.makeTempDir({ prefix: "provider-roles-" });
   try {
     const policy = await writeFile(dir, "policy.json", {

@@ -19,9 +19,10 @@ export interface AllowedGroup {
   /** The group's full path, e.g. `acme/platform`, as written (GitLab matches it in any case). */
   path: string;
   /**
-   * The role's name in lower case, as written: the configuration checks it against the
-   * provider's roles once the provider is chosen (`unknownRole`). Undefined: the provider's
-   * `unnamed` role (GitLab: Guest or more; Minimal Access only when a rule names it).
+   * The role's name as written (matched in any case, and an error echoes what the operator
+   * typed): the configuration checks it against the provider's roles once the provider is
+   * chosen (`unknownRole`). Undefined: the provider's `unnamed` role (GitLab: Guest or more;
+   * Minimal Access only when a rule names it).
    */
   minRole?: string;
 }
@@ -54,7 +55,7 @@ export function parseAllowedGroups(name: string, raw: string): AllowedGroup[] {
       );
     }
     if (role === undefined) return { path };
-    return { path, minRole: role.toLowerCase() };
+    return { path, minRole: role };
   });
 }
 
@@ -64,7 +65,7 @@ export function parseAllowedGroups(name: string, raw: string): AllowedGroup[] {
  */
 export function unknownRole(group: AllowedGroup, roles: ProviderRoles): string | undefined {
   const { minRole } = group;
-  if (minRole === undefined || Object.hasOwn(roles.levels, minRole)) return undefined;
+  if (minRole === undefined || Object.hasOwn(roles.levels, minRole.toLowerCase())) return undefined;
   const entry = JSON.stringify(`${group.path}:${minRole}`);
   const names = Object.keys(roles.levels).join(", ") || "none (the provider declares no roles)";
   return `unknown role ${JSON.stringify(minRole)} in ${entry}; roles: ${names}`;
@@ -117,7 +118,7 @@ export function isListedUser(policy: AccessPolicy, user: ListedAccount): boolean
  * none is named); a role the provider does not declare is met by nobody.
  */
 export function meetsRole(group: AllowedGroup, accessLevel: number, roles: ProviderRoles): boolean {
-  const role = group.minRole ?? roles.unnamed;
+  const role = group.minRole?.toLowerCase() ?? roles.unnamed;
   if (role === undefined) return true;
   return Object.hasOwn(roles.levels, role) && accessLevel >= roles.levels[role];
 }
