@@ -1,7 +1,8 @@
 /**
  * Running on PostgreSQL: what operators meet besides the store's contract
  * (store_contract_test.ts). No token in clear in a `pg_dump`; an outage answered with 503
- * (readiness within 2 s, requests with Retry-After) and recovered from without a restart;
+ * (readiness within 2 s, requests with Retry-After) and recovered from without a restart, as
+ * is a database that cannot write for now (read-only, lock_timeout, full, retry asked);
  * migrations applied once by processes starting together, a newer schema refused in one line,
  * `admin migrate`; DATABASE_URL with KV_PATH refused.
  */
@@ -11,6 +12,8 @@ import { runAdmin } from "../src/admin/cli.ts";
 import { ConfigError, loadConfig } from "../src/app/config.ts";
 import { connect } from "../src/store/postgres/connect.ts";
 import { openDatabase } from "../src/store/open.ts";
+import { advisoryLockOf } from "../src/store/postgres/backend.ts";
+import { decodeKey } from "../src/store/postgres/key_codec.ts";
 import { exchange, issueCode, makeTestAppOn, refresh, TEST_BASE, TEST_SECRET } from "./_helpers.ts";
 import { ignorePostgresTests, sharedPostgres } from "./_postgres.ts";
 
@@ -165,3 +168,71 @@ Deno.test("postgres: DATABASE_URL and KV_PATH together are refused in one line",
     (error) => error instanceof ConfigError && !error.message.includes("secret-password"),
   );
 });
+
+test("a database that cannot write for now answers 503 with Retry-After, never 500, and is served again", () =>
+  withPostgresApp(async (app, url) => {
+    const cluster = await sharedPostgres();
+    const name = new URL(url).pathname.slice(1);
+    const sql = connect({ url, poolSize: 1 });
+    /** A refresh while the database is in `state`: 503 temporarily_unavailable, Retry-After. */
+    const assertUnavailable = async (state: string, refreshToken: string) => {
+      const answer = await refresh(app, refreshToken);
+      const text = await answer.text();
+      assert.equal(answer.status, 503, `${state}: ${text}`);
+      assert.equal(answer.headers.get("Retry-After"), "5", state);
+      assert.equal(JSON.parse(text).error, "temporarily_unavailable", state);
+    };
+    /** New connections take the database's new settings: the app's are cut, and replaced. */
+    const reconnect = async () => {
+      await sql.unsafe(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+        [name],
+      );
+      // Each dead connection fails one read (503, ECONNRESET) and leaves the pool.
+      for (let i = 0; i < 8; i++) {
+        await (await app.app(new Request(`${TEST_BASE}/readyz`))).body?.cancel();
+      }
+    };
+    try {
+      let tokens = await (await exchange(app, await issueCode(app))).json();
+      // A failover that lands on a standby: every write is refused as read-only (25006).
+      await cluster.psql(`ALTER DATABASE ${name} SET default_transaction_read_only = on`);
+      await reconnect();
+      await assertUnavailable("read-only", tokens.refresh_token);
+      await cluster.psql(`ALTER DATABASE ${name} RESET default_transaction_read_only`);
+      // A role's lock_timeout shorter than a lock wait (55P03): the session's lock is held.
+      await cluster.psql(`ALTER DATABASE ${name} SET lock_timeout = '50ms'`);
+      await reconnect();
+      const [session] = await sql.unsafe(
+        "SELECT key FROM kv WHERE key >= '\\x0273657373696f6e00'::bytea ORDER BY key LIMIT 1",
+      );
+      assert.ok(session);
+      await sql.begin(async (tx) => {
+        await tx.unsafe("SELECT pg_advisory_xact_lock($1)", [
+          String(advisoryLockOf(decodeKey(session.key))),
+        ]);
+        await assertUnavailable("lock_timeout", tokens.refresh_token);
+      });
+      await cluster.psql(`ALTER DATABASE ${name} RESET lock_timeout`);
+      // What PostgreSQL says of writes it cannot do now: out of disk or memory, a transaction
+      // to retry, a commit whose outcome it does not know.
+      for (const code of ["53100", "53200", "40001", "40003"]) {
+        await cluster.psql(
+          `CREATE OR REPLACE FUNCTION refuse_write() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN RAISE EXCEPTION 'cannot write now' USING ERRCODE = '${code}'; END $$;
+          CREATE OR REPLACE TRIGGER refuse_write BEFORE INSERT OR UPDATE ON kv
+            FOR EACH ROW EXECUTE FUNCTION refuse_write();`,
+          name,
+        );
+        await assertUnavailable(code, tokens.refresh_token);
+      }
+      await cluster.psql("DROP TRIGGER refuse_write ON kv", name);
+      await reconnect();
+      const served = await refresh(app, tokens.refresh_token);
+      assert.equal(served.status, 200, "the refresh token refused meanwhile still works");
+      tokens = await served.json();
+      assert.ok(tokens.refresh_token);
+    } finally {
+      await sql.end();
+    }
+  }));

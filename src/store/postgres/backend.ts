@@ -271,9 +271,15 @@ const UNAVAILABLE_CODES = new Set([
   "57P02", // crash_shutdown
   "57P03", // cannot_connect_now
   "57014", // query_canceled (statement_timeout)
-  "53300", // too_many_connections
+  "55P03", // lock_not_available (a role's lock_timeout: a lock wait, as statement_timeout's)
+  "25006", // read_only_sql_transaction (a failover that lands on a standby)
+  "40001", // serialization_failure
+  "40003", // statement_completion_unknown (a lost answer, as a dropped connection's)
   "40P01", // deadlock_detected
 ]);
+
+/** SQLSTATE classes that mean "not now": 08 connection exception, 53 insufficient resources. */
+const UNAVAILABLE_CLASSES = ["08", "53"];
 
 /** Runs `operation`; an error that means the database cannot answer now is rethrown as such. */
 export async function unavailableOnFailure<T>(operation: () => Promise<T>): Promise<T> {
@@ -287,7 +293,8 @@ export async function unavailableOnFailure<T>(operation: () => Promise<T>): Prom
 
 function isUnavailable(error: unknown): boolean {
   const code = (error as { code?: unknown })?.code;
-  return typeof code === "string" && (UNAVAILABLE_CODES.has(code) || code.startsWith("08"));
+  return typeof code === "string" &&
+    (UNAVAILABLE_CODES.has(code) || UNAVAILABLE_CLASSES.includes(code.slice(0, 2)));
 }
 
 function describe(error: unknown): string {
