@@ -236,3 +236,29 @@ test("a database that cannot write for now answers 503 with Retry-After, never 5
       await sql.end();
     }
   }));
+
+Deno.test("postgres: DATABASE_URL cannot replace the store's statement_timeout or isolation", () => {
+  // The driver would send them to the server after the store's own (statement_timeout=0: a
+  // statement never given up; repeatable read: checked writes comparing an old snapshot).
+  for (
+    const query of [
+      "statement_timeout=0",
+      "default_transaction_isolation=repeatable%20read",
+      "sslmode=disable&Statement_Timeout=0",
+    ]
+  ) {
+    assert.throws(
+      () => loadConfig({ DATABASE_URL: `postgres://u:p@db:5432/auth?${query}` }),
+      (error) =>
+        error instanceof ConfigError &&
+        /^DATABASE_URL: \w+ cannot be set in the URL: the service sets it/.test(error.message) &&
+        !error.message.includes("u:p") && !error.message.includes("\n"),
+      query,
+    );
+  }
+  const config = loadConfig({
+    DATABASE_URL: "postgres://u:p@db:5432/auth?search_path=auth&application_name=a",
+    JWT_SECRET: TEST_SECRET,
+  });
+  assert.ok(config.databaseUrl);
+});

@@ -9,8 +9,16 @@ import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../confi
 import { tlsSettingsOf } from "./postgres/tls_settings.ts";
 
 /**
+ * Settings the store's connections must have (src/store/postgres/connect.ts): the driver sends
+ * a URL's other parameters to the server as settings, after its own, so one of these in the URL
+ * would replace the store's (a statement never given up; checked writes reading an old snapshot).
+ */
+const STORE_SETTINGS = ["statement_timeout", "default_transaction_isolation"];
+
+/**
  * A `postgres://` or `postgresql://` URL naming a host, with TLS parameters that make sense
- * (src/store/postgres/tls_settings.ts); the value is never echoed (it may hold a password).
+ * (src/store/postgres/tls_settings.ts) and none of the store's settings; the value is never
+ * echoed (it may hold a password).
  */
 function parseDatabaseUrl(name: string, raw: string): string {
   let url: URL | undefined;
@@ -21,6 +29,16 @@ function parseDatabaseUrl(name: string, raw: string): string {
   }
   if (!url || !/^postgres(ql)?:$/.test(url.protocol) || url.hostname === "") {
     throw new ConfigError(name, "must be a postgres://user:password@host:port/database URL");
+  }
+  for (const parameter of url.searchParams.keys()) {
+    // PostgreSQL reads setting names in any case.
+    if (STORE_SETTINGS.includes(parameter.toLowerCase())) {
+      throw new ConfigError(
+        name,
+        `${parameter} cannot be set in the URL: the service sets it ` +
+          "(statement_timeout to DATABASE_TIMEOUT_MS, default_transaction_isolation to read committed)",
+      );
+    }
   }
   try {
     tlsSettingsOf(url);
