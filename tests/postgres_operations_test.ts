@@ -133,6 +133,30 @@ test("admin migrate applies the migrations without starting the service", async 
   ]);
 });
 
+test("admin migrate waits for another migration no longer than DATABASE_TIMEOUT_MS", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const lines: string[] = [];
+  const output = {
+    out: (line: string) => lines.push(line),
+    err: (line: string) => lines.push(line),
+  };
+  const holder = connect({ url, poolSize: 1 });
+  try {
+    // Another process migrating holds the migration lock (migrate.ts's MIGRATION_LOCK).
+    await holder.begin(async (tx) => {
+      await tx.unsafe("SELECT pg_advisory_xact_lock($1)", [String(0x676d6370617574n)]);
+      const started = performance.now();
+      const env = { DATABASE_URL: url, DATABASE_TIMEOUT_MS: "300" };
+      assert.equal(await runAdmin(["migrate"], env, output), 1);
+      const ms = performance.now() - started;
+      assert.ok(ms < 2_000, `gave up after ${Math.round(ms)} ms, not DATABASE_TIMEOUT_MS's 300`);
+    });
+  } finally {
+    await holder.end();
+  }
+  assert.match(lines.join("\n"), /^admin: migrate failed: .*statement timeout/);
+});
+
 test("admin commands refuse a database without the store, and leave it untouched", async () => {
   const url = await (await sharedPostgres()).createDatabase();
   const lines: string[] = [];

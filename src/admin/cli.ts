@@ -180,7 +180,10 @@ async function migrateDatabase(config: Config, output: AdminOutput): Promise<num
   }
   const { migrateDatabaseAt } = await import("../store/postgres/migrate.ts");
   try {
-    const { applied, version } = await migrateDatabaseAt(config.databaseUrl);
+    const { applied, version } = await migrateDatabaseAt(
+      config.databaseUrl,
+      config.databaseTimeoutMs,
+    );
     output.out(
       applied.length === 0
         ? `schema up to date at version ${version}`

@@ -52,11 +52,15 @@ export async function migrate(sql: postgres.Sql): Promise<number[]> {
   }) as number[];
 }
 
-/** Connects to `url`, applies what is pending, disconnects: `admin migrate`. */
+/**
+ * Connects to `url`, applies what is pending, disconnects: `admin migrate`, each statement
+ * (waiting for another process's migration included) within `statementTimeoutMs`.
+ */
 export async function migrateDatabaseAt(
   url: string,
+  statementTimeoutMs: number,
 ): Promise<{ applied: number[]; version: number }> {
-  const sql = connect({ url, poolSize: 1 });
+  const sql = connect({ url, poolSize: 1, statementTimeoutMs });
   try {
     const applied = await migrate(sql);
     return { applied, version: MIGRATIONS[MIGRATIONS.length - 1].version };
