@@ -1,6 +1,7 @@
 /**
  * Running on PostgreSQL: what operators meet besides the store's contract
- * (store_contract_test.ts). No token in clear in a `pg_dump`; an outage answered with 503
+ * (store_contract_test.ts). No token, code or secret in clear in a `pg_dump` (nor in the log);
+ * an outage answered with 503
  * (readiness within 2 s, requests with Retry-After) and recovered from without a restart, as
  * is a database that cannot write for now (read-only, lock_timeout, full, retry asked);
  * migrations applied once by processes starting together, a newer schema refused in one line,
@@ -14,7 +15,21 @@ import { connect } from "../src/store/postgres/connect.ts";
 import { openDatabase } from "../src/store/open.ts";
 import { advisoryLockOf } from "../src/store/postgres/backend.ts";
 import { decodeKey } from "../src/store/postgres/key_codec.ts";
-import { exchange, issueCode, makeTestAppOn, refresh, TEST_BASE, TEST_SECRET } from "./_helpers.ts";
+import {
+  exchange,
+  issueCode,
+  makeTestAppOn,
+  refresh,
+  register,
+  startFlow,
+  TEST_BASE,
+  TEST_SECRET,
+  token,
+} from "./_helpers.ts";
+import { addClient, basic, writeAccessFile } from "./_machine_clients.ts";
+import { DEVICE_CODE_GRANT_TYPE as DEVICE_GRANT } from "../src/http/grant_types.ts";
+import { newSession } from "../src/session/life.ts";
+import { createLogger } from "../src/logger.ts";
 import { ignorePostgresTests, sharedPostgres } from "./_postgres.ts";
 
 const test = (name: string, fn: () => Promise<void>) =>
@@ -66,6 +81,87 @@ test("a pg_dump after a whole sign-in and a refresh holds no token in clear", ()
       }
     }
   }));
+
+test("a pg_dump (and the log) after a device grant, a machine client and a pending GitLab flow holds no secret in clear", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const opened = await openDatabase({ databaseUrl: url, databasePoolSize: 4 });
+  const env = {
+    MACHINE_ACCESS_FILE: await writeAccessFile([{ client_id: "vault", servers: ["default"] }]),
+  };
+  const lines: string[] = [];
+  const logger = createLogger((line) => void lines.push(line));
+  const app = await makeTestAppOn(opened.database, { env, logger });
+  try {
+    const post = (path: string, body: Record<string, string>) =>
+      app.app(
+        new Request(`${TEST_BASE}${path}`, {
+          method: "POST",
+          headers: { "Content-Type": "application/x-www-form-urlencoded" },
+          body: new URLSearchParams(body),
+        }),
+      );
+    // Our device authorization grant (RFC 8628), through the user's approval and the poll.
+    const registered = await register(app, { client_name: "box", grant_types: [DEVICE_GRANT] });
+    const { client_id } = await registered.json();
+    const started = await (await post("/device_authorization", { client_id })).json();
+    const page = await app.app(new Request(`${TEST_BASE}/device?user_code=${started.user_code}`));
+    assert.equal(page.status, 200);
+    await page.body?.cancel();
+    const device = await app.store.getDeviceAuthorization(started.device_code);
+    assert.ok(device);
+    const sealedTokens = await app.store.sealUpstreamTokens({
+      accessToken: "gl-device-access-7f3a",
+      refreshToken: "gl-device-refresh-9c1e",
+    });
+    const user = { sealedTokens, expiresAt: 0, user: { id: "42", username: "octocat" } };
+    const session = newSession(client_id, user, app.clock.now(), 600, device.value.resource);
+    assert.ok(await app.store.approveDeviceAuthorization(device, session));
+    app.clock.advance(10_000);
+    const granted = await (await token(app, {
+      grant_type: DEVICE_GRANT,
+      device_code: started.device_code,
+      client_id,
+    })).json();
+    assert.ok(granted.refresh_token, JSON.stringify(granted));
+    // A machine client with a secret, and its token.
+    const { client_secret = "" } = await addClient(app.store, { id: "vault", secret: true });
+    const machine = await token(app, { grant_type: "client_credentials" }, {
+      headers: basic("vault", client_secret),
+    });
+    assert.equal(machine.status, 200);
+    const machineToken = (await machine.json()).access_token;
+    // A sign-in waiting at GitLab: its flow holds GitLab's device code.
+    app.upstream.device = { ...app.upstream.device, deviceCode: "gl-device-code-5be2d1" };
+    const flowState = await startFlow(app);
+
+    const secrets = {
+      "device code": started.device_code,
+      "user code": started.user_code,
+      "user code without its dash": started.user_code.replace("-", ""),
+      "device grant's refresh token": granted.refresh_token,
+      "device grant's access token signature": granted.access_token.split(".")[2],
+      "GitLab access token": "gl-device-access-7f3a",
+      "GitLab refresh token": "gl-device-refresh-9c1e",
+      "machine client's secret": client_secret,
+      "machine token's signature": machineToken.split(".")[2],
+      "flow state": flowState,
+      "GitLab device code": "gl-device-code-5be2d1",
+    };
+    const dump = await (await sharedPostgres()).dump(url);
+    assert.match(dump, /COPY public\.kv/);
+    assert.ok(lines.length > 0, "the requests were logged");
+    const log = lines.join("\n");
+    for (const [name, secret] of Object.entries(secrets)) {
+      for (const form of encodings(secret)) {
+        assert.ok(!dump.includes(form), `${name} is in the dump in clear`);
+        assert.ok(!log.includes(form), `${name} is in the log`);
+      }
+    }
+  } finally {
+    app.close();
+    await opened.close();
+  }
+});
 
 test("an outage: /readyz 503 within 2 s, requests 503 with Retry-After, then recovery", () =>
   withPostgresApp(async (app) => {
