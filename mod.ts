@@ -3,13 +3,14 @@
  * gateway's proxy hop.
  *
  * `createResourceGuard` checks a request exactly as the gateway does (the gateway uses the same
- * code): the `Authorization: Bearer` JWT (the configured algorithm only: HS256 by default, issuer, expiry with 30 s of leeway, the
- * current or the previous secret), its `resource` claim (RFC 8707: a token bound to another MCP
- * server is refused; tokens from before resource indicators carry none), the session it names
- * (an expired session is refused at once, a revoked one within a second, the time an accepted
- * token is remembered, even while the JWT lives), the `mcp:tools` scope; then it refreshes the
- * session's GitLab token when it expires within five minutes, under the same KV lease as the
- * service, so the two never spend one GitLab refresh token twice.
+ * code): the `Authorization: Bearer` JWT (HS256 only, signed with `jwtSecret`, the current or
+ * the previous one: tokens of a service under ACCESS_TOKEN_ALG=ES256/EdDSA are verified with
+ * `jwksUrl` instead; issuer, expiry with 30 s of leeway), its `resource` claim (RFC 8707: a
+ * token bound to another MCP server is refused; tokens from before resource indicators carry
+ * none), the session it names (an expired session is refused at once, a revoked one within a
+ * second, the time an accepted token is remembered, even while the JWT lives), the `mcp:tools`
+ * scope; then it refreshes the session's GitLab token when it expires within five minutes,
+ * under the same KV lease as the service, so the two never spend one GitLab refresh token twice.
  * Failures come back as ready responses: 401 with `WWW-Authenticate: Bearer
  * error="invalid_token", ..., resource_metadata=` (or a bare `Bearer resource_metadata=` when
  * no token was sent), 403 `insufficient_scope`, 503 when GitLab could not renew an already
@@ -20,7 +21,8 @@
  * keys, fetching the set again once for an unknown `kid` (at most every 30 s); `{ introspection:
  * { url, token } }` asks the service's `/introspect` (RFC 7662), keeping an active answer a few
  * seconds, so a revoked session is refused within that time. Both answer who the user is
- * (`VerifiedAccess`), not their GitLab token.
+ * (`VerifiedAccess`), not their GitLab token, and both refuse a token bound to another resource
+ * and a machine caller's token (its rule is enforced only at the gateway).
  *
  * @example A resource server in another process, verifying with the service's JWKS
  * ```ts

@@ -9,7 +9,7 @@ import { exportJWK, generateKeyPair, type JWTPayload, SignJWT } from "jose";
 import { runStoreCommand } from "../src/admin/commands.ts";
 import { silentLogger } from "../src/logger.ts";
 import type { Store } from "../src/store/mod.ts";
-import { TEST_BASE } from "./_helpers.ts";
+import { TEST_BASE, type TestApp } from "./_helpers.ts";
 
 /** A MACHINE_ACCESS_FILE holding `clients` rules (and `ci` ones, when given); its path. */
 export async function writeAccessFile(
@@ -115,4 +115,21 @@ export function assertionForm(clientAssertion: string, extra: Record<string, str
 export function basic(clientId: string, secret: string): Record<string, string> {
   const encode = (text: string) => new URLSearchParams({ v: text }).toString().slice(2);
   return { Authorization: `Basic ${btoa(`${encode(clientId)}:${encode(secret)}`)}` };
+}
+
+/** A client_credentials access token for a client `robot` added (with a secret) to `t`'s store. */
+export async function clientCredentialsToken(t: Pick<TestApp, "app" | "store">): Promise<string> {
+  const { client_id, client_secret } = await addClient(t.store, { id: "robot", secret: true });
+  const response = await t.app(
+    new Request(`${TEST_BASE}/token`, {
+      method: "POST",
+      headers: {
+        "Content-Type": "application/x-www-form-urlencoded",
+        ...basic(client_id, client_secret ?? ""),
+      },
+      body: new URLSearchParams({ grant_type: "client_credentials" }),
+    }),
+  );
+  assert.equal(response.status, 200);
+  return (await response.json()).access_token;
 }

@@ -1,8 +1,8 @@
 /**
  * `POST /introspect` (RFC 7662): 404 until INTROSPECTION_TOKENS is set, 401 for a wrong caller,
- * the live token's fields for an access token whose session is alive and `{active: false}` for
- * anything else, rate-limited per caller, callers compared through the shared constant-time
- * helper.
+ * the live token's fields (its `resource` among them) for an access token whose session is alive
+ * and `{active: false}` for anything else, rate-limited per caller, callers compared through the
+ * shared constant-time helper.
  */
 
 import assert from "node:assert/strict";
@@ -26,6 +26,7 @@ const ACTIVE_FIELDS = [
   "gitlab_user",
   "iat",
   "iss",
+  "resource",
   "scope",
   "sid",
   "sub",
@@ -121,6 +122,7 @@ for (const [name, env] of [["HS256", {}], ["ES256", undefined]] as const) {
         sid: claims.sid,
         gitlab_user: claims.gitlab_user,
         token_type: "Bearer",
+        resource: `${TEST_BASE}/mcp`,
       });
 
       const foreign = await createTokenSigner(["some-other-secret-that-is-32-bytes-long!"]).sign(

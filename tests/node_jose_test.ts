@@ -2,7 +2,7 @@
  * Verifiers that are not ours, over HTTP against a served app: npm jose's createRemoteJWKSet in
  * a Node process verifies our ES256 and EdDSA tokens across a key rotation; the Node and Deno
  * resource-server examples (deploy/examples/, docs/resource-servers.md) run and accept and refuse
- * as they say.
+ * as they say (a machine caller's token among the refused).
  */
 
 import assert from "node:assert/strict";
@@ -11,6 +11,7 @@ import { freePort, lockedJoseVersion, startNodeServer, waitUntilListening } from
 import { serveTestApp } from "./_served_app.ts";
 import { type Algorithm, freshKeys, signingEnv } from "./_signing_keys.ts";
 import { denoRunArgs } from "./_service.ts";
+import { clientCredentialsToken, writeAccessFile } from "./_machine_clients.ts";
 
 const VERIFIER = new URL("./_node_verifier.mjs", import.meta.url);
 const NODE_EXAMPLE = new URL("../deploy/examples/node/resource_server.mjs", import.meta.url);
@@ -79,16 +80,21 @@ for (const algorithm of ["ES256", "EdDSA"] as Algorithm[]) {
 }
 
 Deno.test("docs' Node example (deploy/examples) accepts our ES256 tokens and refuses others", async () => {
-  const service = await serveTestApp(signingEnv("ES256", await freshKeys("ES256", 1)));
+  const accessFile = await writeAccessFile([{ client_id: "robot", servers: ["default"] }]);
+  const service = await serveTestApp({
+    ...signingEnv("ES256", await freshKeys("ES256", 1)),
+    MACHINE_ACCESS_FILE: accessFile,
+  });
   const node = await startNodeServer(NODE_EXAMPLE, { AUTH_ISSUER: service.url });
   try {
     const { access_token } = await issueTokens(service.current());
+    const machine = await clientCredentialsToken(service.current());
     const accepted = await fetch(`${node.url}/mcp`, {
       headers: { Authorization: `Bearer ${access_token}` },
     });
     assert.equal(accepted.status, 200);
     assert.deepEqual(await accepted.json(), { user: "ada", client: "client-1" });
-    for (const token of [undefined, "garbage", access_token.slice(0, -3)]) {
+    for (const token of [undefined, "garbage", access_token.slice(0, -3), machine]) {
       const refused = await call(node.url, token);
       assert.equal(refused.status, 401);
       assert.match(refused.headers.get("www-authenticate") ?? "", /error="invalid_token"/);

@@ -15,6 +15,12 @@ export function bearerToken(header: string | null | undefined): string | undefin
 }
 
 /**
+ * Longer than any access token this service signs: a longer one is nobody's, and is refused
+ * before it is verified or sent to `/introspect`.
+ */
+export const MAX_ACCESS_TOKEN_LENGTH = 8192;
+
+/**
  * What a bearer token may be made of (RFC 6750 §2.1's b64token). Ours are JWTs, which always
  * are; checked before a token is verified, since jose's decoder drops whitespace: without the
  * check one token with spaces put anywhere in it verifies as many different strings (each a new

@@ -3,7 +3,7 @@
  * whose session is alive, and `{active: false}` for anything else, never why.
  */
 
-import { isBearerTokenSyntax } from "../http/bearer_token.ts";
+import { isBearerTokenSyntax, MAX_ACCESS_TOKEN_LENGTH } from "../http/bearer_token.ts";
 import type { Clock } from "../clock.ts";
 import type { AccessTokenClaims, TokenSigner } from "../jwt.ts";
 import type { Store } from "../store/mod.ts";
@@ -21,6 +21,11 @@ export interface ActiveToken {
   sid: string;
   gitlab_user: string;
   token_type: "Bearer";
+  /**
+   * The MCP server the token is for (RFC 8707), so a resource server can refuse another's;
+   * absent for a token from before resource indicators.
+   */
+  resource?: string;
 }
 
 /** The answer for anything else: expired, revoked, unknown, a refresh token, malformed. */
@@ -46,7 +51,7 @@ export async function introspect(
   deps: IntrospectDeps,
   token: string,
 ): Promise<ActiveToken | InactiveToken> {
-  if (token.length > 8192 || token.split(".").length !== 3) return INACTIVE;
+  if (token.length > MAX_ACCESS_TOKEN_LENGTH || token.split(".").length !== 3) return INACTIVE;
   if (!isBearerTokenSyntax(token)) return INACTIVE;
   const claims = await deps.signer.readSigned(token) as Partial<ClaimsWithTimes> | null;
   if (!claims || !isComplete(claims)) return INACTIVE;
@@ -65,6 +70,7 @@ export async function introspect(
     sid: claims.sid,
     gitlab_user: claims.gitlab_user,
     token_type: "Bearer",
+    ...(typeof claims.resource === "string" ? { resource: claims.resource } : {}),
   };
 }
 

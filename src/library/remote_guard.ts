@@ -12,7 +12,8 @@ import type { Clock } from "../clock.ts";
 import { sha256Base64Url } from "../crypto.ts";
 import { OAuthError } from "../http/errors.ts";
 import { BearerChallengeError } from "../gateway/challenges.ts";
-import { bearerToken, isBearerTokenSyntax } from "../http/bearer_token.ts";
+import { bearerToken, isBearerTokenSyntax, MAX_ACCESS_TOKEN_LENGTH } from "../http/bearer_token.ts";
+import { machineKindOf } from "../jwt.ts";
 import { createRemoteKeySet, KeySetUnavailable, type RemoteKeySet } from "./remote_keys.ts";
 import { sameResource } from "../http/resource.ts";
 
@@ -60,6 +61,8 @@ const ASYMMETRIC = ["ES256", "EdDSA"];
 const KEY_SET_MAX_AGE_MS = 300_000;
 /** At most one fetch a kid the set lacks causes, per this long. */
 export const KEY_SET_REFETCH_INTERVAL_MS = 30_000;
+/** While no key set could be had at all, at most one fetch per this long (the 503's Retry-After). */
+export const KEY_SET_RETRY_MS = 5_000;
 /** Entries the introspection cache holds before it forgets the oldest. */
 const INTROSPECTION_CACHE_ENTRIES = 10_000;
 
@@ -72,10 +75,15 @@ export async function authenticateRemotely(
   const { resource } = settings;
   const value = bearerToken(request.headers.get("authorization"));
   if (value === undefined) throw BearerChallengeError.authenticationRequired(resource);
-  if (!isBearerTokenSyntax(value)) {
+  // Longer than any token of ours: /introspect would refuse the form (413), not the token.
+  if (value.length > MAX_ACCESS_TOKEN_LENGTH || !isBearerTokenSyntax(value)) {
     throw BearerChallengeError.invalidToken(resource, "The access token is malformed");
   }
   const claims = await claimsOf(value);
+  // Its rule (servers, tools) and its client's deletion are enforced only at the gateway.
+  if (machineKindOf(claims.sub) !== undefined) {
+    throw BearerChallengeError.invalidToken(resource, "This resource admits no machine callers");
+  }
   const bound = claims.resource;
   if (bound !== undefined && (typeof bound !== "string" || !sameResource(bound, resource))) {
     throw BearerChallengeError.invalidToken(
@@ -103,6 +111,7 @@ export function jwksClaimsSource(settings: RemoteGuardSettings, jwksUrl: string)
     fetch: settings.fetch,
     maxAgeMs: KEY_SET_MAX_AGE_MS,
     refetchIntervalMs: KEY_SET_REFETCH_INTERVAL_MS,
+    retryMs: KEY_SET_RETRY_MS,
     timeoutMs: settings.timeoutMs,
   });
   const keyFor = (header: JWTHeaderParameters) => publicKeyFor(keySet, header);

@@ -1,7 +1,8 @@
 /**
  * A resource server's copy of the service's JWKS: fetched on first use, kept while fresh, and
  * fetched again once when a token names a `kid` it does not hold (the service rotated), at most
- * every `refetchIntervalMs` so a stream of forged kids cannot make it hammer the service.
+ * every `refetchIntervalMs` so a stream of forged kids cannot make it hammer the service; while
+ * no set could be had at all, at most every `retryMs`, so neither can a service that is down.
  */
 
 import type { Clock } from "../clock.ts";
@@ -24,6 +25,8 @@ export interface RemoteKeySetOptions {
   maxAgeMs: number;
   /** The least time between two fetches caused by unknown kids. */
   refetchIntervalMs: number;
+  /** While no set could be had at all, the least time between two fetches. */
+  retryMs: number;
   timeoutMs: number;
 }
 
@@ -52,7 +55,7 @@ export function createRemoteKeySet(options: RemoteKeySetOptions): RemoteKeySet {
     } catch {
       // Keep the set we had: the service being briefly unreachable is no reason to refuse.
     }
-    if (!keys) throw new KeySetUnavailable(`no key set from ${options.url}`);
+    if (!keys) throw unavailable(options.url);
   }
 
   function refresh(): Promise<void> {
@@ -63,13 +66,20 @@ export function createRemoteKeySet(options: RemoteKeySetOptions): RemoteKeySet {
 
   return {
     async find(kid) {
-      if (!keys || options.clock.now() - fetchedAt >= options.maxAgeMs) await refresh();
+      const sinceFetch = options.clock.now() - fetchedAt;
+      // A failed first fetch is not tried again by every request that follows it.
+      if (!keys && !inFlight && sinceFetch < options.retryMs) throw unavailable(options.url);
+      if (!keys || sinceFetch >= options.maxAgeMs) await refresh();
       const found = lookup(kid);
       if (found || options.clock.now() - fetchedAt < options.refetchIntervalMs) return found;
       await refresh();
       return lookup(kid);
     },
   };
+}
+
+function unavailable(url: string): KeySetUnavailable {
+  return new KeySetUnavailable(`no key set from ${url}`);
 }
 
 function isObject(value: unknown): value is PublishedKey {

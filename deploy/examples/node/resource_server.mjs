@@ -25,6 +25,8 @@ createServer(async (req, res) => {
   if (claims.resource !== undefined && claims.resource !== resource) {
     return refuse(401, "invalid_token");
   }
+  // A machine caller (ci:…, client:…): its rule's servers and tools are the gateway's to enforce.
+  if (/^(ci|client):/.test(claims.sub)) return refuse(401, "invalid_token");
   if (!claims.scope.split(" ").includes("mcp:tools")) return refuse(403, "insufficient_scope");
   res.writeHead(200, { "Content-Type": "application/json" });
   res.end(JSON.stringify({ user: claims.gitlab_user, client: claims.client_id })); // your MCP server here
