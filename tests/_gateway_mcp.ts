@@ -4,7 +4,15 @@
  */
 
 import { createLogger, type Logger } from "../src/logger.ts";
-import { type FakeClock, issueTokens, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
+import { createEventIds } from "../src/gateway/event_ids.ts";
+import {
+  type FakeClock,
+  issueTokens,
+  makeTestApp,
+  TEST_BASE,
+  TEST_SECRET,
+  type TestApp,
+} from "./_helpers.ts";
 
 /** An MCP server on loopback answering with `handler`; keeps every request it got. */
 export interface ScriptedUpstream {
@@ -143,4 +151,19 @@ export function postToGateway(
     },
     body,
   });
+}
+
+/**
+ * The MCP server's event id `id` as the gateway hands it to the client of `accessToken` (bound
+ * to the token's session and the MCP server): what that client sends back as `Last-Event-ID`.
+ */
+export async function boundEventId(accessToken: string, id: string, server = "default") {
+  const { sid } = JSON.parse(
+    new TextDecoder().decode(Uint8Array.fromBase64(accessToken.split(".")[1], {
+      alphabet: "base64url",
+    })),
+  );
+  const event = new Response(`id: ${id}\n\n`).body!;
+  const bound = createEventIds([TEST_SECRET]).bind(event, { sessionId: sid, server });
+  return (await new Response(bound).text()).slice("id: ".length, -2);
 }

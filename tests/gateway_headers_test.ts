@@ -7,6 +7,7 @@
 import { BROKEN_OFF_ANSWER, startRawServer, SWITCHING_PROTOCOLS_ANSWER } from "./_raw_http.ts";
 import assert from "node:assert/strict";
 import { echo, gatewayApp, MCP, mcpRequest, startScripted } from "./_gateway.ts";
+import { boundEventId } from "./_gateway_mcp.ts";
 
 Deno.test("gateway: hop-by-hop headers are not forwarded, either way", async () => {
   const upstream = startScripted((request) =>
@@ -253,7 +254,8 @@ Deno.test("gateway: a client's JOB-TOKEN, Sudo, Cookie, Forwarded, X-Forwarded-*
         Accept: "application/json, text/event-stream",
         "Content-Type": "application/json",
         "MCP-Protocol-Version": "2025-06-18",
-        "Last-Event-ID": "42",
+        // Bound to this session, as the gateway handed it out; the MCP server gets its own id.
+        "Last-Event-ID": await boundEventId(accessToken, "42"),
         "User-Agent": "test-client/1.0",
       },
       body: "{}",

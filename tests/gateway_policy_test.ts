@@ -378,9 +378,10 @@ Deno.test("policy: tools/list answers only what the account may call (event stre
       ["delete_project", "merge_request", "read_file"],
     );
     assert.equal(body.result.cacheScope, "private", "a list that could have been cut is per user");
-    // Other events pass as they came; the answer keeps its event name and id.
+    // Other events pass as they came; the answer keeps its event name and id (bound to the
+    // session it went to).
     assert.ok(text.startsWith('event: message\ndata: {"jsonrpc":"2.0","method":"notifications'));
-    assert.match(text, /event: message\nid: 7\ndata: /);
+    assert.match(text, /event: message\nid: 7~[\w-]{22}\ndata: /);
   } finally {
     await p.close();
   }

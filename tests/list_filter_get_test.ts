@@ -17,6 +17,7 @@ import {
 } from "@modelcontextprotocol/client";
 import {
   auditLines,
+  boundEventId,
   type GatewayServer,
   startGateway,
   startScripted,
@@ -169,7 +170,7 @@ Deno.test("list filter on GET: a JSON answer carrying a list is cut; one that is
         headers: {
           Authorization: `Bearer ${g.accessToken}`,
           Accept: "text/event-stream",
-          "Last-Event-ID": "list-3",
+          "Last-Event-ID": await boundEventId(g.accessToken, "list-3"),
         },
       });
       const text = await response.text();

@@ -15,6 +15,7 @@ import { McpServer as McpServerV1 } from "@modelcontextprotocol/sdk/server/mcp.j
 import { serveMcp } from "../dev/mcp_http.ts";
 import {
   auditLines,
+  boundEventId,
   type GatewayServer,
   postToGateway,
   startGateway,
@@ -257,7 +258,7 @@ Deno.test("policy: every list on every event stream is filtered, a resumed GET's
       headers: {
         Authorization: `Bearer ${s.g.accessToken}`,
         Accept: "text/event-stream",
-        "Last-Event-ID": "2",
+        "Last-Event-ID": await boundEventId(s.g.accessToken, "2"),
       },
     });
     const replay = await resumed.text();

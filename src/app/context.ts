@@ -11,6 +11,7 @@ import type { RequestContext as HttpRequestContext } from "../http/request_conte
 import type { Metrics } from "../metrics/catalog.ts";
 import type { VerifiedTokens } from "../gateway/verified_tokens.ts";
 import type { OpenStreams } from "../gateway/open_streams.ts";
+import type { EventIds } from "../gateway/event_ids.ts";
 import type { ConsentSigner } from "../sign_in/consent_signer.ts";
 import type { Store } from "../store/mod.ts";
 import type { Templates } from "../pages/mod.ts";
@@ -27,6 +28,8 @@ export interface OAuthDeps {
   signer: TokenSigner;
   /** Signs the remembered consents of the redirect sign-in. */
   consentSigner: ConsentSigner;
+  /** Binds the event ids the gateway relays to the session they go to. */
+  eventIds: EventIds;
 }
 
 /** Everything createApp needs, passed explicitly. */

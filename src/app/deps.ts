@@ -32,6 +32,7 @@ import { createVerifiedTokens } from "../gateway/verified_tokens.ts";
 import { createOpenStreams, endingStreamsWithSessions } from "../gateway/open_streams.ts";
 import { createConfiguredTokenSigner } from "../keys/token_signer.ts";
 import { createConsentSigner } from "../sign_in/consent_signer.ts";
+import { createEventIds } from "../gateway/event_ids.ts";
 import { createStore, type StoreDatabase } from "../store/mod.ts";
 import type { Templates } from "../pages/mod.ts";
 import {
@@ -129,6 +130,7 @@ export function createAppDeps(config: Config, resources: Resources): AppDeps {
       upstream,
       signer: createConfiguredTokenSigner(config, jwtSecrets(settings.jwtSecret, config)),
       consentSigner: createConsentSigner(jwtSecrets(settings.jwtSecret, config)),
+      eventIds: createEventIds(jwtSecrets(settings.jwtSecret, config)),
     },
     callPolicy,
     servers,

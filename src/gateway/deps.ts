@@ -26,6 +26,7 @@ import type { McpClient } from "./mcp_client/types.ts";
 import type { SessionRateLimit } from "./session_rate_limit.ts";
 import type { TokenHeader } from "../servers/file.ts";
 import type { OpenStreams } from "./open_streams.ts";
+import type { EventIds } from "./event_ids.ts";
 import type { VerifiedTokens } from "./verified_tokens.ts";
 
 /** The gateway's dependencies. */
@@ -51,10 +52,14 @@ export interface GatewayDeps {
   openStreams: OpenStreams;
 }
 
-/** What exists only once OAuth is configured: the provider, and the signer of our tokens. */
+/**
+ * What exists only once OAuth is configured: the provider, the signer of our tokens, and what
+ * binds event ids to sessions (keyed by the same secrets).
+ */
 export interface GatewayOAuth {
   upstream: Upstream;
   signer: Pick<TokenSigner, "verify">;
+  eventIds: EventIds;
 }
 
 /** What every gateway request shares: where to, the guard's dependencies, the time limits. */

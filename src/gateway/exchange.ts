@@ -1,10 +1,9 @@
 /**
- * One request through the gateway, as an ordered list of steps: authenticate, bind the MCP
- * session (and the per-session rate), read the body, check it (size, headers, what a policy
- * cannot decide), apply the policy, relay. A step either hands the exchange on or ends it with
- * an exit; every exit goes through `finish`, which ends the deadline, writes the audit line and
- * counts the messages the same way for every outcome. The relay's answer is audited when it
- * ends (an event stream ends long after the request).
+ * One request through the gateway, as ordered steps: authenticate, bind the MCP session and the
+ * `Last-Event-ID` (and the per-session rate), read the body, check it (size, headers, what a
+ * policy cannot decide), apply the policy, relay. A step hands the exchange on or exits; every
+ * exit goes through `finish` (the deadline ends, the audit line is written, the messages are
+ * counted, alike for every outcome). A relayed answer is audited when it ends (a stream's later).
  *
  * @see MCP spec "Streamable HTTP", "Authorization" and security best practices
  */
@@ -54,6 +53,7 @@ import {
 } from "./mcp_session_binding.ts";
 import type { Gateway, GatewayOAuth } from "./deps.ts";
 import { relayResponse } from "./relay.ts";
+import { resumedFrom } from "./event_ids.ts";
 import { answerListFilter } from "./answer_lists.ts";
 import { type CallRules, callRulesFor } from "./call_rules.ts";
 import { readBoundedBody } from "./request_body.ts";
@@ -188,7 +188,7 @@ function chooseRules(x: Exchange): undefined {
   return undefined;
 }
 
-/** RATE_LIMIT_MCP's first message, and an `Mcp-Session-Id` only with the session it was handed. */
+/** RATE_LIMIT_MCP's first message; an `Mcp-Session-Id` or event id only with its session. */
 async function bindSession(x: Exchange): Promise<undefined> {
   const auth = authOf(x);
   const taking = x.gateway.rateLimit?.take(auth.sessionId, 1);
@@ -196,6 +196,7 @@ async function bindSession(x: Exchange): Promise<undefined> {
   if (x.mcpSessionId !== null) {
     await requireOwnMcpSession(x.gateway.deps, auth, x.mcpSessionId, x.owner);
   }
+  x.headers = resumedFrom(x.ctx.oauth.eventIds, x.headers, auth.sessionId, x.gateway.server);
   return undefined;
 }
 
@@ -306,6 +307,7 @@ async function relay(x: Exchange): Promise<Exit> {
       openStreams: gateway.deps.openStreams,
       headers: ctx.standardHeaders(),
       server: gateway.server,
+      eventIds: ctx.oauth.eventIds,
     };
     return {
       relayed: await relayResponse(relaying, upstream, auth, gateway.audit, auditOf(x), filter),

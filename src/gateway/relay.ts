@@ -11,6 +11,7 @@ import type { GatewayRequest } from "./guard.ts";
 import { type HeaderList, relayedResponseHeaders } from "./headers.ts";
 import type { McpAnswer } from "./mcp_client/types.ts";
 import type { OpenStreams } from "./open_streams.ts";
+import type { EventIds } from "./event_ids.ts";
 import { responseWithHeaders } from "../http/responses.ts";
 import {
   filterEventStream,
@@ -21,13 +22,15 @@ import {
 } from "./list_filter.ts";
 
 /**
- * What relaying uses: the open streams, the headers the app puts on every answer, and the MCP
- * server's name (its streams end when a reload removes it).
+ * What relaying uses: the open streams, the headers the app puts on every answer, the MCP
+ * server's name (its streams end when a reload removes it), and what binds a stream's event ids
+ * to its session.
  */
 export interface Relaying {
   openStreams: Pick<OpenStreams, "hold">;
   headers: HeaderList;
   server: string;
+  eventIds: EventIds;
 }
 
 /** Largest JSON response read whole to tell a JSON-RPC error from a result. */
@@ -35,7 +38,8 @@ const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
 
 /**
  * The MCP server's response, relayed. An event stream goes through the open-stream registry
- * (ended when its authorization ends) with `X-Accel-Buffering: no`; a JSON answer of known size
+ * (ended when its authorization ends) with `X-Accel-Buffering: no`, its event ids bound to the
+ * session; a JSON answer of known size
  * is read whole (one message, useless in part) so its audit line can say whether it was an
  * error; anything else streams as it came.
  */
@@ -63,7 +67,8 @@ export async function relayResponse(
         keepWhole: filter.learnOnly,
       })
       : body.stream();
-    const held = relaying.openStreams.hold(events, {
+    const binding = { sessionId: auth.sessionId, server: relaying.server };
+    const held = relaying.openStreams.hold(relaying.eventIds.bind(events, binding), {
       sessionId: auth.sessionId,
       expiresAtMs: auth.tokenExpiresAtMs,
       server: relaying.server,
