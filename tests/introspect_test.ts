@@ -85,11 +85,30 @@ Deno.test("introspection: callers need one of INTROSPECTION_TOKENS as Bearer (40
     ) {
       const response = await introspectRequest(t, { token: access_token }, caller);
       assert.equal(response.status, 401, `caller ${caller}`);
-      assert.match(response.headers.get("www-authenticate") ?? "", /^Bearer /);
+      // RFC 6750 §3.1: no error code in the challenge of a request without a credential.
+      assert.equal(
+        response.headers.get("www-authenticate"),
+        caller === null
+          ? 'Bearer realm="introspection"'
+          : 'Bearer realm="introspection", error="invalid_token"',
+      );
       const body = await response.json();
       assert.equal(body.error, "invalid_token");
       assert.equal(body.active, undefined, "says nothing of the token");
     }
+    const basic = await t.app(
+      new Request(`${TEST_BASE}/introspect`, {
+        method: "POST",
+        headers: {
+          "Content-Type": "application/x-www-form-urlencoded",
+          Authorization: `Basic ${btoa(`rs:${CALLER}`)}`,
+        },
+        body: new URLSearchParams({ token: access_token }),
+      }),
+    );
+    assert.equal(basic.status, 401, "another scheme is no credential of ours");
+    assert.equal(basic.headers.get("www-authenticate"), 'Bearer realm="introspection"');
+    await basic.body?.cancel();
     assert.equal((await introspected(t, access_token)).active, true);
     const metadata = await (await t.app(
       new Request(`${TEST_BASE}/.well-known/oauth-authorization-server`),

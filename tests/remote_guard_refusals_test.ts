@@ -163,3 +163,31 @@ Deno.test("remote guard { jwksUrl }: while no key set can be had, it is fetched 
     await service.close();
   }
 });
+
+Deno.test("remote guard { jwksUrl }: a published key that cannot be imported refuses the token (401), it does not throw", async () => {
+  const keys = await freshKeys("ES256", 1);
+  const service = await serveTestApp(signingEnv("ES256", keys));
+  const published = (await (await fetch(`${service.url}/.well-known/jwks.json`)).json()).keys[0];
+  // The key under our kid, with operations WebCrypto will not import for verifying.
+  const hostile = { keys: [{ ...published, key_ops: ["encrypt"] }] };
+  const front = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen() {} },
+    () => Response.json(hostile),
+  );
+  try {
+    const t = service.current();
+    const guard = createResourceGuard({
+      issuer: service.url,
+      jwksUrl: `http://127.0.0.1:${front.addr.port}/.well-known/jwks.json`,
+      clock: t.clock,
+    });
+    const { access_token } = await issueTokens(t);
+    assert.deepEqual(await refused(await guard.authenticate(withBearer(access_token))), [
+      401,
+      "invalid_token",
+    ]);
+  } finally {
+    await front.shutdown();
+    await service.close();
+  }
+});

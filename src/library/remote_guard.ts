@@ -138,7 +138,12 @@ async function publicKeyFor(keySet: RemoteKeySet, header: JWTHeaderParameters): 
   const jwk = header.kid === undefined ? undefined : await keySet.find(header.kid);
   if (!jwk) throw new errors.JWKSNoMatchingKey();
   if (jwk.alg !== undefined && jwk.alg !== header.alg) throw new errors.JOSEAlgNotAllowed();
-  return await importJWK(jwk, header.alg) as CryptoKey;
+  try {
+    return await importJWK(jwk, header.alg) as CryptoKey;
+  } catch {
+    // A published key WebCrypto will not import (a DOMException, not jose's) is no key of ours.
+    throw new errors.JWKSNoMatchingKey();
+  }
 }
 
 /** Introspection's settings. */

@@ -31,15 +31,18 @@ type IntrospectContext =
 /** Introspects the form's `token`; `token_type_hint` is accepted and not needed. */
 export async function handleIntrospect(ctx: IntrospectContext): Promise<Response> {
   const { deps } = ctx;
-  const caller = authenticatedCaller(ctx);
+  const presented = bearerToken(ctx.request.headers.get("authorization"));
+  const caller = presented ? authenticatedCaller(ctx, presented) : undefined;
   if (caller === undefined) {
     // Guessing at credentials counts against the guesser's address.
     await enforceRateLimit(deps, "introspect", ctx.limitedClient());
+    // RFC 6750 §3.1: a request without a bearer credential gets no error code in the challenge.
+    const error = presented === undefined ? "" : ', error="invalid_token"';
     throw new OAuthError(
       401,
       "invalid_token",
       "Introspection needs one of INTROSPECTION_TOKENS as Bearer",
-      { "WWW-Authenticate": 'Bearer realm="introspection", error="invalid_token"' },
+      { "WWW-Authenticate": `Bearer realm="introspection"${error}` },
     );
   }
   await enforceSubjectRateLimit(deps, "introspect", `caller:${caller}`);
@@ -55,8 +58,6 @@ export async function handleIntrospect(ctx: IntrospectContext): Promise<Response
   return json(answer, 200, NO_STORE);
 }
 
-function authenticatedCaller(ctx: IntrospectContext): string | undefined {
-  const presented = bearerToken(ctx.request.headers.get("authorization"));
-  if (!presented) return undefined;
+function authenticatedCaller(ctx: IntrospectContext, presented: string): string | undefined {
   return createCallerCheck(ctx.deps.config.introspectionTokens ?? [])(presented);
 }
