@@ -6,7 +6,8 @@
  * - Uint8Array 0x01 and string 0x02 (UTF-8): the bytes with 0x00 written 0x00 0xFF, then 0x00;
  * - bigint: 0x1f (negative) or 0x20, the magnitude's length and big-endian bytes (the negative
  *   ones inverted, so that larger magnitudes sort first);
- * - number 0x21: the IEEE 754 bits, sign bit flipped for positives, all bits for negatives;
+ * - number 0x21: the IEEE 754 bits, sign bit flipped for positives, all bits for negatives
+ *   (-0 included);
  * - false 0x26, true 0x27.
  */
 
@@ -82,7 +83,8 @@ function escaped(type: number, bytes: Uint8Array, out: number[]): void {
 
 function encodeNumber(value: number, out: number[]): void {
   const bytes = new Uint8Array(8);
-  new DataView(bytes.buffer).setFloat64(0, Object.is(value, -0) ? 0 : value);
+  // -0 keeps its sign bit: a key of its own just before 0, as in Deno KV.
+  new DataView(bytes.buffer).setFloat64(0, value);
   if (bytes[0] & 0x80) {
     for (let i = 0; i < 8; i++) bytes[i] ^= 0xff;
   } else {
