@@ -27,6 +27,8 @@ import {
   token,
 } from "./_helpers.ts";
 import { addClient, basic, writeAccessFile } from "./_machine_clients.ts";
+import { spawnService } from "./_service.ts";
+import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { DEVICE_CODE_GRANT_TYPE as DEVICE_GRANT } from "../src/http/grant_types.ts";
 import { newSession } from "../src/session/life.ts";
 import { createLogger } from "../src/logger.ts";
@@ -212,6 +214,42 @@ test("four processes starting together apply each migration once", async () => {
   assert.ok(refused instanceof ConfigError);
   assert.match(refused.message, /^DATABASE_URL: .*version 999, newer than this code's 1/);
   assert.ok(!refused.message.includes("\n"));
+});
+
+test("two service processes started together on an empty database both serve, migrated once", async () => {
+  const url = await (await sharedPostgres()).createDatabase();
+  const gitlab = startSimulatedGitLab();
+  const env = {
+    GITLAB_URL: gitlab.url.href,
+    GITLAB_CLIENT_ID: "pg-app",
+    JWT_SECRET: TEST_SECRET,
+    DATABASE_URL: url,
+  };
+  const started = await Promise.allSettled([spawnService(env), spawnService(env)]);
+  const services = started.flatMap((s) => s.status === "fulfilled" ? [s.value] : []);
+  try {
+    assert.deepEqual(
+      started.map((s) => s.status),
+      ["fulfilled", "fulfilled"],
+      String(
+        started.map((s) => s.status === "rejected" ? s.reason : ""),
+      ),
+    );
+    for (const service of services) {
+      const ready = await fetch(`${service.url}/readyz`);
+      assert.equal(ready.status, 200, await ready.text());
+    }
+  } finally {
+    await Promise.all(services.map((service) => service.stop()));
+    await gitlab.close();
+  }
+  const sql = connect({ url, poolSize: 1 });
+  try {
+    const rows = await sql.unsafe("SELECT version FROM schema_migrations");
+    assert.deepEqual(rows.map((row) => row.version), [1]);
+  } finally {
+    await sql.end();
+  }
 });
 
 test("admin migrate applies the migrations without starting the service", async () => {
