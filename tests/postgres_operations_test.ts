@@ -252,6 +252,40 @@ test("two service processes started together on an empty database both serve, mi
   }
 });
 
+test("search_path in DATABASE_URL: the store's schema; one naming no schema stops start-up in one line", async () => {
+  const cluster = await sharedPostgres();
+  const url = await cluster.createDatabase();
+  const name = new URL(url).pathname.slice(1);
+  const refused = await openDatabase({
+    databaseUrl: `${url}?search_path=nowhere`,
+    databasePoolSize: 1,
+  })
+    .then(() => assert.fail("opened"), (error) => error);
+  assert.ok(refused instanceof ConfigError);
+  assert.match(
+    refused.message,
+    /^DATABASE_URL: cannot open the database: no schema has been selected/,
+  );
+  await cluster.psql("CREATE SCHEMA auth", name);
+  const opened = await openDatabase({
+    databaseUrl: `${url}?search_path=auth`,
+    databasePoolSize: 2,
+  });
+  try {
+    const app = await makeTestAppOn(opened.database);
+    const issued = await (await exchange(app, await issueCode(app))).json();
+    assert.equal((await refresh(app, issued.refresh_token)).status, 200);
+    app.close();
+  } finally {
+    await opened.close();
+  }
+  const tables = await cluster.psql(
+    "SELECT schemaname || '.' || tablename FROM pg_tables WHERE tablename IN ('kv', 'schema_migrations') ORDER BY 1",
+    name,
+  );
+  assert.deepEqual(tables.trim().split("\n"), ["auth.kv", "auth.schema_migrations"]);
+});
+
 test("admin migrate applies the migrations without starting the service", async () => {
   const url = await (await sharedPostgres()).createDatabase();
   const lines: string[] = [];
