@@ -14,7 +14,7 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { WebStandardStreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js";
 // @ts-types="@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore"
 import { InMemoryEventStore } from "@modelcontextprotocol/sdk/examples/shared/inMemoryEventStore.js";
-import { startGateway, within } from "./_gateway_mcp.ts";
+import { postToGateway, startGateway, startScripted, within } from "./_gateway_mcp.ts";
 import { issueTokens } from "./_helpers.ts";
 import { createEventIds } from "../src/gateway/event_ids.ts";
 
@@ -147,4 +147,28 @@ Deno.test("event ids: bound per session and MCP server; empty ids and a rotated 
   // An id bound before the secret rotated still reads back.
   const before = (await bound("id: 9\n\n", ada, old)).slice(4, -2);
   assert.equal(ids.unbind(before, ada), "9");
+});
+
+Deno.test("event ids: a stream still compressed (deflate) passes as it came, unread", async () => {
+  // The gateway decodes gzip and br only; a client decodes deflate itself, so the bytes must
+  // reach it as the MCP server sent them (no policy here: nothing to cut).
+  const text = 'id: 5\ndata: {"jsonrpc":"2.0","id":1,"result":{}}\n\n';
+  const compressed = await new Response(
+    new Response(text).body!.pipeThrough(new CompressionStream("deflate")),
+  ).bytes();
+  const upstream = startScripted(async (request) => {
+    await request.body?.cancel();
+    return new Response(compressed, {
+      headers: { "Content-Type": "text/event-stream", "Content-Encoding": "deflate" },
+    });
+  });
+  const g = await startGateway(upstream.url);
+  try {
+    const response = await postToGateway(g, '{"jsonrpc":"2.0","id":1,"method":"ping"}');
+    assert.equal(response.headers.get("content-encoding"), "deflate");
+    assert.deepEqual(await response.bytes(), compressed);
+  } finally {
+    await g.close();
+    await upstream.close();
+  }
 });

@@ -178,3 +178,37 @@ Deno.test("list filter framing: every framing, in chunks of every size, cuts the
     }
   }
 });
+
+Deno.test("list filter framing: a stream still compressed (deflate) is refused, not passed uncut", async () => {
+  // An MCP server compressing whatever it was asked (or the client's Accept-Encoding passed on
+  // by MCP_UPSTREAM_FORWARD_HEADERS): the gateway decodes gzip and br only, the client more.
+  const upstream = startScripted(async (request) => {
+    const message = await request.json();
+    const body = new Response(framed(message.id, "\n", "\n\n")).body!
+      .pipeThrough(new CompressionStream("deflate"));
+    return new Response(body, {
+      headers: { "Content-Type": "text/event-stream", "Content-Encoding": "deflate" },
+    });
+  });
+  const policyPath = await Deno.makeTempFile({ suffix: ".json" });
+  await Deno.writeTextFile(policyPath, JSON.stringify(POLICY));
+  const g = await startGateway(upstream.url, { env: { MCP_POLICY_FILE: policyPath } });
+  try {
+    const response = await fetch(g.mcpUrl, {
+      method: "POST",
+      headers: {
+        Authorization: `Bearer ${g.accessToken}`,
+        "Content-Type": "application/json",
+        Accept: "application/json, text/event-stream",
+      },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }),
+    });
+    const text = await response.text();
+    assert.doesNotMatch(text, /delete_project/);
+    assert.equal(response.status, 502, text);
+  } finally {
+    await g.close();
+    await upstream.close();
+    await Deno.remove(policyPath);
+  }
+});

@@ -8,8 +8,13 @@ import { readUpTo, UTF8 } from "../http/bytes.ts";
 import { OAuthError } from "../http/errors.ts";
 import { type Audit, type AuditContext, isJsonRpcError, sseErrorWatcher } from "./audit.ts";
 import type { GatewayRequest } from "./guard.ts";
-import { type HeaderList, relayedResponseHeaders } from "./headers.ts";
-import type { McpAnswer } from "./mcp_client/types.ts";
+import {
+  DECODED_ENCODINGS,
+  type HeaderList,
+  type HeaderSnapshot,
+  relayedResponseHeaders,
+} from "./headers.ts";
+import type { McpAnswer, McpBody } from "./mcp_client/types.ts";
 import type { OpenStreams } from "./open_streams.ts";
 import type { EventIds } from "./event_ids.ts";
 import { responseWithHeaders } from "../http/responses.ts";
@@ -61,14 +66,13 @@ export async function relayResponse(
   const body = upstream.body;
   if (body && type.startsWith("text/event-stream")) {
     setHeader(headers, "x-accel-buffering", "no");
+    const events = clientEvents(relaying, upstream, body, auth, filter);
+    if (events === undefined) {
+      await upstream.cancel();
+      throw unfilterable(auditor, audit);
+    }
     const watcher = auditor.enabled ? sseErrorWatcher() : undefined;
-    const events = filter
-      ? filterEventStream(body.stream(), filter.lists, filter.permits, {
-        keepWhole: filter.learnOnly,
-      })
-      : body.stream();
-    const binding = { sessionId: auth.sessionId, server: relaying.server };
-    const held = relaying.openStreams.hold(relaying.eventIds.bind(events, binding), {
+    const held = relaying.openStreams.hold(events, {
       sessionId: auth.sessionId,
       expiresAtMs: auth.tokenExpiresAtMs,
       server: relaying.server,
@@ -104,6 +108,43 @@ export async function relayResponse(
   }
   auditor.record(audit, { status: upstream.status });
   return responseWithHeaders(body?.stream() ?? null, init, headers);
+}
+
+/**
+ * An event stream as the client gets it: its lists cut to what the account may call and its
+ * event ids bound to the session. One still in an encoding the MCP client does not decode
+ * (`deflate`, `zstd`: the MCP server compressed what it was not asked to, or the client's
+ * `Accept-Encoding` was passed on) cannot be read: it passes as it came, its ids unbound (a
+ * resumption of it is refused), or is undefined when a policy must cut its lists.
+ */
+function clientEvents(
+  relaying: Relaying,
+  upstream: McpAnswer,
+  body: McpBody,
+  auth: GatewayRequest,
+  filter: ListFilter | undefined,
+): ReadableStream<Uint8Array> | undefined {
+  if (stillEncoded(upstream.headers)) {
+    return filter && !filter.learnOnly ? undefined : body.stream();
+  }
+  const events = filter
+    ? filterEventStream(body.stream(), filter.lists, filter.permits, {
+      keepWhole: filter.learnOnly,
+    })
+    : body.stream();
+  return relaying.eventIds.bind(events, { sessionId: auth.sessionId, server: relaying.server });
+}
+
+/** Whether the body is still in the encoding it travelled in (one the MCP client leaves). */
+function stillEncoded(headers: HeaderSnapshot): boolean {
+  const encoding = headers["content-encoding"]?.trim().toLowerCase();
+  return encoding !== undefined && encoding !== "identity" && !DECODED_ENCODINGS.has(encoding);
+}
+
+/** 502 for a list answer the gateway cannot read: an unfiltered list must not reach the client. */
+function unfilterable(auditor: Audit, audit: AuditContext): OAuthError {
+  auditor.record(audit, { status: 502 });
+  return new OAuthError(502, "bad_gateway", "The MCP server's list could not be filtered");
 }
 
 /** What a list answer names, told to the filter's `permits` (which learns it); nothing is cut. */
@@ -171,8 +212,7 @@ async function relayFilteredJson(
     text = filterJsonBody(UTF8.decode(read), filter.lists, filter.permits, { anyList: true });
   } catch (error) {
     if (!(error instanceof UnfilterableList)) throw error;
-    auditor.record(audit, { status: 502 });
-    throw new OAuthError(502, "bad_gateway", `The MCP server's list could not be filtered`);
+    throw unfilterable(auditor, audit);
   }
   const rpcError = auditor.enabled ? isJsonRpcError(text) : undefined;
   auditor.record(audit, { status: init.status, rpcError });
