@@ -18,7 +18,7 @@ const ROOT = resolve(dirname(new URL(import.meta.url).pathname), "..");
 
 /** The markdown files this test covers, relative to the project root. */
 async function markdownFiles(): Promise<string[]> {
-  const files = ["README.md", "bench/README.md"];
+  const files = ["README.md", "CHANGELOG.md", "bench/README.md"];
   for (const folder of ["deploy", "dev", "docs"]) files.push(...await markdownUnder(folder));
   return files;
 }
