@@ -143,7 +143,9 @@ export async function startService(
           logger.error("in-flight requests did not finish in time; exiting");
           Deno.exit(1);
         }, SHUTDOWN_GRACE_MS);
-        await server.shutdown();
+        const draining = server.shutdown();
+        reloadable.openStreams.endForShutdown();
+        await draining;
         await close();
         clearTimeout(timer);
       })();
@@ -281,6 +283,8 @@ async function serveEntry(): Promise<Deno.ServeDefaultExport> {
     () => composeService(env, logger, metricsChannel()),
   );
   reloadOnChange(reloadable, logger);
+  // `deno serve` drains requests on these signals: GET streams would hold it for ever.
+  onStopSignals(() => reloadable.openStreams.endForShutdown());
   const summary = await inForce(config);
   // One line per `--parallel` worker: a SIGTERM before every worker is up can be lost.
   logger.info("ready to serve");
@@ -298,9 +302,14 @@ async function serveEntry(): Promise<Deno.ServeDefaultExport> {
  */
 function metricsChannel(): BroadcastChannel {
   const channel = new BroadcastChannel(METRICS_CHANNEL);
-  const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGTERM", "SIGINT"];
-  for (const signal of signals) Deno.addSignalListener(signal, () => channel.close());
+  onStopSignals(() => channel.close());
   return channel;
+}
+
+/** Runs `stop` when `deno serve` is told to stop (SIGTERM, SIGINT; only SIGINT on Windows). */
+function onStopSignals(stop: () => void): void {
+  const signals: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGTERM", "SIGINT"];
+  for (const signal of signals) Deno.addSignalListener(signal, stop);
 }
 
 // Without `fetch` (imported, or listening itself) Deno neither serves the export nor warns.

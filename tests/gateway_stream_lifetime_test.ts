@@ -151,6 +151,29 @@ Deno.test("gateway streams: a client that closes its stream cancels the MCP serv
     assert.equal(g.t.deps.openStreams.size, 0);
   }));
 
+Deno.test("gateway streams: at shutdown a listen stream ends, and so does one opened after; a call's stream is left", () =>
+  withOpenStream({}, async (g, mcp, reader) => {
+    g.t.deps.openStreams.endForShutdown();
+    await within(untilEnd(reader), 1_000, "the listen stream's end at shutdown");
+    await within(mcp.cancelled, 5_000, "the MCP server's cancellation");
+    const late = await listen(g.mcpUrl, g.accessToken);
+    assert.equal(late.status, 200);
+    await within(untilEnd(track(late.body!.getReader())), 1_000, "a late listen stream's end");
+    const call = await fetch(g.mcpUrl, {
+      method: "POST",
+      headers: {
+        ...LISTEN_HEADERS,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "slow",
+        Authorization: `Bearer ${g.accessToken}`,
+      },
+      body: modernBody(2, "tools/call", { name: "slow", arguments: {} }),
+    });
+    const calling = track(call.body!.getReader());
+    assert.match((await within(nextText(calling), 5_000, "the call's first event")) ?? "", /open/);
+    assert.equal(g.t.deps.openStreams.size, 1, "the call's stream is held, not ended");
+  }));
+
 Deno.test("gateway streams: revoking the session ends its stream at once on this instance", () =>
   withOpenStream({}, async (g, mcp, reader) => {
     await revoke(g.t, g.refreshToken);

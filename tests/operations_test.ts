@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import {
   demoRunArgs,
+  denoServeArgs,
   postMcpOverHttp,
   signInOverHttp,
   spawnService,
@@ -58,6 +59,132 @@ Deno.test("SIGTERM: connections kept open to the MCP server do not hold the proc
     await mcp.shutdown();
   }
 });
+
+Deno.test("SIGTERM: open GET and listen streams end, a call's stream finishes, and the process exits 0", async (t) => {
+  for (const args of [undefined, denoServeArgs()]) {
+    await t.step(args ? "deno serve" : "deno run main.ts start", async () => {
+      const mcp = streamingMcpServer();
+      const { gitlab, service, close } = await spawnWithGitLab("ops-streams-app", {
+        MCP_UPSTREAM_URL: mcp.url,
+      }, args);
+      try {
+        const { access_token } = await signInOverHttp(service.url, gitlab);
+        const headers = {
+          Authorization: `Bearer ${access_token}`,
+          "MCP-Protocol-Version": "2025-06-18",
+        };
+        // The standalone stream: the MCP server never ends it.
+        const get = await fetch(`${service.url}/mcp`, {
+          headers: { ...headers, Accept: "text/event-stream" },
+        });
+        assert.equal(get.status, 200);
+        const standalone = get.body!.getReader();
+        assert.match(UTF8.decode((await standalone.read()).value), /: open/);
+        // 2026-07-28's listen stream, a POST the MCP server holds open as long.
+        const listen = await fetch(`${service.url}/mcp`, {
+          method: "POST",
+          headers: {
+            ...headers,
+            "MCP-Protocol-Version": "2026-07-28",
+            "Mcp-Method": "subscriptions/listen",
+            Accept: "application/json, text/event-stream",
+            "Content-Type": "application/json",
+          },
+          body: JSON.stringify({
+            jsonrpc: "2.0",
+            id: 3,
+            method: "subscriptions/listen",
+            params: {},
+          }),
+        });
+        assert.equal(listen.status, 200);
+        const listening = listen.body!.getReader();
+        assert.match(UTF8.decode((await listening.read()).value), /: open/);
+        // A tool call answered as a stream, still running at the SIGTERM.
+        const post = await fetch(`${service.url}/mcp`, {
+          method: "POST",
+          headers: {
+            ...headers,
+            Accept: "application/json, text/event-stream",
+            "Content-Type": "application/json",
+          },
+          body: JSON.stringify({
+            jsonrpc: "2.0",
+            id: 7,
+            method: "tools/call",
+            params: { name: "slow" },
+          }),
+        });
+        const call = post.body!.getReader();
+        assert.match(UTF8.decode((await call.read()).value), /progress/);
+        const exited = service.stop();
+        // The GET stream ends at once; the call is still answered, then the process exits.
+        assert.equal((await standalone.read()).done, true, "the GET stream ended");
+        assert.equal((await listening.read()).done, true, "the listen stream ended");
+        mcp.finishCalls();
+        let rest = "";
+        for (let r = await call.read(); !r.done; r = await call.read()) {
+          rest += UTF8.decode(r.value);
+        }
+        assert.match(rest, /"id":7,"result"/);
+        assert.equal(await exited, 0);
+      } finally {
+        await close();
+        await mcp.close();
+      }
+    });
+  }
+});
+
+const UTF8 = new TextDecoder();
+
+/**
+ * An MCP server whose GET and listen streams stay open for ever and whose tool call streams a
+ * progress event, then its answer once `finishCalls` is called.
+ */
+function streamingMcpServer() {
+  const encoder = new TextEncoder();
+  const { promise: callsFinish, resolve: finishCalls } = Promise.withResolvers<void>();
+  const open = new Set<ReadableStreamDefaultController<Uint8Array>>();
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (request) => {
+    const sse = { "Content-Type": "text/event-stream" };
+    const message = request.method === "POST" ? await request.json() : undefined;
+    if (request.method === "GET" || message.method === "subscriptions/listen") {
+      const body = new ReadableStream<Uint8Array>({
+        start(c) {
+          open.add(c);
+          c.enqueue(encoder.encode(": open\n\n"));
+        },
+        cancel() {},
+      });
+      return new Response(body, { headers: sse });
+    }
+    const body = new ReadableStream<Uint8Array>({
+      async start(c) {
+        c.enqueue(encoder.encode(
+          'data: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}\n\n',
+        ));
+        await callsFinish;
+        c.enqueue(encoder.encode('data: {"jsonrpc":"2.0","id":7,"result":{"content":[]}}\n\n'));
+        c.close();
+      },
+    });
+    return new Response(body, { headers: sse });
+  });
+  return {
+    url: `http://127.0.0.1:${server.addr.port}/mcp`,
+    finishCalls: () => finishCalls(),
+    async close() {
+      finishCalls();
+      for (const c of open) {
+        try {
+          c.close();
+        } catch { /* already closed */ }
+      }
+      await server.shutdown();
+    },
+  };
+}
 
 /**
  * An MCP server on a raw socket, answering each request on a kept-alive connection; `closed`

@@ -52,7 +52,7 @@ import {
   trackMcpSession,
 } from "./mcp_session_binding.ts";
 import type { Gateway, GatewayOAuth } from "./deps.ts";
-import { relayResponse } from "./relay.ts";
+import { endsAtShutdown, relayResponse } from "./relay.ts";
 import { resumedFrom } from "./event_ids.ts";
 import { answerListFilter } from "./answer_lists.ts";
 import { type CallRules, callRulesFor } from "./call_rules.ts";
@@ -308,6 +308,7 @@ async function relay(x: Exchange): Promise<Exit> {
       headers: ctx.standardHeaders(),
       server: gateway.server,
       eventIds: ctx.oauth.eventIds,
+      endsAtShutdown: endsAtShutdown(ctx.request.method, x.post),
     };
     return {
       relayed: await relayResponse(relaying, upstream, auth, gateway.audit, auditOf(x), filter),

@@ -5,7 +5,8 @@
  * session), and within a check interval when it ended elsewhere (another instance, the operator's
  * CLI): one timer per process, running only while streams are open, reads the sessions of all
  * open streams together (the store's group read makes that one KV read per ten sessions). The
- * streams of an MCP server that a reload of MCP_SERVERS_FILE removed end at once (`endServer`).
+ * streams of an MCP server that a reload of MCP_SERVERS_FILE removed end at once (`endServer`),
+ * and GET streams at shutdown (`endForShutdown`).
  */
 
 import type { Clock } from "../clock.ts";
@@ -35,6 +36,11 @@ export interface StreamAuthorization {
   expiresAtMs: number;
   /** The MCP server it comes from (`default` for `/mcp`). */
   server: string;
+  /**
+   * A GET's stream (the standalone one, or one resumed), which an MCP server may hold open for
+   * ever: it ends at shutdown, where a POST's is left to finish its call.
+   */
+  endsAtShutdown: boolean;
 }
 
 /** The registry of open streams. */
@@ -52,6 +58,12 @@ export interface OpenStreams {
   endSession(sessionId: string): void;
   /** Ends every stream of an MCP server that is no longer served. */
   endServer(server: string): void;
+  /**
+   * Ends every stream that `endsAtShutdown`, and any such stream opened from now on, so that
+   * they do not hold a graceful shutdown: the client opens its GET stream again (with
+   * `Last-Event-ID` where it resumes) at another instance.
+   */
+  endForShutdown(): void;
   /** Checks every open stream now (what the timer runs). */
   check(): Promise<void>;
   /** How many streams are open. */
@@ -71,6 +83,7 @@ export type StreamEnd =
   | "revoked"
   | "expired"
   | "server_removed"
+  | "shutdown"
   | "failed";
 
 interface Held extends StreamAuthorization {
@@ -93,9 +106,11 @@ export function createOpenStreams(deps: OpenStreamsDeps): OpenStreams {
   const streams = new Set<Held>();
   let timer: unknown;
   let checking = false;
+  let shuttingDown = false;
 
   function add(held: Held): void {
     streams.add(held);
+    if (shuttingDown && held.endsAtShutdown) return held.end("shutdown");
     if (timer === undefined) {
       timer = timers.setInterval(() => void check(), everyMs);
       // A process with only streams open may still exit (tests, a shutdown).
@@ -155,6 +170,12 @@ export function createOpenStreams(deps: OpenStreamsDeps): OpenStreams {
     endServer(server) {
       for (const held of [...streams]) {
         if (held.server === server) held.end("server_removed");
+      }
+    },
+    endForShutdown() {
+      shuttingDown = true;
+      for (const held of [...streams]) {
+        if (held.endsAtShutdown) held.end("shutdown");
       }
     },
     check,

@@ -15,6 +15,7 @@ import {
   relayedResponseHeaders,
 } from "./headers.ts";
 import type { McpAnswer, McpBody } from "./mcp_client/types.ts";
+import type { McpPost } from "./mcp_message.ts";
 import type { OpenStreams } from "./open_streams.ts";
 import type { EventIds } from "./event_ids.ts";
 import { responseWithHeaders } from "../http/responses.ts";
@@ -28,14 +29,25 @@ import {
 
 /**
  * What relaying uses: the open streams, the headers the app puts on every answer, the MCP
- * server's name (its streams end when a reload removes it), and what binds a stream's event ids
- * to its session.
+ * server's name (its streams end when a reload removes it), what binds a stream's event ids
+ * to its session, and whether its stream ends at shutdown (`endsAtShutdown`).
  */
 export interface Relaying {
   openStreams: Pick<OpenStreams, "hold">;
   headers: HeaderList;
   server: string;
   eventIds: EventIds;
+  endsAtShutdown: boolean;
+}
+
+/**
+ * Whether a request's stream is one an MCP server may hold open for ever, ended at shutdown
+ * rather than waited for: a GET's (2025's standalone stream, or one resumed) and a 2026-07-28
+ * `subscriptions/listen`'s. A call's stream is left to finish.
+ */
+export function endsAtShutdown(method: string, post: McpPost | undefined): boolean {
+  return method === "GET" ||
+    post?.messages.some((m) => m.method === "subscriptions/listen") === true;
 }
 
 /** Largest JSON response read whole to tell a JSON-RPC error from a result. */
@@ -76,6 +88,7 @@ export async function relayResponse(
       sessionId: auth.sessionId,
       expiresAtMs: auth.tokenExpiresAtMs,
       server: relaying.server,
+      endsAtShutdown: relaying.endsAtShutdown,
     }, {
       see: watcher?.feed,
       finished: () =>
