@@ -277,12 +277,10 @@ async function relay(x: Exchange): Promise<Exit> {
       body: x.body,
       deadline: deadlineOf(x),
     });
-    // Bound even when its `Connection` names it (not relayed): no other session is handed it.
-    const issued = upstream.headers["mcp-session-id"];
-    const method = ctx.request.method;
-    const tracking = trackMcpSession(gateway.deps, ctx.requestId, method, auth, {
+    const tracking = trackMcpSession(gateway.deps, ctx.requestId, ctx.request.method, auth, {
       sent: x.mcpSessionId,
-      issued,
+      // Bound even when its `Connection` names it (not relayed): no other session is handed it.
+      issued: upstream.headers["mcp-session-id"],
       ok: upstream.ok,
     });
     if (tracking) await tracking;
