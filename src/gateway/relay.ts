@@ -56,9 +56,8 @@ const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
 /**
  * The MCP server's response, relayed. An event stream goes through the open-stream registry
  * (ended when its authorization ends) with `X-Accel-Buffering: no`, its event ids bound to the
- * session; a JSON answer of known size
- * is read whole (one message, useless in part) so its audit line can say whether it was an
- * error; anything else streams as it came.
+ * session; a JSON answer of known size is read whole (one message, useless in part) so its
+ * audit line can say whether it was an error; anything else streams as it came.
  */
 export async function relayResponse(
   relaying: Relaying,
