@@ -186,11 +186,6 @@ export function operatorRevocationsKey(): Deno.KvKey {
   return ["count", "operator_revocations"];
 }
 
-/** The key of a used JWT assertion (RFC 7523 §3 `jti`), by the hash of its issuer and jti. */
-export function assertionKey(issuer: string, jti: string): Deno.KvKey {
-  return ["assertion", sha256Base64Url(JSON.stringify([issuer, jti]))];
-}
-
 /** The key of a recent `/authorize` request, by the hash of its whole query. */
 export function repeatKey(requestHash: string): Deno.KvKey {
   return ["repeat", requestHash];
