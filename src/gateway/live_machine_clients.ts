@@ -32,7 +32,7 @@ export function requireLiveMachineClients(
       if (added !== undefined && added !== String(client.createdAt)) {
         throw new MachineRefused("The client was deleted (and added again since)");
       }
-      return caller;
+      return { ...caller, clientAddedAt: client.createdAt };
     },
   };
 }

@@ -4,12 +4,15 @@
  * ended in this process (`endSession`, called wherever the verified-token memory forgets a
  * session), and within a check interval when it ended elsewhere (another instance, the operator's
  * CLI): one timer per process, running only while streams are open, reads the sessions of all
- * open streams together (the store's group read makes that one KV read per ten sessions). The
+ * open streams together (the store's group read makes that one KV read per ten sessions); a
+ * machine client's stream (its token names no stored session) ends the same way when the client
+ * is deleted (`admin clients delete`), a CI job's when its token expires. The
  * streams of an MCP server that a reload of MCP_SERVERS_FILE removed end at once (`endServer`),
  * and GET streams at shutdown (`endForShutdown`).
  */
 
 import type { Clock } from "../clock.ts";
+import type { MachineCaller } from "../machine/caller.ts";
 import type { Logger } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
 import type { VerifiedTokens } from "./verified_tokens.ts";
@@ -30,8 +33,13 @@ const SYSTEM_INTERVALS: IntervalTimers = {
 
 /** What a held stream is held by. */
 export interface StreamAuthorization {
-  /** Our session the access token belongs to. */
+  /** Our session the access token belongs to (a machine caller's: its token's own `sid`). */
   sessionId: string;
+  /**
+   * Set for a machine caller, which has no stored session: a client's stream holds while the
+   * client it was admitted as (`client`) is stored; a CI job's until its token expires.
+   */
+  machine?: { client?: MachineClientHeld };
   /** When the access token expires (milliseconds). */
   expiresAtMs: number;
   /** The MCP server it comes from (`default` for `/mcp`). */
@@ -86,13 +94,30 @@ export type StreamEnd =
   | "shutdown"
   | "failed";
 
+/** The machine client a stream was opened by: its id and when the stored client was added. */
+export interface MachineClientHeld {
+  id: string;
+  addedAt: number;
+}
+
+/** What `hold`'s `machine` is for the request's machine caller (undefined: a person). */
+export function machineHolder(
+  caller: MachineCaller | undefined,
+): StreamAuthorization["machine"] {
+  if (!caller) return undefined;
+  const { kind, clientId, clientAddedAt } = caller;
+  return kind === "client" && clientAddedAt !== undefined
+    ? { client: { id: clientId, addedAt: clientAddedAt } }
+    : {};
+}
+
 interface Held extends StreamAuthorization {
   end(why: StreamEnd): void;
 }
 
 /** What the registry needs. */
 export interface OpenStreamsDeps {
-  store: Pick<Store, "getSession">;
+  store: Pick<Store, "getSession" | "getMachineClient">;
   clock: Clock;
   logger: Logger;
   timers?: IntervalTimers;
@@ -134,11 +159,21 @@ export function createOpenStreams(deps: OpenStreamsDeps): OpenStreams {
       for (const held of [...streams]) {
         if (held.expiresAtMs <= now) held.end("expired");
       }
-      const sessionIds = [...new Set([...streams].map((held) => held.sessionId))];
-      const sessions = await Promise.all(sessionIds.map((id) => deps.store.getSession(id)));
+      const held = [...streams];
+      const sessionIds = unique(held.filter((one) => !one.machine).map((one) => one.sessionId));
+      const clientIds = unique(held.flatMap((one) => one.machine?.client?.id ?? []));
+      const [sessions, clients] = await Promise.all([
+        Promise.all(sessionIds.map((id) => deps.store.getSession(id))),
+        Promise.all(clientIds.map((id) => deps.store.getMachineClient(id))),
+      ]);
       const ended = new Set(sessionIds.filter((_, index) => sessions[index] === null));
-      for (const held of [...streams]) {
-        if (ended.has(held.sessionId)) held.end("revoked");
+      const addedAt = new Map(clientIds.map((id, index) => [id, clients[index]?.createdAt]));
+      for (const one of held) {
+        const client = one.machine?.client;
+        const gone = one.machine
+          ? client !== undefined && addedAt.get(client.id) !== client.addedAt
+          : ended.has(one.sessionId);
+        if (gone) one.end("revoked");
       }
     } catch (error) {
       // The store did not answer: the streams stay until the next check.
@@ -183,6 +218,10 @@ export function createOpenStreams(deps: OpenStreamsDeps): OpenStreams {
       return streams.size;
     },
   };
+}
+
+function unique(values: string[]): string[] {
+  return [...new Set(values)];
 }
 
 /**

@@ -16,7 +16,7 @@ import {
 } from "./headers.ts";
 import type { McpAnswer, McpBody } from "./mcp_client/types.ts";
 import type { McpPost } from "./mcp_message.ts";
-import type { OpenStreams } from "./open_streams.ts";
+import { machineHolder, type OpenStreams } from "./open_streams.ts";
 import type { EventIds } from "./event_ids.ts";
 import { responseWithHeaders } from "../http/responses.ts";
 import {
@@ -85,6 +85,7 @@ export async function relayResponse(
     const watcher = auditor.enabled ? sseErrorWatcher() : undefined;
     const held = relaying.openStreams.hold(events, {
       sessionId: auth.sessionId,
+      machine: machineHolder(auth.machine),
       expiresAtMs: auth.tokenExpiresAtMs,
       server: relaying.server,
       endsAtShutdown: relaying.endsAtShutdown,

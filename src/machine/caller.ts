@@ -39,6 +39,11 @@ export interface MachineCaller {
   grant: MachineGrant;
   /** The job, for a CI caller. */
   ci?: CiJob;
+  /**
+   * For a client, when the stored client it was admitted as was added (epoch ms): a stream it
+   * opened holds only while that client is stored (gateway/open_streams.ts).
+   */
+  clientAddedAt?: number;
 }
 
 /** Thrown when no rule in force admits a machine caller; the message says why. */
