@@ -7,7 +7,8 @@
 import assert from "node:assert/strict";
 import { runStoreCommand } from "../src/admin/commands.ts";
 import { silentLogger } from "../src/logger.ts";
-import { exchange, issueCode, TEST_BASE, TEST_REDIRECT, withApp } from "./_helpers.ts";
+import { exchange, issueCode, TEST_BASE, TEST_REDIRECT, TEST_SECRET, withApp } from "./_helpers.ts";
+import { runAdminCli, signInOverHttp, spawnWithGitLab } from "./_service.ts";
 
 const UNPRINTABLE = /[\p{Cc}\p{Cf}\u2028\u2029]/u;
 
@@ -48,3 +49,57 @@ Deno.test("admin: tables and --json escape format characters and C1 controls", (
       }
     }
   }));
+
+/** Each line of `text` (a process's output) holds no control or format character. */
+function assertPrintable(text: string, what: string): void {
+  for (const line of text.split("\n")) {
+    assert.ok(!UNPRINTABLE.test(line), `${what}: ${JSON.stringify(line)}`);
+  }
+}
+
+Deno.test({
+  name:
+    "admin: a GitLab username never reaches the terminal raw, in a refusal on stderr or an operator action's log line",
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const dir = await Deno.makeTempDir();
+    const env = {
+      GITLAB_CLIENT_ID: "admin-test-app",
+      JWT_SECRET: TEST_SECRET,
+      KV_PATH: `${dir}/kv.sqlite3`,
+    };
+    const started = await spawnWithGitLab(env.GITLAB_CLIENT_ID, env);
+    const admin = (args: string[]) =>
+      runAdminCli(["sessions", "revoke", ...args], {
+        ...env,
+        GITLAB_URL: started.gitlab.url.href,
+      });
+    // GitLab (or another provider, or a GitLab an attacker runs) names the user: clear the
+    // screen, retitle the window, an 8-bit CSI, a right-to-left override.
+    const hostile = "eve\u001b[2J\u001b]0;owned\u0007\u009b31m\u202Eexe.txt";
+    try {
+      const { gitlab, service } = started;
+      gitlab.users.push({ id: 77, username: hostile, name: "Eve" });
+      gitlab.users.push({ id: 78, username: "77", name: "Seventy-seven" });
+      await signInOverHttp(service.url, gitlab, { userId: 77 });
+      await signInOverHttp(service.url, gitlab, { userId: 78 });
+
+      // `--user 77` is 77's id and 78's username: refused, naming both.
+      const ambiguous = await admin(["--user", "77"]);
+      assert.equal(ambiguous.code, 2, ambiguous.stderr);
+      assert.match(ambiguous.stderr, /matches the user id of eve/);
+      assertPrintable(ambiguous.stderr, "the refusal");
+
+      const revoked = await admin(["--user-id", "77"]);
+      assert.equal(revoked.code, 0, revoked.stderr);
+      assertPrintable(revoked.stdout, "the log lines");
+      const action = revoked.stdout.trim().split("\n").map((line) => JSON.parse(line))
+        .find((line) => line.message === "operator action");
+      assert.equal(action?.users, `${hostile} (77)`, "the log line parses back to the username");
+    } finally {
+      await started.close();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});

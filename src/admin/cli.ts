@@ -28,6 +28,7 @@ import { storeInForce } from "../app/in_force.ts";
 import type { Upstream } from "../upstream/types.ts";
 import { parseAdminArgs, USAGE, UsageError } from "./args.ts";
 import { AdminRefusal, runStoreCommand } from "./commands.ts";
+import { escapeUnprintable } from "./terminal.ts";
 
 /** Where the CLI writes: output and JSON log lines to `out`, refusals to `err`. */
 export interface AdminOutput {
@@ -107,7 +108,9 @@ export async function runAdmin(
   }
   const kv = opened.database;
   try {
-    const logger = createLogger(output.out);
+    // A log line may name what GitLab or a registration sent (a username): JSON escapes C0
+    // controls, not C1 ones nor format characters.
+    const logger = createLogger((line) => output.out(escapeUnprintable(line)));
     const deps = createAppDeps(config, {
       kv,
       clock: systemClock,
@@ -132,7 +135,8 @@ export async function runAdmin(
     });
   } catch (error) {
     if (!(error instanceof AdminRefusal)) throw error;
-    output.err(`admin: ${error.message}`);
+    // A refusal may name a user as GitLab spelled it.
+    output.err(`admin: ${escapeUnprintable(error.message)}`);
     return error.exitCode;
   } finally {
     await opened.close();
