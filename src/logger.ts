@@ -34,7 +34,7 @@ export function createLogger(
     const levelField = `,"level":${JSON.stringify(level)},"message":`;
     return (message: string, fields?: LogFields) =>
       write(
-        `{"time":"${time()}"${levelField}${JSON.stringify(message)}${rest(fields)}}`,
+        `{"time":"${time()}"${levelField}${printable(JSON.stringify(message) + rest(fields))}}`,
         level !== "info",
       );
   };
@@ -50,6 +50,31 @@ function rest(fields: LogFields | undefined): string {
   if (fields === undefined) return "";
   const json = JSON.stringify(fields);
   return json.length === 2 ? "" : `,${json.slice(1, -1)}`;
+}
+
+/**
+ * What JSON.stringify leaves raw and a terminal may act on: C1 controls (U+009B is CSI), DEL,
+ * format characters (U+202E reverses the text after it, U+200B hides) and the line and paragraph
+ * separators. C0 controls are escaped by JSON.stringify already.
+ */
+const UNPRINTABLE = /[\p{Cc}\p{Cf}\u2028\u2029]/gu;
+/** Every UNPRINTABLE character is past U+007E: a line without one (most) is one cheap scan. */
+const BEYOND_ASCII = /[\u007f-\uffff]/;
+
+/**
+ * `json` with every UNPRINTABLE character as its `\uXXXX` escape (a character past U+FFFF as its
+ * two escaped UTF-16 units): the same value to a JSON reader, inert on a screen. Tool names,
+ * client names and headers are whatever a client sent; most lines have none, and cost one scan.
+ */
+function printable(json: string): string {
+  if (!BEYOND_ASCII.test(json)) return json;
+  return json.replace(UNPRINTABLE, (c) => {
+    let escaped = "";
+    for (let i = 0; i < c.length; i++) {
+      escaped += `\\u${c.charCodeAt(i).toString(16).padStart(4, "0")}`;
+    }
+    return escaped;
+  });
 }
 
 /**
