@@ -11,7 +11,7 @@
 import type { CallPolicy } from "../access/call_policy.ts";
 import { liveMachineAdmission } from "./live_machine_clients.ts";
 import { UTF8 } from "../http/bytes.ts";
-import { OAuthError } from "../http/errors.ts";
+import { OAuthError, storeUnavailableError } from "../http/errors.ts";
 import type { RequestContext } from "../http/request_context.ts";
 import { type GatewayOutcome, NO_TOOL, UNPARSED_METHOD } from "../metrics/catalog.ts";
 import { StoreUnavailableError } from "../store/backend.ts";
@@ -287,8 +287,7 @@ async function relay(x: Exchange): Promise<Exit> {
   } catch (error) {
     // An answer that came but is not relayed gives up its connection.
     await upstream?.cancel();
-    const status = error instanceof OAuthError ? error.status : 500;
-    return { error, outcome: { status }, counted: "upstream_error" };
+    return { error, outcome: refusalOutcome(error), counted: "upstream_error" };
   }
   if (upstream.status === 401) {
     // Its challenge would send the client to someone else's authorization server.
@@ -297,7 +296,7 @@ async function relay(x: Exchange): Promise<Exit> {
       x.resource,
       `The MCP server refused the ${ctx.oauth.upstream.profile.displayName} token; sign in again`,
     );
-    return { error, outcome: { status: 401 }, counted: "allowed" };
+    return { error, outcome: { status: 401, error: error.code }, counted: "allowed" };
   }
   const filter = answerListFilter(x.gateway, x.rules?.decide, x.post?.messages);
   try {
@@ -321,10 +320,12 @@ function answered(response: Response, counted?: GatewayOutcome): Exit {
   return { response, outcome: { status: response.status }, counted };
 }
 
-/** How a thrown refusal ends the exchange, for its audit line. */
-function refusalOutcome(error: unknown): AuditOutcome {
-  if (error instanceof OAuthError) return { status: error.status, error: error.code };
-  return { status: error instanceof StoreUnavailableError ? 503 : 500 };
+/** How a thrown refusal ends the exchange, for its audit line (a store outage as app.ts says). */
+function refusalOutcome(thrown: unknown): AuditOutcome {
+  const error = thrown instanceof StoreUnavailableError ? storeUnavailableError() : thrown;
+  return error instanceof OAuthError
+    ? { status: error.status, error: error.code }
+    : { status: 500 };
 }
 
 /** Counts each message of a request (one unparsed message for a body the gateway did not read). */

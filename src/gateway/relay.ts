@@ -156,7 +156,7 @@ function stillEncoded(headers: HeaderSnapshot): boolean {
 
 /** 502 for a list answer the gateway cannot read: an unfiltered list must not reach the client. */
 function unfilterable(auditor: Audit, audit: AuditContext): OAuthError {
-  auditor.record(audit, { status: 502 });
+  auditor.record(audit, { status: 502, error: "bad_gateway" });
   return new OAuthError(502, "bad_gateway", "The MCP server's list could not be filtered");
 }
 
@@ -174,7 +174,7 @@ async function fromAnswer<T>(reading: Promise<T>, auditor: Audit, audit: AuditCo
   try {
     return await reading;
   } catch {
-    auditor.record(audit, { status: 502 });
+    auditor.record(audit, { status: 502, error: "bad_gateway" });
     throw new OAuthError(502, "bad_gateway", "The MCP server's answer broke off");
   }
 }
