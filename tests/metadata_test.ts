@@ -93,6 +93,24 @@ Deno.test("AS metadata: a path suffix that is not the issuer's path → 404 JSON
     }
   }));
 
+Deno.test("AS metadata: not under BASE_URL's path, even where that path ends as the well-known one", () =>
+  withEnv({ BASE_URL: "https://x.test/oauth-authorization-server" }, async (t) => {
+    assert.equal(
+      (await getJson(t, `https://x.test${AS_PATH}/oauth-authorization-server`)).status,
+      200,
+    );
+    for (
+      const path of [
+        `/oauth-authorization-server${AS_PATH}`,
+        `/oauth-authorization-server${PRM_PATH}`,
+      ]
+    ) {
+      const { status, body } = await getJson(t, `https://x.test${path}`);
+      assert.equal(status, 404, path);
+      assert.equal(body.error, "invalid_request");
+    }
+  }));
+
 Deno.test("AS metadata: issuer without a path refuses any path suffix with 404 JSON", () =>
   withApp(async (t) => {
     const { status, body } = await getJson(t, `${TEST_BASE}${AS_PATH}/mcp`);

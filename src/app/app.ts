@@ -51,6 +51,7 @@ export function createApp(deps: AppDeps): FetchHandler {
   const hsts = strictTransportSecurity(deps.config);
   const routes = routesFor(ROUTES, deps.config);
   const routeLabel = routeLabels(routes);
+  const basePath = basePathOf(deps.config.baseUrl);
   const warnUnconfiguredProxy = createUnconfiguredProxyWarning(trustsProxies, deps.logger);
   const requestOrigin = createRequestOrigin();
   return async (request, info) => {
@@ -69,7 +70,8 @@ export function createApp(deps: AppDeps): FetchHandler {
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
-      route = gatewayRouteFor(url, baseUrl) ?? findRoute(routes, url.pathname);
+      route = gatewayRouteFor(url, baseUrl) ??
+        findRoute(routes, routedPath(url.pathname, basePath));
       let client: string | undefined;
       const clientAddress = () => client ??= clientIp(request, peerOf(), trusted);
       const limitedClient = () => limitedClientOf(clientAddress());
@@ -124,6 +126,22 @@ function gatewayRoutes(deps: AppDeps): (url: URL, baseUrl: string) => Route | un
     }
     return route;
   };
+}
+
+/** BASE_URL's path without trailing slashes; `""` without one. */
+function basePathOf(baseUrl: string | undefined): string {
+  return baseUrl === undefined ? "" : new URL(baseUrl).pathname.replace(/\/+$/, "");
+}
+
+/**
+ * The path the route table is searched with. The endpoints are advertised under BASE_URL's path
+ * (`{BASE_URL}/token`), as the gateway's resource is, so they answer there; they still answer
+ * without it too, for a proxy that strips it.
+ */
+function routedPath(pathname: string, basePath: string): string {
+  if (basePath === "") return pathname;
+  if (pathname === basePath) return "/";
+  return pathname.startsWith(`${basePath}/`) ? pathname.slice(basePath.length) : pathname;
 }
 
 /** The route's rules in order: 404, CORS preflight, 405, rate limit, OAuth configuration. */

@@ -116,8 +116,7 @@ export function handleProtectedResourceMetadata(
 ): Promise<Response> {
   const { upstreamProfile, servers } = ctx.deps;
   const [main, ...named] = servers.resources(ctx.baseUrl);
-  const suffix = ctx.url.pathname.slice(PATHS.protectedResourceMetadata.length)
-    .replace(/\/+$/, "");
+  const suffix = wellKnownSuffix(ctx.url.pathname, PATHS.protectedResourceMetadata);
   const resource = suffix === "" || suffix === pathOf(main)
     ? main
     : named.find((candidate) => pathOf(candidate) === suffix);
@@ -138,6 +137,16 @@ export function handleProtectedResourceMetadata(
 
 /** The well-known path alone, or with exactly the path of the thing it describes. */
 function requireSuffix(pathname: string, wellKnown: string, expected: string): void {
-  const suffix = pathname.slice(wellKnown.length).replace(/\/+$/, "");
+  const suffix = wellKnownSuffix(pathname, wellKnown);
   if (suffix !== "" && suffix !== expected) throw notFound(pathname);
+}
+
+/**
+ * What follows the well-known path, without trailing slashes. The documents live at the root
+ * only (RFC 8414 §3.1, RFC 9728 §3.1): under BASE_URL's path, where the other endpoints also
+ * answer, there is none.
+ */
+function wellKnownSuffix(pathname: string, wellKnown: string): string {
+  if (!pathname.startsWith(wellKnown)) throw notFound(pathname);
+  return pathname.slice(wellKnown.length).replace(/\/+$/, "");
 }
