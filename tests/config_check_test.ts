@@ -162,3 +162,22 @@ Deno.test({
       assert.ok(!migrated.stdout.includes(url));
     }),
 });
+
+Deno.test("config check never shows a password written into a URL, in its lines or its problems", async () => {
+  const run = await runAdminCli(["config", "check"], {
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: TEST_SECRET,
+    // Refused (a URL must not carry credentials), but what it carries is still a secret.
+    GITLAB_URL: "https://ops:url-password-1@also-password-1@gitlab.example",
+    BASE_URL: "https://url-token-2@auth.example",
+    MCP_UPSTREAM_URL: "http://ops:url-password-3@[bad/mcp",
+  });
+  assert.equal(run.code, 1, run.stderr);
+  const output = run.stdout + run.stderr;
+  for (const secret of ["url-password-1", "password-1@", "url-token-2", "url-password-3"]) {
+    assert.ok(!output.includes(secret), `${secret} shown:\n${output}`);
+  }
+  assert.ok(linesOf(run.stdout).includes("GITLAB_URL=https://****@gitlab.example"), run.stdout);
+  assert.match(run.stderr, /GITLAB_URL: must not carry a user name or password/);
+  assert.match(run.stderr, /MCP_UPSTREAM_URL: is not a valid URL: "http:\/\/\*\*\*\*@\[bad\/mcp"/);
+});

@@ -70,9 +70,9 @@ export function checkConfiguration(given: Env): ConfigCheck {
     }
   }
   return {
-    lines: effectiveLines(filled),
-    problems,
-    warnings: config ? weakSettings(config) : [],
+    lines: effectiveLines(filled).map(withoutUserinfo),
+    problems: problems.map(withoutUserinfo),
+    warnings: (config ? weakSettings(config) : []).map(withoutUserinfo),
     config: problems.length === 0 ? config : undefined,
   };
 }
@@ -84,4 +84,13 @@ function effectiveLines(env: Env): string[] {
     const masked = (variable.secret || variable.hidden) && value !== "";
     return `${variable.name}=${masked ? MASK : value}`;
   });
+}
+
+/**
+ * `text` with the user name and password of every URL in it shown as `****`: a URL variable
+ * carrying credentials is refused, but what it carries is a secret all the same, and the refusal
+ * may quote the value.
+ */
+function withoutUserinfo(text: string): string {
+  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]*@/gi, "$1****@");
 }
