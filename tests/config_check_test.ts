@@ -180,4 +180,14 @@ Deno.test("config check never shows a password written into a URL, in its lines 
   assert.ok(linesOf(run.stdout).includes("GITLAB_URL=https://****@gitlab.example"), run.stdout);
   assert.match(run.stderr, /GITLAB_URL: must not carry a user name or password/);
   assert.match(run.stderr, /MCP_UPSTREAM_URL: is not a valid URL: "http:\/\/\*\*\*\*@\[bad\/mcp"/);
+  // Every other command refuses such a configuration in one line, without the password too.
+  const stats = await runAdminCli(["stats"], {
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: "/tmp/kv.sqlite3",
+    GITLAB_URL: "https://ops:url-password-4@[bad",
+  });
+  assert.equal(stats.code, 1, stats.stderr);
+  assert.ok(!stats.stderr.includes("url-password-4"), stats.stderr);
+  assert.match(stats.stderr, /^admin: configuration error: GITLAB_URL: is not a valid URL/);
 });

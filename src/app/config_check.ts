@@ -15,6 +15,7 @@ import {
 import { withSecretFiles } from "../config/secret_files.ts";
 import { weakSettings } from "./weak_settings.ts";
 import { ConfigError, type Env, readTable, variablesOf } from "../config/variable.ts";
+import { withoutUserinfo } from "../config/parsers.ts";
 
 /**
  * What a check found: the effective lines, every problem, the warnings start-up would log (weak
@@ -84,13 +85,4 @@ function effectiveLines(env: Env): string[] {
     const masked = (variable.secret || variable.hidden) && value !== "";
     return `${variable.name}=${masked ? MASK : value}`;
   });
-}
-
-/**
- * `text` with the user name and password of every URL in it shown as `****`: a URL variable
- * carrying credentials is refused, but what it carries is a secret all the same, and the refusal
- * may quote the value.
- */
-function withoutUserinfo(text: string): string {
-  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]*@/gi, "$1****@");
 }

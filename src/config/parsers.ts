@@ -117,7 +117,9 @@ export function parseHttpUrl(name: string, raw: string): URL {
  */
 export function parseHttpUrlWithQuery(name: string, raw: string): URL {
   const url = parseUrl(raw);
-  if (!url) throw new ConfigError(name, `is not a valid URL: ${JSON.stringify(raw)}`);
+  if (!url) {
+    throw new ConfigError(name, `is not a valid URL: ${JSON.stringify(withoutUserinfo(raw))}`);
+  }
   if (!isWebUrl(url)) throw new ConfigError(name, "must be an http or https URL");
   if (url.hash) throw new ConfigError(name, "must not have a query or fragment");
   // fetch refuses such a URL, and logs and pages would show its password: never echoed here.
@@ -156,4 +158,13 @@ export function parseBoolean(name: string, raw: string): boolean {
   if (["1", "true", "yes", "on"].includes(lower)) return true;
   if (["0", "false", "no", "off"].includes(lower)) return false;
   throw new ConfigError(name, `must be true or false, got ${JSON.stringify(raw)}`);
+}
+
+/**
+ * `text` with the user name and password of every URL in it shown as `****`: a URL variable
+ * carrying credentials is refused, but what it carries is a secret all the same (up to the last
+ * `@` before the path: a password may hold one).
+ */
+export function withoutUserinfo(text: string): string {
+  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]*@/gi, "$1****@");
 }
