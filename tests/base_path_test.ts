@@ -14,6 +14,7 @@ import type {
   OAuthTokens,
 } from "@modelcontextprotocol/sdk/shared/auth.js";
 import { followPageWithoutBrowser, spawnWithGitLab } from "./_service.ts";
+import { withEnv } from "./_helpers.ts";
 import { startMcpUpstream, type WhoAmI } from "./_mcp_upstream.ts";
 import { v1Whoami } from "./_servers_clients.ts";
 import type { SimulatedGitLab } from "../dev/simulated_gitlab.ts";
@@ -141,3 +142,18 @@ Deno.test("BASE_URL with a path: the SDK discovers, registers, signs in and call
     await upstream.close();
   }
 });
+
+Deno.test("BASE_URL with a path: a path a stripping proxy sends keeps its endpoint, even where it starts with BASE_URL's path", () =>
+  withEnv({ BASE_URL: "https://x.test/oauth" }, async (t) => {
+    // `/oauth/oauth/poll` through a proxy that strips `/oauth`, or as it came: the poll both ways.
+    for (const path of ["/oauth/poll", "/oauth/oauth/poll"]) {
+      const response = await t.app(new Request(`https://x.test${path}`));
+      assert.equal(response.status, 400, path);
+      assert.deepEqual(Object.keys(await response.json()), ["status", "error"], path);
+    }
+    for (const path of ["/oauth/token", "/token"]) {
+      const response = await t.app(new Request(`https://x.test${path}`, { method: "POST" }));
+      assert.equal((await response.json()).error, "invalid_request", path);
+      assert.equal(response.status, 400, path);
+    }
+  }));

@@ -21,6 +21,7 @@ import {
   methodNotAllowed,
   type Methods,
   type Route,
+  type Routes,
   routesFor,
 } from "./router.ts";
 import { createMcpGateway } from "../gateway/proxy.ts";
@@ -70,8 +71,7 @@ export function createApp(deps: AppDeps): FetchHandler {
       // Everything the Host header shapes is inside the try: a malformed one is a 400.
       const { url, baseUrl } = requestOrigin(request, deps.config.baseUrl, fromTrustedProxy);
       path = url.pathname;
-      route = gatewayRouteFor(url, baseUrl) ??
-        findRoute(routes, routedPath(url.pathname, basePath));
+      route = gatewayRouteFor(url, baseUrl) ?? fixedRoute(routes, url.pathname, basePath);
       let client: string | undefined;
       const clientAddress = () => client ??= clientIp(request, peerOf(), trusted);
       const limitedClient = () => limitedClientOf(clientAddress());
@@ -134,14 +134,18 @@ function basePathOf(baseUrl: string | undefined): string {
 }
 
 /**
- * The path the route table is searched with. The endpoints are advertised under BASE_URL's path
- * (`{BASE_URL}/token`), as the gateway's resource is, so they answer there; they still answer
- * without it too, for a proxy that strips it.
+ * The fixed endpoint at `pathname`. They are advertised under BASE_URL's path
+ * (`{BASE_URL}/token`), as the gateway's resource is, so they answer there; and at the root, for
+ * a proxy that strips that path, which goes first: with BASE_URL `https://x/oauth` such a proxy
+ * sends `/oauth/poll` for the poll, which is no endpoint once stripped again.
  */
-function routedPath(pathname: string, basePath: string): string {
-  if (basePath === "") return pathname;
-  if (pathname === basePath) return "/";
-  return pathname.startsWith(`${basePath}/`) ? pathname.slice(basePath.length) : pathname;
+function fixedRoute(routes: Routes, pathname: string, basePath: string): Route | undefined {
+  const route = findRoute(routes, pathname);
+  if (route !== undefined || basePath === "") return route;
+  if (pathname === basePath) return findRoute(routes, "/");
+  return pathname.startsWith(`${basePath}/`)
+    ? findRoute(routes, pathname.slice(basePath.length))
+    : undefined;
 }
 
 /** The route's rules in order: 404, CORS preflight, 405, rate limit, OAuth configuration. */
