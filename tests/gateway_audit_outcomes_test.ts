@@ -8,33 +8,9 @@
 
 import assert from "node:assert/strict";
 import { createLogger } from "../src/logger.ts";
-import { type KvBackend, StoreUnavailableError } from "../src/store/backend.ts";
 import { auditLines, startScripted } from "./_gateway_mcp.ts";
 import { issueTokens, makeTestAppOn } from "./_helpers.ts";
-
-/** A Deno KV that answers StoreUnavailableError while `unavailable` (a KV Connect outage). */
-function switchableKv(kv: Deno.Kv): KvBackend & { unavailable: boolean } {
-  const backend = {
-    unavailable: false,
-    check() {
-      if (backend.unavailable) throw new StoreUnavailableError("KV unavailable (test)");
-    },
-    getMany(keys: readonly Deno.KvKey[]) {
-      backend.check();
-      return kv.getMany(keys as Deno.KvKey[]);
-    },
-    list<T>(selector: Deno.KvListSelector, options?: { limit?: number; batchSize?: number }) {
-      backend.check();
-      return kv.list<T>(selector, options);
-    },
-    commit({ checks, mutations }: Parameters<KvBackend["commit"]>[0]) {
-      backend.check();
-      return kv.atomic().check(...checks).mutate(...mutations).commit();
-    },
-    close: () => kv.close(),
-  };
-  return backend;
-}
+import { switchableKv } from "./_switchable_kv.ts";
 
 /** The gateway over a switchable KV in front of `upstreamUrl`, served on loopback. */
 async function gatewayOn(upstreamUrl: string, env: Record<string, string> = {}) {

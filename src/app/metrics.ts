@@ -8,7 +8,8 @@
  */
 
 import type { Clock } from "../clock.ts";
-import { OAuthError } from "../http/errors.ts";
+import { OAuthError, storeUnavailableError } from "../http/errors.ts";
+import { StoreUnavailableError } from "../store/backend.ts";
 import { BoundedLabel, NO_LABELS, Registry } from "../metrics_registry.ts";
 import {
   type BucketLabel,
@@ -180,8 +181,7 @@ export function createMetrics(sources: MetricsSources): Metrics {
         tokenGrants.inc({ grant_type, outcome: "issued" });
         return response;
       } catch (error) {
-        const outcome = error instanceof OAuthError ? error.code : "server_error";
-        tokenGrants.inc({ grant_type, outcome });
+        tokenGrants.inc({ grant_type, outcome: grantErrorOutcome(error) });
         throw error;
       }
     },
@@ -211,6 +211,12 @@ export function createMetrics(sources: MetricsSources): Metrics {
       return await registry.render(await workers?.collect());
     },
   };
+}
+
+/** The error code the app answers `error` with (app.ts renderError): a store outage is a 503. */
+function grantErrorOutcome(error: unknown): GrantOutcome {
+  if (error instanceof OAuthError) return error.code;
+  return error instanceof StoreUnavailableError ? storeUnavailableError().code : "server_error";
 }
 
 function grantTypeLabel(servedGrantType: string | undefined): GrantTypeLabel {
