@@ -174,3 +174,22 @@ Deno.test("access: the redirect sign-in admits a member and stores the levels", 
       assert.deepEqual((await onlySession(t)).value.access?.admittingGroups, ["acme"]);
     },
   ));
+
+Deno.test("access: the redirect sign-in revokes GitLab's token when the membership question fails", () =>
+  withAccessApp(
+    { GITLAB_SIGN_IN: "redirect", ALLOWED_GITLAB_GROUPS: "acme" },
+    async (t) => {
+      const { UpstreamError } = await import("../src/upstream/types.ts");
+      t.upstream.groupLevels = { acme: 30 };
+      t.upstream.membershipFailure = new UpstreamError("transient", "http_502");
+      const response = await redirectSignIn(t);
+      assert.equal(response.status, 302);
+      const location = new URL(response.headers.get("location")!);
+      assert.equal(location.searchParams.get("error"), "temporarily_unavailable");
+      assert.equal(location.searchParams.get("code"), null);
+      assert.equal(await countRecords(t.kv, "session"), 0);
+      // Nothing holds the token GitLab issued at the callback: no flow keeps it for a retry, as
+      // the device flow's does, so it is revoked at once (docs/security.md "Redirect sign-in").
+      assert.deepEqual(t.upstream.revokedTokens, ["gl-access-x"]);
+    },
+  ));

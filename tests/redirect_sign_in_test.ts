@@ -28,6 +28,7 @@ import {
   withApp,
 } from "./_helpers.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { StoreUnavailableError } from "../src/store/backend.ts";
 import { createTemplates } from "../src/pages/mod.ts";
 import deviceHtml from "../templates/device.html" with { type: "text" };
 import deviceJs from "../templates/device.js" with { type: "text" };
@@ -426,6 +427,19 @@ Deno.test("redirect mode: GitLab failing the exchange → client with an error; 
       (await recordsOf(t.kv)).map((entry) => entry.key[0]).filter((kind) => kind !== "rate"),
       [],
     );
+  });
+});
+
+Deno.test("redirect mode: a store that fails the callback's commit leaves GitLab's token revoked", async () => {
+  await withRedirectApp(async (t) => {
+    const jar = new CookieJar();
+    const state = (await continueToGitLab(t, jar)).searchParams.get("state") ?? "";
+    t.store.completeSignIn = () => Promise.reject(new StoreUnavailableError("database down"));
+    const response = await callback(t, jar, { code: "c", state });
+    assert.equal(response.status, 503, await response.text());
+    assert.equal(await countRecords(t.kv, "session"), 0);
+    // No record holds the token GitLab just issued: nothing would ever use or revoke it.
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-x"]);
   });
 });
 

@@ -17,6 +17,7 @@ import { singleValued } from "../http/params.ts";
 import { admitSignIn } from "../sign_in/admission.ts";
 import {
   fetchUserOrRevoke,
+  orRevoke,
   revokeAbandonedUpstreamTokens,
   storeSignIn,
 } from "../sign_in/completion.ts";
@@ -94,13 +95,19 @@ async function complete(
   if (signIn.deviceUserCodeHash !== undefined) {
     return await completeDeviceSignIn(ctx, signIn.deviceUserCodeHash, tokens, user);
   }
-  const admission = await admitSignIn(ctx, tokens, user, signIn.resource);
+  const admission = await orRevoke(
+    ctx,
+    tokens,
+    "access check failed",
+    () => admitSignIn(ctx, tokens, user, signIn.resource),
+  );
   if (admission.kind === "refused") return refusalPage(ctx, signIn, admission.message);
   const completion = await storeSignIn(
     ctx,
     signIn,
     { tokens, user, access: admission.access },
-    (completion) => store.completeSignIn(completion),
+    (completion) =>
+      orRevoke(ctx, tokens, "sign-in not stored", () => store.completeSignIn(completion)),
   );
   if (!completion) {
     await revokeAbandonedUpstreamTokens(ctx, tokens, "sign-in not stored");

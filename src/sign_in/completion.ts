@@ -45,14 +45,32 @@ export async function revokeAbandonedUpstreamTokens(
  * The user the tokens belong to; when the lookup fails the tokens are revoked first (for a
  * sign-in that holds them nowhere else, such as the redirect sign-in's callback).
  */
-export async function fetchUserOrRevoke(
+export function fetchUserOrRevoke(
   ctx: SignInContext,
   tokens: UpstreamTokenSet,
 ): Promise<UpstreamUser> {
+  return orRevoke(
+    ctx,
+    tokens,
+    "user lookup failed",
+    () => ctx.oauth.upstream.fetchUser(tokens.accessToken),
+  );
+}
+
+/**
+ * What `step` answers; when it throws, `tokens` (held nowhere else yet, as at the redirect
+ * sign-in's callback) are revoked first: the membership question failing, or the store.
+ */
+export async function orRevoke<T>(
+  ctx: SignInContext,
+  tokens: UpstreamTokenSet,
+  reason: string,
+  step: () => Promise<T>,
+): Promise<T> {
   try {
-    return await ctx.oauth.upstream.fetchUser(tokens.accessToken);
+    return await step();
   } catch (error) {
-    await revokeAbandonedUpstreamTokens(ctx, tokens, "user lookup failed");
+    await revokeAbandonedUpstreamTokens(ctx, tokens, reason);
     throw error;
   }
 }

@@ -5,6 +5,7 @@
  */
 
 import { admitSignIn } from "../admission.ts";
+import { orRevoke } from "../completion.ts";
 import type { SignInContext } from "../deps.ts";
 import { alreadyUsed, notice } from "../redirect_flow.ts";
 import type { UpstreamTokenSet } from "../../store/records.ts";
@@ -20,7 +21,12 @@ export async function completeDeviceSignIn(
   user: UpstreamUser,
 ): Promise<Response> {
   const authorization = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(userCodeHash);
-  const admission = await admitSignIn(ctx, tokens, user, authorization?.value.resource);
+  const admission = await orRevoke(
+    ctx,
+    tokens,
+    "access check failed",
+    () => admitSignIn(ctx, tokens, user, authorization?.value.resource),
+  );
   if (admission.kind === "refused") {
     await denyDevice(ctx, userCodeHash, "refused by the allow-lists");
     return notice(
