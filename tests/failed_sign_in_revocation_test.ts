@@ -150,3 +150,17 @@ Deno.test("device flow: on an idle service the periodic sweep revokes a stranded
     assert.deepEqual(t.upstream.revokedTokens, ["gl-idle"]);
     assert.equal(await countRecords(t.kv, "stranded"), 0);
   }));
+
+Deno.test("device flow: a page polling past the expiry of a flow that holds a token has it revoked, not dropped", () =>
+  withApp(async (t) => {
+    const flowState = await strandFlow(t, "late poll", "gl-expired");
+    t.clock.advance(t.upstream.device.expiresInSeconds * 1000 + 1);
+    // The page keeps polling after its countdown ends: this poll finds the flow expired and
+    // deletes it, with the copy a sweep would have revoked.
+    const expired = await poll(t, flowState);
+    assert.equal(expired.status, 400);
+    assert.deepEqual(await expired.json(), { status: "expired", error: "Device code expired" });
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-expired"]);
+    assert.equal(await countRecords(t.kv, "stranded"), 0);
+    assert.equal(await countRecords(t.kv, "flow"), 0);
+  }));

@@ -193,7 +193,9 @@ export async function pollFlow(ctx: SignInContext, flowState: string): Promise<P
   const flow = await store.getFlow(flowState);
   if (!flow) return outcome(400, { status: "expired", error: "Flow not found" });
   if (clock.now() > flow.value.expiresAt) {
-    await store.deleteFlow(flow);
+    // Deleting it drops the copy of a token it held, which the sweep would have revoked.
+    const held = await store.deleteFlow(flow) ? flow.value.upstreamTokens : undefined;
+    if (held) await revokeAbandonedUpstreamTokens(ctx, held, "flow expired holding a token");
     ctx.deps.metrics.signInsFinished.inc({ mode: "device", outcome: "expired" });
     return outcome(400, { status: "expired", error: "Device code expired" });
   }
