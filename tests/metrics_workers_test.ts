@@ -180,3 +180,42 @@ async function waitForAsync(condition: () => Promise<boolean>): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
 }
+
+Deno.test("workers' counts: a worker started again in place of one that ended adds its counts to the last the ended one sent", async () => {
+  const name = `metrics-test-${crypto.randomUUID()}`;
+  const counter = (registry: Registry) =>
+    registry.counter<{ route: string }>({
+      name: "requests_total",
+      help: "h",
+      labelNames: ["route"],
+    });
+  const scraper = new Registry();
+  const scraperChannel = new BroadcastChannel(name);
+  const scraping = shareCounts(scraperChannel, () => scraper.snapshot(), 200);
+  counter(scraper).inc({ route: "/a" });
+  const channels: BroadcastChannel[] = [scraperChannel];
+  /** A worker joining the channel, having counted `count` requests. */
+  const startWorker = (count: number) => {
+    const registry = new Registry();
+    const channel = new BroadcastChannel(name);
+    channels.push(channel);
+    shareCounts(channel, () => registry.snapshot(), 200);
+    counter(registry).inc({ route: "/a" }, count);
+    return channel;
+  };
+  const totalOf = async () => {
+    const text = await scraper.render(await scraping.collect());
+    return Number(text.match(/^requests_total\{route="\/a"\} (\d+)$/m)?.[1]);
+  };
+  try {
+    const first = startWorker(3);
+    await waitForAsync(async () => await totalOf() === 4);
+    // The worker ends (its process restarted it, or it crashed), and another takes its place.
+    first.close();
+    startWorker(2);
+    await waitForAsync(async () => await totalOf() === 6);
+    assert.equal(await totalOf(), 6, "the ended worker's 3, the new one's 2 and the scraper's 1");
+  } finally {
+    for (const channel of channels) channel.close();
+  }
+});
