@@ -328,6 +328,34 @@ Deno.test("gateway: an MCP server's Set-Cookie, CORS and internal headers never 
   }
 });
 
+Deno.test("gateway: an MCP server's Cache-Control that lets a shared cache keep the answer becomes no-store", async () => {
+  let cacheControl = "";
+  const upstream = startScripted(() =>
+    new Response("{}", {
+      headers: { "Content-Type": "application/json", "Cache-Control": cacheControl },
+    })
+  );
+  const { t, accessToken } = await gatewayApp(upstream.url);
+  try {
+    const relayed = async (sent: string) => {
+      cacheControl = sent;
+      const response = await mcpRequest(t, accessToken, { body: "{}" });
+      await response.body?.cancel();
+      return response.headers.get("cache-control");
+    };
+    // RFC 9111 §3.5: these let a shared cache reuse an answer to a request with Authorization.
+    for (const shared of ["public, max-age=600", "max-age=60, S-MAXAGE=60", "must-revalidate"]) {
+      assert.equal(await relayed(shared), "no-store", shared);
+    }
+    for (const own of ["no-cache", "private, max-age=60", "no-store", "max-age=0"]) {
+      assert.equal(await relayed(own), own, own);
+    }
+  } finally {
+    t.close();
+    await upstream.close();
+  }
+});
+
 Deno.test("gateway: a relayed answer carries the service's own headers once each (security, request id, CORS)", async () => {
   for (const type of ["application/json", "text/event-stream", "text/plain"]) {
     const upstream = startScripted(() =>

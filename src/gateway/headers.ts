@@ -122,11 +122,16 @@ export interface UpstreamToken {
 
 /**
  * The MCP server's headers the client may see; never `Set-Cookie` or internal headers. `Allow`
- * only on a 405, where it tells a 2025 client that GET streams and DELETE are not served.
+ * only on a 405, where it tells a 2025 client that GET streams and DELETE are not served. A
+ * `Cache-Control` that lets a shared cache keep the answer becomes `no-store`.
  */
 export function relayedResponseHeaders(upstream: HeaderSnapshot, status: number): HeaderList {
   const headers = pick(upstream, RETURNED_RESPONSE_HEADERS);
   if (status === 405) headers.push(...pick(upstream, ["allow"]));
+  const cacheControl = upstream["cache-control"];
+  if (cacheControl !== undefined && sharedCacheMayStore(cacheControl)) {
+    headers[headers.findIndex(([name]) => name === "cache-control")][1] = "no-store";
+  }
   const encoding = upstream["content-encoding"]?.trim().toLowerCase();
   // The MCP client has decoded these already: the client gets the plain body.
   const decoded = encoding !== undefined && DECODED_ENCODINGS.has(encoding);
@@ -137,6 +142,19 @@ export function relayedResponseHeaders(upstream: HeaderSnapshot, status: number)
   return headers.filter(([name]) =>
     !(decoded && name === "content-encoding") && !hopOnly.includes(name)
   );
+}
+
+/**
+ * Whether a `Cache-Control` lets a shared cache (a CDN or reverse proxy in front of the service)
+ * keep an answer to a request with `Authorization` and hand it to another user: `public`,
+ * `s-maxage` and `must-revalidate` do (RFC 9111 §3.5). Every gateway answer is one user's.
+ */
+function sharedCacheMayStore(cacheControl: string): boolean {
+  for (const directive of cacheControl.toLowerCase().split(",")) {
+    const name = directive.split("=", 1)[0].trim();
+    if (name === "public" || name === "s-maxage" || name === "must-revalidate") return true;
+  }
+  return false;
 }
 
 /**
