@@ -157,6 +157,37 @@ Deno.test("servers file: every mistake stops start-up with one line naming file,
   assert.throws(() => configWith("/nonexistent/servers.yaml"), /cannot read the file/);
 });
 
+Deno.test("MCP_RESOURCE_URL on one of the service's own endpoints (at the root or under BASE_URL's path) stops start-up and config check with one line", () => {
+  const env = (more: Record<string, string | undefined>) => ({
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: TEST_SECRET,
+    ...more,
+  });
+  for (
+    const more of [
+      { MCP_RESOURCE_URL: "https://auth.example/token" },
+      { MCP_RESOURCE_URL: "https://auth.example/healthz/" },
+      { MCP_RESOURCE_URL: "https://auth.example/.well-known/oauth-protected-resource" },
+      { BASE_URL: "https://auth.example/gw", MCP_RESOURCE_URL: "https://auth.example/gw/register" },
+    ]
+  ) {
+    assert.throws(() => loadConfig(env(more)), (error: unknown) => {
+      const message = String(error);
+      assert.match(message, /^ConfigError: MCP_RESOURCE_URL: its path is the service's own \//);
+      assert.ok(!message.includes("\n"), "one line");
+      return true;
+    }, JSON.stringify(more));
+    const check = checkConfiguration(env(more));
+    assert.equal(check.problems.length, 1, check.problems.join("\n"));
+  }
+  // The root (an MCP server alone on its host) and paths beside the endpoints stay allowed.
+  for (
+    const url of ["https://mcp.example", "https://auth.example/tokens", "https://auth.example/mcp"]
+  ) {
+    assert.equal(loadConfig(env({ MCP_RESOURCE_URL: url })).mcpResourceUrl, url);
+  }
+});
+
 Deno.test("servers file: a server at MCP_RESOURCE_URL's path (trailing slash, case aside) stops start-up and config check with one line", async () => {
   const path = await writeFile("servers.yaml", "servers:\n  - name: docs\n    url: http://x/mcp\n");
   const env = (more: Record<string, string | undefined>) => ({

@@ -35,7 +35,7 @@ import {
 } from "../config/variable.ts";
 import { secretFileForms, withSecretFiles } from "../config/secret_files.ts";
 import { GATEWAY_VARIABLES } from "../gateway/config.ts";
-import { requireServersOffResourcePath, SERVERS_VARIABLES } from "../servers/config.ts";
+import { requireFreeResourcePath, SERVERS_VARIABLES } from "../servers/config.ts";
 import { INTROSPECTION_VARIABLES } from "../introspection/config.ts";
 import { KEYS_VARIABLES, requireSigningKeys } from "../keys/config.ts";
 import { MACHINE_VARIABLES, requireMachineServers } from "../machine/config.ts";
@@ -249,7 +249,7 @@ export const CROSS_CHECKS: readonly ((config: Config) => void)[] = [
   requireBaseUrlForRedirect,
   requireAccessSettings,
   requireMachineServers,
-  requireServersOffResourcePath,
+  requireFreeResourcePath,
 ];
 
 /**

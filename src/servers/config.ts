@@ -12,6 +12,7 @@ import {
   urlWithoutTrailingSlash,
 } from "../config/parsers.ts";
 import { ConfigError, type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
+import { PATHS } from "../http/paths.ts";
 import { parseServersFile, type ServersFile } from "./file.ts";
 
 export const SERVERS_VARIABLES = {
@@ -91,7 +92,31 @@ function comparablePath(url: string): string {
   return new URL(url).pathname.replace(/\/+$/, "").toLowerCase();
 }
 
-/** MCP_SERVERS_FILE's servers are not served at MCP_RESOURCE_URL's path (a start-up rule). */
-export function requireServersOffResourcePath(config: ServersConfig & { baseUrl?: string }): void {
+/**
+ * MCP_RESOURCE_URL's path is free (start-up rules): none of the service's endpoints is there,
+ * and none of MCP_SERVERS_FILE's servers.
+ */
+export function requireFreeResourcePath(config: ServersConfig & { baseUrl?: string }): void {
+  requireResourceOffEndpoints(config);
   if (config.mcpServersFile) requireDistinctServerPaths(config, config.mcpServersFile);
+}
+
+/**
+ * MCP_RESOURCE_URL's path is none of the service's own endpoints (at the root or under
+ * BASE_URL's path, where they answer too): it is looked up first, so `/mcp`'s server would take
+ * over `/token` or `/healthz`. The root stays allowed: an MCP server alone on its host.
+ */
+function requireResourceOffEndpoints(config: { baseUrl?: string; mcpResourceUrl?: string }) {
+  if (config.mcpResourceUrl === undefined) return;
+  const mainPath = comparablePath(config.mcpResourceUrl);
+  const basePath = config.baseUrl === undefined ? "" : comparablePath(config.baseUrl);
+  const endpoint = Object.values(PATHS).find((path) =>
+    path !== PATHS.home && [path, `${basePath}${path}`].includes(mainPath)
+  );
+  if (endpoint === undefined) return;
+  throw new ConfigError(
+    SERVERS_VARIABLES.mcpResourceUrl.name,
+    `its path is the service's own ${endpoint}, which /mcp's server would take over; ` +
+      "choose another path (the default is {base}/mcp)",
+  );
 }
