@@ -9,7 +9,7 @@
 import { testGuard } from "./_guard.ts";
 import assert from "node:assert/strict";
 import type { StoreDatabase } from "../mod.ts";
-import { type KvBackend, StoreUnavailableError } from "../src/store/backend.ts";
+import { switchableKv } from "./_switchable_kv.ts";
 import { openDatabase } from "../src/store/open.ts";
 import { issueTokens, makeTestAppOn, type TestApp } from "./_helpers.ts";
 import { ignorePostgresTests, sharedPostgres } from "./_postgres.ts";
@@ -88,30 +88,6 @@ Deno.test({
     }
   },
 });
-
-/** A Deno KV that answers StoreUnavailableError while `unavailable` (a KV Connect outage). */
-function switchableKv(kv: Deno.Kv): KvBackend & { unavailable: boolean } {
-  const backend = {
-    unavailable: false,
-    check() {
-      if (backend.unavailable) throw new StoreUnavailableError("KV unavailable (test)");
-    },
-    getMany(keys: readonly Deno.KvKey[]) {
-      backend.check();
-      return kv.getMany(keys as Deno.KvKey[]);
-    },
-    list<T>(selector: Deno.KvListSelector, options?: { limit?: number; batchSize?: number }) {
-      backend.check();
-      return kv.list<T>(selector, options);
-    },
-    commit({ checks, mutations }: Parameters<KvBackend["commit"]>[0]) {
-      backend.check();
-      return kv.atomic().check(...checks).mutate(...mutations).commit();
-    },
-    close: () => kv.close(),
-  };
-  return backend;
-}
 
 Deno.test("guard outage: KV unavailable, 503 with Retry-After; back, served again", async () => {
   const kv = switchableKv(await Deno.openKv(":memory:"));
