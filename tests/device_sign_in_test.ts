@@ -204,6 +204,19 @@ Deno.test("device sign-in (redirect mode): a user the allow-lists refuse reads w
   }, { env: { ...REDIRECT, ALLOWED_GITLAB_USERS: "grace" } });
 });
 
+Deno.test("device sign-in (redirect mode): GitLab failing the membership question revokes the token it issued", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    t.upstream.membershipFailure = new UpstreamError("transient", "http_502");
+    const back = await backFromGitLab(t, started, "code=gitlab-code");
+    await back.body?.cancel();
+    assert.equal(await countRecords(t.kv, "session"), 0);
+    // The callback's exchange is the only holder of this token: it is revoked, not left live.
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-x"]);
+    await assertError(await poll(t, started), 400, "authorization_pending");
+  }, { env: { ...REDIRECT, ALLOWED_GITLAB_GROUPS: "acme" } });
+});
+
 /** Device mode: enters the code and continues: GitLab's device flow page; its flow state. */
 async function continueToDeviceFlow(t: TestApp, started: Started, jar: CookieJar) {
   const entered = await t.app(
