@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { sweepAbandonedSignIns } from "../src/session/end.ts";
+import { StoreUnavailableError } from "../src/store/backend.ts";
 import { sweepPeriodically } from "../src/app/periodic_sweep.ts";
 import { type DevicePollResult, UpstreamError } from "../src/upstream/types.ts";
 import {
@@ -163,4 +164,15 @@ Deno.test("device flow: a page polling past the expiry of a flow that holds a to
     assert.deepEqual(t.upstream.revokedTokens, ["gl-expired"]);
     assert.equal(await countRecords(t.kv, "stranded"), 0);
     assert.equal(await countRecords(t.kv, "flow"), 0);
+  }));
+
+Deno.test("device flow: a store that cannot keep the token GitLab just issued has it revoked", () =>
+  withApp(async (t) => {
+    const flowState = await startFlow(t);
+    t.upstream.approve({ accessToken: "gl-unsaved" });
+    t.store.saveFlowUpstreamTokens = () => Promise.reject(new StoreUnavailableError("down"));
+    const response = await poll(t, flowState);
+    assert.equal(response.status, 503, await response.text());
+    // The device code is spent: GitLab will not hand this token over again, and no record holds it.
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-unsaved"]);
   }));

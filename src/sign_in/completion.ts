@@ -65,10 +65,10 @@ export async function orRevoke<T>(
   ctx: SignInContext,
   tokens: UpstreamTokenSet,
   reason: string,
-  step: () => Promise<T>,
+  step: (tokens: UpstreamTokenSet) => Promise<T>,
 ): Promise<T> {
   try {
-    return await step();
+    return await step(tokens);
   } catch (error) {
     await revokeAbandonedUpstreamTokens(ctx, tokens, reason);
     throw error;

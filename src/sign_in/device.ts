@@ -31,7 +31,7 @@ import {
   type UpstreamUser,
 } from "../upstream/types.ts";
 import { admitSignIn, type SignInAdmission } from "./admission.ts";
-import { revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
+import { orRevoke, revokeAbandonedUpstreamTokens, storeSignIn } from "./completion.ts";
 import { admitNewFlow } from "./pending_caps.ts";
 import { cutPollBudget, takePollSlot } from "./poll_budget.ts";
 import { signInFailure } from "./upstream_failure.ts";
@@ -257,7 +257,8 @@ async function advanceFlow(
     }
     tokens = upstreamTokenSet(result.tokens, clock.now());
     // The device code is spent now; keep the token before anything else can fail.
-    const saved = await store.saveFlowUpstreamTokens(flow, tokens);
+    const keep = (held: UpstreamTokenSet) => store.saveFlowUpstreamTokens(flow, held);
+    const saved = await orRevoke(ctx, tokens, "flow not saved", keep);
     if (result.backoff) await pauseUpstream(ctx, result.backoff, flow.value.intervalSeconds);
     if (!saved) {
       // The flow went (expired under this poll): nothing else will ever know of this token.
