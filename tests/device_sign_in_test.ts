@@ -9,6 +9,7 @@
 import assert from "node:assert/strict";
 import { DEVICE_CODE_GRANT_TYPE } from "../src/http/grant_types.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
+import { StoreUnavailableError } from "../src/store/backend.ts";
 import {
   assertError,
   CookieJar,
@@ -449,4 +450,14 @@ Deno.test("device sign-in (GitLab device flow): a refused account's link back sa
     assert.match(messageOf(await landing(t, link, jar)), /this service refused the account/);
     await assertError(await poll(t, started), 400, "access_denied");
   }, { env: { ALLOWED_GITLAB_USERS: "grace" } });
+});
+
+Deno.test("device sign-in (redirect mode): a store that fails to keep the sign-in leaves GitLab's token revoked", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    t.store.approveDeviceAuthorization = () => Promise.reject(new StoreUnavailableError("down"));
+    const back = await backFromGitLab(t, started, "code=gitlab-code");
+    assert.equal(back.status, 503, await back.text());
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-x"]);
+  }, { env: REDIRECT });
 });

@@ -36,9 +36,10 @@ export async function completeDeviceSignIn(
       `${admission.message} Your device is told that access was denied.`,
     );
   }
-  if (!await storeDeviceSignIn(ctx, userCodeHash, { tokens, user, access: admission.access })) {
-    return alreadyUsed(ctx);
-  }
+  const vouched = { tokens, user, access: admission.access };
+  // Not stored: revoked there; the store failing: here, as nothing else holds the token.
+  const store = () => storeDeviceSignIn(ctx, userCodeHash, vouched);
+  if (!await orRevoke(ctx, tokens, "sign-in not stored", store)) return alreadyUsed(ctx);
   const device = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(userCodeHash);
   if (!device) return alreadyUsed(ctx);
   return await authorizationPage(ctx, device.value, { signedInAs: user.username });
