@@ -67,8 +67,8 @@ export function assertChallenge(response: Response, description?: RegExp): void 
   const challenge = response.headers.get("www-authenticate") ?? "";
   assert.match(
     challenge,
-    /^Bearer error="invalid_token", error_description="[^"\\]+", resource_metadata="[^"]+"$/,
+    /^Bearer error="invalid_token", error_description="[^"\\]+", resource_metadata="[^"]+", scope="mcp:tools mcp:resources"$/,
   );
-  assert.ok(challenge.endsWith(`resource_metadata="${PRM}"`), challenge);
+  assert.ok(challenge.includes(`resource_metadata="${PRM}", `), challenge);
   if (description) assert.match(challenge, description);
 }

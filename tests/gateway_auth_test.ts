@@ -61,7 +61,10 @@ Deno.test("gateway: no Authorization → 401 with a bare resource_metadata chall
       const headers: Record<string, string> = authorization ? { Authorization: authorization } : {};
       const response = await t.app(new Request(MCP, { method: "POST", headers, body: "{}" }));
       assert.equal(response.status, 401);
-      assert.equal(response.headers.get("www-authenticate"), `Bearer resource_metadata="${PRM}"`);
+      assert.equal(
+        response.headers.get("www-authenticate"),
+        `Bearer resource_metadata="${PRM}", scope="mcp:tools mcp:resources"`,
+      );
       assert.match(response.headers.get("access-control-expose-headers") ?? "", /WWW-Authenticate/);
       assert.equal((await response.json()).error, undefined, "no error code without a token");
     }

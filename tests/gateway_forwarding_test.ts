@@ -79,7 +79,7 @@ Deno.test("gateway: the MCP server's own 401 challenge is replaced by ours", asy
       status: 401,
       headers: {
         "WWW-Authenticate":
-          'Bearer resource_metadata="https://gitlab.example/.well-known/oauth-protected-resource"',
+          'Bearer resource_metadata="https://gitlab.example/.well-known/oauth-protected-resource", scope="mcp:tools mcp:resources"',
       },
     })
   );
@@ -121,7 +121,7 @@ Deno.test("gateway: routing follows the resource URL's path; off without MCP_UPS
     const anonymous = await t.app(new Request(`${TEST_BASE}/tools/mcp`, { method: "POST" }));
     assert.equal(
       anonymous.headers.get("www-authenticate"),
-      'Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/tools/mcp"',
+      'Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource/tools/mcp", scope="mcp:tools mcp:resources"',
     );
     await anonymous.body?.cancel();
   } finally {

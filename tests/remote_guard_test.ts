@@ -71,7 +71,7 @@ for (const algorithm of ["ES256", "EdDSA"] as Algorithm[]) {
 
       assert.equal(
         await refusal(await guard.authenticate(withBearer(undefined))),
-        `Bearer resource_metadata="${service.url}/.well-known/oauth-protected-resource/mcp"`,
+        `Bearer resource_metadata="${service.url}/.well-known/oauth-protected-resource/mcp", scope="mcp:tools mcp:resources"`,
       );
       const hs256 = await new SignJWT(claims).setProtectedHeader({ alg: "HS256", kid: first.kid })
         .sign(new TextEncoder().encode(TEST_SECRET));

@@ -80,7 +80,10 @@ Deno.test("guard: failures are ready responses pointing at the resource's metada
     const anonymous = await guard.authenticate(withToken(undefined));
     assert.ok(anonymous instanceof Response);
     assert.equal(anonymous.status, 401);
-    assert.equal(anonymous.headers.get("www-authenticate"), `Bearer resource_metadata="${PRM}"`);
+    assert.equal(
+      anonymous.headers.get("www-authenticate"),
+      `Bearer resource_metadata="${PRM}", scope="mcp:tools mcp:resources"`,
+    );
 
     const wrongIssuer = await guardFor(t, { issuer: "https://other.example" })
       .authenticate(withToken(access_token));
@@ -88,7 +91,7 @@ Deno.test("guard: failures are ready responses pointing at the resource's metada
     assert.equal(wrongIssuer.status, 401);
     assert.equal(
       wrongIssuer.headers.get("www-authenticate"),
-      `Bearer error="invalid_token", error_description="The access token was issued by another server", resource_metadata="${PRM}"`,
+      `Bearer error="invalid_token", error_description="The access token was issued by another server", resource_metadata="${PRM}", scope="mcp:tools mcp:resources"`,
     );
     assert.deepEqual(await wrongIssuer.json(), {
       error: "invalid_token",

@@ -8,6 +8,14 @@
 
 import { OAuthError } from "../http/errors.ts";
 import { protectedResourceMetadataUrl } from "../http/resource.ts";
+import { GRANTED_SCOPES } from "../scopes.ts";
+
+/**
+ * The scopes a 401 says the resource needs (MCP 2025-11-25 "Protected Resource Metadata
+ * Discovery Requirements": a client asks for them rather than guessing): those every session is
+ * granted, as the metadata's `scopes_supported` lists.
+ */
+const REQUIRED_SCOPE = GRANTED_SCOPES.join(" ");
 
 /** What a challenge says beyond where the resource's metadata is. */
 type ChallengeKind =
@@ -68,12 +76,13 @@ function challengeHeader(kind: ChallengeKind, description: string, resource: str
   const resourceMetadata = protectedResourceMetadataUrl(resource);
   switch (kind.error) {
     case "none":
-      return challenge({ resource_metadata: resourceMetadata });
+      return challenge({ resource_metadata: resourceMetadata, scope: REQUIRED_SCOPE });
     case "invalid_token":
       return challenge({
         error: "invalid_token",
         error_description: description,
         resource_metadata: resourceMetadata,
+        scope: REQUIRED_SCOPE,
       });
     case "insufficient_scope":
       return challenge({
