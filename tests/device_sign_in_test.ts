@@ -461,3 +461,19 @@ Deno.test("device sign-in (redirect mode): a store that fails to keep the sign-i
     assert.deepEqual(t.upstream.revokedTokens, ["gl-access-x"]);
   }, { env: REDIRECT });
 });
+
+Deno.test("device sign-in (GitLab device flow): a device code gone before GitLab approves leaves no flow behind", async () => {
+  await withApp(async (t) => {
+    const started = await start(t);
+    const flowState = await continueToDeviceFlow(t, started, new CookieJar());
+    t.clock.advance(61_000); // the device code's 60 s are over; GitLab's flow still lives
+    t.upstream.approve({ accessToken: "gl-too-late" });
+    const late = await pollFlow(t, flowState);
+    assert.equal(late.status, 400);
+    assert.deepEqual(await late.json(), { status: "expired", error: "Device code expired" });
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-too-late"]);
+    // The flow ended with the answer: nothing of it stays to be counted, polled or swept again.
+    assert.equal(await countRecords(t.kv, "flow"), 0);
+    assert.equal(await countRecords(t.kv, "stranded"), 0);
+  }, { env: { DEVICE_CODE_TTL: "60" } });
+});

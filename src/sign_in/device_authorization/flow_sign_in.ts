@@ -61,14 +61,20 @@ export async function storeDeviceSignIn(
   return !!stored;
 }
 
-/** The device flow's completion of a `/device` sign-in: its flow ends with it. */
-export function storeDeviceFlowSignIn(
+/**
+ * The device flow's completion of a `/device` sign-in: its flow ends with it, stored or not (a
+ * device code gone meanwhile: the token is revoked, and the flow must not stay counted and held).
+ */
+export async function storeDeviceFlowSignIn(
   ctx: SignInContext,
   flow: Versioned<FlowRecord>,
   userCodeHash: string,
   vouched: VouchedUser,
 ): Promise<boolean> {
-  return storeDeviceSignIn(ctx, userCodeHash, vouched, () => ctx.deps.store.deleteFlow(flow));
+  const endFlow = () => ctx.deps.store.deleteFlow(flow);
+  const stored = await storeDeviceSignIn(ctx, userCodeHash, vouched, endFlow);
+  if (!stored) await endFlow();
+  return stored;
 }
 
 /** Why a device authorization was denied other than on our page: the audit line's `reason`. */
