@@ -8,7 +8,8 @@
  * Connect URL), so that a missing or mistyped setting is an error instead of an empty store
  * that reports "0 sessions".
  *
- * Exit codes: 0 done, 1 what the command names does not exist or the configuration is bad,
+ * Exit codes: 0 done, 1 what the command names does not exist, the configuration is bad or the
+ * store did not answer in time,
  * 2 bad arguments, 3 `sessions revoke --user` found no session to end.
  */
 
@@ -18,6 +19,7 @@ import { randomToken } from "../crypto.ts";
 import { configuredUpstream, createAppDeps } from "../app/deps.ts";
 import { existingStoreProblem, kvLocation } from "../store/kv_open.ts";
 import { type OpenDatabase, openDatabase } from "../store/open.ts";
+import { StoreUnavailableError } from "../store/backend.ts";
 import { createLogger, type Logger } from "../logger.ts";
 import { sealingSecrets } from "../secret_box.ts";
 import { generateSigningKey } from "../keys/signing_keys.ts";
@@ -107,6 +109,7 @@ export async function runAdmin(
     return 1;
   }
   const kv = opened.database;
+  let unanswered = false;
   try {
     // A log line may name what GitLab or a registration sent (a username): JSON escapes C0
     // controls, not C1 ones nor format characters.
@@ -134,12 +137,20 @@ export async function runAdmin(
       baseUrl: config.baseUrl,
     });
   } catch (error) {
+    if (error instanceof StoreUnavailableError) {
+      // Its message names the time limit or the database's answer, never the URL's password.
+      output.err(`admin: the store did not answer: ${escapeUnprintable(error.message)}`);
+      unanswered = true;
+      return 1;
+    }
     if (!(error instanceof AdminRefusal)) throw error;
     // A refusal may name a user as GitLab spelled it.
     output.err(`admin: ${escapeUnprintable(error.message)}`);
     return error.exitCode;
   } finally {
-    await opened.close();
+    // Closing would wait for the operation the store did not answer (a KV file's lock held by
+    // another process): the process exits instead, and that operation with it.
+    if (!unanswered) await opened.close();
   }
 }
 
