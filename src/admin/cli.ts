@@ -9,8 +9,8 @@
  * that reports "0 sessions".
  *
  * Exit codes: 0 done, 1 what the command names does not exist, the configuration is bad or the
- * store did not answer in time,
- * 2 bad arguments, 3 `sessions revoke --user` found no session to end.
+ * store did not answer in time, 2 bad arguments, 3 `sessions revoke --user` found no session to
+ * end.
  */
 
 import { systemClock } from "../clock.ts";
