@@ -85,7 +85,32 @@ async function missingFileProblem(path: string): Promise<string | undefined> {
         ? `the folder ${folder} does not exist`
         : "no such file; KV_PATH must name the KV file of the running service");
   }
-  return info.isFile ? undefined : `cannot open KV ${path}: not a file`;
+  if (!info.isFile) return `cannot open KV ${path}: not a file`;
+  return await notKvProblem(path);
+}
+
+/**
+ * Why the file at `path` holds no Deno KV store (it is empty, or another program's SQLite
+ * database), or undefined when it does or this cannot tell (locked, unreadable: opening it says
+ * why). Deno.openKv would make it one, writing KV's tables into whatever the path names.
+ */
+async function notKvProblem(path: string): Promise<string | undefined> {
+  // Loaded only here: the service never needs it.
+  const { DatabaseSync } = await import("node:sqlite");
+  let db;
+  try {
+    db = new DatabaseSync(path, { readOnly: true });
+    const kvTable = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'kv'");
+    if (kvTable.get() !== undefined) return undefined;
+  } catch (error) {
+    if (!/not a database/i.test(error instanceof Error ? error.message : String(error))) {
+      return undefined;
+    }
+  } finally {
+    db?.close();
+  }
+  return `cannot open KV ${path}: it holds no Deno KV store (empty, or another program's ` +
+    "database); KV_PATH must name the KV file of the running service";
 }
 
 async function whyNotOpened(path: string | undefined, error: unknown): Promise<string> {
