@@ -12,7 +12,23 @@ import {
   processTokenResponse,
 } from "../src/upstream/oauth_http.ts";
 import { UpstreamError } from "../src/upstream/types.ts";
-import { authorize, makeTestApp } from "./_helpers.ts";
+import { createAppDeps } from "../src/app/deps.ts";
+import { createApp, type FetchHandler } from "../src/app/app.ts";
+import { loadConfig } from "../src/app/config.ts";
+import { createLogger } from "../src/logger.ts";
+import { loadTemplates } from "../src/pages/mod.ts";
+import { recordsOf } from "../src/store/keys.ts";
+import {
+  authorize,
+  authorizeQuery,
+  countRecords,
+  FakeClock,
+  makeTestApp,
+  poll,
+  startFlow,
+  TEST_BASE,
+  TEST_SECRET,
+} from "./_helpers.ts";
 
 const json = (body: unknown) =>
   new Response(JSON.stringify(body), { headers: { "Content-Type": "application/json" } });
@@ -78,5 +94,101 @@ Deno.test("store: a record's lifetime in a fraction of a millisecond, or of cent
     } finally {
       t.close();
     }
+  }
+});
+
+/**
+ * A GitLab on loopback answering the device flow with `device`, `token` and `user` merged into
+ * sane answers, and the real app (real GitLab client, `:memory:` KV) in front of it.
+ */
+async function withHostileGitLab(
+  answers: { device?: object; token?: object; user?: object },
+  fn: (app: FetchHandler, kv: Deno.Kv, logs: string[]) => Promise<void>,
+): Promise<void> {
+  const gitlab = Deno.serve({ port: 0, hostname: "127.0.0.1", onListen() {} }, (request) => {
+    switch (new URL(request.url).pathname) {
+      case "/oauth/authorize_device":
+        return Response.json({
+          device_code: "device-code",
+          user_code: "ABCD-EFGH",
+          verification_uri: "https://gitlab.example.com/oauth/device",
+          expires_in: 300,
+          ...answers.device,
+        });
+      case "/oauth/token":
+        return Response.json({ access_token: "a", refresh_token: "r", ...answers.token });
+      case "/api/v4/user":
+        return Response.json({ id: 7, username: "ada", ...answers.user });
+      default:
+        return Response.json({});
+    }
+  });
+  const config = loadConfig({
+    GITLAB_URL: `http://127.0.0.1:${gitlab.addr.port}`,
+    GITLAB_CLIENT_ID: "hostile-app",
+    JWT_SECRET: TEST_SECRET,
+    BASE_URL: TEST_BASE,
+  });
+  const logs: string[] = [];
+  const kv = await Deno.openKv(":memory:");
+  const deps = createAppDeps(config, {
+    kv,
+    clock: new FakeClock(Date.now()),
+    logger: createLogger((line) => logs.push(line)),
+    templates: await loadTemplates(),
+  });
+  try {
+    await fn(createApp(deps), kv, logs);
+  } finally {
+    kv.close();
+    await gitlab.shutdown();
+  }
+}
+
+const LONG = "x".repeat(70_000);
+
+Deno.test("upstream: a device code or user code too long or unprintable to keep fails the start as GitLab failing", async (t) => {
+  for (
+    const [name, device] of Object.entries({
+      "70 000-character device_code": { device_code: LONG },
+      "user_code with a newline": { user_code: "ABCD\nEFGH" },
+      "70 000-character verification_uri": { verification_uri: `https://g.example/${LONG}` },
+    })
+  ) {
+    await t.step(name, () =>
+      withHostileGitLab({ device }, async (app, kv, logs) => {
+        const response = await app(new Request(`${TEST_BASE}/authorize?${authorizeQuery()}`));
+        assert.equal(response.status, 500);
+        assert.deepEqual(await response.json(), {
+          error: "server_error",
+          error_description: "Failed to initiate authentication",
+        });
+        assert.deepEqual(await recordsOf(kv), []);
+        const failed = logs.find((line) => line.includes("device flow start failed")) ?? "";
+        assert.match(failed, /UpstreamError: upstream device authorization response is malformed/);
+      }));
+  }
+});
+
+Deno.test("upstream: tokens or a username too long or unprintable to keep leave the flow pending, never a 500", async (t) => {
+  for (
+    const [name, answers] of Object.entries({
+      "70 000-character access_token": { token: { access_token: LONG } },
+      "70 000-character refresh_token": { token: { refresh_token: LONG } },
+      "refresh_token with a control character": { token: { refresh_token: "r\u0000" } },
+      "70 000-character username": { user: { username: LONG } },
+      "username with terminal escapes": { user: { username: "ada\u001b[2J\r\nroot" } },
+    })
+  ) {
+    await t.step(name, () =>
+      withHostileGitLab(answers, async (app, kv, logs) => {
+        const flowState = await startFlow({ app });
+        const response = await poll({ app }, flowState);
+        assert.equal(response.status, 200);
+        assert.deepEqual(await response.json(), { status: "pending" });
+        assert.equal(await countRecords(kv, "session"), 0);
+        assert.deepEqual(logs.filter((line) => line.includes("unhandled error")), []);
+        assert.ok(logs.some((line) => line.includes("is malformed")), logs.join("\n"));
+      }));
   }
 });

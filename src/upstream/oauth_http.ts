@@ -30,9 +30,9 @@ import {
   parseJsonObject,
   parseTokens,
   readBody,
-  requireNonEmptyString,
   requireNonNegativeNumber,
   requirePositiveNumber,
+  requireVsChars,
   transportError,
 } from "./oauth_parse.ts";
 
@@ -233,8 +233,8 @@ export async function processDeviceAuthorizationResponse(
   const verificationUriComplete = optional(json.verification_uri_complete);
   const interval = optional(json.interval);
   return {
-    deviceCode: requireNonEmptyString(json.device_code, "device authorization"),
-    userCode: requireNonEmptyString(json.user_code, "device authorization"),
+    deviceCode: requireVsChars(json.device_code, "device authorization"),
+    userCode: requireVsChars(json.user_code, "device authorization"),
     verificationUri: requireHttpUrl(json.verification_uri, "device authorization"),
     ...(verificationUriComplete === undefined ? {} : {
       verificationUriComplete: requireHttpUrl(verificationUriComplete, "device authorization"),
@@ -368,7 +368,7 @@ export function httpFailure(status: number): UpstreamError {
 }
 
 function requireHttpUrl(value: unknown, what: string): string {
-  const text = requireNonEmptyString(value, what);
+  const text = requireVsChars(value, what);
   // The page links to it: anything but http(s) (say, `javascript:`) is refused.
   if (!parseWebUrl(text)) throw malformed(what);
   return text;

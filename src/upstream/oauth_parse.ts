@@ -27,6 +27,11 @@ export function transportError(error: unknown): UpstreamError {
 
 /** Largest upstream answer read: GitLab's are a few hundred bytes; a larger one is refused. */
 export const MAX_UPSTREAM_BODY_BYTES = 1024 * 1024;
+/**
+ * Longest token or code taken (GitLab's are under 100 characters): records hold several of them
+ * and a store value is at most 64 KiB, so a longer one would fail the write that keeps it.
+ */
+export const MAX_UPSTREAM_VALUE_CHARS = 4096;
 /** Longest lifetime taken from an upstream token's `expires_in` (GitLab's are two hours). */
 const MAX_TOKEN_LIFETIME_SECONDS = 366 * 24 * 3600;
 
@@ -71,7 +76,7 @@ export function parseJsonObject(body: string, what: string): Record<string, unkn
 /** A successful token response's tokens (RFC 6749 §5.1): a Bearer access token at least. */
 export function parseTokens(body: string): UpstreamTokens {
   const json = parseJsonObject(body, "token");
-  const accessToken = requireNonEmptyString(json.access_token, "token");
+  const accessToken = requireVsChars(json.access_token, "token");
   const tokenType = optional(json.token_type);
   if (
     tokenType !== undefined &&
@@ -80,11 +85,12 @@ export function parseTokens(body: string): UpstreamTokens {
     throw malformed("token");
   }
   const refreshToken = optional(json.refresh_token);
-  if (refreshToken !== undefined && typeof refreshToken !== "string") throw malformed("token");
   const expiresIn = optional(json.expires_in);
   return {
     accessToken,
-    refreshToken: refreshToken ?? "",
+    refreshToken: refreshToken === undefined || refreshToken === ""
+      ? ""
+      : requireVsChars(refreshToken, "token"),
     ...(expiresIn === undefined ? {} : {
       // A lifetime of centuries would never be refreshed: taken as at most a year.
       expiresInSeconds: Math.min(
@@ -107,6 +113,18 @@ export function optional(value: unknown): unknown {
 export function requireNonEmptyString(value: unknown, what: string): string {
   if (typeof value !== "string" || value === "") throw malformed(what);
   return value;
+}
+
+/**
+ * A token or code (RFC 6749 Appendix A, RFC 8628 §6.1: `1*VSCHAR`, printable ASCII) of at most
+ * MAX_UPSTREAM_VALUE_CHARS.
+ */
+export function requireVsChars(value: unknown, what: string): string {
+  const text = requireNonEmptyString(value, what);
+  if (text.length > MAX_UPSTREAM_VALUE_CHARS || !/^[\x20-\x7e]+$/.test(text)) {
+    throw malformed(what);
+  }
+  return text;
 }
 
 export function requirePositiveNumber(value: unknown, what: string): number {

@@ -252,13 +252,23 @@ export function userApiReader(
     const json = parseJsonObject(body, "user");
     return {
       id: userIdOf(json[fields.id]),
-      username: requireNonEmptyString(json[fields.username], "user"),
+      username: usernameOf(json[fields.username]),
     };
   };
 }
 
 /** Longest user id taken: ids are numbers or UUIDs, never pages of text. */
 const MAX_USER_ID_CHARS = 255;
+
+/** Longest username taken (GitLab's limit): it is in every session and every access token. */
+const MAX_USERNAME_CHARS = 255;
+
+/** A username: non-empty, at most MAX_USERNAME_CHARS, no control characters. */
+function usernameOf(value: unknown): string {
+  const text = requireNonEmptyString(value, "user");
+  if (text.length > MAX_USERNAME_CHARS || /\p{Cc}/u.test(text)) throw malformed("user");
+  return text;
+}
 
 /** A user id as text: a safe integer, or a non-empty string of printable characters. */
 function userIdOf(value: unknown): string {
