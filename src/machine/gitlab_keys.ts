@@ -56,12 +56,14 @@ export function createGitLabKeys(deps: GitLabKeysDeps): GitLabKeys {
     try {
       response = await fetching(url, {
         headers: { Accept: "application/json" },
+        // The keys are GitLab's at its URL: a redirect elsewhere would let another host sign.
+        redirect: "manual",
         signal: AbortSignal.timeout(deps.timeoutMs),
       });
     } catch (error) {
       throw new GitLabKeysUnavailable(error instanceof Error ? error.name : "unreachable");
     }
-    if (!response.ok) {
+    if (response.status !== 200) {
       await response.body?.cancel();
       throw new GitLabKeysUnavailable(`status ${response.status}`);
     }
