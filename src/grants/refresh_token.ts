@@ -37,13 +37,38 @@ export const REFRESH_TOKEN_GRANT: Grant = {
   issue: refresh,
 };
 
+/** Rotations tried when something other than a rotation saved the session in between. */
+const ROTATION_ATTEMPTS = 5;
+
 async function refresh(deps: GrantDeps, request: GrantRequest): Promise<Issued> {
-  const { store, clock, logger } = deps;
   const refreshToken = request.params.get("refresh_token");
   if (!refreshToken) throw new OAuthError(400, "invalid_request", "refresh_token is required");
-  const named = await store.getSessionNamedBy(refreshToken);
-  const found = named && isCurrentRefreshToken(named.value, refreshToken) ? named : null;
-  if (!found) return await answerAgainOrRefuse(deps, request, refreshToken, named);
+  let named = await deps.store.getSessionNamedBy(refreshToken);
+  for (let attempt = 0; attempt < ROTATION_ATTEMPTS; attempt++) {
+    if (!named || !isCurrentRefreshToken(named.value, refreshToken)) {
+      return await answerAgainOrRefuse(deps, request, refreshToken, named);
+    }
+    const rotated = await rotate(deps, request, refreshToken, named);
+    if (rotated) return rotated;
+    // The session changed since it was read. A rotation with the same token makes this request
+    // a replay of a rotated-away token, as if it had come a moment later (grace, replay
+    // detection); a save by the gateway (GitLab tokens, an access decision) leaves it current.
+    named = await deps.store.getSessionNamedBy(refreshToken);
+  }
+  throw invalidGrant("Invalid refresh token");
+}
+
+/**
+ * Rotates the current refresh token `refreshToken` of `found`: the new pair, or null when the
+ * session changed before the rotation could be stored.
+ */
+async function rotate(
+  deps: GrantDeps,
+  request: GrantRequest,
+  refreshToken: string,
+  found: Versioned<SessionRecord>,
+): Promise<Issued | null> {
+  const { store, clock, logger } = deps;
   await requireRefreshingClient(deps, request, found.value.clientId);
   requireSessionResource(deps, request, found.value);
 
@@ -65,9 +90,8 @@ async function refresh(deps: GrantDeps, request: GrantRequest): Promise<Issued> 
     throw invalidGrant("Failed to refresh underlying upstream token");
   }
   // Re-read after an upstream refresh: the token must still be the session's current one.
-  if (!session || !isCurrentRefreshToken(session.value, refreshToken)) {
-    throw invalidGrant("Invalid refresh token");
-  }
+  if (!session) throw invalidGrant("Invalid refresh token");
+  if (!isCurrentRefreshToken(session.value, refreshToken)) return null;
 
   const admitted = await requireStillAdmitted(deps, request, session);
   const issued = await issueTokens(
@@ -77,10 +101,7 @@ async function refresh(deps: GrantDeps, request: GrantRequest): Promise<Issued> 
     protectedResource(deps, request.issuer),
   );
   const grace = refreshGraceFor(deps, issued.body);
-  if (!await store.rotateRefreshToken(session, issued.session, grace)) {
-    // A concurrent refresh with the same token rotated it first.
-    throw invalidGrant("Invalid refresh token");
-  }
+  if (!await store.rotateRefreshToken(session, issued.session, grace)) return null;
   return sessionTokens(issued.session, issued.body);
 }
 

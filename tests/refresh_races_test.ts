@@ -1,0 +1,92 @@
+/**
+ * A refresh whose rotation loses a race: to a save of the session by something else (the
+ * gateway storing a new access decision or GitLab tokens), after which the token is still the
+ * session's current one, the refresh is served; to another refresh with the same token, the
+ * loser presented a token rotated away, which is what REFRESH_GRACE_SECONDS and
+ * REVOKE_ON_REFRESH_REPLAY are about (RFC 9700 §4.14.2), just as when it came a moment later.
+ * GitLab's group lookup during the refresh's access re-check holds both requests at one point.
+ */
+
+import assert from "node:assert/strict";
+import { sessionIdOf } from "../src/store/session_tokens.ts";
+import { issueTokens, type Json, refresh, type TestApp, withEnv } from "./_helpers.ts";
+
+const RECHECKED = { ALLOWED_GITLAB_GROUPS: "acme:developer", ACCESS_RECHECK_SECONDS: "900" };
+const MINUTE = 60_000;
+
+/** A signed-in member of acme whose access decision is due again at the next refresh. */
+async function dueForRecheck(t: TestApp): Promise<string> {
+  t.upstream.groupLevels = { acme: 30 };
+  const { refresh_token } = await issueTokens(t);
+  t.clock.advance(16 * MINUTE);
+  return refresh_token;
+}
+
+/** GitLab's group lookup answers once `parties` lookups are waiting (they overlap for sure). */
+function meetAtMembership(t: TestApp, parties: number): void {
+  let release!: () => void;
+  const met = new Promise<void>((resolve) => release = resolve);
+  let waiting = 0;
+  t.upstream.membership = async () => {
+    if (++waiting === parties) release();
+    await met;
+    return 30;
+  };
+}
+
+async function answer(response: Response): Promise<{ status: number; body: Json }> {
+  return { status: response.status, body: await response.json() };
+}
+
+Deno.test("refresh race: a save of the session during the refresh (a new access decision) does not refuse it", () =>
+  withEnv(RECHECKED, async (t) => {
+    const token = await dueForRecheck(t);
+    const sessionId = sessionIdOf(token) ?? "";
+    t.upstream.membership = async () => {
+      // What the gateway does meanwhile: it stores the session with its own new decision.
+      const session = await t.store.getSession(sessionId);
+      assert.ok(session);
+      const access = { ...session.value.access!, checkedAt: t.clock.now() };
+      assert.ok(await t.store.saveSession(session, { ...session.value, access }));
+      return 30;
+    };
+    const refreshed = await answer(await refresh(t, token));
+    assert.equal(refreshed.status, 200, JSON.stringify(refreshed.body));
+    const next = await refresh(t, refreshed.body.refresh_token);
+    assert.equal(next.status, 200, "the new token is the session's");
+    await next.body?.cancel();
+  }));
+
+Deno.test("refresh race: REVOKE_ON_REFRESH_REPLAY, two refreshes with one token at once end the session", () =>
+  withEnv({ ...RECHECKED, REVOKE_ON_REFRESH_REPLAY: "true" }, async (t) => {
+    const token = await dueForRecheck(t);
+    meetAtMembership(t, 2);
+    const [one, two] = await Promise.all([refresh(t, token), refresh(t, token)]);
+    const [first, second] = [await answer(one), await answer(two)];
+    const [winner, loser] = first.status === 200 ? [first, second] : [second, first];
+    assert.equal(winner.status, 200, JSON.stringify(winner.body));
+    assert.equal(loser.status, 400);
+    assert.equal(loser.body.error, "invalid_grant");
+    const after = await refresh(t, winner.body.refresh_token);
+    assert.equal(after.status, 400, "the token was used twice: the session ended");
+    await after.body?.cancel();
+    assert.equal(await t.store.getSession(sessionIdOf(token) ?? ""), null);
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"], "GitLab token revoked once");
+  }));
+
+Deno.test("refresh race: with REFRESH_GRACE_SECONDS, two refreshes with one token at once both get the new pair", () =>
+  withEnv(
+    { ...RECHECKED, REVOKE_ON_REFRESH_REPLAY: "true", REFRESH_GRACE_SECONDS: "5" },
+    async (t) => {
+      const token = await dueForRecheck(t);
+      meetAtMembership(t, 2);
+      const [first, second] = await Promise.all([refresh(t, token), refresh(t, token)]);
+      const answers = [await answer(first), await answer(second)];
+      assert.deepEqual(answers.map((a) => a.status), [200, 200], JSON.stringify(answers));
+      assert.deepEqual(answers[0].body, answers[1].body, "the same pair, as a retry gets it");
+      const next = await refresh(t, answers[0].body.refresh_token);
+      assert.equal(next.status, 200, "the session lives");
+      await next.body?.cancel();
+      assert.equal(t.upstream.calls.revoke, 0);
+    },
+  ));
