@@ -9,7 +9,8 @@
 
 import assert from "node:assert/strict";
 import { sessionIdOf } from "../src/store/session_tokens.ts";
-import { issueTokens, type Json, refresh, type TestApp, withEnv } from "./_helpers.ts";
+import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
+import { issueTokens, type Json, refresh, TEST_BASE, type TestApp, withEnv } from "./_helpers.ts";
 
 const RECHECKED = { ALLOWED_GITLAB_GROUPS: "acme:developer", ACCESS_RECHECK_SECONDS: "900" };
 const MINUTE = 60_000;
@@ -32,6 +33,12 @@ function meetAtMembership(t: TestApp, parties: number): void {
     await met;
     return 30;
   };
+}
+
+function revoke(t: TestApp, token: string): Promise<Response> {
+  return t.app(
+    new Request(`${TEST_BASE}/revoke`, { method: "POST", body: new URLSearchParams({ token }) }),
+  );
 }
 
 async function answer(response: Response): Promise<{ status: number; body: Json }> {
@@ -90,3 +97,54 @@ Deno.test("refresh race: with REFRESH_GRACE_SECONDS, two refreshes with one toke
       assert.equal(t.upstream.calls.revoke, 0);
     },
   ));
+
+Deno.test("refresh race: a session revoked while GitLab renews its token has the new GitLab token revoked too", () =>
+  withEnv({}, async (t) => {
+    const { refresh_token } = await issueTokens(t);
+    const session = await t.store.getSession(sessionIdOf(refresh_token) ?? "");
+    assert.ok(session);
+    t.clock.current = session.value.upstreamTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + MINUTE;
+    t.upstream.refreshes.push(async () => {
+      // The user revokes the session while GitLab is issuing the new pair.
+      const revoked = await revoke(t, refresh_token);
+      assert.equal(revoked.status, 200);
+      return {
+        accessToken: "gl-access-new",
+        refreshToken: "gl-refresh-new",
+        expiresInSeconds: 7200,
+      };
+    });
+    const refused = await refresh(t, refresh_token);
+    assert.equal(refused.status, 400);
+    await refused.body?.cancel();
+    assert.deepEqual(
+      t.upstream.revokedTokens.sort(),
+      ["gl-access-0", "gl-access-new"],
+      "no GitLab token outlives the session",
+    );
+  }));
+
+Deno.test("refresh race: /revoke revokes the GitLab token the session holds when it ends, not the one it read", () =>
+  withEnv({}, async (t) => {
+    const { access_token, refresh_token } = await issueTokens(t);
+    const sessionId = sessionIdOf(refresh_token) ?? "";
+    const read = t.store.getSession.bind(t.store);
+    let renewed = false;
+    t.store.getSession = async (id) => {
+      const found = await read(id);
+      if (found && !renewed) {
+        // Another instance's gateway stores a renewed GitLab token just after /revoke read.
+        renewed = true;
+        const sealedUpstreamTokens = await t.store.sealUpstreamTokens({
+          accessToken: "gl-access-renewed",
+          refreshToken: "gl-refresh-renewed",
+        });
+        assert.ok(await t.store.saveSession(found, { ...found.value, sealedUpstreamTokens }));
+      }
+      return found;
+    };
+    assert.equal((await revoke(t, access_token)).status, 200);
+    assert.ok(renewed);
+    assert.equal(await read(sessionId), null, "the session ended");
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-renewed"]);
+  }));

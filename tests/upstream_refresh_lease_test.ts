@@ -7,6 +7,7 @@
 import assert from "node:assert/strict";
 import { createStore } from "../src/store/mod.ts";
 import { createSecretBox } from "../src/secret_box.ts";
+import { silentLogger } from "../src/logger.ts";
 import { ensureFreshUpstreamToken } from "../src/session/upstream_refresh.ts";
 import type { SessionRecord } from "../src/store/records.ts";
 import type { Upstream } from "../src/upstream/types.ts";
@@ -61,10 +62,22 @@ Deno.test("upstream refresh: a refresh slower than 30 s (within UPSTREAM_TIMEOUT
     },
   } as unknown as Upstream;
   const upstreamTimeoutMs = 60_000;
-  const first = ensureFreshUpstreamToken({ store: a, clock, upstream, upstreamTimeoutMs }, stored);
+  const first = ensureFreshUpstreamToken({
+    store: a,
+    clock,
+    upstream,
+    logger: silentLogger,
+    upstreamTimeoutMs,
+  }, stored);
   while (spent.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
   clock.advance(31_000); // 31 s into the first instance's GitLab call
-  const second = ensureFreshUpstreamToken({ store: b, clock, upstream, upstreamTimeoutMs }, stored);
+  const second = ensureFreshUpstreamToken({
+    store: b,
+    clock,
+    upstream,
+    logger: silentLogger,
+    upstreamTimeoutMs,
+  }, stored);
   await new Promise((resolve) => setTimeout(resolve, 200));
   answer();
   await Promise.all([first, second]);

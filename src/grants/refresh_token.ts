@@ -78,6 +78,7 @@ async function rotate(
       store,
       clock,
       upstream: deps.upstream,
+      logger,
       upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
     }, found);
   } catch (error) {

@@ -17,6 +17,7 @@ import { readParams } from "../http/params.ts";
 import { NO_STORE } from "../http/responses.ts";
 import { endSession } from "../session/end.ts";
 import { findSessionByRefreshToken } from "../session/life.ts";
+import type { Versioned } from "../store/mod.ts";
 import type { SessionRecord } from "../store/records.ts";
 
 /** What revocation uses: the sessions, the signer that reads access tokens, and how sessions end. */
@@ -38,11 +39,15 @@ export async function handleRevoke(ctx: RevokeContext): Promise<Response> {
   if (!token) throw new OAuthError(400, "invalid_request", "token is required");
 
   const session = await findSession(ctx, token, params.get("token_type_hint"));
-  ctx.deps.metrics.revocations.inc({ outcome: session ? "session_ended" : "no_session" });
-  if (session) {
-    ctx.deps.logger.info("session revoked", { requestId: ctx.requestId, sessionId: session.id });
+  const ended = session !== null &&
     await endSession({ ...ctx.deps, upstream: ctx.oauth.upstream }, session, {
       requestId: ctx.requestId,
+    });
+  ctx.deps.metrics.revocations.inc({ outcome: ended ? "session_ended" : "no_session" });
+  if (ended) {
+    ctx.deps.logger.info("session revoked", {
+      requestId: ctx.requestId,
+      sessionId: session.value.id,
     });
   }
   return new Response(null, { status: 200, headers: NO_STORE });
@@ -53,7 +58,7 @@ async function findSession(
   ctx: RevokeContext,
   token: string,
   hint: string | undefined,
-): Promise<SessionRecord | null> {
+): Promise<Versioned<SessionRecord> | null> {
   const lookups = [() => bySignedAccessToken(ctx, token), () => byRefreshToken(ctx, token)];
   if (hint === "refresh_token") lookups.reverse();
   for (const lookup of lookups) {
@@ -66,13 +71,13 @@ async function findSession(
 async function bySignedAccessToken(
   ctx: RevokeContext,
   token: string,
-): Promise<SessionRecord | null> {
+): Promise<Versioned<SessionRecord> | null> {
   if (token.split(".").length !== 3) return null;
   const claims = await ctx.oauth.signer.readSigned(token);
   if (typeof claims?.sid !== "string") return null;
   // A leaked token past its expiry must not log its user out.
   if (typeof claims.exp !== "number" || claims.exp * 1000 <= ctx.deps.clock.now()) return null;
-  const session = (await ctx.deps.store.getSession(claims.sid))?.value ?? null;
+  const session = await ctx.deps.store.getSession(claims.sid);
   if (!session && typeof claims.sub === "string" && machineKindOf(claims.sub) !== undefined) {
     throw unrevocableMachineToken();
   }
@@ -92,9 +97,9 @@ function unrevocableMachineToken(): OAuthError {
   );
 }
 
-async function byRefreshToken(
+function byRefreshToken(
   ctx: RevokeContext,
   token: string,
-): Promise<SessionRecord | null> {
-  return (await findSessionByRefreshToken(ctx.deps.store, token))?.value ?? null;
+): Promise<Versioned<SessionRecord> | null> {
+  return findSessionByRefreshToken(ctx.deps.store, token);
 }

@@ -8,9 +8,10 @@
 
 import type { LogFields, Logger } from "../logger.ts";
 import { redact } from "../logger.ts";
-import type { Store } from "../store/mod.ts";
+import type { Store, Versioned } from "../store/mod.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
+import { endSessionAsItIsNow } from "./life.ts";
 
 /** At most this many abandoned sign-ins are revoked per sweep (their revocations run in parallel). */
 const SWEEP_LIMIT = 5;
@@ -24,14 +25,18 @@ export interface EndDeps {
   verifiedTokens: { forgetSession(sessionId: string): void };
 }
 
-/** Deletes the session, then revokes its GitLab token (best effort). */
+/**
+ * Deletes the session as it is now, then revokes the GitLab token it held last (best effort): a
+ * renewal saved since `read` must not leave its new token behind. False when it was gone.
+ */
 export async function endSession(
   deps: EndDeps,
-  session: SessionRecord,
+  read: Versioned<SessionRecord>,
   fields: LogFields,
-): Promise<void> {
-  await deps.store.deleteSession(session.id);
-  await afterSessionEnded(deps, session, fields);
+): Promise<boolean> {
+  const ended = await endSessionAsItIsNow(deps.store, read);
+  if (ended) await afterSessionEnded(deps, ended, fields);
+  return ended !== null;
 }
 
 /**

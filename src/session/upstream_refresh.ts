@@ -7,6 +7,7 @@
  */
 
 import type { Clock } from "../clock.ts";
+import type { Logger } from "../logger.ts";
 import type { Store, Versioned } from "../store/mod.ts";
 import { type SessionRecord, upstreamTokenSet } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
@@ -30,6 +31,7 @@ export interface RefreshDeps {
   store: Store;
   clock: Clock;
   upstream: Upstream;
+  logger: Pick<Logger, "warn">;
   /** UPSTREAM_TIMEOUT_MS: how long one upstream call may take (the lease outlasts it). */
   upstreamTimeoutMs?: number;
 }
@@ -90,9 +92,10 @@ export async function ensureFreshUpstreamToken(
 }
 
 async function refreshAndSave(
-  { store, clock, upstream }: RefreshDeps,
+  deps: RefreshDeps,
   current: Versioned<SessionRecord>,
 ): Promise<Versioned<SessionRecord> | null> {
+  const { store, clock, upstream } = deps;
   const opened = await store.openUpstreamTokens(current.value);
   if (!opened) throw new UpstreamRefreshFailed(new Error("upstream tokens cannot be opened"));
   if (!opened.refreshToken) {
@@ -121,5 +124,23 @@ async function refreshAndSave(
     if (saved) return saved;
     latest = await store.getSession(current.value.id);
   }
+  // Ended while GitLab renewed its token: whoever ended it revoked the token it read, and this
+  // new one, held by nobody now, would otherwise live on at GitLab.
+  if (!latest) await revokeOrphaned(deps, tokens.accessToken, current.value.id);
   return latest;
+}
+
+async function revokeOrphaned(
+  { upstream, logger }: RefreshDeps,
+  accessToken: string,
+  sessionId: string,
+): Promise<void> {
+  try {
+    await upstream.revokeToken(accessToken);
+  } catch (error) {
+    logger.warn("renewed GitLab token of an ended session not revoked", {
+      sessionId,
+      error: String(error),
+    });
+  }
 }
