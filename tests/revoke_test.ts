@@ -17,6 +17,7 @@ import {
   type TestApp,
   token,
   withApp,
+  withEnv,
 } from "./_helpers.ts";
 import { addClient, basic, writeAccessFile } from "./_machine_clients.ts";
 import { postToken, type ServiceProcess, signInOverHttp, spawnWithGitLab } from "./_service.ts";
@@ -196,6 +197,22 @@ Deno.test("revoke: a rotated-out refresh token no longer names the session", () 
     const again = await refresh(t, current.refresh_token);
     assert.equal(again.status, 200);
     await again.body?.cancel();
+  }));
+
+Deno.test("revoke: with REFRESH_GRACE_SECONDS, revoking the rotated-away token inside its window ends the session", () =>
+  withEnv({ REFRESH_GRACE_SECONDS: "30" }, async (t) => {
+    // A client that lost the refresh answer logs out with the token it still holds.
+    const { refresh_token: previous } = await issueTokens(t);
+    const rotated = await refresh(t, previous);
+    assert.equal(rotated.status, 200);
+    const { refresh_token: current } = await rotated.json();
+    assert.equal((await revoke(t, { token: previous })).status, 200);
+    for (const token of [previous, current]) {
+      const refused = await refresh(t, token);
+      assert.equal(refused.status, 400, "a revoked token is worth nothing (RFC 7009 §2.2)");
+      await refused.body?.cancel();
+    }
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"]);
   }));
 
 Deno.test("revoke: missing token → 400 invalid_request", () =>

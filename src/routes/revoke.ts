@@ -1,7 +1,8 @@
 /**
- * `POST /revoke`: ends the session a refresh token or live access token belongs to, and revokes
- * the session's upstream token (best effort). An expired access token ends nothing; a machine
- * caller's live one, which has no session, is `unsupported_token_type`.
+ * `POST /revoke`: ends the session a refresh token (its current one, or the previous one while its
+ * grace lasts) or live access token belongs to, and revokes the session's upstream token (best
+ * effort). An expired access token ends nothing; a machine caller's live one, which has no
+ * session, is `unsupported_token_type`.
  *
  * @see RFC 7009 §2
  */
@@ -16,7 +17,7 @@ import { OAuthError } from "../http/errors.ts";
 import { readParams } from "../http/params.ts";
 import { NO_STORE } from "../http/responses.ts";
 import { endSession } from "../session/end.ts";
-import { findSessionByRefreshToken } from "../session/life.ts";
+import { hasRefreshGrace, isCurrentRefreshToken } from "../session/life.ts";
 import type { Versioned } from "../store/mod.ts";
 import type { SessionRecord } from "../store/records.ts";
 
@@ -97,9 +98,19 @@ function unrevocableMachineToken(): OAuthError {
   );
 }
 
-function byRefreshToken(
+/**
+ * The session of a refresh token still worth something: its current one, or the one its last
+ * rotation replaced while REFRESH_GRACE_SECONDS lets it fetch the new pair (a client that lost
+ * that answer logs out with the token it holds; a 200 must leave it worth nothing).
+ */
+async function byRefreshToken(
   ctx: RevokeContext,
   token: string,
 ): Promise<Versioned<SessionRecord> | null> {
-  return findSessionByRefreshToken(ctx.deps.store, token);
+  const session = await ctx.deps.store.getSessionNamedBy(token);
+  if (!session) return null;
+  const { value } = session;
+  const worth = isCurrentRefreshToken(value, token) ||
+    hasRefreshGrace(value, token, ctx.deps.clock.now());
+  return worth ? session : null;
 }
