@@ -201,6 +201,8 @@ async function askIntrospection(
         Accept: "application/json",
       },
       body: new URLSearchParams({ token, token_type_hint: "access_token" }),
+      // A redirect would hand the token and the answer to another host.
+      redirect: "manual",
       signal: AbortSignal.timeout(settings.timeoutMs),
     });
   } catch {

@@ -46,6 +46,8 @@ export function createRemoteKeySet(options: RemoteKeySetOptions): RemoteKeySet {
     try {
       const response = await options.fetch(options.url, {
         headers: { Accept: "application/json" },
+        // The keys are the service's at its URL: a redirect elsewhere would let another host sign.
+        redirect: "manual",
         signal: AbortSignal.timeout(options.timeoutMs),
       });
       const body: unknown = response.ok ? await response.json() : undefined;
