@@ -13,7 +13,7 @@ import { spawnService } from "./_service.ts";
 
 const DEPLOY = new URL("../deploy/", import.meta.url);
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
-/** The folder the image reads configuration files from (README "Containers"). */
+/** The folder the image reads configuration files from (docs/operating.md "Ways to run it"). */
 const CONFIG_FOLDER = "/etc/gitlab-mcp-auth";
 
 function read(name: string): Promise<string> {

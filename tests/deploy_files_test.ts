@@ -246,3 +246,44 @@ function withoutProfile(env: Record<string, string>): Record<string, string> {
   const { SECURITY_PROFILE: _, ...rest } = env;
   return rest;
 }
+
+/** `README "Heading"` and `docs/<page>.md "Heading"` in the comments of a file: where it sends a reader. */
+function sectionReferences(text: string): { page: string; heading: string }[] {
+  return [...text.matchAll(/\b(README(?:\.md)?|docs\/[a-z-]+\.md) "([^"\n]+)"/g)].map((match) => ({
+    page: match[1] === "README" ? "README.md" : match[1],
+    heading: match[2],
+  }));
+}
+
+/** The headings of a markdown file, as written (code spans without their backticks). */
+async function headings(page: string): Promise<Set<string>> {
+  const text = await Deno.readTextFile(new URL(`../${page}`, DEPLOY));
+  return new Set(
+    [...text.matchAll(/^#{1,6} +(.+?) *$/gm)].map((match) => match[1].replace(/`/g, "")),
+  );
+}
+
+async function filesUnder(dir: URL): Promise<URL[]> {
+  const files: URL[] = [];
+  for await (const entry of Deno.readDir(dir)) {
+    const url = new URL(entry.isDirectory ? `${entry.name}/` : entry.name, dir);
+    if (entry.isDirectory) files.push(...await filesUnder(url));
+    else files.push(url);
+  }
+  return files;
+}
+
+Deno.test("deploy/: every section a file's comments send the reader to exists on that page", async () => {
+  const broken: string[] = [];
+  let found = 0;
+  for (const file of await filesUnder(DEPLOY)) {
+    for (const { page, heading } of sectionReferences(await Deno.readTextFile(file))) {
+      found++;
+      if (!(await headings(page)).has(heading)) {
+        broken.push(`${file.pathname.slice(DEPLOY.pathname.length)}: ${page} "${heading}"`);
+      }
+    }
+  }
+  assert.ok(found > 0, "the files name sections");
+  assert.deepEqual(broken, [], "sections that are not where the files say");
+});
