@@ -8,6 +8,7 @@
 
 import assert from "node:assert/strict";
 import { createExampleMcpServer } from "../deploy/example_mcp_server.ts";
+import { weakSettings } from "../src/app/weak_settings.ts";
 import {
   listConfigVariables,
   listenHostname,
@@ -90,11 +91,17 @@ function pairs(matches: Iterable<RegExpMatchArray>): Record<string, string> {
   return Object.fromEntries([...matches].map((match) => [match[1], match[2]]));
 }
 
-/** Compose's `${NAME}`, `${NAME:?message}` and `${NAME:-default}` with the values of `env`. */
+/**
+ * Compose's `${NAME}`, `${NAME:?message}`, `${NAME:-default}` and `${NAME-default}` (the default
+ * only when NAME is unset, not when it is empty) with the values of `env`.
+ */
 function interpolate(value: string, env: Record<string, string>): string {
   return value.replace(
-    /\$\{([A-Z][A-Z0-9_]*)(?::([-?])([^}]*))?\}/g,
-    (_, name, kind, rest) => env[name] || (kind === "-" ? rest : ""),
+    /\$\{([A-Z][A-Z0-9_]*)(?:(:?)([-?])([^}]*))?\}/g,
+    (_, name, colon, kind, rest) => {
+      const fallback = kind === "-" ? rest : "";
+      return colon === "" && kind ? (env[name] ?? fallback) : (env[name] || fallback);
+    },
   );
 }
 
@@ -286,4 +293,23 @@ Deno.test("deploy/: every section a file's comments send the reader to exists on
   }
   assert.ok(found > 0, "the files name sections");
   assert.deepEqual(broken, [], "sections that are not where the files say");
+});
+
+Deno.test("deploy/compose.yaml: the PostgreSQL profile, set up as its comment says, starts without a warning", async () => {
+  const compose = await read("compose.yaml");
+  // The comment's URL, with the password it asks for.
+  const documented = compose.match(/DATABASE_URL=(postgres:\/\/\S*?)<that password>(\S*)/);
+  assert.ok(documented, "compose.yaml says which DATABASE_URL the profile takes");
+  const password = "a-long-random-password";
+  const file = {
+    ...(await filledEnvExample()),
+    POSTGRES_PASSWORD: password,
+    DATABASE_URL: `${documented[1]}${password}${documented[2]}`,
+    KV_PATH: "",
+  };
+  const config = loadConfig(await containerEnv(file));
+  assert.equal(config.databaseUrl, file.DATABASE_URL);
+  // The database is compose's own, on its network: a warning to add TLS it does not serve
+  // would send the operator to a setting that stops the service.
+  assert.deepEqual(weakSettings(config), []);
 });
