@@ -200,6 +200,13 @@ Deno.test("main.ts's module graph holds only what the service runs (what deno co
     "npm:/postgres",
     "npm:/yaml",
   ]);
+  // docs/operating.md says which of them the executable embeds: all of them.
+  const operating = await Deno.readTextFile(new URL("docs/operating.md", ROOT));
+  const executable = operating.split("- **One executable**")[1]?.split("\n- **")[0] ?? "";
+  const packages = new Set(
+    npm.map((specifier) => specifier.match(/^npm:\/(@?[^@/]+(?:\/[^@/]+)?)@/)?.[1]),
+  );
+  for (const name of packages) assert.ok(executable.includes(`\`${name}\``), `docs name ${name}`);
   const tasks = JSON.parse(await Deno.readTextFile(new URL("deno.json", ROOT))).tasks;
   // Without the flag, compile embeds every npm package of the lockfile (the test-only ones).
   assert.match(tasks.compile, /--exclude-unused-npm .* main\.ts$/);
