@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { parse } from "yaml";
 import { TEST_SECRET } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
+import { SHUTDOWN_GRACE_MS } from "../main.ts";
 
 const DEPLOY = new URL("../deploy/", import.meta.url);
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
@@ -117,4 +118,26 @@ Deno.test("deploy/: the health checks (image and compose) ask the port the servi
     await service.stop();
     await Deno.remove(dir, { recursive: true });
   }
+});
+
+/** A compose duration (`20s`, `1m30s`) in seconds; compose's default stop timeout is 10 s. */
+function composeSeconds(duration: unknown): number {
+  if (duration === undefined) return 10;
+  const parts = [...String(duration).matchAll(/(\d+)(h|m|s)/g)];
+  const unit = { h: 3600, m: 60, s: 1 } as const;
+  return parts.reduce((sum, [, n, u]) => sum + Number(n) * unit[u as keyof typeof unit], 0);
+}
+
+Deno.test("deploy/: compose and the unit wait for the service's drain before they kill it", async () => {
+  const drainSeconds = SHUTDOWN_GRACE_MS / 1000;
+  const auth = await composeAuth();
+  assert.ok(
+    composeSeconds(auth.stop_grace_period) > drainSeconds,
+    `compose's stop_grace_period (${
+      auth.stop_grace_period ?? "10s, the default"
+    }) > ${drainSeconds} s`,
+  );
+  const unit = await read("gitlab-mcp-auth.service");
+  const timeout = Number(unit.match(/^TimeoutStopSec=(\d+)$/m)?.[1] ?? "90");
+  assert.ok(timeout > drainSeconds, `TimeoutStopSec=${timeout} > ${drainSeconds}`);
 });
