@@ -11,6 +11,7 @@ import { parse } from "yaml";
 import { TEST_SECRET } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
 import { SHUTDOWN_GRACE_MS } from "../main.ts";
+import { listConfigVariables } from "../src/app/config.ts";
 
 const DEPLOY = new URL("../deploy/", import.meta.url);
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
@@ -140,4 +141,25 @@ Deno.test("deploy/: compose and the unit wait for the service's drain before the
   const unit = await read("gitlab-mcp-auth.service");
   const timeout = Number(unit.match(/^TimeoutStopSec=(\d+)$/m)?.[1] ?? "90");
   assert.ok(timeout > drainSeconds, `TimeoutStopSec=${timeout} > ${drainSeconds}`);
+});
+
+Deno.test("deploy/: the image's configuration folder is said to hold every file the configuration names", async () => {
+  const names = new Set(listConfigVariables().map((variable) => variable.name));
+  // A secret's `<NAME>_FILE` is said once for all of them.
+  const files = [...names].filter((name) =>
+    name.endsWith("_FILE") && !names.has(name.slice(0, -"_FILE".length))
+  );
+  assert.ok(files.includes("MCP_POLICY_FILE"), files.join(" "));
+  const operating = await Deno.readTextFile(new URL("../docs/operating.md", DEPLOY));
+  const container = operating.split("- **Container**")[1]?.split("\n- **")[0] ?? "";
+  const where: [string, string][] = [
+    ["deploy/Dockerfile", await read("Dockerfile")],
+    ["deploy/config/README.md", await read("config/README.md")],
+    ["docs/operating.md (Container)", container],
+  ];
+  for (const [file, text] of where) {
+    assert.match(text, /<NAME>_FILE/, file);
+    const unnamed = files.filter((name) => !text.includes(name));
+    assert.deepEqual(unnamed, [], `${file} names the files the image reads from ${CONFIG_FOLDER}`);
+  }
 });
