@@ -10,6 +10,7 @@
 import assert from "node:assert/strict";
 import { sessionIdOf } from "../src/store/session_tokens.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
+import { UpstreamError } from "../src/upstream/types.ts";
 import { issueTokens, type Json, refresh, TEST_BASE, type TestApp, withEnv } from "./_helpers.ts";
 
 const RECHECKED = { ALLOWED_GITLAB_GROUPS: "acme:developer", ACCESS_RECHECK_SECONDS: "900" };
@@ -147,4 +148,49 @@ Deno.test("refresh race: /revoke revokes the GitLab token the session holds when
     assert.ok(renewed);
     assert.equal(await read(sessionId), null, "the session ended");
     assert.deepEqual(t.upstream.revokedTokens, ["gl-access-renewed"]);
+  }));
+
+/** The session's GitLab token within five minutes of its expiry: the next use renews it. */
+async function renewalDue(t: TestApp): Promise<string> {
+  const { refresh_token } = await issueTokens(t);
+  const session = await t.store.getSession(sessionIdOf(refresh_token) ?? "");
+  assert.ok(session);
+  t.clock.current = session.value.upstreamTokenExpiry - UPSTREAM_REFRESH_BUFFER_MS + MINUTE;
+  return refresh_token;
+}
+
+/** GitLab refuses every renewal with `error`, after a moment (so parallel requests overlap). */
+function refusingRenewals(t: TestApp, error: string): void {
+  const refuse = async (): Promise<never> => {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    throw new UpstreamError("terminal", error, error, 400);
+  };
+  for (let i = 0; i < 20; i++) t.upstream.refreshes.push(refuse);
+}
+
+Deno.test("refresh race: GitLab refusing the renewal (invalid_grant) ends the session, asked once for 20 refreshes", () =>
+  withEnv({}, async (t) => {
+    const token = await renewalDue(t);
+    refusingRenewals(t, "invalid_grant");
+    const results = await Promise.all(
+      Array.from({ length: 20 }, async () => answer(await refresh(t, token))),
+    );
+    for (const result of results) {
+      assert.equal(result.status, 400, JSON.stringify(result.body));
+      assert.equal(result.body.error, "invalid_grant");
+    }
+    assert.equal(t.upstream.calls.refresh, 1, "a refused GitLab refresh token is not sent again");
+    assert.equal(await t.store.getSession(sessionIdOf(token) ?? ""), null, "the session ended");
+    assert.deepEqual(t.upstream.revokedTokens, ["gl-access-0"]);
+  }));
+
+Deno.test("refresh race: GitLab refusing our application (invalid_client) keeps the session", () =>
+  withEnv({}, async (t) => {
+    // A wrong GITLAB_CLIENT_SECRET is the operator's to fix: no user loses a session over it.
+    const token = await renewalDue(t);
+    refusingRenewals(t, "invalid_client");
+    assert.equal((await answer(await refresh(t, token))).status, 400);
+    assert.ok(await t.store.getSession(sessionIdOf(token) ?? ""), "the session lives");
+    t.upstream.refreshes.length = 0;
+    assert.equal((await answer(await refresh(t, token))).status, 200, "renewed once fixed");
   }));

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { createStore } from "../src/store/mod.ts";
 import { createSecretBox } from "../src/secret_box.ts";
 import { silentLogger } from "../src/logger.ts";
+import { createVerifiedTokens } from "../src/gateway/verified_tokens.ts";
 import { ensureFreshUpstreamToken } from "../src/session/upstream_refresh.ts";
 import type { SessionRecord } from "../src/store/records.ts";
 import type { Upstream } from "../src/upstream/types.ts";
@@ -62,11 +63,13 @@ Deno.test("upstream refresh: a refresh slower than 30 s (within UPSTREAM_TIMEOUT
     },
   } as unknown as Upstream;
   const upstreamTimeoutMs = 60_000;
+  const verifiedTokens = createVerifiedTokens();
   const first = ensureFreshUpstreamToken({
     store: a,
     clock,
     upstream,
     logger: silentLogger,
+    verifiedTokens,
     upstreamTimeoutMs,
   }, stored);
   while (spent.length === 0) await new Promise((resolve) => setTimeout(resolve, 5));
@@ -76,6 +79,7 @@ Deno.test("upstream refresh: a refresh slower than 30 s (within UPSTREAM_TIMEOUT
     clock,
     upstream,
     logger: silentLogger,
+    verifiedTokens,
     upstreamTimeoutMs,
   }, stored);
   await new Promise((resolve) => setTimeout(resolve, 200));

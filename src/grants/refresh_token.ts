@@ -79,6 +79,7 @@ async function rotate(
       clock,
       upstream: deps.upstream,
       logger,
+      verifiedTokens: deps.verifiedTokens,
       upstreamTimeoutMs: deps.config.upstreamTimeoutMs,
     }, found);
   } catch (error) {

@@ -10,7 +10,9 @@ import type { Clock } from "../clock.ts";
 import type { Logger } from "../logger.ts";
 import type { Store, Versioned } from "../store/mod.ts";
 import { type SessionRecord, upstreamTokenSet } from "../store/records.ts";
-import type { Upstream } from "../upstream/types.ts";
+import { type Upstream, UpstreamError } from "../upstream/types.ts";
+import { afterSessionEnded, type EndDeps } from "./end.ts";
+import { endSessionAsItIsNow } from "./life.ts";
 
 /** Refresh the upstream token when it expires within this (spec §8). */
 export const UPSTREAM_REFRESH_BUFFER_MS = 5 * 60 * 1000;
@@ -31,7 +33,9 @@ export interface RefreshDeps {
   store: Store;
   clock: Clock;
   upstream: Upstream;
-  logger: Pick<Logger, "warn">;
+  logger: Logger;
+  /** Forgets the access tokens of a session a refused renewal ends (the gateway's memory). */
+  verifiedTokens: EndDeps["verifiedTokens"];
   /** UPSTREAM_TIMEOUT_MS: how long one upstream call may take (the lease outlasts it). */
   upstreamTimeoutMs?: number;
 }
@@ -105,6 +109,7 @@ async function refreshAndSave(
   try {
     tokens = upstreamTokenSet(await upstream.refreshTokens(opened.refreshToken), clock.now());
   } catch (error) {
+    if (isRefusedGrant(error)) await endRefusedSession(deps, current);
     throw new UpstreamRefreshFailed(error);
   }
   const sealedUpstreamTokens = await store.sealUpstreamTokens({
@@ -128,6 +133,31 @@ async function refreshAndSave(
   // new one, held by nobody now, would otherwise live on at GitLab.
   if (!latest) await revokeOrphaned(deps, tokens.accessToken, current.value.id);
   return latest;
+}
+
+/**
+ * GitLab's `invalid_grant`: the session's GitLab refresh token will never work again (revoked,
+ * spent). Not `invalid_client` and the like, which an operator's fix cures for every session.
+ */
+function isRefusedGrant(error: unknown): boolean {
+  return error instanceof UpstreamError && error.code === "invalid_grant";
+}
+
+/**
+ * Ends a session whose renewal GitLab refused, under the lease: the callers waiting for it find
+ * it gone instead of sending the refused token again, and so do the requests after them.
+ */
+async function endRefusedSession(
+  deps: RefreshDeps,
+  current: Versioned<SessionRecord>,
+): Promise<void> {
+  const ended = await endSessionAsItIsNow(deps.store, current);
+  if (!ended) return;
+  const { displayName } = deps.upstream.profile;
+  deps.logger.warn(`session ended: ${displayName} refused its token renewal`, {
+    sessionId: ended.id,
+  });
+  await afterSessionEnded(deps, ended, {});
 }
 
 async function revokeOrphaned(
