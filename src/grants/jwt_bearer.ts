@@ -6,7 +6,7 @@
  * the job's token usable), and the access token (`sub` `ci:<project_path>`, no refresh token) is for one
  * of the rule's servers and lives no longer than the ID token.
  *
- * @see README.md "GitLab CI jobs", docs/gateway.md "Machine callers"
+ * @see docs/gateway.md "GitLab CI jobs" and "Machine callers"
  */
 
 import { OAuthError } from "../http/errors.ts";
