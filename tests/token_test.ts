@@ -490,8 +490,8 @@ Deno.test("4.3.2 step 3: upstream refresh fails → 400 invalid_grant 'Failed to
   withApp(async (t) => {
     const first = await tokensWithUpstreamExpiry(t, 60);
     t.upstream.refreshes.push(
-      new UpstreamError("terminal", "invalid_grant", "The provided authorization grant is invalid"),
       new UpstreamError("transient", "timeout", "GitLab did not answer in time"),
+      new UpstreamError("terminal", "invalid_grant", "The provided authorization grant is invalid"),
     );
     for (let i = 0; i < 2; i++) {
       await assertError(
@@ -501,6 +501,9 @@ Deno.test("4.3.2 step 3: upstream refresh fails → 400 invalid_grant 'Failed to
         "Failed to refresh underlying upstream token",
       );
     }
+    assert.equal(t.upstream.calls.refresh, 2, "a transient failure leaves the session to retry");
+    // GitLab refusing its refresh token ends the session (docs/gateway.md): step 2 from then on.
+    await assertError(await refresh(t, first.refresh_token), 400, "invalid_grant");
     assert.equal(t.upstream.calls.refresh, 2);
   }));
 
