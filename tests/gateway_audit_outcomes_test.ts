@@ -28,6 +28,7 @@ async function gatewayOn(upstreamUrl: string, env: Record<string, string> = {}) 
   return {
     kv,
     lines,
+    metrics: t.deps.metrics,
     call: (method: string) =>
       fetch(`http://127.0.0.1:${server.addr.port}/mcp`, {
         method: "POST",
@@ -113,12 +114,54 @@ Deno.test("gateway audit: an MCP server unreachable, refusing the GitLab token o
     const response = await filtered.call("tools/list");
     assert.equal(response.status, 502);
     await response.body?.cancel();
-    const [line] = auditLines(filtered.lines);
-    assert.equal(line.status, 502);
-    assert.equal(line.error, "bad_gateway");
+    const lines = auditLines(filtered.lines);
+    assert.equal(lines.length, 1, "audited once, by the relay");
+    assert.equal(lines[0].status, 502);
+    assert.equal(lines[0].error, "bad_gateway");
+    assert.match(await filtered.metrics.render(), /tools\/list",outcome="upstream_error"/);
   } finally {
     await filtered.close();
     await html.close();
+    await Deno.remove(policyPath);
+  }
+});
+
+Deno.test("gateway audit: an unexpected failure relaying the MCP server's answer is one audit line of the 502 answered, counted upstream_error", async () => {
+  // Under a policy the list is cut (the nameless item), so the answer is re-serialised.
+  const policyPath = await Deno.makeTempFile({ suffix: ".json" });
+  await Deno.writeTextFile(policyPath, JSON.stringify({ default: "allow", rules: [] }));
+  const hostile = startScripted(() =>
+    Response.json({ jsonrpc: "2.0", id: 1, result: { tools: [{ name: "boom" }, {}] } })
+  );
+  const g = await gatewayOn(hostile.url, { MCP_POLICY_FILE: policyPath });
+  // Anything thrown while the answer is filtered that the relay does not expect.
+  const { gatewayMessages } = g.metrics;
+  const learnTool = gatewayMessages.learnTool.bind(gatewayMessages);
+  gatewayMessages.learnTool = (name) => {
+    if (name === "boom") throw new RangeError("Maximum call stack size exceeded");
+    learnTool(name);
+  };
+  try {
+    const response = await g.call("tools/list");
+    assert.equal(response.status, 502);
+    const body = await response.json();
+    assert.equal(body.error, "bad_gateway");
+    assert.doesNotMatch(JSON.stringify(body), /RangeError|stack/);
+    const lines = auditLines(g.lines);
+    assert.equal(lines.length, 1, "exactly one audit line");
+    assert.equal(lines[0].status, 502);
+    assert.equal(lines[0].error, "bad_gateway");
+    assert.equal(lines[0].method, "tools/list");
+    const warned = g.lines.find((line) => line.message === "MCP server's answer not relayed");
+    assert.match(String(warned?.error), /RangeError/, "the cause is logged for the operator");
+    const counted = (await g.metrics.render()).split("\n")
+      .filter((line) => line.startsWith("gitlab_mcp_auth_gateway_messages_total{"));
+    assert.deepEqual(counted, [
+      'gitlab_mcp_auth_gateway_messages_total{server="default",method="tools/list",outcome="upstream_error",tool="none"} 1',
+    ]);
+  } finally {
+    await g.close();
+    await hostile.close();
     await Deno.remove(policyPath);
   }
 });

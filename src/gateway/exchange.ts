@@ -88,10 +88,7 @@ type Exit =
   | { response: Response; outcome: AuditOutcome; counted?: GatewayOutcome }
   /** Refused or failed with `error` (the app renders it), audited and counted the same way. */
   | { error: unknown; outcome: AuditOutcome; counted?: GatewayOutcome }
-  /**
-   * Relayed (or its relay failed, `relayFailed`): counted as allowed; the relay writes the audit
-   * line, when the answer ends (an event stream's much later).
-   */
+  /** Relayed (allowed) or failed relaying (upstream_error); the relay writes the audit line. */
   | { relayed: Response }
   | { relayFailed: unknown };
 
@@ -142,7 +139,7 @@ function finish(x: Exchange, exit: Exit): Response {
   x.deadline?.done();
   const { audit } = x.gateway;
   if ("relayed" in exit || "relayFailed" in exit) {
-    countMessages(x, "allowed");
+    countMessages(x, "relayFailed" in exit ? "upstream_error" : "allowed");
     if ("relayFailed" in exit) throw exit.relayFailed;
     return exit.relayed;
   }
@@ -301,6 +298,7 @@ async function relay(x: Exchange): Promise<Exit> {
   const filter = answerListFilter(x.gateway, x.rules?.decide, x.post?.messages);
   try {
     const relaying = {
+      logger: gateway.deps.logger,
       openStreams: gateway.deps.openStreams,
       headers: ctx.standardHeaders(),
       server: gateway.server,

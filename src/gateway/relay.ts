@@ -18,6 +18,7 @@ import type { McpAnswer, McpBody } from "./mcp_client/types.ts";
 import type { McpPost } from "./mcp_message.ts";
 import { machineHolder, type OpenStreams } from "./open_streams.ts";
 import type { EventIds } from "./event_ids.ts";
+import type { Logger } from "../logger.ts";
 import { responseWithHeaders } from "../http/responses.ts";
 import {
   filterEventStream,
@@ -30,9 +31,11 @@ import {
 /**
  * What relaying uses: the open streams, the headers the app puts on every answer, the MCP
  * server's name (its streams end when a reload removes it), what binds a stream's event ids
- * to its session, and whether its stream ends at shutdown (`endsAtShutdown`).
+ * to its session, whether its stream ends at shutdown (`endsAtShutdown`), and where an
+ * unexpected failure is told.
  */
 export interface Relaying {
+  logger: Logger;
   openStreams: Pick<OpenStreams, "hold">;
   headers: HeaderList;
   server: string;
@@ -54,12 +57,52 @@ export function endsAtShutdown(method: string, post: McpPost | undefined): boole
 const MAX_INSPECTED_JSON_BYTES = 1024 * 1024;
 
 /**
+ * The MCP server's response, relayed (see `relayAnswer`). A failure is audited once, as the
+ * client gets it: one the relay refuses itself (a 502 it has audited) as it is, anything else
+ * thrown (an unexpected exception while filtering a hostile answer) as a 502 `bad_gateway`,
+ * its cause logged: the MCP server answered, so it is never the service's 500.
+ */
+export async function relayResponse(
+  relaying: Relaying,
+  upstream: McpAnswer,
+  auth: GatewayRequest,
+  auditor: Audit,
+  audit: AuditContext,
+  filter?: ListFilter,
+): Promise<Response> {
+  let audited = false;
+  const once: Audit = {
+    ...auditor,
+    record(context, outcome) {
+      audited = true;
+      auditor.record(context, outcome);
+    },
+  };
+  try {
+    return await relayAnswer(relaying, upstream, auth, once, audit, filter);
+  } catch (error) {
+    if (audited) throw error;
+    // Its connection is given up; a body already being read cannot be cancelled (nor needs to be).
+    await upstream.cancel().catch(() => {});
+    relaying.logger.warn("MCP server's answer not relayed", {
+      requestId: audit.requestId,
+      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    });
+    const failure = error instanceof OAuthError
+      ? error
+      : new OAuthError(502, "bad_gateway", "The MCP server's answer could not be relayed");
+    auditor.record(audit, { status: failure.status, error: failure.code });
+    throw failure;
+  }
+}
+
+/**
  * The MCP server's response, relayed. An event stream goes through the open-stream registry
  * (ended when its authorization ends) with `X-Accel-Buffering: no`, its event ids bound to the
  * session; a JSON answer of known size is read whole (one message, useless in part) so its
  * audit line can say whether it was an error; anything else streams as it came.
  */
-export async function relayResponse(
+async function relayAnswer(
   relaying: Relaying,
   upstream: McpAnswer,
   auth: GatewayRequest,

@@ -86,7 +86,8 @@ export const REVOCATION_OUTCOMES = ["session_ended", "no_session", "operator"] a
 export type RevocationOutcome = (typeof REVOCATION_OUTCOMES)[number];
 /**
  * A gateway message: forwarded (`allowed`), refused by the gateway's policy (`denied`), or
- * forwarded but the MCP server could not be reached or timed out (`upstream_error`).
+ * forwarded but the MCP server could not be reached, timed out, or its answer could not be
+ * relayed (`upstream_error`).
  */
 export const GATEWAY_OUTCOMES = ["allowed", "denied", "upstream_error"] as const;
 export type GatewayOutcome = (typeof GATEWAY_OUTCOMES)[number];
