@@ -2,10 +2,12 @@
  * Verifiers that are not ours, over HTTP against a served app: npm jose's createRemoteJWKSet in
  * a Node process verifies our ES256 and EdDSA tokens across a key rotation; the Node and Deno
  * resource-server examples (deploy/examples/, docs/resource-servers.md) run and accept and refuse
- * as they say (a machine caller's token among the refused).
+ * as they say (a machine caller's token, and one naming no resource, among the refused).
  */
 
 import assert from "node:assert/strict";
+import { decodeJwt } from "jose";
+import type { AccessTokenClaims } from "../src/jwt.ts";
 import { issueTokens } from "./_helpers.ts";
 import { freePort, lockedJoseVersion, startNodeServer, waitUntilListening } from "./_node.ts";
 import { serveTestApp } from "./_served_app.ts";
@@ -89,12 +91,19 @@ Deno.test("docs' Node example (deploy/examples) accepts our ES256 tokens and ref
   try {
     const { access_token } = await issueTokens(service.current());
     const machine = await clientCredentialsToken(service.current());
+    const { resource: _dropped, iat: _iat, exp: _exp, ...claims } = decodeJwt(access_token);
+    const t = service.current();
+    const unbound = await t.deps.oauth!.signer.sign(
+      claims as unknown as AccessTokenClaims,
+      t.clock.now(),
+      t.config.accessTokenTtlSeconds,
+    );
     const accepted = await fetch(`${node.url}/mcp`, {
       headers: { Authorization: `Bearer ${access_token}` },
     });
     assert.equal(accepted.status, 200);
     assert.deepEqual(await accepted.json(), { user: "ada", client: "client-1" });
-    for (const token of [undefined, "garbage", access_token.slice(0, -3), machine]) {
+    for (const token of [undefined, "garbage", access_token.slice(0, -3), machine, unbound]) {
       const refused = await call(node.url, token);
       assert.equal(refused.status, 401);
       assert.match(refused.headers.get("www-authenticate") ?? "", /error="invalid_token"/);

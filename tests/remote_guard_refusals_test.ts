@@ -4,14 +4,16 @@
  * gateway's to enforce, as `/introspect` already says by answering it inactive), a token bound to
  * another MCP server of MCP_SERVERS_FILE (RFC 8707, which `/introspect` now answers with the
  * token's `resource`), a token too long to be ours (401, asked of nobody, not a 503 from the
- * service's 413), and a key set that cannot be had fetched at most once per retry wait, not once
- * per request.
+ * service's 413), a token naming no resource (RFC 9068 §4: the audience must name this resource;
+ * every token the service signs names one), and a key set that cannot be had fetched at most once
+ * per retry wait, not once per request.
  */
 
 import assert from "node:assert/strict";
 import { decodeJwt } from "jose";
 import { createResourceGuard, type VerifiedAccess } from "../mod.ts";
-import { exchange, issueCode, issueTokens } from "./_helpers.ts";
+import type { AccessTokenClaims } from "../src/jwt.ts";
+import { exchange, issueCode, issueTokens, type TestApp } from "./_helpers.ts";
 import { serveTestApp } from "./_served_app.ts";
 import { freshKeys, signingEnv } from "./_signing_keys.ts";
 import { clientCredentialsToken, writeAccessFile } from "./_machine_clients.ts";
@@ -103,6 +105,76 @@ Deno.test("remote guard { introspection }: a token bound to another MCP server i
   } finally {
     await service.close();
     await Deno.remove(dir, { recursive: true });
+  }
+});
+
+/** `token`'s claims signed again by the service without `resource`, as none of its versions signs. */
+async function withoutResource(t: TestApp, token: string): Promise<string> {
+  const { resource: _dropped, iat: _iat, exp: _exp, ...claims } = decodeJwt(token);
+  return await t.deps.oauth!.signer.sign(
+    claims as unknown as AccessTokenClaims,
+    t.clock.now(),
+    t.config.accessTokenTtlSeconds,
+  );
+}
+
+Deno.test("remote guard { jwksUrl }: a token naming no resource is refused, even at the default resource", async () => {
+  const service = await serveTestApp(signingEnv("EdDSA", await freshKeys("EdDSA", 1)));
+  try {
+    const t = service.current();
+    const { access_token } = await issueTokens(t);
+    assert.equal(decodeJwt(access_token).resource, `${service.url}/mcp`, "issued bound");
+    const unbound = await withoutResource(t, access_token);
+    const guardAt = (resource?: string) =>
+      createResourceGuard({
+        issuer: service.url,
+        resource,
+        jwksUrl: `${service.url}/.well-known/jwks.json`,
+        clock: t.clock,
+      });
+    for (const resource of [undefined, `${service.url}/mcp/docs`, "https://elsewhere.test/mcp"]) {
+      assert.deepEqual(await refused(await guardAt(resource).authenticate(withBearer(unbound))), [
+        401,
+        "invalid_token",
+      ], `at ${resource ?? "the default resource"}`);
+    }
+    const bound = await guardAt().authenticate(withBearer(access_token));
+    assert.ok(!(bound instanceof Response), "the token as issued passes");
+  } finally {
+    await service.close();
+  }
+});
+
+Deno.test("remote guard { introspection }: a live token naming no resource is refused, even at the default resource", async () => {
+  const service = await serveTestApp({ INTROSPECTION_TOKENS: CALLER });
+  try {
+    const t = service.current();
+    const { access_token } = await issueTokens(t);
+    const unbound = await withoutResource(t, access_token);
+    const answer = await (await fetch(`${service.url}/introspect`, {
+      method: "POST",
+      headers: { Authorization: `Bearer ${CALLER}` },
+      body: new URLSearchParams({ token: unbound }),
+    })).json();
+    assert.equal(answer.active, true, "its session is alive");
+    assert.equal(answer.resource, undefined);
+    const guardAt = (resource?: string) =>
+      createResourceGuard({
+        issuer: service.url,
+        resource,
+        introspection: { url: `${service.url}/introspect`, token: CALLER },
+        clock: t.clock,
+      });
+    for (const resource of [undefined, `${service.url}/mcp/docs`]) {
+      assert.deepEqual(await refused(await guardAt(resource).authenticate(withBearer(unbound))), [
+        401,
+        "invalid_token",
+      ], `at ${resource ?? "the default resource"}`);
+    }
+    const bound = await guardAt().authenticate(withBearer(access_token));
+    assert.ok(!(bound instanceof Response), "the token as issued passes");
+  } finally {
+    await service.close();
   }
 });
 

@@ -9,6 +9,7 @@ import { decodeJwt } from "jose";
 import { startSimulatedGitLab } from "../dev/simulated_gitlab.ts";
 import { createResourceGuard, type ResourceGuardOptions, UpstreamError } from "../mod.ts";
 import { createLogger } from "../src/logger.ts";
+import type { AccessTokenClaims } from "../src/jwt.ts";
 import { CLOCK_TOLERANCE_SECONDS } from "../src/gateway/guard.ts";
 import {
   FakeUpstream,
@@ -220,6 +221,30 @@ Deno.test("guard: with GitLab settings it refreshes at GitLab itself", async () 
   } finally {
     t.close();
     await gitlab.close();
+  }
+});
+
+Deno.test("guard: a token naming no resource is good at {issuer}/mcp only, as at the gateway", async () => {
+  const t = await makeTestApp();
+  try {
+    const { access_token } = await issueTokens(t);
+    const { resource: _dropped, iat: _iat, exp: _exp, ...claims } = decodeJwt(access_token);
+    // As a build from before resource indicators signed: for the service's /mcp.
+    const unbound = await t.deps.oauth!.signer.sign(
+      claims as unknown as AccessTokenClaims,
+      t.clock.now(),
+      t.config.accessTokenTtlSeconds,
+    );
+    const atMcp = await testGuard(t).authenticate(withToken(unbound));
+    assert.ok(!(atMcp instanceof Response), "good at the default resource, {issuer}/mcp");
+    for (const resource of [`${TEST_BASE}/mcp/docs`, RESOURCE]) {
+      const elsewhere = await testGuard(t, { resource }).authenticate(withToken(unbound));
+      assert.ok(elsewhere instanceof Response, `refused at ${resource}`);
+      assert.equal(elsewhere.status, 401);
+      assert.equal((await elsewhere.json()).error, "invalid_token");
+    }
+  } finally {
+    t.close();
   }
 });
 

@@ -11,6 +11,7 @@ import { systemClock } from "../clock.ts";
 import { OAuthError, storeUnavailableError } from "../http/errors.ts";
 import { errorResponse } from "../http/responses.ts";
 import { createTokenSigner } from "../jwt.ts";
+import { sameResource } from "../http/resource.ts";
 import { type Logger, silentLogger } from "../logger.ts";
 import { MCP_TOOLS_SCOPE } from "../scopes.ts";
 import { createSecretBox, sealingSecrets } from "../secret_box.ts";
@@ -175,7 +176,9 @@ function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
     verifiedTokens: createVerifiedTokens(),
     upstreamTimeoutMs: options.gitlab?.timeoutMs ?? DEFAULT_GITLAB_TIMEOUT_MS,
   };
-  const target = { issuer, resource };
+  // As the gateway: a token naming no resource (a build from before resource indicators) was
+  // for {issuer}/mcp, and is no other resource's.
+  const target = { issuer, resource, refusesUnbound: !sameResource(resource, `${issuer}/mcp`) };
   return {
     async authenticate(request) {
       try {

@@ -84,8 +84,10 @@ export async function authenticateRemotely(
   if (machineKindOf(claims.sub) !== undefined) {
     throw BearerChallengeError.invalidToken(resource, "This resource admits no machine callers");
   }
+  // RFC 9068 §4: the token must name this resource. Every token the service has signed names
+  // one (0.1.0 on); a token naming none is another resource's for all this guard can tell.
   const bound = claims.resource;
-  if (bound !== undefined && (typeof bound !== "string" || !sameResource(bound, resource))) {
+  if (typeof bound !== "string" || !sameResource(bound, resource)) {
     throw BearerChallengeError.invalidToken(
       resource,
       "The access token was issued for another resource",

@@ -22,7 +22,7 @@ createServer(async (req, res) => {
   } catch {
     return refuse(401, "invalid_token");
   }
-  if (claims.resource !== undefined && claims.resource !== resource) {
+  if (claims.resource !== resource) {
     return refuse(401, "invalid_token");
   }
   // A machine caller (ci:…, client:…): its rule's servers and tools are the gateway's to enforce.
