@@ -131,3 +131,94 @@ Deno.test({
     }
   },
 });
+
+/** Runs inside Chromium, on the other origin: the status and `Retry-After` of each answer. */
+async function retryAfterCalls(
+  { service, accessToken }: { service: string; accessToken: string },
+): Promise<Record<string, { status?: number; retryAfter?: string | null; blocked?: string }>> {
+  async function call(url: string, init: RequestInit) {
+    try {
+      const response = await fetch(url, init);
+      await response.text();
+      return { status: response.status, retryAfter: response.headers.get("Retry-After") };
+    } catch (error) {
+      return { blocked: String(error) };
+    }
+  }
+  const register = () =>
+    call(`${service}/register`, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ redirect_uris: ["http://127.0.0.1:1/cb"] }),
+    });
+  const mcp = () =>
+    call(`${service}/mcp`, {
+      method: "POST",
+      headers: {
+        Authorization: `Bearer ${accessToken}`,
+        "Content-Type": "application/json",
+        Accept: "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+      },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "ping" }),
+    });
+  const token = () =>
+    call(`${service}/token`, {
+      method: "POST",
+      headers: { "Content-Type": "application/x-www-form-urlencoded" },
+      body: new URLSearchParams({ grant_type: "refresh_token", refresh_token: "x" }),
+    });
+  return {
+    registered: await register(),
+    registerLimited: await register(),
+    tokenRefused: await token(),
+    tokenLimited: await token(),
+    mcpServerBusy: await mcp(),
+    mcpLimited: await mcp(),
+  };
+}
+
+Deno.test({
+  name:
+    "CORS in Chromium: a page on another origin reads Retry-After of a 429 (/register, /token, the gateway) and of the MCP server's 503",
+  ignore: ignoreBrowserTests,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const browser = await launchBrowser();
+    // An MCP server that is busy: 503 with its own Retry-After, relayed by the gateway.
+    const mcpServer = Deno.serve(
+      { hostname: "127.0.0.1", port: 0, onListen() {} },
+      () => new Response("busy", { status: 503, headers: { "Retry-After": "7" } }),
+    );
+    const { gitlab, service, close } = await spawnWithGitLab("cors-retry-app", {
+      MCP_UPSTREAM_URL: `http://127.0.0.1:${mcpServer.addr.port}/mcp`,
+      RATE_LIMIT_LOOPBACK: "limit",
+      RATE_LIMIT_REGISTER: "1/600",
+      // The sign-in's code exchange and the page's first refresh; the next is limited.
+      RATE_LIMIT_TOKEN: "2/600",
+      RATE_LIMIT_MCP: "1/60",
+    });
+    const webClient = startCallbackServer("/");
+    try {
+      const { access_token: accessToken } = await signInOverHttp(service.url, gitlab);
+      const page = await browser.newPage();
+      await page.goto(`${webClient.origin}/`);
+      const results = await page.evaluate(retryAfterCalls, { service: service.url, accessToken });
+      const seen = JSON.stringify(results);
+      assert.equal(results.registered.status, 201, seen);
+      assert.equal(results.tokenRefused.status, 400, seen);
+      assert.equal(results.mcpServerBusy.status, 503, seen);
+      assert.equal(results.mcpServerBusy.retryAfter, "7", seen);
+      for (const name of ["registerLimited", "tokenLimited", "mcpLimited"]) {
+        assert.equal(results[name].status, 429, `${name}: ${seen}`);
+        assert.match(results[name].retryAfter ?? "", /^[1-9]\d*$/, `${name}: ${seen}`);
+      }
+    } finally {
+      await browser.close();
+      await webClient.close();
+      await close();
+      await mcpServer.shutdown();
+    }
+  },
+});

@@ -40,7 +40,11 @@ function preflight(t: TestApp, path: string, method: string): Promise<Response> 
 
 function assertCors(response: Response, label: string): void {
   assert.equal(response.headers.get("access-control-allow-origin"), "*", label);
-  assert.equal(response.headers.get("access-control-expose-headers"), "WWW-Authenticate", label);
+  assert.equal(
+    response.headers.get("access-control-expose-headers"),
+    "WWW-Authenticate, Retry-After",
+    label,
+  );
   assert.equal(response.headers.get("access-control-allow-credentials"), null, label);
 }
 

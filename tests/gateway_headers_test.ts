@@ -91,7 +91,7 @@ Deno.test("gateway: OPTIONS is a CORS preflight answered without authentication"
     assert.match(response.headers.get("access-control-allow-methods") ?? "", /GET.*POST.*DELETE/);
     assert.equal(
       response.headers.get("access-control-expose-headers"),
-      "WWW-Authenticate, Mcp-Session-Id",
+      "WWW-Authenticate, Mcp-Session-Id, Retry-After",
     );
     assert.equal(upstream.requests.length, 0);
   } finally {
@@ -374,7 +374,7 @@ Deno.test("gateway: a relayed answer carries the service's own headers once each
       assert.equal(response.headers.get("access-control-allow-origin"), "*", type);
       assert.equal(
         response.headers.get("access-control-expose-headers"),
-        "WWW-Authenticate, Mcp-Session-Id",
+        "WWW-Authenticate, Mcp-Session-Id, Retry-After",
         type,
       );
     } finally {

@@ -17,10 +17,14 @@ export interface CorsPolicy {
   allowRequestedPrefix?: string;
 }
 
-/** Metadata, registration, token and revocation endpoints (MCP authorization spec, RFC 6750). */
+/**
+ * Metadata, registration, token and revocation endpoints (MCP authorization spec, RFC 6750).
+ * `Retry-After` is not a CORS-safelisted response header: without it a browser client could
+ * not read how long a 429 or 503 asks it to wait.
+ */
 export const OAUTH_CORS: CorsPolicy = {
   allowHeaders: "Content-Type, Authorization, MCP-Protocol-Version",
-  exposeHeaders: "WWW-Authenticate",
+  exposeHeaders: "WWW-Authenticate, Retry-After",
 };
 
 /**
@@ -31,8 +35,9 @@ export const OAUTH_CORS: CorsPolicy = {
 export const MCP_CORS: CorsPolicy = {
   allowHeaders: "Content-Type, Authorization, MCP-Protocol-Version, Mcp-Session-Id, " +
     "Last-Event-ID, Mcp-Method, Mcp-Name",
-  // 2026-07-28 clients read no response header beyond these (no sessions, no resumption).
-  exposeHeaders: "WWW-Authenticate, Mcp-Session-Id",
+  // 2026-07-28 clients read no response header beyond these (no sessions, no resumption);
+  // Retry-After of the gateway's 429 and 503 and of those it relays.
+  exposeHeaders: "WWW-Authenticate, Mcp-Session-Id, Retry-After",
   allowRequestedPrefix: "mcp-param-",
 };
 
