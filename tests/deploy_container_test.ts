@@ -12,11 +12,15 @@ import { TEST_SECRET } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
 import { SHUTDOWN_GRACE_MS } from "../main.ts";
 import { listConfigVariables } from "../src/app/config.ts";
+import { IMAGE_CONFIG_FOLDER } from "../src/config/secret_files.ts";
 
 const DEPLOY = new URL("../deploy/", import.meta.url);
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
-/** The folder the image reads configuration files from (docs/operating.md "Ways to run it"). */
-const CONFIG_FOLDER = "/etc/gitlab-mcp-auth";
+/**
+ * The folder the image reads configuration files from (docs/operating.md "Ways to run it"), as
+ * the service names it in a start-up error.
+ */
+const CONFIG_FOLDER = IMAGE_CONFIG_FOLDER;
 
 function read(name: string): Promise<string> {
   return Deno.readTextFile(new URL(name, DEPLOY));
@@ -161,5 +165,44 @@ Deno.test("deploy/: the image's configuration folder is said to hold every file 
     assert.match(text, /<NAME>_FILE/, file);
     const unnamed = files.filter((name) => !text.includes(name));
     assert.deepEqual(unnamed, [], `${file} names the files the image reads from ${CONFIG_FOLDER}`);
+  }
+});
+
+Deno.test("deploy/: a `<NAME>_FILE` secret outside the image's configuration folder stops start-up with one line naming the folder it may read", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "container-" });
+  await Deno.mkdir(`${dir}/data`);
+  // Where compose's `secrets:` would put it, not where the image reads configuration from.
+  const secret = `${dir}/run-secrets-jwt`;
+  await Deno.writeTextFile(secret, `${TEST_SECRET}\n`);
+  // The image's command as it is, its volume under `dir`: the configuration folder stays
+  // /etc/gitlab-mcp-auth, readable whether or not it exists here.
+  const args = (await imageCommand()).map((arg) =>
+    arg.replaceAll("/data", `${dir}/data`).replace(/^main\.ts$/, MAIN)
+  );
+  try {
+    const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+      args,
+      env: {
+        GITLAB_CLIENT_ID: "container-app",
+        JWT_SECRET_FILE: secret,
+        KV_PATH: `${dir}/data/kv.sqlite`,
+        PORT: "0",
+        HOST: "127.0.0.1",
+      },
+      clearEnv: true,
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const output = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+    assert.equal(code, 1, output);
+    const lines = output.trim().split("\n");
+    assert.equal(lines.length, 1, output);
+    assert.match(lines[0], /JWT_SECRET_FILE/, output);
+    assert.ok(lines[0].includes(secret), output);
+    assert.ok(lines[0].includes(`${CONFIG_FOLDER}`), `the line names ${CONFIG_FOLDER}: ${output}`);
+    assert.ok(!lines[0].includes(TEST_SECRET), "never the content");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });

@@ -47,14 +47,33 @@ export function withSecretFiles(
     try {
       text = readText(path);
     } catch (error) {
-      const reason = error instanceof Error ? error.name : "unreadable";
-      throw new ConfigError(fileName, `cannot read ${path} (${reason})`);
+      throw new ConfigError(fileName, `cannot read ${path} (${unreadableReason(error)})`);
     }
     const value = text.replace(/\r?\n$/, "");
     if (value.trim() === "") throw new ConfigError(fileName, `${path} is empty`);
     resolved[name] = value;
   }
   return resolved;
+}
+
+/**
+ * The folder the container image may read configuration and secrets from (deploy/Dockerfile's
+ * `--allow-read`; tests/deploy_container_test.ts holds the two together).
+ */
+export const IMAGE_CONFIG_FOLDER = "/etc/gitlab-mcp-auth";
+
+/**
+ * Why a file could not be read, by the error's name. Deno's permissions refusing it
+ * (`NotCapable`: a Docker secret at /run/secrets, say) names the image's folder when this
+ * process may read that one, as in the image: that is where the file belongs.
+ */
+function unreadableReason(error: unknown): string {
+  if (!(error instanceof Error)) return "unreadable";
+  if (!(error instanceof Deno.errors.NotCapable)) return error.name;
+  const folder = Deno.permissions.querySync({ name: "read", path: IMAGE_CONFIG_FOLDER });
+  return folder.state === "granted"
+    ? `NotCapable: this process may not read it; in the container image put it under ${IMAGE_CONFIG_FOLDER}, the folder it reads configuration from`
+    : "NotCapable: this process may not read it (Deno's --allow-read)";
 }
 
 function fileVariable(name: string): string {
