@@ -57,6 +57,7 @@ import { resumedFrom } from "./event_ids.ts";
 import { answerListFilter } from "./answer_lists.ts";
 import { type CallRules, callRulesFor } from "./call_rules.ts";
 import { readBoundedBody } from "./request_body.ts";
+import { resourceAsRequested } from "../http/resource.ts";
 
 /** A request to the gateway: its facts, and the provider and signer OAuth configuration has. */
 export type GatewayContext = RequestContext<unknown> & { oauth: GatewayOAuth };
@@ -114,7 +115,7 @@ export async function runExchange(ctx: GatewayContext, gateway: Gateway): Promis
   const x: Exchange = {
     ctx,
     gateway,
-    resource: gateway.resourceFor(ctx.baseUrl),
+    resource: resourceAsRequested(gateway.resourceFor(ctx.baseUrl), ctx.url.pathname),
     headers,
     mcpSessionId,
     owner: rememberedOwner(gateway.deps, mcpSessionId),

@@ -15,10 +15,24 @@ export function mcpResourceUrl(config: { mcpResourceUrl?: string }, baseUrl: str
   return config.mcpResourceUrl ?? `${baseUrl}/mcp`;
 }
 
-/** Where the protected resource metadata of `resource` lives (RFC 9728 §3.1). */
+/**
+ * Where the protected resource metadata of `resource` lives (RFC 9728 §3.1): its path inserted
+ * as spelled, a trailing slash kept (`…/mcp/`'s is not `…/mcp`'s: §3.3 compares them exactly).
+ */
 export function protectedResourceMetadataUrl(resource: string): string {
   const url = new URL(resource);
-  return `${url.origin}${PATHS.protectedResourceMetadata}${pathOf(resource)}`;
+  const path = pathOf(resource) === "" ? "" : url.pathname.replace(/\/+$/, "/");
+  return `${url.origin}${PATHS.protectedResourceMetadata}${path}`;
+}
+
+/**
+ * `resource` as a request to it spelled it: with a trailing slash when its path had one (a
+ * client at `…/mcp/`), which the metadata and challenges repeat so that a client comparing the
+ * metadata's `resource` with the URL it used (RFC 9728 §3.3) finds it. It names the same server:
+ * sameResource ignores the slash, and tokens name the resource without it.
+ */
+export function resourceAsRequested(resource: string, requestPath: string): string {
+  return requestPath.endsWith("/") && pathOf(resource) !== "" ? `${resource}/` : resource;
 }
 
 /** A URL's path without trailing slashes (`""` for the root). */

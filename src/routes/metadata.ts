@@ -25,7 +25,7 @@ interface MetadataDeps {
   grants: ServedGrants;
 }
 import { json, NO_STORE } from "../http/responses.ts";
-import { pathOf } from "../http/resource.ts";
+import { pathOf, resourceAsRequested } from "../http/resource.ts";
 import { PATHS } from "../http/paths.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 import type { ServedGrants } from "../grants/registry.ts";
@@ -124,7 +124,7 @@ export function handleProtectedResourceMetadata(
   const name = resource === main ? "" : ` ${resource.slice(resource.lastIndexOf("/") + 1)}`;
   return Promise.resolve(json(
     {
-      resource,
+      resource: suffix === "" ? resource : resourceAsRequested(resource, ctx.url.pathname),
       authorization_servers: [ctx.baseUrl],
       scopes_supported: [...GRANTED_SCOPES],
       bearer_methods_supported: ["header"],
