@@ -7,6 +7,7 @@
  */
 
 import assert from "node:assert/strict";
+import { jwtVerify } from "jose";
 import { createExampleMcpServer } from "../deploy/example_mcp_server.ts";
 import { weakSettings } from "../src/app/weak_settings.ts";
 import {
@@ -312,4 +313,107 @@ Deno.test("deploy/compose.yaml: the PostgreSQL profile, set up as its comment sa
   // The database is compose's own, on its network: a warning to add TLS it does not serve
   // would send the operator to a setting that stops the service.
   assert.deepEqual(weakSettings(config), []);
+});
+
+/** The unit's commented-out `LoadCredential=` recipe: credential id → source, and `NAME_FILE` → id. */
+function credentialRecipe(
+  unit: string,
+): { loads: Map<string, string>; reads: Map<string, string> } {
+  const loads = new Map(
+    [...unit.matchAll(/^#LoadCredential=([\w.-]+):(\/\S+)$/gm)].map((
+      match,
+    ) => [match[1], match[2]]),
+  );
+  const reads = new Map(
+    [...unit.matchAll(/^#Environment=([A-Z][A-Z0-9_]*_FILE)=%d\/([\w.-]+)$/gm)].map((
+      match,
+    ) => [match[1], match[2]]),
+  );
+  return { loads, reads };
+}
+
+/** The unit with its recipe uncommented, `%d` the credentials directory systemd made. */
+function withCredentials(unit: string, credentialsDirectory?: string): string {
+  const uncommented = unit.replace(
+    /^#((?:LoadCredential|Environment)=.*)$/gm,
+    (line, directive) =>
+      /^(LoadCredential=|Environment=[A-Z0-9_]+_FILE=%d\/)/.test(directive) ? directive : line,
+  );
+  return credentialsDirectory === undefined
+    ? uncommented
+    : uncommented.replaceAll("%d", credentialsDirectory);
+}
+
+Deno.test("deploy/gitlab-mcp-auth.service: its LoadCredential= recipe hands the service its secrets through <NAME>_FILE", async () => {
+  const unit = await read("gitlab-mcp-auth.service");
+  const { loads, reads } = credentialRecipe(unit);
+  assert.equal(reads.get("JWT_SECRET_FILE"), "jwt-secret", "the recipe covers JWT_SECRET");
+  for (const [name, id] of reads) {
+    assert.ok(KNOWN.has(name) && KNOWN.has(name.slice(0, -"_FILE".length)), `${name} is read`);
+    // Root-only, beside the env file; never the env file itself.
+    assert.match(loads.get(id) ?? "", /^\/etc\/gitlab-mcp-auth\/[\w.-]+$/, `${id} is loaded`);
+    assert.notEqual(loads.get(id), unitEnvFiles(unit)[0]);
+  }
+  // The other secrets the comment sends to the same recipe are secrets the service reads so.
+  const others = unit.match(/^# DATABASE_URL, .*\n# JWT_SECRET_PREVIOUS /m)?.[0] ?? "";
+  const named = [...others.matchAll(/\b([A-Z][A-Z0-9_]+)\b/g)].map((match) => match[1]);
+  assert.ok(named.length >= 6, others);
+  for (const name of named) assert.ok(KNOWN.has(`${name}_FILE`), `${name}_FILE`);
+
+  // What systemd does at start: each credential copied into the service's own directory.
+  const credentials = await Deno.makeTempDir({ prefix: "credentials-" });
+  const dir = await Deno.makeTempDir({ prefix: "unit-" });
+  try {
+    await Deno.writeTextFile(`${credentials}/jwt-secret`, `${TEST_SECRET}\n`);
+    const unitText = withCredentials(unit, credentials);
+    // The env file as the recipe says: `JWT_SECRET=` left empty, its lines winning.
+    const file = await filledEnvExample();
+    const env: Record<string, string> = { ...unitEnv(unitText), ...file, JWT_SECRET: "" };
+    assert.equal(env.JWT_SECRET_FILE, `${credentials}/jwt-secret`);
+    assert.equal(loadConfig(env).jwtSecret, TEST_SECRET);
+    // Left set in the env file too: start-up stops, naming both.
+    assert.throws(() => loadConfig({ ...env, JWT_SECRET: TEST_SECRET }), /JWT_SECRET_FILE: is set/);
+    // The service started with what the recipe gives it signs with the credential's secret.
+    const started = await spawnWithGitLab("unit-app", {
+      JWT_SECRET: "",
+      JWT_SECRET_FILE: env.JWT_SECRET_FILE,
+      KV_PATH: `${dir}/kv.sqlite`,
+    });
+    try {
+      const { access_token } = await signInOverHttp(started.service.url, started.gitlab);
+      await jwtVerify(access_token, new TextEncoder().encode(TEST_SECRET));
+    } finally {
+      await started.close();
+    }
+  } finally {
+    await Deno.remove(credentials, { recursive: true });
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+const systemdAnalyze = "/usr/bin/systemd-analyze";
+
+Deno.test({
+  name:
+    "deploy/gitlab-mcp-auth.service: with its LoadCredential= recipe uncommented, systemd-analyze verify knows every line",
+  ignore: !(await Deno.stat(systemdAnalyze).then(() => true, () => false)),
+  async fn() {
+    const dir = await Deno.makeTempDir({ prefix: "unit-" });
+    try {
+      const unit = withCredentials(await read("gitlab-mcp-auth.service"))
+        .replace(/^ExecStart=\S+/m, `ExecStart=${Deno.execPath()}`);
+      assert.match(unit, /^LoadCredential=jwt-secret:/m);
+      await Deno.writeTextFile(`${dir}/gitlab-mcp-auth.service`, unit);
+      const { code, stdout, stderr } = await new Deno.Command(systemdAnalyze, {
+        args: ["verify", `${dir}/gitlab-mcp-auth.service`],
+        stdout: "piped",
+        stderr: "piped",
+      }).output();
+      const said = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+      assert.equal(code, 0, said);
+      assert.equal(said.trim(), "", "no unknown or misspelled directive");
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
 });
