@@ -212,3 +212,97 @@ Deno.test("device page: wrong codes count the network too, 5× RATE_LIMIT_DEVICE
     assert.equal(await statusFrom("2001:db8:0:6::1"), 400, "the next window");
   }, { env: { RATE_LIMIT_DEVICE: "2/600" } });
 });
+
+/** The app served over HTTP on loopback, limited as any client (RATE_LIMIT_LOOPBACK=limit). */
+async function withServedApp(
+  env: Record<string, string>,
+  fn: (t: TestApp, url: string) => Promise<void>,
+): Promise<void> {
+  await withApp(async (t) => {
+    const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+    try {
+      await fn(t, `http://127.0.0.1:${server.addr.port}`);
+    } finally {
+      await server.shutdown();
+    }
+  }, { env: { RATE_LIMIT_LOOPBACK: "limit", ...env } });
+}
+
+/**
+ * GET `paths` of `url` at once, as a guesser with its connections open does: every connection
+ * is opened first, then every request is sent. The statuses, in the order of `paths`.
+ */
+async function burst(url: string, paths: string[]): Promise<number[]> {
+  const { hostname, port } = new URL(url);
+  const connections = await Promise.all(
+    paths.map(() => Deno.connect({ hostname, port: Number(port) })),
+  );
+  const encoder = new TextEncoder();
+  const requests = paths.map((path) =>
+    encoder.encode(`GET ${path} HTTP/1.1\r\nHost: ${hostname}\r\nConnection: close\r\n\r\n`)
+  );
+  await Promise.all(connections.map((connection, i) => connection.write(requests[i])));
+  return await Promise.all(connections.map(async (connection) => {
+    const answer = await new Response(connection.readable).text();
+    return Number(answer.match(/^HTTP\/1\.1 (\d{3})/)?.[1]);
+  }));
+}
+
+Deno.test("device page: a burst of parallel guesses is looked up only while the address has wrong codes left", async () => {
+  await withServedApp({ RATE_LIMIT_DEVICE: "3/600" }, async (t, url) => {
+    const clientId = await registered(t, "agent");
+    const right = await Promise.all(Array.from({ length: 4 }, () => startCode(t, clientId)));
+    // Two wrong codes one by one: one is left.
+    assert.deepEqual(await burst(url, ["/device?user_code=BBBB-BBBB"]), [400]);
+    assert.deepEqual(await burst(url, ["/device?user_code=BBBB-BBBC"]), [400]);
+    const letters = "CDFGHJKLMNPQRSTVWXZ";
+    const wrong = Array.from(
+      { length: 120 },
+      (_, i) => `BBBB-BD${letters[i % 19]}${letters[i % 6]}`,
+    );
+    const statuses = await burst(
+      url,
+      [...wrong, ...right].map((code) => `/device?user_code=${code}`),
+    );
+    // Counted only after a wrong lookup, all 124 were looked up and the right codes found.
+    const found = statuses.slice(wrong.length).filter((status) => status === 200).length;
+    assert.ok(found < right.length, `${found} of ${right.length} right codes found in the burst`);
+    assert.ok(statuses.filter((status) => status === 400).length <= 1, "one wrong code was left");
+    assert.ok(statuses.every((status) => [200, 400, 429].includes(status)), String(statuses));
+  });
+});
+
+Deno.test("device page: a found code gives its try back; a right code past the limit is 429 all the same", async () => {
+  await withServedApp({ RATE_LIMIT_DEVICE: "2/600" }, async (t, url) => {
+    const clientId = await registered(t, "agent");
+    const statusOf = async (code: string) => {
+      const response = await fetch(`${url}/device?user_code=${code}`);
+      await response.body?.cancel();
+      return response.status;
+    };
+    for (let i = 0; i < 5; i++) assert.equal(await statusOf(await startCode(t, clientId)), 200);
+    assert.equal(await statusOf("BBBB-BBBB"), 400);
+    assert.equal(await statusOf("BBBB-BBBC"), 400);
+    assert.equal(await statusOf(await startCode(t, clientId)), 429);
+  });
+});
+
+Deno.test("device page: a form's device or a link's code that cannot be a user code's hash is a wrong code, never a 500", async () => {
+  await withServedApp({ RATE_LIMIT_DEVICE: "3/600" }, async (_t, url) => {
+    // Longer than a storage key may be (2 KiB in Deno KV), shorter than a query may be.
+    const long = "a".repeat(3000);
+    const viaLink = await fetch(`${url}/device?code=${long}`);
+    assert.equal(viaLink.status, 400, await viaLink.text());
+    const viaForm = await fetch(`${url}/device`, {
+      method: "POST",
+      body: new URLSearchParams({ device: long, action: "approve", csrf_token: "x" }),
+    });
+    assert.equal(viaForm.status, 400, await viaForm.text());
+    const again = await fetch(`${url}/device?code=${"b".repeat(43)}`);
+    assert.equal(again.status, 400, "a third wrong code");
+    await again.body?.cancel();
+    const refused = await fetch(`${url}/device?code=${"c".repeat(43)}`);
+    assert.equal(refused.status, 429, "the fourth: both long ones were counted");
+    await refused.body?.cancel();
+  });
+});

@@ -19,6 +19,7 @@ import {
   assertOneWinner,
   countRecords,
   exchange,
+  FakeClock,
   issueCode,
   issueTokens,
   makeTestAppOn,
@@ -336,6 +337,26 @@ for (const kind of STORE_KINDS) {
       assert.equal(granted.reduce((sum, one) => sum + one, 0), 50);
       assert.equal(await stores[0].claimRequests("mcp", "session:s", 3, 50, 3_600_000), 0);
       assert.equal(await stores[1].claimRequests("mcp", "session:t", 3, 50, 3_600_000), 3);
+    }));
+
+  test("a counted request is taken back in its window, never below zero, never in the next", () =>
+    withDatabase(kind, async (database) => {
+      const clock = new FakeClock();
+      const store = createStore(database, clock, createSecretBox([TEST_SECRET]));
+      const windowMs = 600_000;
+      const countedAt = clock.now();
+      assert.equal(await store.countRequest("device", "192.0.2.1", 2, windowMs), 1);
+      assert.equal(await store.countRequest("device", "192.0.2.1", 2, windowMs), 2);
+      assert.equal(await store.countRequest("device", "192.0.2.1", 2, windowMs), 3, "over");
+      await store.uncountRequest("device", "192.0.2.1", windowMs, countedAt);
+      assert.equal(await store.requestsCounted("device", "192.0.2.1", windowMs), 1);
+      await store.uncountRequest("device", "192.0.2.1", windowMs, countedAt);
+      await store.uncountRequest("device", "192.0.2.1", windowMs, countedAt);
+      assert.equal(await store.requestsCounted("device", "192.0.2.1", windowMs), 0);
+      clock.advance(windowMs);
+      assert.equal(await store.countRequest("device", "192.0.2.1", 2, windowMs), 1);
+      await store.uncountRequest("device", "192.0.2.1", windowMs, countedAt);
+      assert.equal(await store.requestsCounted("device", "192.0.2.1", windowMs), 1, "next window");
     }));
 
   test("operator revocations travel through the store: counted by one process, taken once", () =>

@@ -25,9 +25,9 @@ import {
   deviceFlowFailureMessage,
   signInFailureMessage,
 } from "../sign_in/device_authorization/failure_message.ts";
-import { normalizeUserCode } from "../sign_in/device_authorization/user_code.ts";
+import { isUserCodeHash, normalizeUserCode } from "../sign_in/device_authorization/user_code.ts";
 import {
-  countWrongCode,
+  countCodeAttempt,
   refuseAfterWrongCodes,
 } from "../sign_in/device_authorization/wrong_codes.ts";
 import type { LimitedClient } from "../http/limited_client.ts";
@@ -56,14 +56,15 @@ export async function handleDevice(ctx: SignInContext): Promise<Response> {
     return entryPage(ctx, 200, signInFailureMessage(failed));
   }
   if (typed === undefined) return entryPage(ctx, 200);
+  const attempt = await countCodeAttempt(ctx.deps, client);
   const userCode = normalizeUserCode(typed);
   const device = userCode === undefined
     ? null
     : await ctx.deps.store.getDeviceAuthorizationByUserCode(userCode);
   if (!userCode || !device || device.value.status !== "pending") {
-    await countWrongCode(ctx.deps, client);
     return entryPage(ctx, 400, "That code is not valid, or has expired. Check it on your device.");
   }
+  await attempt.wasRight();
   const headers = new Headers();
   const browser = await thisBrowsers(ctx, userCode, device, headers);
   if (browser === undefined) return inUse(ctx);
@@ -83,19 +84,33 @@ async function afterDeviceFlow(
   client: LimitedClient,
   failed: boolean,
 ): Promise<Response> {
-  const device = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(deviceId);
+  const attempt = await countCodeAttempt(ctx.deps, client);
+  const device = await authorizationNamed(ctx, deviceId);
   const failure = failed && device && isBoundHere(ctx, device.value)
     ? deviceFlowFailureMessage(device.value.status)
     : undefined;
-  if (failure !== undefined) return entryPage(ctx, 200, failure);
+  if (failure !== undefined) {
+    await attempt.wasRight();
+    return entryPage(ctx, 200, failure);
+  }
   if (!device || device.value.status !== "signed_in" || device.value.sessionId === undefined) {
-    await countWrongCode(ctx.deps, client);
     return expired(ctx);
   }
+  await attempt.wasRight();
   if (!isBoundHere(ctx, device.value)) return inUse(ctx);
   const session = await ctx.deps.store.getSession(device.value.sessionId);
   if (!session) return expired(ctx);
   return await authorizationPage(ctx, device.value, { signedInAs: session.value.upstreamUsername });
+}
+
+/** The live authorization a form's `device` or a link's `code` names (its user code's hash). */
+function authorizationNamed(
+  ctx: SignInContext,
+  deviceId: string,
+): Promise<Versioned<DeviceAuthorizationRecord> | null> {
+  return isUserCodeHash(deviceId)
+    ? ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(deviceId)
+    : Promise.resolve(null);
 }
 
 /** Whether the authorization is bound to the browser of this request (its cookie). */
@@ -108,14 +123,11 @@ function isBoundHere(ctx: SignInContext, device: DeviceAuthorizationRecord): boo
 /** Handles `POST /device`: the page's "Continue", "Approve" or "Deny". */
 export async function handleDeviceForm(ctx: SignInContext): Promise<Response> {
   const params = await readParams(ctx.request, ctx.deps.config.requestBodyTimeoutMs);
-  const client = ctx.limitedClient();
-  await refuseAfterWrongCodes(ctx.deps, client);
+  const attempt = await countCodeAttempt(ctx.deps, ctx.limitedClient());
   const deviceId = params.get("device") ?? "";
-  const device = await ctx.deps.store.getDeviceAuthorizationOfUserCodeHash(deviceId);
-  if (!device) {
-    await countWrongCode(ctx.deps, client);
-    return expired(ctx);
-  }
+  const device = await authorizationNamed(ctx, deviceId);
+  if (!device) return expired(ctx);
+  await attempt.wasRight();
   if (!isDeviceForm(ctx, device.value, params.get("csrf_token"))) return otherBrowser(ctx);
   const action = params.get("action");
   if (action === "continue" && device.value.status === "pending") {

@@ -10,6 +10,17 @@ export interface LimitStore {
    * including this one (requests over the limit are not counted further).
    */
   countRequest(bucket: string, ip: string, limit: number, windowMs: number): Promise<number>;
+  /**
+   * Takes back one request `countRequest` counted of `subject` at `countedAt` (epoch ms), in
+   * that window and never below zero: a request that turned out not to be one the limit is for.
+   * Best effort: under contention it may stay counted, which only errs on the strict side.
+   */
+  uncountRequest(
+    bucket: string,
+    subject: string,
+    windowMs: number,
+    countedAt: number,
+  ): Promise<void>;
   /** What `countRequest` has counted of `subject` in the current fixed window of `bucket`. */
   requestsCounted(bucket: string, subject: string, windowMs: number): Promise<number>;
   /**
@@ -26,6 +37,8 @@ export interface LimitStore {
 }
 
 const RATE_COUNT_ATTEMPTS = 5;
+/** Attempts at taking a request back while others are counted (each lost race is one counted). */
+const UNCOUNT_ATTEMPTS = 20;
 
 /** Rate-limit counters over the shared KV access. */
 export function createLimitStore(io: StoreIo): LimitStore {
@@ -53,6 +66,18 @@ export function createLimitStore(io: StoreIo): LimitStore {
         await new Promise((resolve) => setTimeout(resolve, Math.random() * 2));
       }
       return limit + 1;
+    },
+    async uncountRequest(bucket, subject, windowMs, countedAt) {
+      const window = Math.floor(countedAt / windowMs);
+      const key = rateKey(bucket, subject, window);
+      for (let attempt = 0; attempt < UNCOUNT_ATTEMPTS; attempt++) {
+        const expireIn = (window + 1) * windowMs - io.clock.now() + 1000;
+        const current = await io.read<number>(key);
+        if (!current || current.value <= 0 || expireIn <= 1000) return;
+        const op = io.atomic().check(current).set(key, current.value - 1, { expireIn });
+        if (await io.commit(op)) return;
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 2));
+      }
     },
     async claimRequests(bucket, subject, wanted, limit, windowMs) {
       const now = io.clock.now();

@@ -33,6 +33,14 @@ export function normalizeUserCode(typed: string): string | undefined {
   return shown(letters);
 }
 
+/**
+ * Whether `id`, as a form or a link names an authorization (`device`, `code`), can be a user
+ * code's hash (SHA-256 in base64url): anything else names none, and is never looked up.
+ */
+export function isUserCodeHash(id: string): boolean {
+  return /^[A-Za-z0-9_-]{43}$/.test(id);
+}
+
 function shown(letters: string): string {
   return `${letters.slice(0, 4)}-${letters.slice(4)}`;
 }

@@ -17,7 +17,7 @@ import type { Store } from "../../store/mod.ts";
 
 /** What counting wrong codes uses. */
 export interface WrongCodeDeps {
-  store: Pick<Store, "countRequest" | "requestsCounted">;
+  store: Pick<Store, "countRequest" | "requestsCounted" | "uncountRequest">;
   config: { rateLimits: { device?: RateLimit } };
   clock: { now(): number };
   metrics: Pick<Metrics, "rateLimitRefusals">;
@@ -43,13 +43,38 @@ export async function refuseAfterWrongCodes(
   if (subjects.some(({ limit }, i) => counts[i] >= limit)) throw refusal(deps, windowMs);
 }
 
-/** Counts one wrong code of `client`; throws the 429 when it was one too many. */
-export async function countWrongCode(deps: WrongCodeDeps, client: LimitedClient): Promise<void> {
+/** A code's attempt, counted before its lookup. */
+export interface CodeAttempt {
+  /** The code was right: the attempt is taken back, as only wrong codes use the allowance. */
+  wasRight(): Promise<void>;
+}
+
+/**
+ * Counts one attempt of `client` at a code before the code is looked up, and throws the 429
+ * when it is one too many: counted only after a wrong lookup, a burst of parallel guesses would
+ * all be looked up while the count caught up with them. The caller takes a right code's attempt
+ * back (`wasRight`).
+ */
+export async function countCodeAttempt(
+  deps: WrongCodeDeps,
+  client: LimitedClient,
+): Promise<CodeAttempt> {
   const { windowMs, subjects } = countedUnder(deps, client);
+  const countedAt = deps.clock.now();
   const counts = await Promise.all(
     subjects.map(({ subject, limit }) => deps.store.countRequest(BUCKET, subject, limit, windowMs)),
   );
-  if (subjects.some(({ limit }, i) => counts[i] > limit)) throw refusal(deps, windowMs);
+  // A count over its limit was not made; the others were, and are taken back with the refusal.
+  const counted = subjects.filter(({ limit }, i) => counts[i] <= limit);
+  const takeBack = () =>
+    Promise.all(
+      counted.map(({ subject }) => deps.store.uncountRequest(BUCKET, subject, windowMs, countedAt)),
+    ).then(() => {});
+  if (counted.length < subjects.length) {
+    await takeBack();
+    throw refusal(deps, windowMs);
+  }
+  return { wasRight: takeBack };
 }
 
 /** A subject counted, and its limit. */
