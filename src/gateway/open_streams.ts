@@ -5,8 +5,9 @@
  * session), and within a check interval when it ended elsewhere (another instance, the operator's
  * CLI): one timer per process, running only while streams are open, reads the sessions of all
  * open streams together (the store's group read makes that one KV read per ten sessions); a
- * machine client's stream (its token names no stored session) ends the same way when the client
- * is deleted (`admin clients delete`), a CI job's when its token expires. The
+ * machine caller's stream (its token names no stored session) ends the same way when the rules
+ * in force (MACHINE_ACCESS_FILE) no longer admit it at its MCP server, and a machine client's
+ * when the client is deleted (`admin clients delete`). The
  * streams of an MCP server that a reload of MCP_SERVERS_FILE removed end at once (`endServer`),
  * and GET streams at shutdown (`endForShutdown`).
  */
@@ -36,10 +37,11 @@ export interface StreamAuthorization {
   /** Our session the access token belongs to (a machine caller's: its token's own `sid`). */
   sessionId: string;
   /**
-   * Set for a machine caller, which has no stored session: a client's stream holds while the
-   * client it was admitted as (`client`) is stored; a CI job's until its token expires.
+   * Set for a machine caller, which has no stored session: its stream holds while the rules in
+   * force admit it at `server` (`admittedAt`), and a client's while the client it was admitted
+   * as (`client`) is stored.
    */
-  machine?: { client?: MachineClientHeld };
+  machine?: { client?: MachineClientHeld; admittedAt(server: string): boolean };
   /** When the access token expires (milliseconds). */
   expiresAtMs: number;
   /** The MCP server it comes from (`default` for `/mcp`). */
@@ -105,10 +107,10 @@ export function machineHolder(
   caller: MachineCaller | undefined,
 ): StreamAuthorization["machine"] {
   if (!caller) return undefined;
-  const { kind, clientId, clientAddedAt } = caller;
+  const { kind, clientId, clientAddedAt, admittedAt } = caller;
   return kind === "client" && clientAddedAt !== undefined
-    ? { client: { id: clientId, addedAt: clientAddedAt } }
-    : {};
+    ? { client: { id: clientId, addedAt: clientAddedAt }, admittedAt }
+    : { admittedAt };
 }
 
 interface Held extends StreamAuthorization {
@@ -169,9 +171,11 @@ export function createOpenStreams(deps: OpenStreamsDeps): OpenStreams {
       const ended = new Set(sessionIds.filter((_, index) => sessions[index] === null));
       const addedAt = new Map(clientIds.map((id, index) => [id, clients[index]?.createdAt]));
       for (const one of held) {
-        const client = one.machine?.client;
-        const gone = one.machine
-          ? client !== undefined && addedAt.get(client.id) !== client.addedAt
+        const { machine } = one;
+        const client = machine?.client;
+        const gone = machine
+          ? !machine.admittedAt(one.server) ||
+            (client !== undefined && addedAt.get(client.id) !== client.addedAt)
           : ended.has(one.sessionId);
         if (gone) one.end("revoked");
       }

@@ -10,7 +10,13 @@
 
 import { type MachineKind, machineKindOf, SUBJECT_PREFIXES } from "../jwt.ts";
 import type { MachineAccessHolder } from "./holder.ts";
-import { type CiClaims, ciRuleFor, clientRuleFor, type MachineGrant } from "./rules.ts";
+import {
+  type CiClaims,
+  ciRuleFor,
+  clientRuleFor,
+  type MachineAccess,
+  type MachineGrant,
+} from "./rules.ts";
 
 /** What a CI job's access token says of the job (strings, as GitLab's ID token said them). */
 export interface CiTokenClaims {
@@ -44,6 +50,11 @@ export interface MachineCaller {
    * opened holds only while that client is stored (gateway/open_streams.ts).
    */
   clientAddedAt?: number;
+  /**
+   * Whether the rules in force now still admit this caller at the MCP server `server`: a stream
+   * it opened holds only while they do, as its next call would be refused otherwise.
+   */
+  admittedAt(server: string): boolean;
 }
 
 /** Thrown when no rule in force admits a machine caller; the message says why. */
@@ -74,17 +85,31 @@ export function machineCallerOf(
   }
   if (kind === "client") {
     const clientId = sub.slice(SUBJECT_PREFIXES.client.length);
-    const rule = clientRuleFor(access, clientId);
+    const ruleOf = (rules: MachineAccess) => clientRuleFor(rules, clientId);
+    const rule = ruleOf(access);
     if (!rule) throw new MachineRefused("No rule of the machine access file admits this client");
-    return { kind, subject: sub, clientId, grant: rule };
+    return { kind, subject: sub, clientId, grant: rule, admittedAt: admittedBy(holder, ruleOf) };
   }
   const job = ciJobOf(claims);
   if (job === undefined || `${SUBJECT_PREFIXES.ci}${job.project_path}` !== sub) {
     throw new MachineRefused("The access token lacks the CI job's claims");
   }
-  const rule = ciRuleFor(access, job);
+  const ruleOf = (rules: MachineAccess) => ciRuleFor(rules, job);
+  const rule = ruleOf(access);
   if (!rule) throw new MachineRefused("No rule of the machine access file admits this CI job");
-  return { kind, subject: sub, clientId: sub, grant: rule, ci: job };
+  const admittedAt = admittedBy(holder, ruleOf);
+  return { kind, subject: sub, clientId: sub, grant: rule, ci: job, admittedAt };
+}
+
+/** Whether the rule `ruleOf` finds in the rules `holder` has in force now names a server. */
+function admittedBy(
+  holder: MachineAccessHolder,
+  ruleOf: (rules: MachineAccess) => MachineGrant | undefined,
+): (server: string) => boolean {
+  return (server) => {
+    const access = holder.current();
+    return access !== undefined && ruleOf(access)?.servers.includes(server) === true;
+  };
 }
 
 /** The job a CI caller's access token describes, or undefined when a claim is missing. */
