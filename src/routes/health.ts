@@ -1,7 +1,7 @@
 /**
  * Probes for load balancers and orchestrators; they tell nothing secret.
  * `GET /healthz` (liveness): the process serves requests. `GET /readyz` (readiness): it can
- * also do its job, KV reachable and OAuth configured.
+ * also do its job, KV reachable and writable and OAuth configured.
  *
  * @see docs/operating.md "Health probes"
  */
@@ -39,12 +39,17 @@ export function handleLiveness(_ctx: RequestContext<unknown>): Promise<Response>
   return Promise.resolve(json({ status: "ok" }, 200, NO_STORE));
 }
 
-/** 200 when KV answers and OAuth is configured, else 503 naming the failing check. */
+/**
+ * 200 when KV answers and takes writes and OAuth is configured, else 503 naming the failing
+ * check. A read-only database (a failover that left this instance on a standby) refuses every
+ * sign-in, refresh and rate-limit count: the instance cannot do its job.
+ */
 export async function handleReadiness(ctx: RequestContext<HealthDeps>): Promise<Response> {
   const { store, oauth, logger } = ctx.deps;
-  let kv = "ok";
+  let kv: string;
   try {
-    await withinDeadline(store.ping(), PING_DEADLINE_MS);
+    kv = await withinDeadline(store.ping(), PING_DEADLINE_MS);
+    if (kv !== "ok") logger.error("readiness check: KV read-only", { requestId: ctx.requestId });
   } catch (error) {
     kv = "unreachable";
     logger.error("readiness check: KV unreachable", {

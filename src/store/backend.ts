@@ -19,6 +19,11 @@ export interface KvBackend {
   ): AsyncIterable<Deno.KvEntry<T>>;
   /** Applies `write` atomically when every check holds; `{ ok: false }` when one does not. */
   commit(write: PlannedWrite): Promise<CommitOutcome>;
+  /**
+   * Whether the database takes writes now, found without writing; absent where it has no such
+   * state to ask for (Deno KV: its file, or KV Connect's service, is not left on a standby).
+   */
+  writable?(): Promise<boolean>;
   /** Releases connections and timers; the returned promise settles when they are gone. */
   close(): void | Promise<void>;
 }

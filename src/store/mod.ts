@@ -76,8 +76,11 @@ export interface Store
     PollBudgetStore,
     RepeatStore,
     UnredeemedStore {
-  /** Throws when KV cannot be read (health checks). */
-  ping(): Promise<void>;
+  /**
+   * Health checks: throws when the database cannot be read; `read_only` when it can but
+   * refuses writes (a PostgreSQL standby or `default_transaction_read_only`).
+   */
+  ping(): Promise<"ok" | "read_only">;
   /**
    * Runs one request's `work`: all the store operations it awaits share one budget of
    * database time (`timeoutMs`), past which they throw StoreUnavailableError.
@@ -128,6 +131,7 @@ export function createStore(
     ...createUnredeemedStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
+      return await io.writable() ? "ok" : "read_only";
     },
     withDeadline: (work) => deadline.run(work),
   };

@@ -8,7 +8,10 @@
  *
  * Driver errors that mean "the database cannot answer now" become StoreUnavailableError
  * (a 503 with Retry-After); the driver reconnects by itself once the database is back, and a
- * pool wedged by connections that will never answer is replaced (pool.ts).
+ * pool wedged by connections that will never answer is replaced (pool.ts). A read that finds
+ * its connection dead (a failover that moved the database's address to another host, which
+ * resets the old connections when they are next used) is sent again, on the next connection,
+ * until a fresh one answers: reads change nothing. Writes are not: one may have committed.
  */
 
 import { sha256 } from "@noble/hashes/sha2.js";
@@ -30,6 +33,8 @@ export type { PostgresOptions } from "./connect.ts";
 
 /** A KvBackend on PostgreSQL. */
 export interface PostgresBackend extends KvBackend {
+  /** Always answers, with a statement that writes nothing. */
+  writable(): Promise<boolean>;
   /** Deletes expired rows now (at most `limit`); returns how many. */
   sweepExpired(limit?: number): Promise<number>;
   close(): Promise<void>;
@@ -57,10 +62,16 @@ export async function openPostgresBackend(options: PostgresOptions): Promise<Pos
     await pool.end(1);
     throw error;
   }
-  return createBackend(pool, options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS);
+  return createBackend(
+    pool,
+    options.poolSize,
+    options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS,
+  );
 }
 
-function createBackend(pool: Pool, sweepIntervalMs: number): PostgresBackend {
+function createBackend(pool: Pool, poolSize: number, sweepIntervalMs: number): PostgresBackend {
+  // Each dead connection fails one attempt and leaves the pool: one more reaches a fresh one.
+  const read: Pool["run"] = (statement) => readRetrying(pool, poolSize + 1, statement);
   const sweep = (limit = SWEEP_BATCH) =>
     unavailableOnFailure(() => pool.run((sql) => sweepExpired(sql, limit)));
   const timer = sweepIntervalMs > 0
@@ -72,8 +83,9 @@ function createBackend(pool: Pool, sweepIntervalMs: number): PostgresBackend {
   if (timer !== undefined) Deno.unrefTimer(timer);
   let closing: Promise<void> | undefined;
   return {
-    getMany: (keys) => unavailableOnFailure(() => pool.run((sql) => getMany(sql, keys))),
-    list: (selector, options) => list(pool, selector, options),
+    getMany: (keys) => unavailableOnFailure(() => read((sql) => getMany(sql, keys))),
+    list: (selector, options) => list(read, selector, options),
+    writable: () => unavailableOnFailure(() => read(isWritable)),
     commit: (write) => unavailableOnFailure(() => pool.run((sql) => commit(sql, write))),
     sweepExpired: sweep,
     close() {
@@ -112,7 +124,7 @@ interface Row {
 
 /** Pages through the range by key, so a long list holds no transaction or cursor open. */
 async function* list<T>(
-  pool: Pool,
+  read: Pool["run"],
   selector: Deno.KvListSelector,
   options: { limit?: number; batchSize?: number; reverse?: boolean } = {},
 ): AsyncGenerator<Deno.KvEntry<T>> {
@@ -123,7 +135,7 @@ async function* list<T>(
   let inclusive = true;
   while (left > 0) {
     const rows = await unavailableOnFailure(() =>
-      pool.run((sql) =>
+      read((sql) =>
         sql.unsafe<Row[]>(
           `SELECT key, value, versionstamp FROM kv
          WHERE key ${inclusive ? ">=" : ">"} decode($1, 'hex') AND key < decode($2, 'hex')
@@ -192,6 +204,17 @@ async function commit(sql: Sql, write: PlannedWrite): Promise<CommitOutcome> {
     ] as never,
   );
   return stamp === null ? { ok: false } : { ok: true, versionstamp: stamp };
+}
+
+/**
+ * Whether the database takes writes now, asked without writing: a standby (a failover that
+ * left the service on one) and `default_transaction_read_only` both make it refuse them.
+ */
+async function isWritable(sql: Sql): Promise<boolean> {
+  const [{ writable }] = await sql.unsafe<{ writable: boolean }[]>(
+    "SELECT current_setting('transaction_read_only') = 'off' AS writable",
+  );
+  return writable;
 }
 
 /** Throws when the database has no store of ours (no migration was ever applied to it). */
@@ -277,6 +300,28 @@ const UNAVAILABLE_CODES = new Set([
   "40003", // statement_completion_unknown (a lost answer, as a dropped connection's)
   "40P01", // deadlock_detected
 ]);
+
+/**
+ * Errors of a connection found dead when used (reset, closed under the statement, its server
+ * process ended): another connection may answer at once.
+ */
+const DEAD_CONNECTION_CODES = new Set(["ECONNRESET", "EPIPE", "CONNECTION_CLOSED", "57P01"]);
+
+/** Runs a read, again on a dead connection's error, at most `attempts` times in all. */
+async function readRetrying<T>(
+  pool: Pool,
+  attempts: number,
+  statement: (sql: Sql) => Promise<T>,
+): Promise<T> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await pool.run(statement);
+    } catch (error) {
+      const code = (error as { code?: unknown })?.code;
+      if (attempt >= attempts || !DEAD_CONNECTION_CODES.has(code as string)) throw error;
+    }
+  }
+}
 
 /** SQLSTATE classes that mean "not now": 08 connection exception, 53 insufficient resources. */
 const UNAVAILABLE_CLASSES = ["08", "53"];
