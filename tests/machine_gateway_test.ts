@@ -265,12 +265,14 @@ Deno.test("machine gateway: a changed access file or token file is followed with
 
     await Deno.writeTextFile(path, ACCESS.replace("tools: [get_*]", "tools: [search_*]"));
     await files.check();
+    await files.check();
     assert.equal(machineLines().at(-1)?.message, "MACHINE_ACCESS_FILE reloaded");
     assert.equal((await callTool(m, token, "get_issue")).body.error.code, -32403);
 
     // A rule's token file rotated (a Kubernetes Secret, say): the rules are read again with it.
     assert.equal(ciBotToken(), "glpat-ci-bot");
     await Deno.writeTextFile(`${m.dir}/ci-bot.token`, "glpat-rotated\n");
+    await files.check();
     await files.check();
     assert.equal(machineLines().length, 2);
     assert.equal(ciBotToken(), "glpat-rotated");

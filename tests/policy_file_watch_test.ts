@@ -58,10 +58,12 @@ Deno.test("policy watch: a symlink swap is reloaded once; a broken file is repor
     await map.publish("{ broken");
     await watch.check();
     await watch.check();
+    await watch.check();
     assert.deepEqual(reloads, ["reloaded", "kept"], "reported once, not at every check");
     assert.equal(holder.current()?.defaultEffect, "deny", "the policy in force stays");
 
     await map.publish(ALLOW);
+    await watch.check();
     await watch.check();
     assert.deepEqual(reloads, ["reloaded", "kept", "reloaded"]);
     assert.equal(holder.current()?.defaultEffect, "allow");
@@ -138,6 +140,7 @@ Deno.test("policy watch: a check reads asynchronously, one at a time, and is not
     await watch.check();
     assert.deepEqual(reloads, [], "the next check compares with what the reload read");
     await map.publish(ALLOW);
+    await watch.check();
     await watch.check();
     assert.deepEqual(reloads, ["reloaded"]);
     watch.stop();

@@ -155,6 +155,7 @@ Deno.test("a server's own policy file is followed: a change applies without a si
         JSON.stringify({ rules: [{ tools: [ROUTE_TOOL], allow: { users: ["ada"] } }] }),
       );
       await followed.check();
+      await followed.check();
       docs = await v2Client(`${url}/mcp/docs`, token);
       try {
         assert.equal(await routeAnswered(docs), true);

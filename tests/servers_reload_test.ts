@@ -181,6 +181,7 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
     // a removed, b moved to c's URL, d added: a plain write, no signal.
     await Deno.writeTextFile(file, serversYaml({ b: c.url, d: c.url }));
     await files.check();
+    await files.check();
     const reloaded = lines.filter((l) => l.message === "MCP_SERVERS_FILE reloaded");
     assert.equal(reloaded.length, 1);
     assert.equal(reloaded[0].mcpServers, "b,d");
@@ -207,6 +208,7 @@ Deno.test("servers reload: a changed file is picked up without a signal; a remov
 
     // A file start-up would refuse: one line, however often it is checked; nothing changes.
     await Deno.writeTextFile(file, "servers:\n  - name: b\n    url: ftp://x/mcp\n");
+    await files.check();
     await files.check();
     await files.check();
     const refused = lines.filter((l) =>
@@ -255,12 +257,14 @@ Deno.test("servers reload: a removed server's code and refresh token get invalid
 
     await Deno.writeTextFile(file, serversYaml({ b: "http://127.0.0.1:2/mcp" }));
     await files.check();
+    await files.check();
     assert.deepEqual(t.deps.servers.names(), ["b"], "a removed");
     await assertError(await exchange(t, code), 400, "invalid_target", /no longer served/);
     await assertError(await refresh(t, refresh_token), 400, "invalid_target", /no longer served/);
     await assertError(await refresh(t, refresh_token, { resource: A }), 400, "invalid_target");
 
     await Deno.writeTextFile(file, listed);
+    await files.check();
     await files.check();
     const again = await refresh(t, refresh_token);
     assert.equal(again.status, 200, await again.clone().text());
@@ -301,6 +305,7 @@ Deno.test("servers reload: a server the file adds at MCP_RESOURCE_URL's path is 
       file,
       serversYaml({ a: "http://127.0.0.1:9/mcp", docs: "http://127.0.0.1:9/docs" }),
     );
+    await files.check();
     await files.check();
     const servers = lines.filter((l) => String(l.message).startsWith("MCP_SERVERS_FILE"));
     assert.equal(servers.length, 1, JSON.stringify(servers));
@@ -503,6 +508,7 @@ Deno.test("servers reload: a request an http server holds ends (502) when a relo
     const answer = fetch(`http://127.0.0.1:${server.addr.port}/mcp/gone`, mcpPostInit(token));
     await within(arrived.promise, 5000, "the request at the MCP server");
     await Deno.writeTextFile(file, serversYaml({}));
+    await files.check();
     await files.check();
     const response = await within(answer, 5000, "the held request's answer");
     assert.equal(response.status, 502, await response.clone().text());

@@ -4,12 +4,22 @@
  * the wrong process (npx, `deno task`) never reaches the service. The file is read again every
  * few seconds (asynchronously: a slow volume holds no request up) and compared by content, so a
  * symlink swap, a rename over it and an edit in place all count, and a touch that changes
- * nothing does not. MCP_POLICY_FILE, MCP_SERVERS_FILE and MACHINE_ACCESS_FILE follow their
- * files this way (Deno Deploy has no file system events to wait for instead).
+ * nothing does not. A changed content (a file gone, too) is applied only once a second read,
+ * a moment later, finds it unchanged: a file caught while it is written (an editor truncating
+ * and writing it, a copy in chunks) is often a valid YAML file cut short, one that leaves out a
+ * rule's `tools` or a server's `allowed_gitlab_groups`, and must not be in force even briefly.
+ * MCP_POLICY_FILE, MCP_SERVERS_FILE and MACHINE_ACCESS_FILE follow their files this way (Deno
+ * Deploy has no file system events to wait for instead).
  */
 
-/** How often a file is read: a change is in force within this time (and a little more). */
+/** How often a file is read: a change is in force within this time and FILE_SETTLE_MS. */
 export const FILE_CHECK_MS = 5_000;
+/** How long after a change is first read it is read again, and applied if it held still. */
+export const FILE_SETTLE_MS = 1_000;
+
+/** What a read finds where the file was (removed, or not readable). */
+const GONE = Symbol("gone");
+type Seen = string | typeof GONE;
 
 /** A file that can be read again: its path (undefined: none configured), and the reload. */
 export interface ReloadableFile<R> {
@@ -30,34 +40,49 @@ export interface FileWatch<R> {
 }
 
 /**
- * Watches `file`; each changed content is reloaded once and its outcome reported (a broken file
- * is reported once, not at every check, and what is in force stays). Without a timer (`everyMs`
- * undefined) only `check` reads the file.
+ * Watches `file`; each changed content is reloaded once, after it held still for a second read,
+ * and its outcome reported (a broken or removed file is reported once, not at every check, and
+ * what is in force stays). Without a timer (`everyMs` undefined) only `check` reads the file,
+ * and a change is applied at the second check that finds it.
  */
 export function watchFile<R>(
   file: ReloadableFile<R>,
   onReload: (reload: R) => void,
-  options: { everyMs?: number; readText?: (path: string) => Promise<string> } = {},
+  options: { everyMs?: number; settleMs?: number; readText?: (path: string) => Promise<string> } =
+    {},
 ): FileWatch<R> {
   const path = file.path();
   const readText = options.readText ?? Deno.readTextFile;
-  const read = async () => {
+  const read = async (): Promise<Seen | undefined> => {
     if (path === undefined) return undefined;
     try {
       return await readText(path);
     } catch {
-      // A file that is briefly missing (mid-swap) is read again at the next check.
-      return undefined;
+      // Missing mid-swap, or removed: only a second read that still finds nothing says which.
+      return GONE;
     }
   };
   /** The content in force: read at the start, or by the last reload. */
   let seen = read();
+  /** A changed content read once, waiting for the second read that applies it. */
+  let pending: Seen | undefined;
   let checking: Promise<void> | undefined;
+  let settling: ReturnType<typeof setTimeout> | undefined;
   const compare = async () => {
     const inForce = seen;
     const text = await read();
     // A reload while this read ran applied the file as it is now: the next check compares.
-    if (text === undefined || seen !== inForce || text === await inForce) return;
+    if (text === undefined || seen !== inForce) return;
+    if (text === await inForce) {
+      pending = undefined;
+      return;
+    }
+    if (text !== pending) {
+      pending = text;
+      settleLater();
+      return;
+    }
+    pending = undefined;
     seen = Promise.resolve(text);
     onReload(file.reload());
   };
@@ -66,13 +91,26 @@ export function watchFile<R>(
     ? setInterval(check, options.everyMs)
     : undefined;
   if (timer !== undefined) Deno.unrefTimer(timer);
+  /** With a timer, the second read comes after FILE_SETTLE_MS rather than a whole interval. */
+  const settleLater = () => {
+    if (timer === undefined || settling !== undefined) return;
+    const timeout = setTimeout(() => {
+      settling = undefined;
+      check();
+    }, options.settleMs ?? FILE_SETTLE_MS);
+    Deno.unrefTimer(timeout);
+    settling = timeout;
+  };
   return {
     check,
     reload() {
-      const before = seen;
-      seen = read().then((text) => text ?? before);
+      pending = undefined;
+      seen = read();
       return file.reload();
     },
-    stop: () => clearInterval(timer),
+    stop: () => {
+      clearInterval(timer);
+      clearTimeout(settling);
+    },
   };
 }

@@ -1,0 +1,106 @@
+/**
+ * A followed configuration file is applied only once it holds still: a file caught while it is
+ * written (an editor truncating and writing it in two steps) is a valid YAML file cut short, and
+ * must not be served even until the next check; a removed file keeps what is in force and says
+ * so in one error line. Over real HTTP against the app, the watch's check called where its timer
+ * would.
+ */
+
+import assert from "node:assert/strict";
+import { followConfigFiles } from "../src/app/file_reloads.ts";
+import { createLogger } from "../src/logger.ts";
+import { exchange, issueCode, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
+import { startScripted } from "./_gateway_mcp.ts";
+import { mcpPostInit } from "./_service.ts";
+
+async function tokenFor(t: TestApp, resource: string): Promise<string> {
+  const response = await exchange(t, await issueCode(t, { resource }));
+  assert.equal(response.status, 200, await response.clone().text());
+  return (await response.json()).access_token;
+}
+
+/** A running app following a servers file listing `a` and `b`, with a token for `b`. */
+async function withServersFile(
+  fn: (rig: {
+    file: string;
+    check: () => Promise<void>;
+    postToB: () => Promise<number>;
+    lines: Record<string, unknown>[];
+    serversFileLines: () => Record<string, unknown>[];
+  }) => Promise<void>,
+) {
+  const mcp = startScripted(() => Response.json({ jsonrpc: "2.0", id: 1, result: {} }));
+  const dir = await Deno.makeTempDir();
+  const file = `${dir}/servers.yaml`;
+  await Deno.writeTextFile(file, serversYaml(mcp.url, ["a", "b"]));
+  const lines: Record<string, unknown>[] = [];
+  const t = await makeTestApp({
+    env: { MCP_SERVERS_FILE: file },
+    logger: createLogger((line) => lines.push(JSON.parse(line))),
+  });
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
+  const files = followConfigFiles(t.deps, t.deps.logger, {});
+  try {
+    const token = await tokenFor(t, `${TEST_BASE}/mcp/b`);
+    const postToB = async () => {
+      const response = await fetch(
+        `http://127.0.0.1:${server.addr.port}/mcp/b`,
+        mcpPostInit(token),
+      );
+      await response.body?.cancel();
+      return response.status;
+    };
+    const serversFileLines = () =>
+      lines.filter((line) => String(line.message).startsWith("MCP_SERVERS_FILE"));
+    await fn({ file, check: files.check, postToB, lines, serversFileLines });
+  } finally {
+    files.stop();
+    await server.shutdown();
+    t.close();
+    await mcp.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+function serversYaml(url: string, names: string[]): string {
+  return `servers:\n${names.map((name) => `  - name: ${name}\n    url: ${url}\n`).join("")}`;
+}
+
+Deno.test("file reload: a servers file caught half-written (valid YAML cut short) is not served; the whole file is, once it holds still", () =>
+  withServersFile(async ({ file, check, postToB, serversFileLines }) => {
+    assert.equal(await postToB(), 200);
+    const whole = serversYaml("http://127.0.0.1:9/mcp", ["a", "b", "c"]);
+    // The editor's first write: the file up to the end of server a's entry.
+    const cut = whole.indexOf("  - name: b");
+    await Deno.writeTextFile(file, whole.slice(0, cut));
+    await check();
+    assert.equal(await postToB(), 200, "b is still served: the cut file was not applied");
+    assert.deepEqual(serversFileLines(), []);
+
+    await Deno.writeTextFile(file, whole);
+    await check();
+    assert.deepEqual(serversFileLines(), [], "a content read once waits for a second read");
+    await check();
+    const [reloaded, ...more] = serversFileLines();
+    assert.deepEqual(more, []);
+    assert.equal(reloaded.message, "MCP_SERVERS_FILE reloaded");
+    assert.equal(reloaded.added, "c");
+    assert.equal(reloaded.removed, undefined, "b was never removed");
+  }));
+
+Deno.test("file reload: a removed servers file keeps the servers in force and says so in one error line", () =>
+  withServersFile(async ({ file, check, postToB, serversFileLines }) => {
+    await Deno.remove(file);
+    await check();
+    assert.deepEqual(serversFileLines(), [], "missing once is a swap in progress");
+    await check();
+    await check();
+    const [kept, ...more] = serversFileLines();
+    assert.deepEqual(more, [], "one line, not one per check");
+    assert.equal(kept.level, "error");
+    assert.match(
+      String(kept.message),
+      /^MCP_SERVERS_FILE not reloaded, the servers in force stay: .*servers\.yaml: cannot read the file \(NotFound\)/,
+    );
+    assert.equal(await postToB(), 200, "the servers in force stay");
+  }));
