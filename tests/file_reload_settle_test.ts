@@ -1,17 +1,35 @@
 /**
  * A followed configuration file is applied only once it holds still: a file caught while it is
  * written (an editor truncating and writing it in two steps) is a valid YAML file cut short, and
- * must not be served even until the next check; a removed file keeps what is in force and says
- * so in one error line. Over real HTTP against the app, the watch's check called where its timer
- * would.
+ * must not be served even until the next check; a removed file, and one whose YAML aliases would
+ * expand without end, keep what is in force and say so in one error line (the latter used to
+ * escape the reader as a bare error and end the process). Over real HTTP against the app, the
+ * watch's check called where its timer would, and the service as a process for SIGHUP.
  */
 
 import assert from "node:assert/strict";
 import { followConfigFiles } from "../src/app/file_reloads.ts";
 import { createLogger } from "../src/logger.ts";
-import { exchange, issueCode, makeTestApp, TEST_BASE, type TestApp } from "./_helpers.ts";
+import {
+  exchange,
+  issueCode,
+  makeTestApp,
+  TEST_BASE,
+  TEST_SECRET,
+  type TestApp,
+} from "./_helpers.ts";
 import { startScripted } from "./_gateway_mcp.ts";
-import { mcpPostInit } from "./_service.ts";
+import { mcpPostInit, spawnService, waitFor } from "./_service.ts";
+
+/** A servers file whose aliases would expand to a million entries (yaml refuses to). */
+const ALIAS_BOMB = [
+  "a: &a [x, x, x, x, x, x, x, x, x, x]",
+  ...["b", "c", "d", "e", "f"].map((name, i) =>
+    `${name}: &${name} [${Array(10).fill(`*${"abcde"[i]}`).join(", ")}]`
+  ),
+  "servers: []",
+  "",
+].join("\n");
 
 async function tokenFor(t: TestApp, resource: string): Promise<string> {
   const response = await exchange(t, await issueCode(t, { resource }));
@@ -104,3 +122,50 @@ Deno.test("file reload: a removed servers file keeps the servers in force and sa
     );
     assert.equal(await postToB(), 200, "the servers in force stay");
   }));
+
+Deno.test("file reload: a servers file of YAML aliases that would expand without end is refused with one error line; the servers stay", () =>
+  withServersFile(async ({ file, check, postToB, serversFileLines }) => {
+    await Deno.writeTextFile(file, ALIAS_BOMB);
+    await check();
+    await check();
+    const [kept, ...more] = serversFileLines();
+    assert.deepEqual(more, []);
+    assert.equal(kept.level, "error");
+    assert.match(
+      String(kept.message),
+      /^MCP_SERVERS_FILE not reloaded, the servers in force stay: .*servers\.yaml: not usable YAML \(Excessive alias count/,
+    );
+    assert.equal(await postToB(), 200, "the servers in force stay");
+  }));
+
+Deno.test(
+  "file reload: SIGHUP with a machine access file of YAML aliases that would expand without end keeps the service running",
+  { ignore: Deno.build.os === "windows" },
+  async () => {
+    const dir = await Deno.makeTempDir();
+    const file = `${dir}/access.yaml`;
+    await Deno.writeTextFile(file, "clients:\n  - client_id: robot\n    servers: [default]\n");
+    const service = await spawnService({
+      GITLAB_CLIENT_ID: "app",
+      JWT_SECRET: TEST_SECRET,
+      KV_PATH: ":memory:",
+      MCP_UPSTREAM_URL: "http://127.0.0.1:9/mcp",
+      MACHINE_ACCESS_FILE: file,
+    });
+    const refused = () => service.logs.filter((line) => line.includes("MACHINE_ACCESS_FILE not"));
+    try {
+      await Deno.writeTextFile(file, ALIAS_BOMB.replace("servers: []", "clients: []"));
+      service.signal("SIGHUP");
+      await waitFor(() => refused().length > 0, 5000);
+      assert.match(refused()[0], /"level":"error"/);
+      assert.match(refused()[0], /access\.yaml: not usable YAML \(Excessive alias count/);
+      const health = await fetch(`${service.url}/healthz`);
+      await health.body?.cancel();
+      assert.equal(health.status, 200, "the service runs on");
+      assert.equal(await service.stop(), 0);
+    } finally {
+      await service.stop();
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+);

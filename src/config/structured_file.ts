@@ -61,7 +61,13 @@ export function parseText(path: string, text: string, fail: Fail): unknown {
     const where = at ? `line ${at.line}, column ${at.col}` : "";
     return fail(where, `not YAML (${error.message.split("\n")[0]})`);
   }
-  return document.toJS();
+  try {
+    return document.toJS();
+  } catch (error) {
+    // yaml refuses to expand aliases that would multiply without end (a ReferenceError): the
+    // file's fault, to be reported as such, not an error that ends the process at a reload.
+    return fail("", `not usable YAML (${error instanceof Error ? error.message : error})`);
+  }
 }
 
 /** Fails naming the first key of `value` that is not `known`. */
