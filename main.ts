@@ -30,6 +30,7 @@ import { weakSettings } from "./src/app/weak_settings.ts";
 import { inForce } from "./src/app/in_force.ts";
 import { createAppDeps } from "./src/app/deps.ts";
 import { mcpClientFor } from "./src/gateway/mcp_client/for_url.ts";
+import { createClientMetadataFetcher, namesHttpsProxy } from "./src/client_metadata/fetcher.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";
 import type { StoreDatabase } from "./src/store/mod.ts";
@@ -94,6 +95,11 @@ export async function composeService(
     templates: await loadTemplates(),
     // The runtime's proxy variables decide how the MCP server is reached.
     mcpClient: config.mcpUpstreamUrl && mcpClientFor(config.mcpUpstreamUrl, env),
+    // And whether a metadata document is fetched from its checked address or through the proxy.
+    clientMetadataFetcher: createClientMetadataFetcher({
+      allowPrivate: config.clientMetadataAllowPrivate,
+      viaProxy: namesHttpsProxy(env),
+    }),
     metricsWorkers,
   });
   const sweep = sweepPeriodically(deps);

@@ -2,14 +2,13 @@
  * Fetches a Client ID Metadata Document with the limits the service promises: `GET` with
  * `Accept: application/json`, 5 seconds for everything (name resolution included), at most
  * 5 KiB, no redirect followed, only a 200 served as `application/json` (or `application/…+json`),
- * and, unless CLIENT_METADATA_ALLOW_PRIVATE is set, only from a
- * host whose every address is public, checked before connecting.
+ * and, unless CLIENT_METADATA_ALLOW_PRIVATE is set, only from a host whose every address is
+ * public, checked before connecting, and connected to at one of the addresses checked
+ * (pinned_request.ts), never at what the name answers to a second lookup (DNS rebinding).
  *
- * DNS-rebinding residue: the addresses are checked with `Deno.resolveDns`, and `fetch` then
- * resolves the name again itself; a name that answers a public address to the first lookup
- * and a private one to the second (a zero TTL) can still reach a private address. Connecting
- * to the checked address would close this, but Deno's `fetch` cannot be told the address to
- * use for a name while keeping TLS verification for that name. docs/mcp-clients.md "Client ID
+ * Where the runtime sends https through a proxy (HTTPS_PROXY, ALL_PROXY), the proxy connects,
+ * not this process: the document is fetched through it with `fetch`, after the same check, and
+ * which address the proxy reaches is the proxy's to restrict. docs/mcp-clients.md "Client ID
  * Metadata Documents" says so.
  *
  * @see draft-ietf-oauth-client-id-metadata-document §4 and §6
@@ -17,6 +16,7 @@
 
 import { isIpLiteral, isPublicAddress } from "./address.ts";
 import { ClientMetadataError } from "./document.ts";
+import { getPinned } from "./pinned_request.ts";
 
 /** What a fetch brought back: the body and how long it may be cached (Cache-Control). */
 export interface FetchedDocument {
@@ -49,7 +49,26 @@ export interface FetcherOptions {
   resolve?: ResolveAddresses;
   /** An HTTP client with other trusted CAs (tests); default Deno's. */
   httpClient?: Deno.HttpClient;
+  /**
+   * The runtime's `fetch` sends https through a proxy (HTTPS_PROXY or ALL_PROXY is set): the
+   * guarded fetch goes through it too, rather than connecting to the checked address itself.
+   */
+  viaProxy?: boolean;
+  /** Root certificates the guarded (pinned) fetch trusts instead of the bundled ones (tests). */
+  caCerts?: string[];
+  /** Which resolved addresses may be connected to; default public unicast only (tests). */
+  isAllowedAddress?: (address: string) => boolean;
 }
+
+/**
+ * What `fetch` would send, but the body uncompressed: node:https decodes no gzip (a document
+ * sent compressed anyway is not UTF-8 JSON, and refused).
+ */
+const PINNED_HEADERS = {
+  Accept: "application/json",
+  "Accept-Encoding": "identity",
+  "User-Agent": `Deno/${Deno.version.deno}`,
+};
 
 /** The limits of the issue: 5 s and 5 KiB. */
 export const FETCH_TIMEOUT_MS = 5_000;
@@ -60,18 +79,24 @@ export function createClientMetadataFetcher(options: FetcherOptions): ClientMeta
   const timeoutMs = options.timeoutMs ?? FETCH_TIMEOUT_MS;
   const maxBytes = options.maxBytes ?? MAX_DOCUMENT_BYTES;
   const resolve = options.resolve ?? resolveWithDeno;
+  const isAllowed = options.isAllowedAddress ?? isPublicAddress;
+  const caCerts = options.caCerts ? { caCerts: options.caCerts } : {};
   return {
     async fetchDocument(url) {
       const signal = AbortSignal.timeout(timeoutMs);
       try {
-        if (!options.allowPrivate) await requirePublicHost(url.hostname, resolve, signal);
-        const response = await fetch(url, {
-          method: "GET",
-          headers: { Accept: "application/json" },
-          redirect: "manual",
-          signal,
-          ...(options.httpClient ? { client: options.httpClient } : {}),
-        });
+        const addresses = options.allowPrivate
+          ? undefined
+          : await requirePublicHost(url.hostname, resolve, signal, isAllowed);
+        const response = addresses === undefined || options.viaProxy
+          ? await fetch(url, {
+            method: "GET",
+            headers: { Accept: "application/json" },
+            redirect: "manual",
+            signal,
+            ...(options.httpClient ? { client: options.httpClient } : {}),
+          })
+          : await getPinned({ url, addresses, headers: PINNED_HEADERS, signal, ...caCerts });
         return await readDocument(response, maxBytes);
       } catch (error) {
         if (error instanceof ClientMetadataError) throw error;
@@ -84,6 +109,14 @@ export function createClientMetadataFetcher(options: FetcherOptions): ClientMeta
   };
 }
 
+/** The variables that send Deno's `fetch` to a proxy for an `https:` URL. */
+const HTTPS_PROXY_VARIABLES = ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"];
+
+/** Whether `env` sends the runtime's https requests through a proxy (see `viaProxy`). */
+export function namesHttpsProxy(env: Readonly<Record<string, string | undefined>>): boolean {
+  return HTTPS_PROXY_VARIABLES.some((name) => (env[name] ?? "").trim() !== "");
+}
+
 function resolveWithDeno(
   hostname: string,
   type: "A" | "AAAA",
@@ -92,19 +125,24 @@ function resolveWithDeno(
   return Deno.resolveDns(hostname, type, options);
 }
 
-/** Every address of `hostname` must be public; a name without any is refused too. */
+/**
+ * Every address of `hostname` must be public (`isAllowed`); a name without any is refused too.
+ * Returns the addresses, the only ones the fetch may then connect to.
+ */
 async function requirePublicHost(
   hostname: string,
   resolve: ResolveAddresses,
   signal: AbortSignal,
-): Promise<void> {
+  isAllowed: (address: string) => boolean,
+): Promise<string[]> {
   const addresses = isIpLiteral(hostname)
     ? [hostname]
     : await resolveAll(hostname, resolve, signal);
   if (addresses.length === 0) throw new ClientMetadataError("the host does not resolve");
-  if (!addresses.every(isPublicAddress)) {
+  if (!addresses.every(isAllowed)) {
     throw new ClientMetadataError("the host resolves to a private or reserved address");
   }
+  return addresses;
 }
 
 async function resolveAll(
