@@ -99,7 +99,7 @@ Deno.test("cimd pinned: the certificate is still verified for the name", () =>
     assert.equal(hits.internal, 0);
   }, ["other.example"]));
 
-Deno.test("cimd pinned: redirects, oversized bodies, wrong types and slow answers are refused here too", () =>
+Deno.test("cimd pinned: redirects, oversized bodies, wrong types and slow answers (headers or body) are refused here too", () =>
   withRebinding(async ({ t, clientId, answer }) => {
     const refused = async (next: Answer, description: string | RegExp) => {
       answer(next);
@@ -135,6 +135,21 @@ Deno.test("cimd pinned: redirects, oversized bodies, wrong types and slow answer
         await held.promise;
         return Response.json({ client_id: id });
       }, /did not arrive within 1000 ms/);
+      // The headers in time, the body never finished: the same limit.
+      await refused(
+        (_request, id) =>
+          new Response(
+            new ReadableStream({
+              async start(controller) {
+                controller.enqueue(new TextEncoder().encode(`{"client_id":"${id}"`));
+                await held.promise;
+                controller.close();
+              },
+            }),
+            { headers: { "Content-Type": "application/json" } },
+          ),
+        /did not arrive within 1000 ms/,
+      );
     } finally {
       held.resolve();
     }
