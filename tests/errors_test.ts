@@ -191,6 +191,14 @@ Deno.test("7: 400 unsupported_grant_type on /token when grant_type is not one of
     }
   }));
 
+Deno.test("error_description holds only what RFC 6749 §5.2 allows, however odd the value it quotes", () =>
+  withApp(async (t) => {
+    const response = await token(t, { grant_type: 'été"\\x\u0007\u2028' });
+    const body = await assertError(response, 400, "unsupported_grant_type");
+    assert.equal(body.error_description, "Grant type ?t?'/x?? is not supported");
+    assert.match(String(body.error_description), /^[\x20-\x21\x23-\x5B\x5D-\x7E]*$/);
+  }));
+
 Deno.test("7: 400 invalid_request on /token: missing code, code_verifier or refresh_token", () =>
   withApp(async (t) => {
     const { code } = await seed(t);

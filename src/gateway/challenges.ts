@@ -6,7 +6,7 @@
  * @see RFC 6750 §3, RFC 9728 §5.1, MCP authorization spec ("Access Token Usage")
  */
 
-import { OAuthError } from "../http/errors.ts";
+import { errorDescription, OAuthError } from "../http/errors.ts";
 import { protectedResourceMetadataUrl } from "../http/resource.ts";
 import { GRANTED_SCOPES } from "../scopes.ts";
 
@@ -68,7 +68,9 @@ export class BearerChallengeError extends OAuthError {
 
   /** Without a token there is no error to name, only what to do (RFC 6750 §3.1). */
   override body(): Record<string, string> {
-    return this.kind.error === "none" ? { error_description: this.description } : super.body();
+    return this.kind.error === "none"
+      ? { error_description: errorDescription(this.description) }
+      : super.body();
   }
 }
 
@@ -97,7 +99,7 @@ function challengeHeader(kind: ChallengeKind, description: string, resource: str
 /** `Bearer k="v", ...` with each value reduced to what an RFC 6750 quoted string may hold. */
 function challenge(params: Record<string, string>): string {
   const quoted = Object.entries(params).map(([name, value]) =>
-    `${name}="${value.replace(/[^\x20-\x21\x23-\x5B\x5D-\x7E]/g, "")}"`
+    `${name}="${errorDescription(value)}"`
   );
   return `Bearer ${quoted.join(", ")}`;
 }

@@ -55,8 +55,17 @@ export class OAuthError extends Error {
 
   /** The JSON body it is answered with (spec §2.7). */
   body(): Record<string, string> {
-    return { error: this.code, error_description: this.description };
+    return { error: this.code, error_description: errorDescription(this.description) };
   }
+}
+
+/**
+ * `text` as an `error_description` may carry it (RFC 6749 §5.2, §4.1.2.1; RFC 6750 §3): printable
+ * ASCII without `"` and `\`. A description quoting what a client or a CI job sent (a scope, a
+ * branch name) keeps its words, the rest becomes `?` (`"` becomes `'`, `\` becomes `/`).
+ */
+export function errorDescription(text: string): string {
+  return text.replace(/[^\x20-\x7E]|["\\]/g, (c) => c === '"' ? "'" : c === "\\" ? "/" : "?");
 }
 
 /** The description spec §7 fixes for a service without OAuth configuration. */

@@ -18,6 +18,7 @@ import type { Versioned } from "../store/mod.ts";
 import type { SignInRecord } from "../store/records.ts";
 import type { RenderedPage } from "../pages/mod.ts";
 import { clientReturnUrl, isFollowableRedirect } from "../clients/return_url.ts";
+import { errorDescription } from "../http/errors.ts";
 import type { ConsentGrant } from "./consent_signer.ts";
 import {
   CONSENT_MAX_AGE_SECONDS,
@@ -216,7 +217,7 @@ export function refusalPage(
   const returnUrl = isFollowableRedirect(signIn.redirectUri)
     ? clientReturnUrl(
       signIn.redirectUri,
-      { error: "access_denied", error_description: message },
+      { error: "access_denied", error_description: errorDescription(message) },
       signIn.state,
       ctx.baseUrl,
     ).href
