@@ -18,6 +18,15 @@ import type { DeviceAuthorizationRecord, SessionRecord } from "./records.ts";
 import type { SessionRecords } from "./sessions.ts";
 import { UNREDEEMED_KEEP_MS } from "./unredeemed.ts";
 
+/**
+ * How long a device code's records outlive its `expiresAt` (past it, the page finds no code),
+ * so that the client's polls are told `expired_token` (RFC 8628 §3.5) rather than
+ * `invalid_grant` for an unknown code: a backend that never returns an expired entry
+ * (PostgreSQL) would have them gone at once. Ten minutes: longer than any interval a client
+ * polls at.
+ */
+const EXPIRED_RECORD_KEEP_MS = 10 * 60_000;
+
 /** What the user-code key holds. */
 interface UserCodeEntry {
   deviceHash: string;
@@ -86,6 +95,10 @@ export function createDeviceAuthorizationStore(
   io: StoreIo,
   sessions: SessionRecords,
 ): DeviceAuthorizationStore {
+  function recordTtl(record: { expiresAt: number }): number {
+    return io.ttlUntil(record.expiresAt + EXPIRED_RECORD_KEEP_MS);
+  }
+
   function live(
     found: Versioned<DeviceAuthorizationRecord> | null,
   ): Versioned<DeviceAuthorizationRecord> | null {
@@ -112,7 +125,8 @@ export function createDeviceAuthorizationStore(
       const hash = userCodeHash(userCode);
       const deviceHash = deviceCodeHash(deviceCode);
       const value: DeviceAuthorizationRecord = { ...record, userCodeHash: hash };
-      const expireIn = io.ttlUntil(record.expiresAt);
+      // The user code stays taken as long as the record (whose deletion deletes its key).
+      const expireIn = recordTtl(record);
       const userKey = deviceUserKey(hash);
       const entry: UserCodeEntry = { deviceHash };
       return io.commit(
@@ -136,7 +150,7 @@ export function createDeviceAuthorizationStore(
 
     async updateDeviceAuthorization(device, value) {
       const op = io.atomic().check(device)
-        .set(device.key, value, { expireIn: io.ttlUntil(value.expiresAt) });
+        .set(device.key, value, { expireIn: recordTtl(value) });
       if (!await io.commit(op)) return null;
       return await io.read<DeviceAuthorizationRecord>(device.key);
     },
@@ -150,7 +164,7 @@ export function createDeviceAuthorizationStore(
       const at = sessionKey(session.id);
       return io.commit(
         io.atomic().check(device).check({ key: at, versionstamp: null })
-          .set(device.key, approved, { expireIn: io.ttlUntil(device.value.expiresAt) })
+          .set(device.key, approved, { expireIn: recordTtl(device.value) })
           .set(at, session, { expireIn: io.ttlUntil(session.expiresAt) })
           .set(unredeemedKey(session.expiresAt, session.id), unredeemedSignIn(session), {
             expireIn: io.ttlUntil(session.expiresAt + UNREDEEMED_KEEP_MS),
@@ -162,7 +176,7 @@ export function createDeviceAuthorizationStore(
       const denied: DeviceAuthorizationRecord = { ...device.value, status: "denied" };
       return io.commit(
         io.atomic().check(device).check(session)
-          .set(device.key, denied, { expireIn: io.ttlUntil(device.value.expiresAt) })
+          .set(device.key, denied, { expireIn: recordTtl(device.value) })
           .delete(session.key)
           .delete(unredeemedKey(session.value.expiresAt, session.value.id)),
       );
