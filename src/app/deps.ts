@@ -46,8 +46,8 @@ import type { MisconfigurationHints } from "../upstream/oauth_http.ts";
 import type { Upstream } from "../upstream/types.ts";
 
 /**
- * What the process provides; `upstream` replaces the configured client and
- * `clientMetadataFetcher` the configured fetcher (tests, the demo).
+ * What the process provides; `upstream` replaces the configured client (tests, the demo) and
+ * `clientMetadataFetcher` the configured fetcher (main.ts, which knows the proxy variables; tests).
  */
 export interface Resources {
   /** Deno KV, or another store backend (PostgreSQL). */
