@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { auditLines, type GatewayServer, startGateway, startScripted } from "./_gateway_mcp.ts";
-import { issueTokens, TEST_BASE } from "./_helpers.ts";
+import { FakeClock, issueTokens, TEST_BASE } from "./_helpers.ts";
 import { type CiJob, ciTokenClaims } from "../src/machine/caller.ts";
 import { machineSubject } from "../src/jwt.ts";
 import { issueMachineToken } from "../src/machine/token.ts";
@@ -62,7 +62,10 @@ interface MachineGateway {
   close(): Promise<void>;
 }
 
-async function machineGateway(env: Record<string, string> = {}): Promise<MachineGateway> {
+async function machineGateway(
+  env: Record<string, string> = {},
+  clock: FakeClock | undefined = undefined,
+): Promise<MachineGateway> {
   const upstream = mcpServer();
   const dir = await Deno.makeTempDir();
   await Deno.writeTextFile(`${dir}/access.yaml`, ACCESS);
@@ -77,6 +80,7 @@ async function machineGateway(env: Record<string, string> = {}): Promise<Machine
       MCP_SERVERS_FILE: `${dir}/servers.yaml`,
       ...env,
     },
+    clock,
   });
   // The operator added the client the `clients:` rule names (a deleted one is refused).
   await addClient(gateway.t.store, { id: "nightly", secret: true });
@@ -223,6 +227,36 @@ Deno.test("machine gateway: a client gets no GitLab token when its rule has none
     assert.equal(line?.caller, "client");
     assert.equal(line?.clientId, "nightly");
     assert.equal(line?.ciProject, undefined);
+  } finally {
+    await m.close();
+  }
+});
+
+Deno.test("machine gateway: RATE_LIMIT_MCP counts a client's messages whatever token carries them, a CI job's per token", async () => {
+  const m = await machineGateway(
+    { RATE_LIMIT_MCP: "3/60" },
+    new FakeClock(Date.parse("2026-01-01T00:00:15Z")),
+  );
+  try {
+    const first = await machineToken(m, { client: "nightly" });
+    assert.equal((await callTool(m, first, "get_issue")).response.status, 200);
+    assert.equal((await callTool(m, first, "get_issue")).response.status, 200);
+    // A new client_credentials token is the same client: it does not start a new count.
+    const second = await machineToken(m, { client: "nightly" });
+    assert.notEqual(second, first);
+    assert.equal((await callTool(m, second, "get_issue")).response.status, 200);
+    const limited = await callTool(m, second, "get_issue");
+    assert.equal(limited.response.status, 429);
+    assert.equal(limited.body.error, "temporarily_unavailable");
+    assert.equal((await callTool(m, first, "get_issue")).response.status, 429);
+    // Each CI job's token has its own count, whatever the client spent.
+    for (const job of ["1", "2"]) {
+      const token = await machineToken(m, { ci: { ...JOB, job } });
+      for (let i = 0; i < 3; i++) {
+        assert.equal((await callTool(m, token, "get_issue")).response.status, 200);
+      }
+      assert.equal((await callTool(m, token, "get_issue")).response.status, 429);
+    }
   } finally {
     await m.close();
   }

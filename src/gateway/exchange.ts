@@ -189,7 +189,7 @@ function chooseRules(x: Exchange): undefined {
 /** RATE_LIMIT_MCP's first message; an `Mcp-Session-Id` or event id only with its session. */
 async function bindSession(x: Exchange): Promise<undefined> {
   const auth = authOf(x);
-  const taking = x.gateway.rateLimit?.take(auth.sessionId, 1);
+  const taking = x.gateway.rateLimit?.take(auth, 1);
   if (taking) await taking;
   if (x.mcpSessionId !== null) {
     await requireOwnMcpSession(x.gateway.deps, auth, x.mcpSessionId, x.owner);
@@ -235,7 +235,7 @@ async function checkBody(x: Exchange): Promise<Exit | undefined> {
   }
   if (post.messages.length > 1 && x.gateway.rateLimit) {
     // The first message was counted on arrival; a batch counts each of the others too.
-    await x.gateway.rateLimit.take(authOf(x).sessionId, post.messages.length - 1);
+    await x.gateway.rateLimit.take(authOf(x), post.messages.length - 1);
   }
   if (post.mismatch !== undefined) {
     const id = post.batch ? null : post.messages[0]?.id;
