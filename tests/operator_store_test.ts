@@ -19,7 +19,7 @@ Deno.test("operator store: sessions by user, expiry, deletes and counts", () =>
     const grace = await issueTokens(t);
     t.clock.advance(120_000);
 
-    assert.deepEqual((await t.store.listSessions()).map((s) => s.upstreamUsername), [
+    assert.deepEqual((await t.store.listSessions()).map((s) => s.value.upstreamUsername), [
       "Ada",
       "Ada",
       "grace",
@@ -27,13 +27,14 @@ Deno.test("operator store: sessions by user, expiry, deletes and counts", () =>
     assert.equal((await t.store.listSessions({ user: "ada" })).length, 2, "any case");
     assert.equal((await t.store.listSessions({ user: "4242" })).length, 2, "by id");
     assert.equal((await t.store.listSessions({ user: "4" })).length, 0, "no prefix match");
-    assert.equal((await t.store.listSessions({ user: "77" }))[0].upstreamUsername, "grace");
+    assert.equal((await t.store.listSessions({ user: "77" }))[0].value.upstreamUsername, "grace");
     assert.equal((await t.store.listSessions({ clientId: "nobody" })).length, 0);
     assert.equal((await t.store.countRecords()).sessions, 4, "counts what KV still holds");
     assert.equal(await t.store.countLiveSessions(), 3, "the expired session is not live");
 
     const ended = await t.store.listSessions({ user: "ADA" });
-    assert.equal(await t.store.deleteSessions(ended.map((s) => s.id)), 2);
+    assert.equal(ended.length, 2);
+    for (const session of ended) assert.ok(await t.store.deleteSessionIfUnchanged(session));
     for (const tokens of ada) {
       const response = await refresh(t, tokens.refresh_token);
       assert.equal((await response.json()).error, "invalid_grant");

@@ -4,13 +4,13 @@
  * JSON line naming the operator action.
  */
 
-import type { LogFields, Logger } from "../logger.ts";
-import { revokeOpenedUpstreamTokens } from "../session/end.ts";
+import type { Logger } from "../logger.ts";
 import type { Store } from "../store/mod.ts";
-import type { ClientRecord, SessionRecord, UpstreamTokenPair } from "../store/records.ts";
+import type { ClientRecord, SessionRecord } from "../store/records.ts";
 import type { ProviderRoles, Upstream } from "../upstream/types.ts";
 import { admissionLabel, admissionOf, admittedThrough } from "./admission.ts";
 import type { AdminCommand, UserSelector } from "./args.ts";
+import { endSessions, openAll, type Revoker } from "./ending.ts";
 import { formatTable } from "./table.ts";
 import { addMachineClient, deleteMachineClient, printMachineClients } from "./machine_clients.ts";
 import { AdminRefusal } from "./refusal.ts";
@@ -52,9 +52,6 @@ export type StoreCommand = Exclude<
   { name: "keys generate" | "migrate" | "help" | "config check" }
 >;
 
-/** Upstream revocations in flight at once: a courtesy to the GitLab instance. */
-const REVOCATION_CONCURRENCY = 8;
-
 /** Exit code of `sessions revoke --user` when the user has no session: nothing was ended. */
 export const NOTHING_MATCHED = 3;
 
@@ -73,7 +70,7 @@ export async function runStoreCommand(command: StoreCommand, deps: AdminDeps): P
           2,
         );
       }
-      const sessions = await deps.store.listSessions(who);
+      const sessions = (await deps.store.listSessions(who)).map((read) => read.value);
       const listed = sessions.filter((session) =>
         (group === undefined || admittedThrough(session, group)) &&
         (server === undefined || serverOf(session, servers) === server)
@@ -175,9 +172,10 @@ async function revokeUserSessions(
     });
     return NOTHING_MATCHED;
   }
-  const matched = howMatched(who, sessions);
+  const records = sessions.map((read) => read.value);
+  const matched = howMatched(who, records);
   const ending = await openAll(sessions, revoker, deps);
-  const users = [...new Set(sessions.map(userLabel))].join(", ");
+  const users = [...new Set(records.map(userLabel))].join(", ");
   await endSessions(ending, revoker, { action: "sessions revoke", ...who, matched, users }, deps);
   return 0;
 }
@@ -220,7 +218,7 @@ async function revokeSession(
     return 1;
   }
   const ending = await openAll([session], revoker, deps);
-  const user = session.upstreamUsername;
+  const user = session.value.upstreamUsername;
   await endSessions(ending, revoker, { action: "sessions revoke", sessionId, user }, deps);
   return 0;
 }
@@ -244,7 +242,7 @@ async function deleteClient(
   }
   // Sessions signed in since the listing are ended too; their tokens were not checked above.
   const late = (await deps.store.listSessions({ clientId }))
-    .filter((session) => !ending.some((known) => known.session.id === session.id));
+    .filter((session) => !ending.some((known) => known.session.value.id === session.value.id));
   const lateEnding = await openAll(late, revoker, deps, { refuse: false });
   await endSessions(
     [...ending, ...lateEnding],
@@ -254,9 +252,6 @@ async function deleteClient(
   );
   return 0;
 }
-
-/** What revoking a session's GitLab tokens takes; undefined when the operator keeps them. */
-type Revoker = Upstream | undefined;
 
 /**
  * GitLab, when the command is to revoke tokens and this environment has all it needs to;
@@ -274,100 +269,6 @@ function gitLabRevoker(keepGitLabTokens: boolean, deps: AdminDeps): Revoker {
       "the service's environment, or add --keep-gitlab-tokens to end the sessions and leave " +
       "their GitLab tokens valid at GitLab.",
   );
-}
-
-/** A session about to end, and its GitLab tokens when they are to be revoked. */
-interface Ending {
-  session: SessionRecord;
-  tokens?: UpstreamTokenPair;
-}
-
-/**
- * Opens every session's GitLab tokens before anything is deleted: a session whose tokens this
- * environment cannot open (another ENCRYPTION_KEY than the service's) would otherwise end with
- * its GitLab token still valid. Throws AdminRefusal unless `refuse` is false.
- */
-async function openAll(
-  sessions: SessionRecord[],
-  revoker: Revoker,
-  deps: AdminDeps,
-  { refuse } = { refuse: true },
-): Promise<Ending[]> {
-  if (!revoker) return sessions.map((session) => ({ session }));
-  const ending = await Promise.all(sessions.map(async (session) => ({
-    session,
-    tokens: await deps.store.openUpstreamTokens(session) ?? undefined,
-  })));
-  const unopened = ending.filter((one) => !one.tokens).length;
-  if (unopened > 0 && refuse) {
-    throw new AdminRefusal(
-      `${unopened} of ${sessions.length} session(s) hold GitLab tokens sealed under a key this ` +
-        "environment does not have; nothing was ended. Set the service's ENCRYPTION_KEY (or " +
-        "its JWT_SECRET, and JWT_SECRET_PREVIOUS during a rotation), or add " +
-        "--keep-gitlab-tokens to end the sessions and leave their GitLab tokens valid.",
-    );
-  }
-  return ending;
-}
-
-/**
- * Deletes the sessions first (their tokens stop working at once), then revokes their upstream
- * tokens, best effort (a failure is logged and counted, never retried), and logs the operator
- * action: `named` (the action and what it named), the sessions ended, the revocations.
- */
-async function endSessions(
-  ending: Ending[],
-  revoker: Revoker,
-  named: LogFields & { action: string },
-  deps: AdminDeps,
-): Promise<void> {
-  await deps.store.deleteSessions(ending.map(({ session }) => session.id));
-  await countForMetrics(ending.length, named, deps);
-  let gitlabTokensRevoked = 0;
-  if (revoker) {
-    let next = 0;
-    const worker = async () => {
-      while (next < ending.length) {
-        const { session, tokens } = ending[next++];
-        const fields = { sessionId: session.id };
-        if (
-          tokens &&
-          await revokeOpenedUpstreamTokens({ ...deps, upstream: revoker }, tokens, fields)
-        ) {
-          gitlabTokensRevoked++;
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: REVOCATION_CONCURRENCY }, worker));
-  } else if (ending.length > 0) {
-    deps.logger.warn("--keep-gitlab-tokens: the GitLab tokens of these sessions stay valid", named);
-  }
-  deps.logger.info("operator action", {
-    ...named,
-    sessions: ending.length,
-    gitlabTokensRevoked,
-    gitlabRevocationsFailed: revoker ? ending.length - gitlabTokensRevoked : 0,
-    ...(revoker ? {} : { gitlabTokensKept: ending.length }),
-  });
-}
-
-/**
- * Leaves the count of sessions ended for the service's `revocations_total{outcome="operator"}`;
- * the sessions are ended whether or not it could be written.
- */
-async function countForMetrics(
-  sessions: number,
-  named: LogFields & { action: string },
-  deps: AdminDeps,
-): Promise<void> {
-  try {
-    await deps.store.countOperatorRevocations(sessions);
-  } catch (error) {
-    deps.logger.warn("the sessions ended are not counted in the service's metrics", {
-      ...named,
-      error: error instanceof Error ? error.message : String(error),
-    });
-  }
 }
 
 function iso(epochMs: number): string {

@@ -279,15 +279,17 @@ export async function endSessionOnRefreshReplay(
  * Ends the session `read`, whatever it has become since it was read (a rotation or an upstream
  * refresh saved it in between): answers the record as deleted, with the GitLab tokens it held
  * last, for the caller to revoke; null when it is gone (whoever ended it revokes them).
+ * `reread` reads it again after a change (the operator's CLI reads a session it cannot open too).
  */
 export async function endSessionAsItIsNow(
-  store: Store,
+  store: Pick<Store, "deleteSessionIfUnchanged" | "getSession">,
   read: Versioned<SessionRecord>,
+  reread: (id: string) => Promise<Versioned<SessionRecord> | null> = (id) => store.getSession(id),
 ): Promise<SessionRecord | null> {
   let session: Versioned<SessionRecord> | null = read;
   for (let attempt = 0; session && attempt < RACED_TRANSITION_ATTEMPTS; attempt++) {
     if (await store.deleteSessionIfUnchanged(session)) return session.value;
-    session = await store.getSession(read.value.id);
+    session = await reread(read.value.id);
   }
   return null;
 }

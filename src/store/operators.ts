@@ -1,15 +1,16 @@
 /**
  * What an operator's tools (`deno task admin`) need of the store: every session or client
- * listed, sessions and clients deleted, records counted. Safe beside a running service on the
- * same KV: every change is an atomic commit, and a rotation that read a session before its
- * delete fails its versionstamp check.
+ * listed, clients deleted, records counted (sessions end through `deleteSessionIfUnchanged`, as
+ * the service ends them, so a renewal saved since the listing is not lost). Safe beside a running
+ * service on the same KV: every change is an atomic commit, and a rotation that read a session
+ * before its delete fails its versionstamp check.
  *
  * Sessions have no per-user index (it would cost every sign-in and every rotation a second
  * key); finding a user's sessions is one scan of the session records, measured at about a
  * second per 100,000 sessions (docs/operating.md "Operator's CLI").
  */
 
-import type { StoreIo } from "./io.ts";
+import type { StoreIo, Versioned } from "./io.ts";
 import { clientKey, recordPrefix, sessionKey } from "./keys.ts";
 import { type ClientRecord, sessionFromStored, type SessionRecord } from "./records.ts";
 
@@ -35,8 +36,11 @@ export interface RecordCounts {
 
 /** The operator's operations of the store. */
 export interface OperatorStore {
-  /** Every live session matching `filter` (all of them without one), oldest first. */
-  listSessions(filter?: SessionFilter): Promise<SessionRecord[]>;
+  /**
+   * Every live session matching `filter` (all of them without one), oldest first, as read: to
+   * be ended only if unchanged since.
+   */
+  listSessions(filter?: SessionFilter): Promise<Versioned<SessionRecord>[]>;
   /**
    * How many sessions are live: one scan, a page of records held at a time (the metrics'
    * `sessions_alive`; listing them would hold every session at once).
@@ -47,12 +51,7 @@ export interface OperatorStore {
    * getSession, which treats a session it cannot open as absent): the operator must learn
    * that it exists and cannot be opened, not that there is none.
    */
-  readSession(id: string): Promise<SessionRecord | null>;
-  /**
-   * Deletes the sessions `ids`, in batches of atomic commits; answers how many ids it was given
-   * (a KV delete does not tell whether the record was still there).
-   */
-  deleteSessions(ids: readonly string[]): Promise<number>;
+  readSession(id: string): Promise<Versioned<SessionRecord> | null>;
   /** Every registered client, oldest first. */
   listClients(): Promise<ClientRecord[]>;
   /** Deletes a registered client; false when there was none. */
@@ -60,9 +59,6 @@ export interface OperatorStore {
   /** Counts pending flows, sessions and registered clients. */
   countRecords(): Promise<RecordCounts>;
 }
-
-/** Deletes per commit: well under KV's 1,000 mutations, so a batch never waits for room. */
-const DELETE_BATCH = 500;
 
 /** Whether `session` belongs to the user `user` names (username or numeric id). */
 export function sessionBelongsTo(session: SessionRecord, user: string): boolean {
@@ -89,13 +85,13 @@ export function createOperatorStore(io: StoreIo): OperatorStore {
 
   return {
     async listSessions(filter = {}) {
-      const found: SessionRecord[] = [];
+      const found: Versioned<SessionRecord>[] = [];
       for await (const entry of io.list<SessionRecord>(recordPrefix("session"))) {
         const session = sessionFromStored(entry.value);
         if (!io.isLive(session)) continue;
-        if (matches(session, filter)) found.push(session);
+        if (matches(session, filter)) found.push({ ...entry, value: session });
       }
-      return found.sort((a, b) => a.createdAt - b.createdAt);
+      return found.sort((a, b) => a.value.createdAt - b.value.createdAt);
     },
 
     async countLiveSessions() {
@@ -110,18 +106,7 @@ export function createOperatorStore(io: StoreIo): OperatorStore {
       const stored = await io.read<SessionRecord>(sessionKey(id));
       if (!stored) return null;
       const session = sessionFromStored(stored.value);
-      return io.isLive(session) ? session : null;
-    },
-
-    async deleteSessions(ids) {
-      const batches = [];
-      for (let start = 0; start < ids.length; start += DELETE_BATCH) {
-        const op = io.atomic();
-        for (const id of ids.slice(start, start + DELETE_BATCH)) op.delete(sessionKey(id));
-        batches.push(io.commit(op));
-      }
-      await Promise.all(batches);
-      return ids.length;
+      return io.isLive(session) ? { ...stored, value: session } : null;
     },
 
     async listClients() {
