@@ -93,8 +93,9 @@ export async function composeService(
     clock: systemClock,
     logger,
     templates: await loadTemplates(),
-    // The runtime's proxy variables decide how the MCP server is reached.
+    // The runtime's proxy variables decide how the MCP servers are reached, named ones too.
     mcpClient: config.mcpUpstreamUrl && mcpClientFor(config.mcpUpstreamUrl, env),
+    mcpClientFor: (url) => mcpClientFor(url, env),
     // And whether a metadata document is fetched from its checked address or through the proxy.
     clientMetadataFetcher: createClientMetadataFetcher({
       allowPrivate: config.clientMetadataAllowPrivate,

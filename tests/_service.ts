@@ -286,8 +286,9 @@ export function postMcpOverHttp(
   serviceUrl: string,
   accessToken: string,
   message: Record<string, unknown>,
+  path = "/mcp",
 ): Promise<HttpResult> {
-  return fetchJson(`${serviceUrl}/mcp`, mcpPostInit(accessToken, message));
+  return fetchJson(`${serviceUrl}${path}`, mcpPostInit(accessToken, message));
 }
 
 /** POST `{serviceUrl}/token`, form-encoded. */
@@ -403,6 +404,8 @@ export interface SignInOptions {
   pollBeforeApproval?: boolean;
   /** The GitLab account that approves; default the simulated GitLab's first. */
   userId?: number;
+  /** The MCP server the token is for (RFC 8707); default the service's own `/mcp`. */
+  resource?: string;
 }
 
 /**
@@ -418,6 +421,7 @@ export async function signInOverHttp(
   const overrides: Record<string, string> = { redirect_uri: redirectUri };
   if (options.clientId !== undefined) overrides.client_id = options.clientId;
   if (options.state !== undefined) overrides.state = options.state;
+  if (options.resource !== undefined) overrides.resource = options.resource;
   const { flowState } = await authorizeOverHttp(serviceUrl, overrides);
   if (options.pollBeforeApproval) {
     assert.deepEqual((await pollOverHttp(serviceUrl, flowState)).body, { status: "pending" });

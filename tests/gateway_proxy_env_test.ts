@@ -36,22 +36,36 @@ function startMcpServer() {
   return { url: `http://127.0.0.1:${server.addr.port}/mcp`, close: () => server.shutdown() };
 }
 
-async function callThroughGateway(proxyEnv: (proxyUrl: string) => Record<string, string>) {
+/**
+ * A tools/list through the gateway with `proxyEnv`: to MCP_UPSTREAM_URL at `/mcp`, or with
+ * `named`, to a server of MCP_SERVERS_FILE at `/mcp/docs`.
+ */
+async function callThroughGateway(
+  proxyEnv: (proxyUrl: string) => Record<string, string>,
+  named = false,
+) {
   const mcp = startMcpServer();
   const proxy = startProxy(mcp.url);
+  const dir = await Deno.makeTempDir();
+  const serversFile = `${dir}/servers.yaml`;
+  await Deno.writeTextFile(serversFile, `servers:\n  - name: docs\n    url: ${mcp.url}\n`);
   const { gitlab, service, close } = await spawnWithGitLab("proxy-env-app", {
-    MCP_UPSTREAM_URL: mcp.url,
+    ...(named ? { MCP_SERVERS_FILE: serversFile } : { MCP_UPSTREAM_URL: mcp.url }),
     ...proxyEnv(proxy.url),
   });
   try {
-    const { access_token } = await signInOverHttp(service.url, gitlab);
-    const answer = await postMcpOverHttp(service.url, access_token, { method: "tools/list" });
+    const path = named ? "/mcp/docs" : "/mcp";
+    const { access_token } = await signInOverHttp(service.url, gitlab, {
+      resource: `${service.url}${path}`,
+    });
+    const answer = await postMcpOverHttp(service.url, access_token, { method: "tools/list" }, path);
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
     return { result: answer.body.result, proxied: proxy.seen.filter((s) => s.url === mcp.url) };
   } finally {
     await close();
     await proxy.close();
     await mcp.close();
+    await Deno.remove(dir, { recursive: true });
   }
 }
 
@@ -64,6 +78,12 @@ for (const variable of ["HTTP_PROXY", "http_proxy", "ALL_PROXY"]) {
     assert.match(proxied[0].authorization ?? "", /^Bearer \S+$/);
   });
 }
+
+Deno.test("gateway: HTTP_PROXY set, a server of MCP_SERVERS_FILE is reached through the proxy too", async () => {
+  const { result, proxied } = await callThroughGateway((proxy) => ({ HTTP_PROXY: proxy }), true);
+  assert.deepEqual(result, { via: "proxy" });
+  assert.equal(proxied.length, 1);
+});
 
 Deno.test("gateway: NO_PROXY naming the MCP server's host keeps its hop direct", async () => {
   const { result, proxied } = await callThroughGateway((proxy) => ({
