@@ -241,8 +241,9 @@ async function deleteClient(
     return 1;
   }
   // Sessions signed in since the listing are ended too; their tokens were not checked above.
+  const known = new Set(ending.map(({ session }) => session.value.id));
   const late = (await deps.store.listSessions({ clientId }))
-    .filter((session) => !ending.some((known) => known.session.value.id === session.value.id));
+    .filter((session) => !known.has(session.value.id));
   const lateEnding = await openAll(late, revoker, deps, { refuse: false });
   await endSessions(
     [...ending, ...lateEnding],
