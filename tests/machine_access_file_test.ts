@@ -2,7 +2,8 @@
  * MACHINE_ACCESS_FILE (issue 37 §1, §2): the `ci:` and `clients:` rules read from YAML or JSON,
  * every mistake one line naming the file, the rule and the field; globs as the issue gives them
  * (a project's `*` inside one segment, `**` across, a ref's and environment's `*` across `/`);
- * `ref_protected` matching GitLab's string claim; token files relative to the access file,
+ * `ref_protected` matching GitLab's string claim; `project_id` and `namespace_id` matched exactly,
+ * a rule naming none of project, project_id, namespace_id refused; token files relative to the access file,
  * trailing whitespace stripped; a rule naming a server that is not configured stops start-up in
  * one line; a reload that cannot be used keeps the rules in force.
  */
@@ -14,6 +15,7 @@ import { MachineAccessError, readMachineAccess } from "../src/machine/access_fil
 import { createMachineAccessHolder } from "../src/machine/holder.ts";
 import { type CiClaims, ciRuleFor, clientRuleFor, toolAllowed } from "../src/machine/rules.ts";
 import { TEST_SECRET } from "./_helpers.ts";
+import { checkConfiguration } from "../src/app/config_check.ts";
 
 async function folderWith(files: Record<string, string>): Promise<string> {
   const dir = await Deno.makeTempDir();
@@ -105,6 +107,32 @@ Deno.test("machine access file: globs — * one segment, ** any, neither the gro
   assert.equal(ciRuleFor(access, claims("solo/app2")), undefined);
 });
 
+Deno.test("machine access file: project_id and namespace_id, numbers or strings, one or a list, match exactly", async () => {
+  const dir = await folderWith({
+    "access.json": JSON.stringify({
+      ci: [
+        { project_id: [20, "21", 20], servers: ["default"] },
+        { project: "acme/*", namespace_id: "72", servers: ["docs"] },
+      ],
+    }),
+  });
+  const access = readMachineAccess(`${dir}/access.json`);
+  const [byId, byNamespace] = access.ci;
+  assert.deepEqual(byId.projectIds, ["20", "21"]);
+  assert.equal(byId.project, undefined);
+  assert.equal(ciRuleFor(access, job({ project_path: "x/y", project_id: "21" })), byId);
+  assert.equal(
+    ciRuleFor(access, job({ project_id: "2", namespace_id: "72" })),
+    byNamespace,
+  );
+  assert.equal(
+    ciRuleFor(access, job({ project_path: "other/app", namespace_id: "72" })),
+    undefined,
+  );
+  assert.equal(ciRuleFor(access, job({ project_id: "200", namespace_id: "7" })), undefined);
+  assert.equal(ciRuleFor(access, job()), undefined, "no id claims: no id rule");
+});
+
 Deno.test("machine access file: every mistake is one line naming the file, the rule and the field", async () => {
   const cases: [string, RegExp][] = [
     [
@@ -125,7 +153,23 @@ Deno.test("machine access file: every mistake is one line naming the file, the r
       "ci: [{project: '**', servers: [default]}]",
       /ci rule 0 project: must name its top-level group/,
     ],
-    ["ci: [{servers: [default]}]", /ci rule 0 project: must be a pattern/],
+    [
+      "ci: [{servers: [default]}]",
+      /ci rule 0: must name its project: project, project_id or namespace_id/,
+    ],
+    ["ci: [{project: null, servers: [default]}]", /ci rule 0 project: must be a pattern/],
+    [
+      "ci: [{project_id: '*', servers: [default]}]",
+      /ci rule 0 project_id: "\*" is not a GitLab id/,
+    ],
+    [
+      "ci: [{project_id: 12345678901234567890, servers: [default]}]",
+      /ci rule 0 project_id: .* quote a very long one/,
+    ],
+    [
+      "ci: [{project: acme/x, namespace_id: null, servers: [default]}]",
+      /ci rule 0 namespace_id: null is not a GitLab id/,
+    ],
     [
       "ci: [{project: acme/x, ref_type: branches, servers: [default]}]",
       /ref_type: must be branch or tag/,
@@ -208,6 +252,18 @@ Deno.test("machine access file: a rule naming a server that is not configured st
     );
     return true;
   });
+  // `admin config check` reports a bad id as start-up does.
+  await Deno.writeTextFile(
+    `${dir}/ids.yaml`,
+    "ci:\n  - project_id: [20, x]\n    servers: [default]\n",
+  );
+  assert.deepEqual(
+    checkConfiguration({ ...env, MACHINE_ACCESS_FILE: `${dir}/ids.yaml` }).problems,
+    [
+      `MACHINE_ACCESS_FILE: ${dir}/ids.yaml: ci rule 0 project_id: "x" is not a GitLab id ` +
+      "(digits, no leading zero; quote a very long one)",
+    ],
+  );
   const config = loadConfig({ ...env, MCP_SERVERS_FILE: `${dir}/servers.yaml` });
   assert.deepEqual(config.machineAccessFile?.ci[0].servers, ["default", "docs"]);
 });

@@ -129,7 +129,7 @@ export function createAudit(logger: Logger, enabled: boolean, server: string): A
 }
 
 /**
- * Who called, by kind (`user`, `ci`, `client`), and for a CI job its project, pipeline and job
+ * Who called, by kind (`user`, `ci`, `client`), and for a CI job its project (path and id), pipeline and job
  * (bounded: they come from GitLab's ID token).
  */
 function callerFields(auth: GatewayRequest) {
@@ -138,6 +138,8 @@ function callerFields(auth: GatewayRequest) {
   return {
     caller: machine.kind,
     ciProject: bounded(machine.ci?.project_path),
+    // The path can be renamed and taken by another project; the id cannot.
+    ciProjectId: bounded(machine.ci?.project_id),
     ciPipeline: bounded(machine.ci?.pipeline),
     ciJob: bounded(machine.ci?.job),
   };

@@ -60,6 +60,7 @@ async function issueForCiJob(deps: GrantDeps, request: GrantRequest): Promise<Is
     deps.logger.warn("CI job refused: no rule admits it", {
       requestId: request.requestId,
       ciProject: job.project_path,
+      ciProjectId: job.project_id,
       ref: job.ref,
     });
     throw invalidGrant(`no rule admits ${job.project_path} at ref ${job.ref}`);
@@ -92,6 +93,7 @@ async function issueForCiJob(deps: GrantDeps, request: GrantRequest): Promise<Is
     logFields: {
       caller: "ci",
       ciProject: job.project_path,
+      ciProjectId: job.project_id,
       ciPipeline: job.pipeline,
       ciJob: job.job,
       ciRule: rule.where,

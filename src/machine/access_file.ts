@@ -1,6 +1,7 @@
 /**
  * MACHINE_ACCESS_FILE read and checked: YAML (`.yaml`, `.yml`) or JSON (`.json`) with a `ci:`
- * list (GitLab CI jobs, matched on their ID token's claims) and a `clients:` list
+ * list (GitLab CI jobs, matched on their ID token's claims; each rule names its project by path
+ * pattern, by id or by its namespace's id) and a `clients:` list
  * (operator-registered clients, by client_id). Anything it does not understand (an unknown or
  * repeated key, a value of the wrong kind, an unreadable `gitlab_token_file`) is refused with one
  * line naming the file, the rule and the field, so a typo never widens access silently.
@@ -35,13 +36,24 @@ export class MachineAccessError extends Error {
 export type ReadText = (path: string) => string;
 
 const GRANT_KEYS = ["servers", "tools", "gitlab_token_file"];
-const CI_KEYS = ["project", "ref", "ref_type", "ref_protected", "environment", ...GRANT_KEYS];
+const CI_KEYS = [
+  "project",
+  "project_id",
+  "namespace_id",
+  "ref",
+  "ref_type",
+  "ref_protected",
+  "environment",
+  ...GRANT_KEYS,
+];
 const CLIENT_KEYS = ["client_id", ...GRANT_KEYS];
 /** A server name as MCP_SERVERS_FILE allows it, or `default`. */
 const SERVER_NAME = /^[a-z0-9][a-z0-9-]{0,31}$/;
 /** A pattern's characters: printable, no spaces. */
 const PATTERN = /^[\x21-\x7e\u00a0-\uffff]+$/u;
 const MAX_PATTERN = 500;
+/** A GitLab id as its ID tokens write it (`"20"`): digits, no leading zero. */
+const GITLAB_ID = /^[1-9][0-9]{0,19}$/;
 /** The most characters a token file may hold: a GitLab token is far shorter. */
 const MAX_TOKEN = 4096;
 
@@ -75,15 +87,20 @@ function parseCiRule(raw: unknown, index: number, context: Context): CiRule {
   const { fail } = context;
   if (!isObject(raw)) return fail(where, "must be an object");
   onlyKeys(raw, CI_KEYS, where, fail);
-  const projectPattern = pattern(raw.project, `${where} project`, fail);
-  if (projectPattern.split("/")[0].includes("*")) {
-    // On gitlab.com anyone can make a project whose job asks for our audience.
-    fail(`${where} project`, "must name its top-level group without a wildcard");
+  if ([raw.project, raw.project_id, raw.namespace_id].every((key) => key === undefined)) {
+    // A rule that names no project would admit every job that asks for our audience.
+    fail(where, "must name its project: project, project_id or namespace_id");
   }
-  const rule: CiRule = {
-    ...parseGrant(raw, where, context),
-    project: { pattern: projectPattern, matcher: projectGlob(projectPattern) },
-  };
+  const project = raw.project === undefined
+    ? undefined
+    : projectPattern(raw.project, `${where} project`, fail);
+  const rule: CiRule = { ...parseGrant(raw, where, context), project };
+  if (raw.project_id !== undefined) {
+    rule.projectIds = gitlabIds(raw.project_id, `${where} project_id`, fail);
+  }
+  if (raw.namespace_id !== undefined) {
+    rule.namespaceIds = gitlabIds(raw.namespace_id, `${where} namespace_id`, fail);
+  }
   if (raw.ref !== undefined) rule.ref = crossing(raw.ref, `${where} ref`, fail);
   if (raw.ref_type !== undefined) {
     if (raw.ref_type !== "branch" && raw.ref_type !== "tag") {
@@ -155,6 +172,30 @@ function readToken(raw: unknown, where: string, context: Context): GitLabTokenSe
     return fail(where, `${path} must hold one token (printable, no spaces)`);
   }
   return new GitLabTokenSecret(token);
+}
+
+function projectPattern(raw: unknown, where: string, fail: Fail): Glob {
+  const written = pattern(raw, where, fail);
+  if (written.split("/")[0].includes("*")) {
+    // On gitlab.com anyone can make a project whose job asks for our audience.
+    fail(where, "must name its top-level group without a wildcard");
+  }
+  return { pattern: written, matcher: projectGlob(written) };
+}
+
+/** One GitLab id or a list of them, each digits (a number or a string); as GitLab writes them. */
+function gitlabIds(raw: unknown, where: string, fail: Fail): string[] {
+  const list = Array.isArray(raw) ? raw : [raw];
+  if (list.length === 0) fail(where, "must name at least one id");
+  const ids = list.map((id) => {
+    const text = typeof id === "number" && Number.isSafeInteger(id) ? String(id) : id;
+    if (typeof text !== "string" || !GITLAB_ID.test(text)) {
+      const shown = (JSON.stringify(id) ?? String(id)).slice(0, 40);
+      fail(where, `${shown} is not a GitLab id (digits, no leading zero; quote a very long one)`);
+    }
+    return text as string;
+  });
+  return [...new Set(ids)];
 }
 
 function pattern(raw: unknown, where: string, fail: Fail): string {

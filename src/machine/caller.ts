@@ -21,6 +21,8 @@ import {
 /** What a CI job's access token says of the job (strings, as GitLab's ID token said them). */
 export interface CiTokenClaims {
   ci_project: string;
+  ci_project_id?: string;
+  ci_namespace_id?: string;
   ci_ref: string;
   ci_ref_type: string;
   ci_ref_protected?: string;
@@ -119,6 +121,8 @@ function ciJobOf(claims: Readonly<Record<string, unknown>>): CiJob | undefined {
   if (typeof ci_ref_type !== "string") return undefined;
   return {
     project_path: ci_project,
+    project_id: optionalString(claims.ci_project_id),
+    namespace_id: optionalString(claims.ci_namespace_id),
     ref: ci_ref,
     ref_type: ci_ref_type,
     ref_protected: optionalString(claims.ci_ref_protected),
@@ -132,6 +136,8 @@ function ciJobOf(claims: Readonly<Record<string, unknown>>): CiJob | undefined {
 export function ciTokenClaims(job: CiJob): CiTokenClaims {
   return {
     ci_project: job.project_path,
+    ci_project_id: job.project_id,
+    ci_namespace_id: job.namespace_id,
     ci_ref: job.ref,
     ci_ref_type: job.ref_type,
     ci_ref_protected: job.ref_protected,

@@ -146,6 +146,8 @@ function checkClaims(
   return {
     job: {
       project_path: text("project_path"),
+      project_id: optional("project_id"),
+      namespace_id: optional("namespace_id"),
       ref: text("ref"),
       ref_type: text("ref_type"),
       ref_protected: optional("ref_protected"),

@@ -42,7 +42,12 @@ export interface MachineGrant {
 
 /** A rule for GitLab CI jobs. */
 export interface CiRule extends MachineGrant {
-  project: Glob;
+  /** At least one of `project`, `projectIds`, `namespaceIds` is set (access_file.ts checks). */
+  project?: Glob;
+  /** GitLab project ids, one of which the job's `project_id` must be. */
+  projectIds?: readonly string[];
+  /** GitLab namespace ids (the project's own group), one of which `namespace_id` must be. */
+  namespaceIds?: readonly string[];
   ref?: Glob;
   refType?: "branch" | "tag";
   refProtected?: boolean;
@@ -66,6 +71,8 @@ export interface MachineAccess {
 /** The ID-token claims a CI rule matches; GitLab sends each as a string. */
 export interface CiClaims {
   project_path: string;
+  project_id?: string;
+  namespace_id?: string;
   ref: string;
   ref_type: string;
   ref_protected?: string;
@@ -78,7 +85,10 @@ export function ciRuleFor(access: MachineAccess, claims: CiClaims): CiRule | und
 }
 
 function ciRuleMatches(rule: CiRule, claims: CiClaims): boolean {
-  if (!rule.project.matcher.test(claims.project_path)) return false;
+  if (!rule.project && !rule.projectIds && !rule.namespaceIds) return false;
+  if (rule.project && !rule.project.matcher.test(claims.project_path)) return false;
+  if (!idAmong(rule.projectIds, claims.project_id)) return false;
+  if (!idAmong(rule.namespaceIds, claims.namespace_id)) return false;
   if (rule.ref && !rule.ref.matcher.test(claims.ref)) return false;
   if (rule.refType !== undefined && rule.refType !== claims.ref_type) return false;
   if (rule.refProtected !== undefined && claims.ref_protected !== String(rule.refProtected)) {
@@ -88,6 +98,11 @@ function ciRuleMatches(rule: CiRule, claims: CiClaims): boolean {
     return claims.environment !== undefined && rule.environment.matcher.test(claims.environment);
   }
   return true;
+}
+
+/** Whether `id` is one of `ids` (a job without the claim is not); true when the rule names none. */
+function idAmong(ids: readonly string[] | undefined, id: string | undefined): boolean {
+  return ids === undefined || (id !== undefined && ids.includes(id));
 }
 
 /** The rule of the client `clientId`, or undefined. */
