@@ -62,6 +62,12 @@ Deno.test("machine access file: the issue's example, its token file relative to 
   assert.deepEqual(client?.servers, ["default"]);
   assert.equal(client?.gitlabToken, undefined);
   assert.equal(clientRuleFor(access, "someone-else"), undefined);
+  // The example's id rule admits project 4242 on a protected ref whatever its path is now.
+  const byId = access.ci[1];
+  assert.deepEqual(byId.projectIds, ["4242"]);
+  const renamed = job({ project_path: "renamed/app", project_id: "4242", environment: undefined });
+  assert.equal(ciRuleFor(access, renamed), byId);
+  assert.equal(ciRuleFor(access, { ...renamed, ref_protected: "false" }), undefined);
 });
 
 Deno.test("machine access file: each condition of a CI rule must match, GitLab's claims as strings", async () => {
