@@ -71,7 +71,7 @@ for (const algorithm of ["ES256", "EdDSA"] as Algorithm[]) {
     try {
       const issued = await issueTokens(t);
       const header = decodeProtectedHeader(issued.access_token);
-      assert.deepEqual(header, { alg: algorithm, typ: "JWT", kid: keys[0].kid });
+      assert.deepEqual(header, { alg: algorithm, typ: "at+jwt", kid: keys[0].kid });
       const claims = decodeJwt(issued.access_token);
       assert.deepEqual(Object.keys(claims).sort(), [...SPEC_CLAIMS, "client_id", "jti"].sort());
       assert.equal(claims.client_id, claims.aud, "aud is the client id by default");
@@ -194,6 +194,12 @@ Deno.test("gateway under EdDSA: an unknown kid, a foreign key, HS256 with our se
     const { importJWK } = await import("jose");
     const strangerKey = await importJWK({ ...stranger, alg: "EdDSA" }, "EdDSA") as CryptoKey;
     const esKey = await importJWK({ ...es, alg: "ES256" }, "ES256") as CryptoKey;
+    const ourKey = await importJWK({ ...ours, alg: "EdDSA" }, "EdDSA") as CryptoKey;
+    assert.equal(
+      (await gatewayStatus(t, await signed("EdDSA", ourKey, ours.kid))).status,
+      200,
+      "typ JWT, as tokens signed before at+jwt say, still verifies",
+    );
     await assertRefused(t, await signed("EdDSA", strangerKey, "somebody-else"), "unknown kid");
     await assertRefused(t, await signed("EdDSA", strangerKey, ours.kid), "our kid, not our key");
     await assertRefused(t, await signed("EdDSA", strangerKey), "no kid");

@@ -4,7 +4,7 @@
  * signs and names itself in the header's `kid`; every key verifies, so a token of a key that
  * moved second still verifies until the key is removed.
  *
- * @see RFC 7515 §4.1.4 (kid), RFC 7517 (JWKS), RFC 9068 §2.2 (jti, client_id)
+ * @see RFC 7515 §4.1.4 (kid), RFC 7517 (JWKS), RFC 9068 §2.1 (typ), §2.2 (jti, client_id)
  */
 
 import { createPrivateKey, sign as nodeSign } from "node:crypto";
@@ -12,6 +12,13 @@ import { compactVerify, errors, importJWK, type JWTHeaderParameters, SignJWT } f
 import { randomToken } from "../crypto.ts";
 import { type TokenSigner, verifyAccessToken } from "../jwt.ts";
 import { type AsymmetricAlgorithm, type PrivateSigningJwk, publicJwkOf } from "./signing_keys.ts";
+
+/**
+ * RFC 9068 §2.1: a JWT access token says so in `typ`, and a validator of that profile refuses
+ * one that does not. Not checked when verifying: these keys sign nothing else, and tokens
+ * signed before said `JWT`.
+ */
+const ACCESS_TOKEN_TYPE = "at+jwt";
 
 /** A signer over `keys` (checked, all of `algorithm`): the first signs, each verifies. */
 export function createAsymmetricTokenSigner(
@@ -48,7 +55,7 @@ export function createAsymmetricTokenSigner(
         return signEd25519({ ...claims, jti: randomToken(16), iat, exp: iat + ttlSeconds });
       }
       return await new SignJWT({ ...claims, jti: randomToken(16) })
-        .setProtectedHeader({ alg: algorithm, typ: "JWT", kid: signing.kid })
+        .setProtectedHeader({ alg: algorithm, typ: ACCESS_TOKEN_TYPE, kid: signing.kid })
         .setIssuedAt(iat)
         .setExpirationTime(iat + ttlSeconds)
         .sign(await signingKey());
@@ -85,7 +92,7 @@ function ed25519Signer(jwk: PrivateSigningJwk): (claims: Record<string, unknown>
     key: { kty: "OKP", crv: "Ed25519", x: jwk.x, d: jwk.d },
     format: "jwk",
   });
-  const header = base64Url(JSON.stringify({ alg: "EdDSA", typ: "JWT", kid: jwk.kid }));
+  const header = base64Url(JSON.stringify({ alg: "EdDSA", typ: ACCESS_TOKEN_TYPE, kid: jwk.kid }));
   return (claims) => {
     const signingInput = `${header}.${base64Url(JSON.stringify(claims))}`;
     const signature = nodeSign(null, new TextEncoder().encode(signingInput), key);
