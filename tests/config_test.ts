@@ -188,6 +188,28 @@ Deno.test("loadConfig rejects bad values with a one-line ConfigError", async (t)
     assertRejected({ BASE_URL: "javascript:alert(1)" }, "BASE_URL");
     assertRejected({ BASE_URL: "https://auth.example.org/?x=1" }, "BASE_URL");
   });
+  await t.step("a bare ? or # counts as a query or fragment (the URL keeps it)", () => {
+    // Else the issuer is `https://auth.example.org/#` and the token endpoint `…/#/token`.
+    for (const name of ["BASE_URL", "GITLAB_URL", "MCP_RESOURCE_URL", "GITLAB_ISSUER"]) {
+      for (
+        const url of [
+          "https://auth.example.org/#",
+          "https://auth.example.org/a?",
+          "https://auth.example.org?#",
+        ]
+      ) {
+        assertRejected({ [name]: url }, name);
+      }
+    }
+    assertRejected(
+      { MCP_UPSTREAM_URL: "https://mcp.example.org/mcp?tenant=7#" },
+      "MCP_UPSTREAM_URL",
+    );
+    assert.equal(
+      loadConfig({ MCP_UPSTREAM_URL: "https://mcp.example.org/mcp?" }).mcpUpstreamUrl?.href,
+      "https://mcp.example.org/mcp?",
+    );
+  });
   await t.step("TRUST_PROXY neither a boolean nor CIDRs", () => {
     const base = { BASE_URL: "https://auth.example.org" };
     for (const bad of ["maybe", "10.0.0.0/33", "10.0.0/8", "fd00::/129", "10.0.0.0/8,", "::1%lo"]) {

@@ -107,7 +107,8 @@ export function parseInteger(name: string, raw: string, min: number, max: number
 
 export function parseHttpUrl(name: string, raw: string): URL {
   const url = parseHttpUrlWithQuery(name, raw);
-  if (url.search) throw new ConfigError(name, "must not have a query or fragment");
+  // `search` is "" for a bare `?` too, which `href` keeps: an issuer of `https://host/?`.
+  if (url.href.includes("?")) throw new ConfigError(name, "must not have a query or fragment");
   return url;
 }
 
@@ -121,7 +122,9 @@ export function parseHttpUrlWithQuery(name: string, raw: string): URL {
     throw new ConfigError(name, `is not a valid URL: ${JSON.stringify(withoutUserinfo(raw))}`);
   }
   if (!isWebUrl(url)) throw new ConfigError(name, "must be an http or https URL");
-  if (url.hash) throw new ConfigError(name, "must not have a query or fragment");
+  // `hash` is "" for a bare `#` too, which `href` keeps (`https://host/#/token`); in `href` a
+  // `#` or `?` is always a delimiter (anywhere else it is percent-encoded).
+  if (url.href.includes("#")) throw new ConfigError(name, "must not have a query or fragment");
   // fetch refuses such a URL, and logs and pages would show its password: never echoed here.
   if (url.username || url.password) {
     throw new ConfigError(name, "must not carry a user name or password");
