@@ -210,6 +210,23 @@ Deno.test("loadConfig rejects bad values with a one-line ConfigError", async (t)
       "https://mcp.example.org/mcp?",
     );
   });
+  await t.step("RATE_LIMIT_*: requests/seconds within bounds, or off", () => {
+    assert.deepEqual(loadConfig({ RATE_LIMIT_TOKEN: " 10/60 " }).rateLimits.token, {
+      limit: 10,
+      windowSeconds: 60,
+    });
+    assert.equal(loadConfig({ RATE_LIMIT_TOKEN: "OFF" }).rateLimits.token, undefined);
+    assert.deepEqual(loadConfig({ RATE_LIMIT_MCP: "1000000000/31536000" }).rateLimits.mcp, {
+      limit: 1_000_000_000,
+      windowSeconds: 31_536_000,
+    });
+    const bad = ["0/60", "10/0", "10/60s", "10 / 60", "-1/60", "1e3/60", "10/", "none", "10"];
+    // Past a year the window's records would expire past what the store accepts (then 500).
+    const huge = ["1/99999999999999999999", `1/${"9".repeat(400)}`, "1/31536001", "1000000001/60"];
+    for (const value of [...bad, ...huge]) {
+      assertRejected({ RATE_LIMIT_TOKEN: value }, "RATE_LIMIT_TOKEN");
+    }
+  });
   await t.step("TRUST_PROXY neither a boolean nor CIDRs", () => {
     const base = { BASE_URL: "https://auth.example.org" };
     for (const bad of ["maybe", "10.0.0.0/33", "10.0.0/8", "fd00::/129", "10.0.0.0/8,", "::1%lo"]) {

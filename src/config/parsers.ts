@@ -61,16 +61,32 @@ export function parseChoice<T extends string>(name: string, raw: string, choices
   throw new ConfigError(name, `must be one of ${choices.join(", ")}, got ${JSON.stringify(raw)}`);
 }
 
+/**
+ * The most requests and the longest window a rate limit may have: a window's records expire with
+ * it, and a store refuses an expiry past 2^64 ms (every limited request would answer 500).
+ */
+export const MAX_RATE_LIMIT_REQUESTS = 1_000_000_000;
+export const MAX_RATE_LIMIT_SECONDS = 365 * 86_400;
+
 export function parseRateLimit(name: string, raw: string): RateLimit | undefined {
   if (raw.toLowerCase() === "off") return undefined;
   const match = raw.match(/^(\d+)\/(\d+)$/);
-  if (!match || Number(match[1]) < 1 || Number(match[2]) < 1) {
+  const [limit, windowSeconds] = match ? [Number(match[1]), Number(match[2])] : [0, 0];
+  if (
+    !between(limit, 1, MAX_RATE_LIMIT_REQUESTS) ||
+    !between(windowSeconds, 1, MAX_RATE_LIMIT_SECONDS)
+  ) {
     throw new ConfigError(
       name,
-      `must be "<requests>/<seconds>" or "off", got ${JSON.stringify(raw)}`,
+      `must be "<requests>/<seconds>" (requests 1 to ${MAX_RATE_LIMIT_REQUESTS}, seconds 1 to ` +
+        `${MAX_RATE_LIMIT_SECONDS}) or "off", got ${JSON.stringify(raw)}`,
     );
   }
-  return { limit: Number(match[1]), windowSeconds: Number(match[2]) };
+  return { limit, windowSeconds };
+}
+
+function between(value: number, min: number, max: number): boolean {
+  return value >= min && value <= max;
 }
 
 /** `[::1]` as Deno.serve takes it: `::1`. */
