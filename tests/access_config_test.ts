@@ -49,6 +49,16 @@ Deno.test("access config: unknown roles and malformed entries are refused naming
   );
 });
 
+Deno.test("access config: a list of commas alone is refused, not read as no list (anyone)", () => {
+  for (const name of ["ALLOWED_GITLAB_GROUPS", "ALLOWED_GITLAB_USERS"]) {
+    for (const value of [",", " , ,", ",,"]) {
+      const error = refusal({ ...CONFIGURED, ALLOWED_GITLAB_USERS: "ada", [name]: value });
+      assert.equal(error.variable, name, value);
+      assert.match(error.message, /lists no (group|user)/);
+    }
+  }
+});
+
 Deno.test("access config: groups need read_api or api in GITLAB_SCOPES, in one line naming both", () => {
   const error = refusal({
     ...CONFIGURED,

@@ -32,3 +32,13 @@ Deno.test("a rate limit whose window overflows the store's expiry stops start-up
   const lines = await refusedStartup({ RATE_LIMIT_TOKEN: "1/99999999999999999999" });
   assert.match(assertOneLineNaming(lines, "RATE_LIMIT_TOKEN"), /seconds 1 to 31536000/);
 });
+
+Deno.test("an allow-list of commas alone stops start-up: it admitted every account", async () => {
+  const lines = await refusedStartup({ ALLOWED_GITLAB_GROUPS: " , " });
+  assert.match(assertOneLineNaming(lines, "ALLOWED_GITLAB_GROUPS"), /lists no group/);
+});
+
+Deno.test("BASE_URL with a bare # stops start-up: it was the issuer, # and all", async () => {
+  const lines = await refusedStartup({ BASE_URL: "https://auth.example/#" });
+  assert.match(assertOneLineNaming(lines, "BASE_URL"), /must not have a query or fragment/);
+});

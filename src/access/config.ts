@@ -4,8 +4,28 @@
  */
 
 import { integerBetween, parseBoolean } from "../config/parsers.ts";
-import { type ConfigTable, type ValuesOf, variable } from "../config/variable.ts";
+import {
+  ConfigError,
+  type ConfigTable,
+  type Parser,
+  type ValuesOf,
+  variable,
+} from "../config/variable.ts";
 import { type AccessPolicy, parseAllowedGroups, parseAllowedUsers } from "./policy.ts";
+
+/**
+ * A list that must name someone: a value of commas alone (`,`, a template's empty items) would
+ * read as no list, which admits everyone, the opposite of what setting the variable asks.
+ */
+function namingSome<T>(parse: Parser<T[]>, what: string): Parser<T[]> {
+  return (name, raw) => {
+    const list = parse(name, raw);
+    if (list.length === 0) {
+      throw new ConfigError(name, `lists no ${what} (unset it to admit anyone)`);
+    }
+    return list;
+  };
+}
 
 export const ACCESS_VARIABLES = {
   /** Who may sign in; both lists unset: every account the upstream signs in (the spec). */
@@ -13,14 +33,14 @@ export const ACCESS_VARIABLES = {
     groups: variable(
       "ALLOWED_GITLAB_GROUPS",
       undefined,
-      parseAllowedGroups,
+      namingSome(parseAllowedGroups, "group"),
       "group full paths whose members may sign in, each with an optional `:role`",
       "anyone",
     ),
     users: variable(
       "ALLOWED_GITLAB_USERS",
       undefined,
-      parseAllowedUsers,
+      namingSome(parseAllowedUsers, "user"),
       "usernames or user ids (`id:<n>`, preferred) who may sign in too, comma-separated",
       "anyone",
     ),
