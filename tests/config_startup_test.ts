@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { TEST_SECRET } from "./_helpers.ts";
-import { spawnService } from "./_service.ts";
+import { runAdminCli, spawnService } from "./_service.ts";
 
 /** The lines of a start-up that must be refused (warnings left out); fails if it listens. */
 async function refusedStartup(env: Record<string, string>): Promise<string[]> {
@@ -41,4 +41,51 @@ Deno.test("an allow-list of commas alone stops start-up: it admitted every accou
 Deno.test("BASE_URL with a bare # stops start-up: it was the issuer, # and all", async () => {
   const lines = await refusedStartup({ BASE_URL: "https://auth.example/#" });
   assert.match(assertOneLineNaming(lines, "BASE_URL"), /must not have a query or fragment/);
+});
+
+/** What `admin config check` reports for `env`, as the problem lines after `admin: `. */
+async function configCheckProblems(env: Record<string, string>): Promise<string[]> {
+  const run = await runAdminCli(["config", "check"], env);
+  assert.equal(run.code, 1, `config check passed what start-up refuses: ${run.stderr}`);
+  return run.stderr.split("\n").filter((line) =>
+    line.startsWith("admin: ") && !line.startsWith("admin: warning: ")
+  ).map((line) => line.slice("admin: ".length));
+}
+
+Deno.test("admin config check reports what start-up stops at", async (t) => {
+  const dir = await Deno.makeTempDir({ prefix: "config-startup-" });
+  try {
+    // A server's own policy naming a group reads memberships, which read_user cannot.
+    await Deno.writeTextFile(
+      `${dir}/policy.json`,
+      JSON.stringify({ rules: [{ tools: ["*"], allow: { groups: ["acme"] } }] }),
+    );
+    await Deno.writeTextFile(
+      `${dir}/servers.yaml`,
+      "servers:\n  - name: docs\n    url: http://127.0.0.1:9/mcp\n    policy_file: ./policy.json\n",
+    );
+    const cases: [string, Record<string, string>, string][] = [
+      ["an unknown UPSTREAM_PROVIDER", { UPSTREAM_PROVIDER: "github" }, "UPSTREAM_PROVIDER"],
+      [
+        "a server's policy naming groups without read_api",
+        { GITLAB_SCOPES: "read_user", MCP_SERVERS_FILE: `${dir}/servers.yaml` },
+        "MCP_SERVERS_FILE",
+      ],
+    ];
+    for (const [what, env, variable] of cases) {
+      await t.step(what, async () => {
+        const [line] = await refusedStartup(env);
+        const stoppedAt = assertOneLineNaming([line], variable);
+        const problem = JSON.parse(stoppedAt).message.replace(/^configuration error: /, "");
+        const configured = {
+          GITLAB_CLIENT_ID: "app",
+          JWT_SECRET: TEST_SECRET,
+          KV_PATH: ":memory:",
+        };
+        assert.deepEqual(await configCheckProblems({ ...configured, ...env }), [problem]);
+      });
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

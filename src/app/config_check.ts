@@ -12,6 +12,7 @@ import {
   missingOAuthSettings,
   withProfileDefaults,
 } from "./config.ts";
+import { configuredProvider } from "./deps.ts";
 import { withSecretFiles } from "../config/secret_files.ts";
 import { weakSettings } from "./weak_settings.ts";
 import { ConfigError, type Env, readTable, variablesOf } from "../config/variable.ts";
@@ -64,6 +65,8 @@ export function checkConfiguration(given: Env): ConfigCheck {
   const config = attempt(() => readTable(CONFIG_VARIABLES, usable));
   if (config) {
     for (const check of CROSS_CHECKS) attempt(() => check(config));
+    // Start-up refuses a provider src/upstream/ does not know where it builds the app.
+    attempt(() => configuredProvider(config));
     for (const name of missingOAuthSettings(config)) {
       attempt(() => {
         throw new ConfigError(name, "is required");

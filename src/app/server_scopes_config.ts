@@ -32,7 +32,8 @@ export function requireServerScopes(
 ): void {
   const variable = SERVERS_VARIABLES.mcpServersFile.name;
   const { servers } = file;
-  if (servers.some((entry) => (entry.lists?.groups.length ?? 0) > 0)) {
+  // A server's own list or policy naming groups reads memberships as ALLOWED_GITLAB_GROUPS does.
+  if (servers.some((entry) => (entry.lists?.groups.length ?? 0) > 0 || namesGroups(entry.policy))) {
     requireMembershipScope(config, variable);
   }
   const configured = scopeList(config.upstream.scopes);
