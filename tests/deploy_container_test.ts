@@ -12,7 +12,7 @@ import { TEST_SECRET } from "./_helpers.ts";
 import { spawnService } from "./_service.ts";
 import { SHUTDOWN_GRACE_MS } from "../main.ts";
 import { listConfigVariables } from "../src/app/config.ts";
-import { IMAGE_CONFIG_FOLDER } from "../src/config/secret_files.ts";
+import { IMAGE_CONFIG_FOLDER } from "../src/config/unreadable.ts";
 
 const DEPLOY = new URL("../deploy/", import.meta.url);
 const MAIN = new URL("../main.ts", import.meta.url).pathname;
@@ -168,33 +168,40 @@ Deno.test("deploy/: the image's configuration folder is said to hold every file 
   }
 });
 
+/** The image's command as it is, its volume under `dir`, started with `env`: its exit and output. */
+async function imageStartUp(
+  dir: string,
+  env: Record<string, string>,
+): Promise<{ code: number; output: string }> {
+  // The configuration folder stays /etc/gitlab-mcp-auth, readable whether or not it exists here.
+  const args = (await imageCommand()).map((arg) =>
+    arg.replaceAll("/data", `${dir}/data`).replace(/^main\.ts$/, MAIN)
+  );
+  const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
+    args,
+    env: {
+      GITLAB_CLIENT_ID: "container-app",
+      KV_PATH: `${dir}/data/kv.sqlite`,
+      PORT: "0",
+      HOST: "127.0.0.1",
+      ...env,
+    },
+    clearEnv: true,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  return { code, output: new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr) };
+}
+
 Deno.test("deploy/: a `<NAME>_FILE` secret outside the image's configuration folder stops start-up with one line naming the folder it may read", async () => {
   const dir = await Deno.makeTempDir({ prefix: "container-" });
   await Deno.mkdir(`${dir}/data`);
   // Where compose's `secrets:` would put it, not where the image reads configuration from.
   const secret = `${dir}/run-secrets-jwt`;
   await Deno.writeTextFile(secret, `${TEST_SECRET}\n`);
-  // The image's command as it is, its volume under `dir`: the configuration folder stays
-  // /etc/gitlab-mcp-auth, readable whether or not it exists here.
-  const args = (await imageCommand()).map((arg) =>
-    arg.replaceAll("/data", `${dir}/data`).replace(/^main\.ts$/, MAIN)
-  );
   try {
-    const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
-      args,
-      env: {
-        GITLAB_CLIENT_ID: "container-app",
-        JWT_SECRET_FILE: secret,
-        KV_PATH: `${dir}/data/kv.sqlite`,
-        PORT: "0",
-        HOST: "127.0.0.1",
-      },
-      clearEnv: true,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
-    const output = new TextDecoder().decode(stdout) + new TextDecoder().decode(stderr);
+    const { code, output } = await imageStartUp(dir, { JWT_SECRET_FILE: secret });
     assert.equal(code, 1, output);
     const lines = output.trim().split("\n");
     assert.equal(lines.length, 1, output);
@@ -202,6 +209,65 @@ Deno.test("deploy/: a `<NAME>_FILE` secret outside the image's configuration fol
     assert.ok(lines[0].includes(secret), output);
     assert.ok(lines[0].includes(`${CONFIG_FOLDER}`), `the line names ${CONFIG_FOLDER}: ${output}`);
     assert.ok(!lines[0].includes(TEST_SECRET), "never the content");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("deploy/: every configuration file outside the image's configuration folder stops start-up with one line naming the folder it may read", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "container-" });
+  await Deno.mkdir(`${dir}/data`);
+  // Outside both of the image's folders, as a Docker secret at /run/secrets is.
+  const outside = `${dir}/run-secrets`;
+  await Deno.mkdir(outside);
+  const files = {
+    servers: `${outside}/servers.yaml`,
+    policy: `${outside}/policy.json`,
+    access: `${outside}/access.yaml`,
+    keys: `${outside}/keys.json`,
+    token: `${outside}/bot.token`,
+  };
+  await Deno.writeTextFile(
+    files.servers,
+    "servers:\n  - name: docs\n    url: http://127.0.0.1:9/mcp\n",
+  );
+  await Deno.writeTextFile(files.policy, JSON.stringify({ rules: [] }));
+  await Deno.writeTextFile(files.access, "clients: []\n");
+  await Deno.writeTextFile(files.keys, "[]");
+  await Deno.writeTextFile(files.token, "glpat-outside\n");
+  // Files the image may read (its volume, here) naming a file it may not.
+  const named = { servers: `${dir}/data/servers.yaml`, access: `${dir}/data/access.yaml` };
+  await Deno.writeTextFile(
+    named.servers,
+    `servers:\n  - name: docs\n    url: http://127.0.0.1:9/mcp\n    policy_file: ${files.policy}\n`,
+  );
+  await Deno.writeTextFile(
+    named.access,
+    `clients:\n  - client_id: bot\n    servers: [default]\n    gitlab_token_file: ${files.token}\n`,
+  );
+  const upstream = { MCP_UPSTREAM_URL: "http://127.0.0.1:9/mcp" };
+  const cases: [string, Record<string, string>, string][] = [
+    ["MCP_SERVERS_FILE", { MCP_SERVERS_FILE: files.servers }, files.servers],
+    ["MCP_POLICY_FILE", { ...upstream, MCP_POLICY_FILE: files.policy }, files.policy],
+    ["MACHINE_ACCESS_FILE", { ...upstream, MACHINE_ACCESS_FILE: files.access }, files.access],
+    ["SIGNING_KEYS_FILE", { ACCESS_TOKEN_ALG: "ES256", SIGNING_KEYS_FILE: files.keys }, files.keys],
+    ["MCP_SERVERS_FILE", { MCP_SERVERS_FILE: named.servers }, files.policy],
+    ["MACHINE_ACCESS_FILE", { ...upstream, MACHINE_ACCESS_FILE: named.access }, files.token],
+  ];
+  try {
+    const runs = await Promise.allSettled(cases.map(async ([variable, env, unreadable]) => {
+      const { code, output } = await imageStartUp(dir, { JWT_SECRET: TEST_SECRET, ...env });
+      const lines = output.trim().split("\n");
+      assert.equal(code, 1, output);
+      assert.equal(lines.length, 1, output);
+      assert.ok(lines[0].includes(variable), `${variable}: ${output}`);
+      assert.ok(lines[0].includes(unreadable), `${unreadable}: ${output}`);
+      assert.ok(lines[0].includes("NotCapable"), output);
+      assert.ok(lines[0].includes(CONFIG_FOLDER), `the line names ${CONFIG_FOLDER}: ${output}`);
+      assert.ok(!lines[0].includes("glpat-outside"), "never a token");
+    }));
+    const failed = runs.flatMap((run) => run.status === "rejected" ? [String(run.reason)] : []);
+    assert.deepEqual(failed, []);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -5,6 +5,7 @@
  */
 
 import { ConfigError } from "../config/variable.ts";
+import { unreadableReason } from "../config/unreadable.ts";
 import {
   type CallPolicy,
   parseCallPolicy,
@@ -31,8 +32,7 @@ export function readPolicyFile(
   try {
     text = readText(path);
   } catch (error) {
-    const reason = error instanceof Error ? error.name : "unreadable";
-    throw new PolicyError(`${path}: cannot read the file (${reason})`);
+    throw new PolicyError(`${path}: cannot read the file (${unreadableReason(error)})`);
   }
   try {
     return { path, policy: parseCallPolicy(text) };

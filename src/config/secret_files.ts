@@ -5,6 +5,7 @@
  * start-up with one line naming `NAME_FILE` and the path, never the content.
  */
 
+import { unreadableReason } from "./unreadable.ts";
 import { ConfigError, type ConfigVariable, type Env } from "./variable.ts";
 
 /** The same variable, marked as a secret: it may come from `NAME_FILE`, and is never shown. */
@@ -54,26 +55,6 @@ export function withSecretFiles(
     resolved[name] = value;
   }
   return resolved;
-}
-
-/**
- * The folder the container image may read configuration and secrets from (deploy/Dockerfile's
- * `--allow-read`; tests/deploy_container_test.ts holds the two together).
- */
-export const IMAGE_CONFIG_FOLDER = "/etc/gitlab-mcp-auth";
-
-/**
- * Why a file could not be read, by the error's name. Deno's permissions refusing it
- * (`NotCapable`: a Docker secret at /run/secrets, say) names the image's folder when this
- * process may read that one, as in the image: that is where the file belongs.
- */
-function unreadableReason(error: unknown): string {
-  if (!(error instanceof Error)) return "unreadable";
-  if (!(error instanceof Deno.errors.NotCapable)) return error.name;
-  const folder = Deno.permissions.querySync({ name: "read", path: IMAGE_CONFIG_FOLDER });
-  return folder.state === "granted"
-    ? `NotCapable: this process may not read it; in the container image put it under ${IMAGE_CONFIG_FOLDER}, the folder it reads configuration from`
-    : "NotCapable: this process may not read it (Deno's --allow-read)";
 }
 
 function fileVariable(name: string): string {

@@ -5,6 +5,7 @@
  */
 
 import { LineCounter, parseDocument } from "yaml";
+import { unreadableReason } from "./unreadable.ts";
 
 /** Throws the reader's error: where in the file, and what is wrong there. */
 export type Fail = (where: string, message: string) => never;
@@ -31,7 +32,7 @@ export function readTopObject(
   try {
     text = readText(path);
   } catch (error) {
-    return fail("", `cannot read the file (${error instanceof Error ? error.name : "unreadable"})`);
+    return fail("", `cannot read the file (${unreadableReason(error)})`);
   }
   const root = parseText(path, text, fail);
   if (!isObject(root)) return fail("", `must be an object with ${what}`);

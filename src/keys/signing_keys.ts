@@ -8,6 +8,7 @@
 
 import { createPrivateKey, createPublicKey } from "node:crypto";
 import { ConfigError } from "../config/variable.ts";
+import { unreadableReason } from "../config/unreadable.ts";
 
 /** The asymmetric algorithms access tokens may be signed with. */
 export type AsymmetricAlgorithm = "ES256" | "EdDSA";
@@ -89,8 +90,7 @@ export function parseSigningKeysFile(name: string, path: string): PrivateSigning
   try {
     text = Deno.readTextFileSync(path);
   } catch (error) {
-    const reason = error instanceof Error ? error.name : "unreadable";
-    throw new ConfigError(name, `cannot read ${JSON.stringify(path)} (${reason})`);
+    throw new ConfigError(name, `cannot read ${JSON.stringify(path)} (${unreadableReason(error)})`);
   }
   return parseSigningKeys(name, text);
 }

@@ -17,6 +17,7 @@ import {
   onlyKeys,
   readTopObject,
 } from "../config/structured_file.ts";
+import { unreadableReason } from "../config/unreadable.ts";
 import { crossingGlob, projectGlob } from "./globs.ts";
 import {
   type CiRule,
@@ -164,8 +165,7 @@ function readToken(raw: unknown, where: string, context: Context): GitLabTokenSe
   try {
     text = readText(path);
   } catch (error) {
-    const reason = error instanceof Error ? error.name : "unreadable";
-    return fail(where, `cannot read ${path} (${reason})`);
+    return fail(where, `cannot read ${path} (${unreadableReason(error)})`);
   }
   const token = text.replace(/\s+$/u, "");
   if (token === "" || token.length > MAX_TOKEN || !/^[\x21-\x7e]+$/.test(token)) {
