@@ -2,7 +2,8 @@
  * How the operator's commands end sessions (`sessions revoke`, `clients delete`): every GitLab
  * token opened before anything is deleted, then each session deleted as the service's /revoke
  * deletes one, only if unchanged since it was read (a renewal saved since is read again and its
- * new GitLab token revoked, not left live at GitLab), and only what this command deleted counted.
+ * new GitLab token revoked, not left live at GitLab; one changed at every attempt is ended all the
+ * same, renewals held off), and only what this command deleted counted.
  */
 
 import type { LogFields, Logger } from "../logger.ts";
@@ -84,7 +85,6 @@ export async function endSessions(
   await inParallel(ending, DELETE_CONCURRENCY, async (one) => {
     const deleted = await endAsItIsNow(one, revoker, deps);
     if (deleted) ended.push(deleted);
-    else await warnIfStillThere(one.session.value.id, named, deps);
   });
   await countForMetrics(ended.length, named, deps);
   let gitlabTokensRevoked = 0;
@@ -117,7 +117,9 @@ async function endAsItIsNow(
   revoker: Revoker,
   { store }: EndingDeps,
 ): Promise<Ended | null> {
-  const deleted = await endSessionAsItIsNow(store, session, (id) => store.readSession(id));
+  const deleted = await endSessionAsItIsNow(store, session, {
+    reread: (id) => store.readSession(id),
+  });
   if (!deleted) return null;
   const sessionId = deleted.id;
   if (!revoker) return { sessionId };
@@ -125,19 +127,6 @@ async function endAsItIsNow(
     return { sessionId, tokens };
   }
   return { sessionId, tokens: await store.openUpstreamTokens(deleted) ?? undefined };
-}
-
-/** A session that changed at every attempt to end it is still there: the operator must know. */
-async function warnIfStillThere(
-  sessionId: string,
-  named: LogFields & { action: string },
-  deps: EndingDeps,
-): Promise<void> {
-  if (!await deps.store.readSession(sessionId)) return;
-  deps.logger.warn("session changed at every attempt to end it: not ended, run the command again", {
-    ...named,
-    sessionId,
-  });
 }
 
 /** Runs `work` on every item, at most `concurrency` at once. */

@@ -15,6 +15,7 @@ import { GRANTED_SCOPES } from "../scopes.ts";
 import type { FlowCompletion, RefreshGrace, Store, Versioned } from "../store/mod.ts";
 import type { FlowRecord, SessionAccess, SessionRecord } from "../store/records.ts";
 import { newSessionToken, refreshTokenHash } from "../store/session_tokens.ts";
+import { withRenewalsHeldOff } from "./renewal_lease.ts";
 import type { UpstreamUser } from "../upstream/types.ts";
 
 /** Authorization code lifetime (spec §8). */
@@ -275,23 +276,54 @@ export async function endSessionOnRefreshReplay(
   return await endSessionAsItIsNow(store, first);
 }
 
+/** How `endSessionAsItIsNow` reads a session again, and whether the caller holds off renewals. */
+export interface EndingOptions {
+  /** Reads the session again after a change (the operator's CLI reads one it cannot open too). */
+  reread?: (id: string) => Promise<Versioned<SessionRecord> | null>;
+  /** The caller holds the session's renewal lease already (a renewal GitLab refused). */
+  renewalsHeldOff?: boolean;
+}
+
 /**
  * Ends the session `read`, whatever it has become since it was read (a rotation or an upstream
  * refresh saved it in between): answers the record as deleted, with the GitLab tokens it held
  * last, for the caller to revoke; null when it is gone (whoever ended it revokes them).
- * `reread` reads it again after a change (the operator's CLI reads a session it cannot open too).
+ * Each attempt deletes it only as last read; when every one lost (its client refreshing without
+ * pause, or a thief racing the user's /revoke), the last deletes it as it is, with GitLab
+ * renewals held off: revocation wins, and what it deleted still holds the GitLab tokens read.
  */
 export async function endSessionAsItIsNow(
-  store: Pick<Store, "deleteSessionIfUnchanged" | "getSession">,
+  store: Pick<Store, "deleteSessionIfUnchanged" | "deleteSession" | "getSession" | "tryLease">,
   read: Versioned<SessionRecord>,
-  reread: (id: string) => Promise<Versioned<SessionRecord> | null> = (id) => store.getSession(id),
+  options: EndingOptions = {},
 ): Promise<SessionRecord | null> {
+  const reread = options.reread ?? ((id: string) => store.getSession(id));
+  const id = read.value.id;
   let session: Versioned<SessionRecord> | null = read;
-  for (let attempt = 0; session && attempt < RACED_TRANSITION_ATTEMPTS; attempt++) {
+  for (let attempt = 1; session && attempt < RACED_TRANSITION_ATTEMPTS; attempt++) {
     if (await store.deleteSessionIfUnchanged(session)) return session.value;
-    session = await reread(read.value.id);
+    session = await reread(id);
   }
-  return null;
+  if (!session) return null;
+  const deleteAsItIs = () => deleteAsReadNow(store, id, reread);
+  return options.renewalsHeldOff
+    ? await deleteAsItIs()
+    : await withRenewalsHeldOff(store, id, deleteAsItIs);
+}
+
+/**
+ * Reads the session and deletes it whatever is saved meanwhile: only a renewal changes its
+ * GitLab tokens, and the caller holds renewals off, so the record deleted holds those read.
+ */
+async function deleteAsReadNow(
+  store: Pick<Store, "deleteSession">,
+  id: string,
+  reread: (id: string) => Promise<Versioned<SessionRecord> | null>,
+): Promise<SessionRecord | null> {
+  const session = await reread(id);
+  if (!session) return null;
+  await store.deleteSession(id);
+  return session.value;
 }
 
 function isReplayedRefreshToken(

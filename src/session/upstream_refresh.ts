@@ -13,6 +13,7 @@ import { type SessionRecord, upstreamTokenSet } from "../store/records.ts";
 import { type Upstream, UpstreamError } from "../upstream/types.ts";
 import { afterSessionEnded, type EndDeps } from "./end.ts";
 import { endSessionAsItIsNow } from "./life.ts";
+import { RENEWAL_LEASE } from "./renewal_lease.ts";
 
 /** Refresh the upstream token when it expires within this (spec §8). */
 export const UPSTREAM_REFRESH_BUFFER_MS = 5 * 60 * 1000;
@@ -76,7 +77,7 @@ export async function ensureFreshUpstreamToken(
   const leaseMs = refreshLeaseMs(deps.upstreamTimeoutMs);
   const deadline = Date.now() + leaseMs + REFRESH_WAIT_MARGIN_MS;
   while (Date.now() < deadline) {
-    const lease = await store.tryLease("upstream-refresh", id, leaseMs);
+    const lease = await store.tryLease(RENEWAL_LEASE, id, leaseMs);
     if (!lease) {
       // Another caller is refreshing: wait, then take what it stored if it is done.
       await new Promise((resolve) => setTimeout(resolve, REFRESH_WAIT_STEP_MS));
@@ -151,7 +152,7 @@ async function endRefusedSession(
   deps: RefreshDeps,
   current: Versioned<SessionRecord>,
 ): Promise<void> {
-  const ended = await endSessionAsItIsNow(deps.store, current);
+  const ended = await endSessionAsItIsNow(deps.store, current, { renewalsHeldOff: true });
   if (!ended) return;
   const { displayName } = deps.upstream.profile;
   deps.logger.warn(`session ended: ${displayName} refused its token renewal`, {
