@@ -6,6 +6,7 @@ import {
   loadConfig,
   missingOAuthSettings,
   oauthSettings,
+  PROFILE_DEFAULTS,
 } from "../src/app/config.ts";
 
 const SECRET = "config-test-secret-value-of-at-least-32-bytes";
@@ -335,6 +336,16 @@ Deno.test("docs/configuration.md's table matches CONFIG_VARIABLES", async (t) =>
     for (const { name, defaultValue, shownDefault } of variables) {
       if (defaultValue === undefined) continue;
       assert.ok(shownDefault.startsWith(`\`${defaultValue}\``), `${name}: ${shownDefault}`);
+    }
+  });
+  await t.step("a default the strict profile changes says so", () => {
+    for (const [name, value] of Object.entries(PROFILE_DEFAULTS.strict)) {
+      const variable = variables.find((entry) => entry.name === name);
+      assert.ok(variable, name);
+      assert.ok(
+        variable.shownDefault.includes(`(strict: \`${value}\`)`),
+        `${name}: ${variable.shownDefault}`,
+      );
     }
   });
   await t.step("same variables, same defaults", () => {

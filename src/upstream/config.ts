@@ -40,6 +40,7 @@ export const UPSTREAM_VARIABLES = {
       "device",
       caseInsensitive(oneOf("device", "redirect")),
       "`redirect`: GitLab's redirect sign-in with our consent page ([why](#redirect-sign-in))",
+      "`device` (strict: `redirect`)",
     ),
     /** A confidential application's secret (redirect sign-in only); a secret: never logged. */
     clientSecret: secret(variable(
