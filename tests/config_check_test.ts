@@ -171,15 +171,19 @@ Deno.test("config check never shows a password written into a URL, in its lines 
     GITLAB_URL: "https://ops:url-password-1@also-password-1@gitlab.example",
     BASE_URL: "https://url-token-2@auth.example",
     MCP_UPSTREAM_URL: "http://ops:url-password-3@[bad/mcp",
+    // A password holding a `/`: the URL does not parse, and its user info seems to end early.
+    MCP_RESOURCE_URL: "https://ops:url/password-5@auth.example/mcp",
   });
   assert.equal(run.code, 1, run.stderr);
   const output = run.stdout + run.stderr;
-  for (const secret of ["url-password-1", "password-1@", "url-token-2", "url-password-3"]) {
+  const secrets = ["url-password-1", "password-1@", "url-token-2", "url-password-3", "password-5"];
+  for (const secret of secrets) {
     assert.ok(!output.includes(secret), `${secret} shown:\n${output}`);
   }
   assert.ok(linesOf(run.stdout).includes("GITLAB_URL=https://****@gitlab.example"), run.stdout);
   assert.match(run.stderr, /GITLAB_URL: must not carry a user name or password/);
   assert.match(run.stderr, /MCP_UPSTREAM_URL: is not a valid URL: "http:\/\/\*\*\*\*@\[bad\/mcp"/);
+  assert.ok(linesOf(run.stdout).includes("MCP_RESOURCE_URL=https://****@auth.example/mcp"));
   // Every other command refuses such a configuration in one line, without the password too.
   const stats = await runAdminCli(["stats"], {
     GITLAB_CLIENT_ID: "app",

@@ -43,6 +43,15 @@ Deno.test("BASE_URL with a bare # stops start-up: it was the issuer, # and all",
   assert.match(assertOneLineNaming(lines, "BASE_URL"), /must not have a query or fragment/);
 });
 
+Deno.test("a URL whose password holds a / stops start-up without showing it", async () => {
+  const lines = await refusedStartup({
+    GITLAB_URL: "https://bot:glpat/url-secret-1@gitlab.example",
+  });
+  const line = assertOneLineNaming(lines, "GITLAB_URL");
+  assert.ok(!line.includes("url-secret-1"), line);
+  assert.match(line, /https:\/\/\*\*\*\*@gitlab\.example/);
+});
+
 /** What `admin config check` reports for `env`, as the problem lines after `admin: `. */
 async function configCheckProblems(env: Record<string, string>): Promise<string[]> {
   const run = await runAdminCli(["config", "check"], env);

@@ -171,7 +171,15 @@ Deno.test("loadConfig rejects bad values with a one-line ConfigError", async (t)
   await t.step("a URL with a user name or password, never echoed", () => {
     for (const name of ["GITLAB_URL", "BASE_URL", "MCP_UPSTREAM_URL"]) {
       for (
-        const url of ["https://deploy-bot:glpat-SECRET@gitlab.example.com", "https://bot@x.example"]
+        const url of [
+          "https://deploy-bot:glpat-SECRET@gitlab.example.com",
+          "https://bot@x.example",
+          // A password holding `/`, `#`, `?` or a space: the URL may not parse at all.
+          "https://deploy-bot:glpat/SECRET@gitlab.example.com",
+          "https://bot:x#SECRET@x.example",
+          "https://bot:x?SECRET@x.example",
+          "https://bot:x SECRET@x.example",
+        ]
       ) {
         assert.throws(
           () => loadConfig({ [name]: url }),

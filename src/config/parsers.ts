@@ -181,9 +181,18 @@ export function parseBoolean(name: string, raw: string): boolean {
 
 /**
  * `text` with the user name and password of every URL in it shown as `****`: a URL variable
- * carrying credentials is refused, but what it carries is a secret all the same (up to the last
- * `@` before the path: a password may hold one).
+ * carrying credentials is refused, but what it carries is a secret all the same. In a URL that
+ * parses they end at the last `@` before the path (a password may hold one).
  */
 export function withoutUserinfo(text: string): string {
-  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)[^/?#\s]*@/gi, "$1****@");
+  return text.replace(/\b[a-z][a-z0-9+.-]*:\/\/[^"\n]*/gi, maskedUserinfo);
+}
+
+/** `run` (a URL and what follows it on its line) with the URL's user info as `****`. */
+function maskedUserinfo(run: string): string {
+  const url = [run.split(/\s/, 1)[0], run].find((candidate) => URL.canParse(candidate));
+  // One that does not parse may owe it to a password holding `/`, `?`, `#` or a space: then
+  // what is before its last `@` may all be the password.
+  if (url === undefined) return run.replace(/(?<=:\/\/).*@/, "****@");
+  return url.replace(/(?<=:\/\/)[^/?#\\]*@/, "****@") + withoutUserinfo(run.slice(url.length));
 }
