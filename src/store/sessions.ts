@@ -12,6 +12,12 @@ import { sessionKey } from "./keys.ts";
 import { sessionFromStored, type SessionRecord, type UpstreamTokenPair } from "./records.ts";
 import { sessionIdOf } from "./session_tokens.ts";
 
+/**
+ * Longer than any session id (a UUID), and short enough as a key for every store (KV refuses a
+ * key over 2048 bytes: 256 characters are at most 1024).
+ */
+const MAX_SESSION_ID_LENGTH = 256;
+
 /** Opt-in: the previous refresh token may fetch `response` once more until `untilMs`. */
 export interface RefreshGrace {
   untilMs: number;
@@ -108,6 +114,8 @@ export function createSessionRecords(io: StoreIo, secrets: SecretBox): SessionRe
   }
 
   async function getSession(id: string): Promise<Versioned<SessionRecord> | null> {
+    // A signed token's `sid` may be longer than a key the store reads (a 500): none is a session.
+    if (id.length > MAX_SESSION_ID_LENGTH) return null;
     const stored = fromStored(await io.read<SessionRecord>(sessionKey(id)));
     return stored && await liveSessionOf(stored);
   }
