@@ -5,6 +5,8 @@
  * refuses the new instance's access tokens and reads a session it resealed as gone (the user
  * signs in again); done in the two steps the docs give (first the new secret as
  * JWT_SECRET_PREVIOUS everywhere, then the swap), every instance reads what any other wrote.
+ * A signing key's rotation (docs/resource-servers.md) likewise takes each step on every instance
+ * before the next.
  */
 
 import assert from "node:assert/strict";
@@ -18,6 +20,7 @@ import {
   TEST_SECRET,
   type TestApp,
 } from "./_helpers.ts";
+import { freshKeys, signingEnv } from "./_signing_keys.ts";
 
 const OLD = TEST_SECRET;
 const NEW = "the-new-jwt-secret-after-the-rotation-32-bytes+";
@@ -110,6 +113,26 @@ Deno.test("JWT_SECRET rotation across instances in two steps: every instance rea
     const renewed = await refreshedAt(rotated, tokens.refresh_token);
     assert.equal(await gatewayStatus(after, renewed.access_token ?? ""), 200);
     assert.equal((await refreshedAt(after, renewed.refresh_token ?? "")).status, 200);
+  } finally {
+    await rig.close();
+    await mcp.close();
+  }
+});
+
+Deno.test("signing key rotation across instances: each step on every instance before the next", async () => {
+  const mcp = startScripted(() => Response.json({ jsonrpc: "2.0", id: 1, result: {} }));
+  const rig = await instances(mcp.url);
+  const [old, next] = await freshKeys("ES256", 2);
+  try {
+    const notYet = await rig.start(signingEnv("ES256", [old]));
+    const published = await rig.start(signingEnv("ES256", [old, next]));
+    const moved = await rig.start(signingEnv("ES256", [next, old]));
+    const signedWithNext = (await issueTokens(moved)).access_token;
+    // Moved first on one instance while another has not published the key: refused there.
+    assert.equal(await gatewayStatus(notYet, signedWithNext), 401);
+    // Once every instance publishes it, each verifies what the others sign.
+    assert.equal(await gatewayStatus(published, signedWithNext), 200);
+    assert.equal(await gatewayStatus(moved, (await issueTokens(published)).access_token), 200);
   } finally {
     await rig.close();
     await mcp.close();
