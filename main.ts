@@ -27,6 +27,7 @@ import {
   signInReason,
 } from "./src/app/config.ts";
 import { weakSettings } from "./src/app/weak_settings.ts";
+import { ignoredVariables } from "./src/app/config_check.ts";
 import { inForce } from "./src/app/in_force.ts";
 import { createAppDeps } from "./src/app/deps.ts";
 import { mcpClientFor } from "./src/gateway/mcp_client/for_url.ts";
@@ -84,6 +85,7 @@ export async function composeService(
   metricsWorkers?: BroadcastChannel,
 ): Promise<Composition> {
   const config = loadConfig(env);
+  for (const warning of ignoredVariables(env)) logger.warn(warning);
   warnIfNotConfigured(config, logger);
   warnIfOpenToAnyone(config, logger);
   for (const warning of weakSettings(config)) logger.warn(warning);

@@ -52,6 +52,29 @@ Deno.test("a URL whose password holds a / stops start-up without showing it", as
   assert.match(line, /https:\/\/\*\*\*\*@gitlab\.example/);
 });
 
+Deno.test("a mistyped variable, or a file form of one that has none, is named in a warning", async () => {
+  const service = await spawnService({
+    GITLAB_CLIENT_ID: "app",
+    JWT_SECRET: TEST_SECRET,
+    KV_PATH: ":memory:",
+    ALLOWED_GITLAB_GROUP: "acme-typo-value",
+    BASE_URL_FILE: "/run/secrets/base-url",
+  });
+  try {
+    const warnings = service.logs.filter((line) => line.includes('"warn"'));
+    assert.ok(
+      warnings.some((line) =>
+        line.includes("ALLOWED_GITLAB_GROUP is ignored: did you mean ALLOWED_GITLAB_GROUPS?")
+      ),
+      warnings.join("\n"),
+    );
+    assert.ok(warnings.some((line) => line.includes("BASE_URL_FILE is ignored: only secrets")));
+    assert.ok(!service.logs.join("\n").includes("acme-typo-value"), "never the value");
+  } finally {
+    await service.stop();
+  }
+});
+
 /** What `admin config check` reports for `env`, as the problem lines after `admin: `. */
 async function configCheckProblems(env: Record<string, string>): Promise<string[]> {
   const run = await runAdminCli(["config", "check"], env);

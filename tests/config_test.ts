@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { ignoredVariables } from "../src/app/config_check.ts";
 import {
   ConfigError,
   listConfigVariables,
@@ -385,3 +386,60 @@ function variableName(cell: string): string {
   assert.ok(match, `a variable cell is one \`NAME\`: ${cell}`);
   return match[1];
 }
+
+Deno.test("ignored variables: a near name of one, or a _FILE of a non-secret, warns; others do not", () => {
+  assert.deepEqual(
+    ignoredVariables({
+      JWT_SECERT: "x",
+      revoke_on_refresh_replay: "true",
+      RATE_LIMIT_TOKENS: "1/60",
+      GITLAB_CLIENT_ID_FILE: "/run/secrets/id",
+      JWT_SECRET_FILE: "/run/secrets/jwt",
+      ALLOWED_GITLAB_USER: " ",
+    }),
+    [
+      "JWT_SECERT is ignored: did you mean JWT_SECRET?",
+      "revoke_on_refresh_replay is ignored: did you mean REVOKE_ON_REFRESH_REPLAY?",
+      "RATE_LIMIT_TOKENS is ignored: did you mean RATE_LIMIT_TOKEN?",
+      "GITLAB_CLIENT_ID_FILE is ignored: only secrets may come from a file; set GITLAB_CLIENT_ID itself",
+    ],
+  );
+  // What shells, containers, Kubernetes, CI and Deno set: none is near enough to warn about.
+  const common = [
+    "PATH",
+    "HOME",
+    "HOSTNAME",
+    "HOSTTYPE",
+    "PWD",
+    "SHELL",
+    "TERM",
+    "USER",
+    "LANG",
+    "TZ",
+    "DENO_DIR",
+    "DENO_CERT",
+    "DENO_KV_ACCESS_TOKEN",
+    "DENO_DEPLOYMENT_ID",
+    "NO_COLOR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "no_proxy",
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_PORT",
+    "GITLAB_MCP_AUTH_PORT",
+    "CI",
+    "CI_JOB_TOKEN",
+    "GITLAB_CI",
+    "GITLAB_TOKEN",
+    "GITLAB_HOST",
+    "CREDENTIALS_DIRECTORY",
+    "PGPASSWORD",
+    "PGHOST",
+    "POSTGRES_PASSWORD",
+    "LOG_LEVEL",
+  ];
+  assert.deepEqual(ignoredVariables(Object.fromEntries(common.map((name) => [name, "x"]))), []);
+});

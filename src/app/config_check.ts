@@ -17,6 +17,7 @@ import { withSecretFiles } from "../config/secret_files.ts";
 import { weakSettings } from "./weak_settings.ts";
 import { ConfigError, type Env, readTable, variablesOf } from "../config/variable.ts";
 import { withoutUserinfo } from "../config/parsers.ts";
+import { nearNameWarnings } from "../config/near_names.ts";
 
 /**
  * What a check found: the effective lines, every problem, the warnings start-up would log (weak
@@ -76,9 +77,16 @@ export function checkConfiguration(given: Env): ConfigCheck {
   return {
     lines: effectiveLines(filled).map(withoutUserinfo),
     problems: problems.map(withoutUserinfo),
-    warnings: (config ? weakSettings(config) : []).map(withoutUserinfo),
+    warnings: [...ignoredVariables(given), ...(config ? weakSettings(config) : [])].map(
+      withoutUserinfo,
+    ),
     config: problems.length === 0 ? config : undefined,
   };
+}
+
+/** Warnings for the variables of `env` that are ignored though their names say they were meant. */
+export function ignoredVariables(env: Env): string[] {
+  return nearNameWarnings(env, listConfigVariables().map(({ name }) => name));
 }
 
 /** Every variable as `NAME=value`: what is set, else its default, a secret (or key) as `****`. */
