@@ -84,8 +84,9 @@ export async function composeService(
   logger: Logger,
   metricsWorkers?: BroadcastChannel,
 ): Promise<Composition> {
-  const config = loadConfig(env);
+  // Before reading: a mistyped name may be why what it meant is found missing.
   for (const warning of ignoredVariables(env)) logger.warn(warning);
+  const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
   warnIfOpenToAnyone(config, logger);
   for (const warning of weakSettings(config)) logger.warn(warning);

@@ -75,6 +75,26 @@ Deno.test("a mistyped variable, or a file form of one that has none, is named in
   }
 });
 
+Deno.test("a mistyped name is named before start-up stops at what it meant", async () => {
+  const typo = {
+    SECURITY_PROFILE: "strict",
+    ALLOW_ANY_GITLAB_USER: "true",
+    BASEURL: "https://a.example",
+  };
+  let logs = "";
+  await assert.rejects(
+    spawnService({
+      GITLAB_CLIENT_ID: "app",
+      JWT_SECRET: TEST_SECRET,
+      KV_PATH: ":memory:",
+      ...typo,
+    }),
+    (error: Error) => (logs = error.message, true),
+  );
+  assert.match(logs, /BASEURL is ignored: did you mean BASE_URL\?/);
+  assert.match(logs, /configuration error: BASE_URL: is required with SECURITY_PROFILE=strict/);
+});
+
 /** What `admin config check` reports for `env`, as the problem lines after `admin: `. */
 async function configCheckProblems(env: Record<string, string>): Promise<string[]> {
   const run = await runAdminCli(["config", "check"], env);
