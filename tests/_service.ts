@@ -65,14 +65,20 @@ export function denoServeArgs(flags: string[] = []): string[] {
 
 /**
  * Starts `deno run main.ts start` (or Deno with `args`, e.g. `denoRunArgs(demo)` for another
- * entry that starts the service) with `env` (PORT=0 and HOST=127.0.0.1 unless given).
+ * entry that starts the service) with `env` (PORT=0 and HOST=127.0.0.1 unless given). With
+ * `shellSetup`, /bin/sh runs it first and then execs Deno in its place (`ulimit`, `trap`: limits
+ * and ignored signals pass on to Deno).
  */
 export async function spawnService(
   env: Record<string, string>,
   args: string[] = RUN_START_ARGS,
+  { shellSetup }: { shellSetup?: string } = {},
 ): Promise<ServiceProcess> {
-  const child = new Deno.Command(Deno.execPath(), {
-    args,
+  const [program, programArgs] = shellSetup === undefined
+    ? [Deno.execPath(), args]
+    : ["/bin/sh", ["-c", `${shellSetup}\nexec "$0" "$@"`, Deno.execPath(), ...args]];
+  const child = new Deno.Command(program, {
+    args: programArgs,
     env: { ...inheritedEnv(), PORT: "0", HOST: "127.0.0.1", ...withBaseUrlForRedirect(env) },
     clearEnv: true,
     stdin: "null",

@@ -40,8 +40,11 @@ export interface StoreIo {
   atomic(): AtomicWrite;
   /** Commits `op`; false when one of its checks failed. */
   commit(op: AtomicWrite): Promise<boolean>;
-  /** Whether the database takes writes now (asked without writing; true where it cannot say). */
-  writable(): Promise<boolean>;
+  /**
+   * Whether the database takes writes now (true where it cannot say); `probe` is a key it may
+   * set and delete to find out (backend.ts).
+   */
+  writable(probe: Deno.KvKey): Promise<boolean>;
   /** `expireIn` for a record that lives until `expiresAt` (at least 1 ms). */
   ttlUntil(expiresAt: number): number;
   /** Whether a record is not yet past its `expiresAt`. */
@@ -88,7 +91,7 @@ export function createStoreIo(
     async commit(op) {
       return (await op.commit()).ok;
     },
-    writable: () => deadline.bound(() => kv.writable?.() ?? Promise.resolve(true)),
+    writable: (probe) => deadline.bound(() => kv.writable?.(probe) ?? Promise.resolve(true)),
     ttlUntil: (expiresAt) => expireInOf(expiresAt - clock.now()),
     isLive: (record) => clock.now() <= record.expiresAt,
   };

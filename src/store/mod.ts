@@ -78,7 +78,8 @@ export interface Store
     UnredeemedStore {
   /**
    * Health checks: throws when the database cannot be read; `read_only` when it can but
-   * refuses writes (a PostgreSQL standby or `default_transaction_read_only`).
+   * refuses writes (a PostgreSQL standby or `default_transaction_read_only`; a KV file whose
+   * storage refused the last write and still does).
    */
   ping(): Promise<"ok" | "read_only">;
   /**
@@ -131,7 +132,7 @@ export function createStore(
     ...createUnredeemedStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
-      return await io.writable() ? "ok" : "read_only";
+      return await io.writable(leaseKey("health", "ping")) ? "ok" : "read_only";
     },
     withDeadline: (work) => deadline.run(work),
   };
