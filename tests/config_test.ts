@@ -280,6 +280,11 @@ Deno.test("loadConfig rejects bad values with a one-line ConfigError", async (t)
     assertRejected({ PORT: "80\n80" }, "PORT");
     assertRejected({ GITLAB_URL: "not\na url" }, "GITLAB_URL");
     assertRejected({ TRUST_PROXY: "may\r\nbe" }, "TRUST_PROXY");
+    // A file's path is named as written: its line break too, escaped.
+    for (const name of ["MCP_SERVERS_FILE", "MACHINE_ACCESS_FILE", "METRICS_TOKEN_FILE"]) {
+      const error = assertRejected({ [name]: "/tmp/no\nsuch\u0000file" }, name);
+      assert.ok(error.message.includes("/tmp/no\\nsuch\\u0000file"), error.message);
+    }
   });
   await t.step("the secret never appears in any ConfigError message", () => {
     const short = "short-secret-42";

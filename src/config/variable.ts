@@ -3,12 +3,23 @@
  * and parser), tables of them (nested groups), and reading a table from an environment map.
  */
 
-/** A configuration value is present but wrong; start-up stops with this one-line message. */
+/**
+ * A configuration value is present but wrong; start-up stops with this one-line message (a line
+ * break or other control character a value brought in, a file's path say, is written escaped).
+ */
 export class ConfigError extends Error {
   constructor(readonly variable: string, problem: string) {
-    super(`${variable}: ${problem}`);
+    super(`${variable}: ${problem.replace(CONTROL_CHARACTERS, escaped)}`);
     this.name = "ConfigError";
   }
+}
+
+// deno-lint-ignore no-control-regex -- control characters are what it looks for
+const CONTROL_CHARACTERS = /[\x00-\x1f\x7f]/g;
+
+/** A control character as JSON writes it (`\n`, `\u0000`). */
+function escaped(character: string): string {
+  return JSON.stringify(character).slice(1, -1);
 }
 
 /** The environment as given to loadConfig: a variable may be absent. */
