@@ -181,3 +181,29 @@ Deno.test({
     }
   },
 });
+
+Deno.test("KV storage: a KV file moved away or replaced under the running service: /readyz answers 503 kv replaced until the file is back", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kv-replaced-" });
+  const kvPath = `${dir}/kv.sqlite`;
+  const service = await spawnService(serviceEnv(kvPath));
+  const replaced = [503, {
+    status: "unavailable",
+    checks: { kv: "replaced", configuration: "ok" },
+  }];
+  try {
+    assert.equal((await register(service, 0)).status, 201);
+    assert.equal((await readiness(service))[0], 200);
+    await Deno.rename(kvPath, `${kvPath}.moved`);
+    assert.deepEqual(await readiness(service), replaced);
+    assert.match(service.logs.join("\n"), /readiness check: KV file replaced/);
+    // Another file at the path (a restore moved into place) is not the one the process writes.
+    await Deno.copyFile(`${kvPath}.moved`, `${dir}/restored`);
+    await Deno.rename(`${dir}/restored`, kvPath);
+    assert.deepEqual(await readiness(service), replaced);
+    await Deno.rename(`${kvPath}.moved`, kvPath);
+    assert.equal((await readiness(service))[0], 200);
+  } finally {
+    await service.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

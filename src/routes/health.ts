@@ -18,6 +18,13 @@ interface HealthDeps {
 }
 import { json, NO_STORE } from "../http/responses.ts";
 
+/** The log line of each probe that finds KV answering but unable to do its job. */
+const NOT_READY = {
+  read_only: "readiness check: KV read-only",
+  replaced: "readiness check: KV file replaced: the file at KV_PATH is no longer the one this " +
+    "process opened (deleted or moved); what it writes goes to the file it still holds open",
+};
+
 /** A load balancer gives up after about 2 s: an unanswered ping is "unreachable" before that. */
 const PING_DEADLINE_MS = 1500;
 
@@ -41,15 +48,17 @@ export function handleLiveness(_ctx: RequestContext<unknown>): Promise<Response>
 
 /**
  * 200 when KV answers and takes writes and OAuth is configured, else 503 naming the failing
- * check. A read-only database (a failover that left this instance on a standby) refuses every
- * sign-in, refresh and rate-limit count: the instance cannot do its job.
+ * check. A read-only database (a failover that left this instance on a standby, a full disk)
+ * refuses every sign-in, refresh and rate-limit count: the instance cannot do its job. Nor can
+ * one whose KV file was deleted or replaced: its writes go where no later start will look.
  */
 export async function handleReadiness(ctx: RequestContext<HealthDeps>): Promise<Response> {
   const { store, oauth, logger } = ctx.deps;
   let kv: string;
   try {
-    kv = await withinDeadline(store.ping(), PING_DEADLINE_MS);
-    if (kv !== "ok") logger.error("readiness check: KV read-only", { requestId: ctx.requestId });
+    const state = await withinDeadline(store.ping(), PING_DEADLINE_MS);
+    if (state !== "ok") logger.error(NOT_READY[state], { requestId: ctx.requestId });
+    kv = state;
   } catch (error) {
     kv = "unreachable";
     logger.error("readiness check: KV unreachable", {

@@ -26,6 +26,12 @@ export interface KvBackend {
    * its storage (a full disk), sets and deletes `probe` in one commit, until one succeeds.
    */
   writable?(probe: Deno.KvKey): Promise<boolean>;
+  /**
+   * Whether the file the database was opened at is no longer at its path (deleted, or another
+   * file moved there); absent where there is no such file. The process goes on with the file it
+   * holds open: what it writes is lost to the next start and unseen by the operator's CLI.
+   */
+  replaced?(): Promise<boolean>;
   /** Releases connections and timers; the returned promise settles when they are gone. */
   close(): void | Promise<void>;
 }
@@ -56,8 +62,9 @@ function isBackend(database: StoreDatabase): database is KvBackend {
 /**
  * Deno KV as a KvBackend. An error of its storage (see STORAGE_FAILURE) is StoreUnavailableError:
  * answered 503 with `Retry-After`, not 500, since freeing the disk or fixing the mount ends it.
+ * `replaced` tells whether its file left its path (kv_open.ts), for a file.
  */
-function denoKvBackend(kv: Deno.Kv): KvBackend {
+export function denoKvBackend(kv: Deno.Kv, replaced?: () => Promise<boolean>): KvBackend {
   /** The last commit failed for the storage, and no commit succeeded since. */
   let refusing = false;
   const commit = async ({ checks, mutations }: PlannedWrite) => {
@@ -86,6 +93,7 @@ function denoKvBackend(kv: Deno.Kv): KvBackend {
         throw error;
       }
     },
+    replaced,
     close: () => kv.close(),
   };
 }

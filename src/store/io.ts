@@ -45,6 +45,8 @@ export interface StoreIo {
    * set and delete to find out (backend.ts).
    */
   writable(probe: Deno.KvKey): Promise<boolean>;
+  /** Whether the database's file is no longer at its path (false where it has none). */
+  replaced(): Promise<boolean>;
   /** `expireIn` for a record that lives until `expiresAt` (at least 1 ms). */
   ttlUntil(expiresAt: number): number;
   /** Whether a record is not yet past its `expiresAt`. */
@@ -92,6 +94,7 @@ export function createStoreIo(
       return (await op.commit()).ok;
     },
     writable: (probe) => deadline.bound(() => kv.writable?.(probe) ?? Promise.resolve(true)),
+    replaced: () => kv.replaced?.() ?? Promise.resolve(false),
     ttlUntil: (expiresAt) => expireInOf(expiresAt - clock.now()),
     isLive: (record) => clock.now() <= record.expiresAt,
   };

@@ -45,6 +45,23 @@ export async function openKv(
   }
 }
 
+/**
+ * For the KV file at `path`, just opened: whether the file at `path` is, later, no longer that
+ * one (deleted, or another moved there). SQLite goes on with the file it holds open and never
+ * says so. False when this cannot tell (no inode numbers, a stat refused).
+ */
+export async function fileReplacedCheck(path: string): Promise<() => Promise<boolean>> {
+  const opened = await Deno.stat(path);
+  return async () => {
+    try {
+      const now = await Deno.stat(path);
+      return now.dev !== opened.dev || now.ino !== opened.ino;
+    } catch (error) {
+      return error instanceof Deno.errors.NotFound;
+    }
+  };
+}
+
 /** Opening a file another process is setting up is tried this often, waiting longer each time. */
 const LOCKED_OPEN_ATTEMPTS = 10;
 const LOCKED_OPEN_WAIT_MS = 50;

@@ -77,11 +77,12 @@ export interface Store
     RepeatStore,
     UnredeemedStore {
   /**
-   * Health checks: throws when the database cannot be read; `read_only` when it can but
-   * refuses writes (a PostgreSQL standby or `default_transaction_read_only`; a KV file whose
-   * storage refused the last write and still does).
+   * Health checks: throws when the database cannot be read; `replaced` when its KV file is no
+   * longer at KV_PATH (deleted, or another file moved there); `read_only` when it refuses writes
+   * (a PostgreSQL standby or `default_transaction_read_only`; a KV file whose storage refused
+   * the last write and still does).
    */
-  ping(): Promise<"ok" | "read_only">;
+  ping(): Promise<"ok" | "read_only" | "replaced">;
   /**
    * Runs one request's `work`: all the store operations it awaits share one budget of
    * database time (`timeoutMs`), past which they throw StoreUnavailableError.
@@ -132,6 +133,7 @@ export function createStore(
     ...createUnredeemedStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
+      if (await io.replaced()) return "replaced";
       return await io.writable(leaseKey("health", "ping")) ? "ok" : "read_only";
     },
     withDeadline: (work) => deadline.run(work),

@@ -5,8 +5,8 @@
 
 import { ConfigError } from "../config/variable.ts";
 import type { StoreConfig } from "./config.ts";
-import type { StoreDatabase } from "./backend.ts";
-import { openKv } from "./kv_open.ts";
+import { denoKvBackend, type StoreDatabase } from "./backend.ts";
+import { fileReplacedCheck, kvLocation, openKv } from "./kv_open.ts";
 
 /** An open database and how to close it (awaited: PostgreSQL drains its pool). */
 export interface OpenDatabase {
@@ -42,7 +42,10 @@ export async function openDatabase(
     return { database: backend, kind: "postgres", close: () => backend.close() };
   }
   const kv = await openKv(config.kvPath);
-  return { database: kv, kind: "kv", close: () => Promise.resolve(kv.close()) };
+  const database = config.kvPath !== undefined && kvLocation(config.kvPath) === "file"
+    ? denoKvBackend(kv, await fileReplacedCheck(config.kvPath))
+    : kv;
+  return { database, kind: "kv", close: () => Promise.resolve(kv.close()) };
 }
 
 function messageOf(error: unknown): string {
