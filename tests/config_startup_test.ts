@@ -95,6 +95,20 @@ Deno.test("a mistyped name is named before start-up stops at what it meant", asy
   assert.match(logs, /configuration error: BASE_URL: is required with SECURITY_PROFILE=strict/);
 });
 
+Deno.test("INTROSPECTION_TOKENS_FILE of one token per line stops start-up: it was one token no caller could send", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "config-startup-" });
+  try {
+    const tokens = ["a", "b"].map((letter) => `caller-${letter}-token-of-at-least-32-bytes!!`);
+    await Deno.writeTextFile(`${dir}/callers`, `${tokens.join("\n")}\n`);
+    const lines = await refusedStartup({ INTROSPECTION_TOKENS_FILE: `${dir}/callers` });
+    const line = assertOneLineNaming(lines, "INTROSPECTION_TOKENS");
+    assert.match(line, /separate tokens with commas/);
+    assert.ok(tokens.every((token) => !line.includes(token)), "never a token");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
 /** What `admin config check` reports for `env`, as the problem lines after `admin: `. */
 async function configCheckProblems(env: Record<string, string>): Promise<string[]> {
   const run = await runAdminCli(["config", "check"], env);

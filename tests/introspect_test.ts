@@ -231,7 +231,8 @@ Deno.test("introspection: callers are compared with the shared constant-time hel
 
 Deno.test("introspection: INTROSPECTION_TOKENS needs tokens of at least 32 bytes", () => {
   const base = { GITLAB_CLIENT_ID: "app", JWT_SECRET: TEST_SECRET };
-  for (const raw of ["short", `${CALLER},short`, " , "]) {
+  // One token per line (as a file may hold them) is one token no header can carry: refused.
+  for (const raw of ["short", `${CALLER},short`, " , ", `${CALLER}\n${OTHER_CALLER}`]) {
     assert.throws(
       () => loadConfig({ ...base, INTROSPECTION_TOKENS: raw }),
       (error) => error instanceof ConfigError && error.variable === "INTROSPECTION_TOKENS",

@@ -18,6 +18,14 @@ export function parseIntrospectionTokens(name: string, raw: string): string[] {
   const tokens = raw.split(",").map((token) => token.trim()).filter((token) => token !== "");
   if (tokens.length === 0) throw new ConfigError(name, "lists no token");
   tokens.forEach((token, index) => {
+    // A file of one token per line reads as one token no request can ever present.
+    if (/[\r\n]/.test(token)) {
+      throw new ConfigError(
+        name,
+        `token ${index + 1} holds a line break, which no Authorization header carries; ` +
+          "separate tokens with commas",
+      );
+    }
     if (new TextEncoder().encode(token).length < MIN_SECRET_BYTES) {
       throw new ConfigError(name, `token ${index + 1} must be at least ${MIN_SECRET_BYTES} bytes`);
     }
