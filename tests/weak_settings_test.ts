@@ -1,8 +1,9 @@
 /**
  * Weak settings start, with one warning each (issue 33 §1.9): a JWT_SECRET of fewer than 8
  * distinct characters, the redirect sign-in over a plain http: BASE_URL that is not loopback,
- * a DATABASE_URL on another host without sslmode, a RATE_LIMIT_EXEMPT range wider than any
- * one network's, and MACHINE_ACCESS_FILE clients without BASE_URL (private_key_jwt refused).
+ * a DATABASE_URL on another host without sslmode, a RATE_LIMIT_EXEMPT or TRUST_PROXY range wider
+ * than any one network's, and MACHINE_ACCESS_FILE clients without BASE_URL (private_key_jwt
+ * refused).
  */
 
 import assert from "node:assert/strict";
@@ -30,6 +31,21 @@ Deno.test("weak settings: a RATE_LIMIT_EXEMPT range wider than an IPv4 /8 or an 
   );
   for (const exempt of ["10.0.0.0/8", "203.0.113.7", "fd00::/16", "2001:db8::/32"]) {
     assert.deepEqual(warnings({ RATE_LIMIT_EXEMPT: exempt }), [], exempt);
+  }
+});
+
+Deno.test("weak settings: a TRUST_PROXY range wider than an IPv4 /8 or an IPv6 /16 warns (a client there names itself 127.0.0.1)", () => {
+  const base = { BASE_URL: "https://auth.example" };
+  for (
+    const trusted of ["0.0.0.0/0", "::/0", "0.0.0.0/0,::/0", "10.0.0.0/8,1.0.0.0/7", "2000::/3"]
+  ) {
+    const found = warnings({ ...base, TRUST_PROXY: trusted });
+    assert.equal(found.length, 1, trusted);
+    assert.match(found[0], /^TRUST_PROXY trusts .*: a client there names its own address/);
+  }
+  // Private ranges as wide: no Internet client is in them.
+  for (const trusted of ["true", "10.0.0.0/8,fd00::/8", "fc00::/7", "fe80::/10", "203.0.113.7"]) {
+    assert.deepEqual(warnings({ ...base, TRUST_PROXY: trusted }), [], trusted);
   }
 });
 

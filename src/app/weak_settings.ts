@@ -5,7 +5,7 @@
  * @see docs/security.md "Security profile"
  */
 
-import { isLoopbackIp } from "../http/ip_address.ts";
+import { createRangeMatcher, isLoopbackIp } from "../http/ip_address.ts";
 import type { Config } from "./config.ts";
 
 /** Fewer distinct characters than this in JWT_SECRET: a placeholder, not a secret. */
@@ -18,6 +18,7 @@ export function weakSettings(config: Config): string[] {
     plainRedirectBaseUrl(config),
     unencryptedRemoteDatabase(config),
     sweepingRateLimitExemption(config),
+    sweepingProxyTrust(config),
     machineClientsWithoutBaseUrl(config),
   ].filter((warning): warning is string => warning !== undefined);
 }
@@ -67,15 +68,35 @@ const NARROWEST_SWEEPING_PREFIX = { ipv4: 8, ipv6: 16 } as const;
 
 /** RATE_LIMIT_EXEMPT with a range as wide as `0.0.0.0/0`: the per-address limits are off for nearly everyone. */
 function sweepingRateLimitExemption({ rateLimitExempt }: Config): string | undefined {
-  const sweeping = rateLimitExempt.filter((cidr) => {
-    const [address, prefix] = cidr.split("/");
-    const kind = address.includes(":") ? "ipv6" : "ipv4";
-    return Number(prefix) < NARROWEST_SWEEPING_PREFIX[kind];
-  });
+  const sweeping = sweepingRanges(rateLimitExempt);
   if (sweeping.length === 0) return undefined;
   return `RATE_LIMIT_EXEMPT exempts ${sweeping.join(", ")}: the per-address limits count almost ` +
     "no client; list only the egress addresses you trust (an office's, a NAT's)";
 }
+
+/**
+ * TRUST_PROXY with a range as wide as `0.0.0.0/0`: every client there is a "proxy", so the address
+ * it writes in `X-Forwarded-For` is believed, `127.0.0.1` (exempt from every limit) included.
+ */
+function sweepingProxyTrust({ trustProxy }: Config): string | undefined {
+  // fd00::/8 (this page's own example) is wide, but holds no address a client on the Internet has.
+  const sweeping = sweepingRanges(trustProxy).filter((cidr) => !isLocalIpv6(cidr.split("/")[0]));
+  if (sweeping.length === 0) return undefined;
+  return `TRUST_PROXY trusts ${sweeping.join(", ")}: a client there names its own address in ` +
+    "X-Forwarded-For (127.0.0.1 escapes every per-address limit); list only your proxies' addresses";
+}
+
+/** The canonical CIDRs of `ranges` wider than any one network's. */
+function sweepingRanges(ranges: readonly string[]): string[] {
+  return ranges.filter((cidr) => {
+    const [address, prefix] = cidr.split("/");
+    const kind = address.includes(":") ? "ipv6" : "ipv4";
+    return Number(prefix) < NARROWEST_SWEEPING_PREFIX[kind];
+  });
+}
+
+/** IPv6 unique local (fc00::/7) and link-local (fe80::/10) addresses. */
+const isLocalIpv6 = createRangeMatcher(["fc00::/7", "fe80::/10"]);
 
 function isLoopbackHost(hostname: string): boolean {
   const host = hostname.replace(/^\[|\]$/g, "");
