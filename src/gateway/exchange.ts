@@ -9,7 +9,6 @@
  */
 
 import type { CallPolicy } from "../access/call_policy.ts";
-import { liveMachineAdmission } from "./live_machine_clients.ts";
 import { UTF8 } from "../http/bytes.ts";
 import { OAuthError, storeUnavailableError } from "../http/errors.ts";
 import type { RequestContext } from "../http/request_context.ts";
@@ -27,14 +26,9 @@ import {
 import { BearerChallengeError } from "./challenges.ts";
 import { missingScopes } from "./call_scopes.ts";
 import type { Deadline } from "./deadlines.ts";
-import { createAccessGate } from "./access_gate.ts";
 import { forward } from "./forward.ts";
-import {
-  authenticateForGateway,
-  CLOCK_TOLERANCE_SECONDS,
-  type GatewayRequest,
-  type GuardDeps,
-} from "./guard.ts";
+import { authenticateForGateway, type GatewayRequest } from "./guard.ts";
+import { guardDeps } from "./guard_deps.ts";
 import { endToEndHeaders, type HeaderSnapshot, snapshotHeaders } from "./headers.ts";
 import {
   headerMismatchResponse,
@@ -339,30 +333,6 @@ function countMessages(x: Exchange, outcome: GatewayOutcome): void {
     const tool = method === "tools/call" && name !== undefined ? name : NO_TOOL;
     gatewayMessages.inc({ server, method: method ?? UNPARSED_METHOD, outcome, tool });
   }
-}
-
-/** The resource guard's dependencies: the service's own store, upstream, signer and memory. */
-function guardDeps(gateway: Gateway, oauth: GatewayOAuth): GuardDeps {
-  const { store, clock, logger, verifiedTokens, config } = gateway.deps;
-  return {
-    store,
-    clock,
-    logger,
-    upstream: oauth.upstream,
-    signer: oauth.signer,
-    clockToleranceSeconds: CLOCK_TOLERANCE_SECONDS,
-    accessTokenTtlSeconds: config.accessTokenTtlSeconds,
-    upstreamTimeoutMs: config.upstreamTimeoutMs,
-    // Checked per call once the body is read (call_scopes.ts).
-    requiredScope: undefined,
-    verifiedTokens,
-    accessGate: createAccessGate(
-      config,
-      () => gateway.deps.callPolicy.rules,
-      gateway.ownLists,
-    ),
-    machineAdmission: liveMachineAdmission(gateway.deps),
-  };
 }
 
 /**
