@@ -253,17 +253,9 @@ Deno.test("client credentials: every failure of secret authentication is 401 inv
     );
     // A client with keys has no secret, whatever is sent.
     await basicChallenge(await token(t, grant, { headers: basic("robot", "") }));
-    await assertError(
-      await token(t, { ...grant, client_id: "vault", client_secret: "wrong" }),
-      401,
-      "invalid_client",
-    );
-    await assertError(
-      await token(t, { ...grant, client_secret }),
-      401,
-      "invalid_client",
-      /needs client_id/,
-    );
+    // A 401 names a scheme to authenticate with (RFC 9110 §15.5.2), whatever method failed.
+    await basicChallenge(await token(t, { ...grant, client_id: "vault", client_secret: "wrong" }));
+    await basicChallenge(await token(t, { ...grant, client_secret }), /needs client_id/);
     await assertError(
       await token(t, { ...grant, client_id: "vault", client_secret }, {
         headers: basic("vault", client_secret),
@@ -288,6 +280,7 @@ Deno.test("client credentials: every failed check of a client assertion is 401 i
     await addClient(t.store, { id: "robot", jwks: { keys: [key.jwk] } });
     const now = Math.floor(t.clock.now() / 1000);
     const refused = async (response: Response, description: RegExp) => {
+      assert.match(response.headers.get("www-authenticate") ?? "", /^Basic realm=/);
       const body = await assertError(response, 401, "invalid_client", description);
       assert.ok(!body.error_description.includes(String(key.jwk.x)), "no key material");
     };

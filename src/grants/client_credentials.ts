@@ -35,9 +35,7 @@ async function issueClientToken(deps: GrantDeps, request: GrantRequest): Promise
   const { client } = request;
   if (client.machine === undefined) {
     // A public client, or a machine client that proved nothing: RFC 6749 §4.4.2 needs proof.
-    throw invalidClient("The client_credentials grant needs client authentication", {
-      basic: true,
-    });
+    throw invalidClient("The client_credentials grant needs client authentication");
   }
   const clientId = client.machine.clientId;
   const rule = deps.machineClientRule(clientId);

@@ -23,12 +23,12 @@ export const CLIENT_SECRET_BASIC: ClientAuthMethod = {
   uses: (request) => BASIC.test(request.headers.get("authorization") ?? ""),
   authenticate(deps, request, params) {
     const credentials = basicCredentials(request.headers.get("authorization") ?? "");
-    if (!credentials) throw invalidClient("The Basic credentials are malformed", { basic: true });
+    if (!credentials) throw invalidClient("The Basic credentials are malformed");
     const named = params.get("client_id");
     if (named !== undefined && named !== credentials.clientId) {
-      throw invalidClient("client_id differs from the Basic credentials' client", { basic: true });
+      throw invalidClient("client_id differs from the Basic credentials' client");
     }
-    return checkSecret(deps, "client_secret_basic", credentials, { basic: true });
+    return checkSecret(deps, "client_secret_basic", credentials);
   },
 };
 
@@ -42,7 +42,7 @@ export const CLIENT_SECRET_POST: ClientAuthMethod = {
     return checkSecret(deps, "client_secret_post", {
       clientId,
       secret: params.get("client_secret") ?? "",
-    }, { basic: false });
+    });
   },
 };
 
@@ -84,7 +84,6 @@ async function checkSecret(
   deps: ClientAuthDeps,
   method: string,
   { clientId, secret }: Credentials,
-  { basic }: { basic: boolean },
 ): Promise<AuthenticatedClient> {
   const client = await deps.store.getMachineClient(clientId);
   const given = clientSecretHash(secret);
@@ -94,7 +93,7 @@ async function checkSecret(
     !client || credential?.method !== "client_secret" ||
     !timingSafeEqual(given, credential.secretHash)
   ) {
-    throw invalidClient("Client authentication failed", { basic });
+    throw invalidClient("Client authentication failed");
   }
   return { method, clientId, machine: client };
 }
