@@ -19,14 +19,12 @@ import {
   type Config,
   ConfigError,
   type Env,
-  isOpenToAnyGitLabComUser,
-  isStrictOpenToAnySelfManagedUser,
   listenHostname,
   loadConfig,
   missingOAuthSettings,
   signInReason,
 } from "./src/app/config.ts";
-import { weakSettings } from "./src/app/weak_settings.ts";
+import { startupWarnings } from "./src/app/weak_settings.ts";
 import { ignoredVariables } from "./src/app/config_check.ts";
 import { inForce } from "./src/app/in_force.ts";
 import { createAppDeps } from "./src/app/deps.ts";
@@ -88,8 +86,7 @@ export async function composeService(
   for (const warning of ignoredVariables(env)) logger.warn(warning);
   const config = loadConfig(env);
   warnIfNotConfigured(config, logger);
-  warnIfOpenToAnyone(config, logger);
-  for (const warning of weakSettings(config)) logger.warn(warning);
+  for (const warning of startupWarnings(config)) logger.warn(warning);
   const { database: kv, close: closeKv } = await openDatabase(config);
   const deps = createAppDeps(config, {
     kv,
@@ -221,21 +218,6 @@ function warnIfNotConfigured(config: Config, logger: Logger): void {
     `OAuth is not configured (missing ${missing.join(" and ")}): ` +
       "every endpoint answers 500 server_error until it is set; /readyz answers 503",
   );
-}
-
-function warnIfOpenToAnyone(config: Config, logger: Logger): void {
-  const lists = "set ALLOWED_GITLAB_GROUPS or ALLOWED_GITLAB_USERS (or ALLOW_ANY_GITLAB_USER=true)";
-  if (isOpenToAnyGitLabComUser(config)) {
-    logger.warn(
-      `anyone with a gitlab.com account can sign in and use the protected MCP server: ${lists}`,
-    );
-  } else if (isStrictOpenToAnySelfManagedUser(config)) {
-    logger.warn(
-      `SECURITY_PROFILE=strict, yet every account of ${config.upstream.url.origin} can sign in ` +
-        "and use the protected MCP server (open sign-up, external and guest users included): " +
-        lists,
-    );
-  }
 }
 
 /**

@@ -26,6 +26,11 @@ function linesOf(text: string): string[] {
   return text.split("\n").filter((line) => line !== "");
 }
 
+/** The problem lines of stderr: without the warnings (gitlab.com without a list is one). */
+function problemsOf(stderr: string): string[] {
+  return linesOf(stderr).filter((line) => !line.startsWith("admin: warning: "));
+}
+
 Deno.test("config check reports every problem at once, one line each, and exits 1", () =>
   withDir(async (dir) => {
     await Deno.writeTextFile(`${dir}/empty`, "\n");
@@ -43,7 +48,7 @@ Deno.test("config check reports every problem at once, one line each, and exits 
       DATABASE_URL: `postgres://auth:${PASSWORD}@127.0.0.1:1/auth`,
     });
     assert.equal(run.code, 1, run.stderr);
-    const problems = linesOf(run.stderr);
+    const problems = problemsOf(run.stderr);
     assert.equal(problems.length, 6, run.stderr);
     assert.ok(problems.some((line) => /SECURITY_PROFILE: /.test(line)));
     assert.ok(
@@ -61,7 +66,7 @@ Deno.test("config check reports every problem at once, one line each, and exits 
 Deno.test("config check: a missing required secret and a rule between variables are problems", async () => {
   const missing = await runAdminCli(["config", "check"], { GITLAB_CLIENT_ID: "app" });
   assert.equal(missing.code, 1);
-  assert.deepEqual(linesOf(missing.stderr), ["admin: JWT_SECRET: is required"]);
+  assert.deepEqual(problemsOf(missing.stderr), ["admin: JWT_SECRET: is required"]);
   const both = await runAdminCli(["config", "check"], {
     GITLAB_CLIENT_ID: "app",
     JWT_SECRET: TEST_SECRET,
@@ -69,8 +74,11 @@ Deno.test("config check: a missing required secret and a rule between variables 
     DATABASE_URL: `postgres://auth:${PASSWORD}@127.0.0.1:1/auth`,
   });
   assert.equal(both.code, 1);
-  assert.equal(linesOf(both.stderr).length, 1, both.stderr);
-  assert.match(both.stderr, /^admin: DATABASE_URL: cannot be set together with KV_PATH/);
+  assert.equal(problemsOf(both.stderr).length, 1, both.stderr);
+  assert.match(
+    problemsOf(both.stderr)[0],
+    /^admin: DATABASE_URL: cannot be set together with KV_PATH/,
+  );
   assert.ok(!(both.stdout + both.stderr).includes(PASSWORD));
 });
 
@@ -82,10 +90,34 @@ Deno.test("config check says the weak settings start-up would warn about, and ex
   });
   assert.equal(run.code, 0, run.stderr);
   const warnings = linesOf(run.stderr);
-  assert.equal(warnings.length, 2, run.stderr);
-  assert.match(warnings[0], /^admin: warning: JWT_SECRET has fewer than 8 distinct characters/);
-  assert.match(warnings[1], /^admin: warning: RATE_LIMIT_EXEMPT exempts 0\.0\.0\.0\/0/);
+  assert.equal(warnings.length, 3, run.stderr);
+  assert.match(
+    warnings[0],
+    /^admin: warning: anyone with a gitlab\.com account can sign in .*ALLOWED_GITLAB_GROUPS/,
+  );
+  assert.match(warnings[1], /^admin: warning: JWT_SECRET has fewer than 8 distinct characters/);
+  assert.match(warnings[2], /^admin: warning: RATE_LIMIT_EXEMPT exempts 0\.0\.0\.0\/0/);
   assert.ok(!run.stderr.includes("a".repeat(40)), "no secret echoed");
+});
+
+Deno.test("config check says what start-up warns about who can sign in, and a list silences it", async () => {
+  const configured = { GITLAB_CLIENT_ID: "app", JWT_SECRET: TEST_SECRET };
+  const strict = await runAdminCli(["config", "check"], {
+    ...configured,
+    SECURITY_PROFILE: "strict",
+    GITLAB_URL: "https://gitlab.example",
+    BASE_URL: "https://auth.example",
+  });
+  assert.equal(strict.code, 0, strict.stderr);
+  assert.deepEqual(linesOf(strict.stderr).map((line) => line.slice(0, 80)), [
+    "admin: warning: SECURITY_PROFILE=strict, yet every account of https://gitlab.exa",
+  ]);
+  const listed = await runAdminCli(["config", "check"], {
+    ...configured,
+    ALLOWED_GITLAB_USERS: "id:1",
+  });
+  assert.equal(listed.code, 0, listed.stderr);
+  assert.equal(listed.stderr, "");
 });
 
 Deno.test("config check prints the effective configuration with every secret as ****", () =>
@@ -95,6 +127,7 @@ Deno.test("config check prints the effective configuration with every secret as 
       GITLAB_CLIENT_ID: "app",
       GITLAB_CLIENT_SECRET: "gitlab-application-secret",
       JWT_SECRET: TEST_SECRET,
+      ALLOWED_GITLAB_GROUPS: "acme",
       METRICS_TOKEN_FILE: `${dir}/metrics`,
       // Unreachable: without --connect nothing is connected to.
       DATABASE_URL: `postgres://auth:${PASSWORD}@127.0.0.1:1/auth`,
@@ -137,7 +170,7 @@ Deno.test("config check --connect opens the store: a KV file that does not exist
     assert.equal(offline.code, 0, offline.stderr);
     const connected = await runAdminCli(["config", "check", "--connect"], env);
     assert.equal(connected.code, 1);
-    assert.equal(linesOf(connected.stderr).length, 1, connected.stderr);
+    assert.equal(problemsOf(connected.stderr).length, 1, connected.stderr);
     assert.match(connected.stderr, /kv\.sqlite3/);
   }));
 
@@ -154,7 +187,7 @@ Deno.test({
       const bare = await runAdminCli(["config", "check", "--connect"], files);
       assert.equal(bare.code, 1);
       assert.match(bare.stderr, /holds no store of the service/);
-      assert.equal(linesOf(bare.stderr).length, 1, bare.stderr);
+      assert.equal(problemsOf(bare.stderr).length, 1, bare.stderr);
       assert.equal((await runAdminCli(["migrate"], files)).code, 0);
       const migrated = await runAdminCli(["config", "check", "--connect"], files);
       assert.equal(migrated.code, 0, migrated.stderr);

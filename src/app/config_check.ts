@@ -14,14 +14,14 @@ import {
 } from "./config.ts";
 import { configuredProvider } from "./deps.ts";
 import { withSecretFiles } from "../config/secret_files.ts";
-import { weakSettings } from "./weak_settings.ts";
+import { startupWarnings } from "./weak_settings.ts";
 import { ConfigError, type Env, readTable, variablesOf } from "../config/variable.ts";
 import { withoutUserinfo } from "../config/parsers.ts";
 import { nearNameWarnings } from "../config/near_names.ts";
 
 /**
- * What a check found: the effective lines, every problem, the warnings start-up would log (weak
- * settings), and the configuration when it reads.
+ * What a check found: the effective lines, every problem, the warnings start-up would log (who
+ * can sign in, weak settings), and the configuration when it reads.
  */
 export interface ConfigCheck {
   lines: string[];
@@ -77,7 +77,7 @@ export function checkConfiguration(given: Env): ConfigCheck {
   return {
     lines: effectiveLines(filled).map(withoutUserinfo),
     problems: problems.map(withoutUserinfo),
-    warnings: [...ignoredVariables(given), ...(config ? weakSettings(config) : [])].map(
+    warnings: [...ignoredVariables(given), ...(config ? startupWarnings(config) : [])].map(
       withoutUserinfo,
     ),
     config: problems.length === 0 ? config : undefined,

@@ -6,10 +6,23 @@
  */
 
 import { createRangeMatcher, isLoopbackIp } from "../http/ip_address.ts";
-import type { Config } from "./config.ts";
+import {
+  type Config,
+  isOpenToAnyGitLabComUser,
+  isStrictOpenToAnySelfManagedUser,
+} from "./config.ts";
 
 /** Fewer distinct characters than this in JWT_SECRET: a placeholder, not a secret. */
 const MIN_DISTINCT_SECRET_CHARACTERS = 8;
+
+/**
+ * Every warning start-up logs about `config` once read, in its order: who can sign in, then the
+ * weak settings (`admin config check` says the same lines).
+ */
+export function startupWarnings(config: Config): string[] {
+  const open = openToAnyone(config);
+  return [...(open === undefined ? [] : [open]), ...weakSettings(config)];
+}
 
 /** One line per weak setting of `config`, naming the variable and the fix. */
 export function weakSettings(config: Config): string[] {
@@ -21,6 +34,20 @@ export function weakSettings(config: Config): string[] {
     sweepingProxyTrust(config),
     machineClientsWithoutBaseUrl(config),
   ].filter((warning): warning is string => warning !== undefined);
+}
+
+/** No allow-list where anyone can make an account (gitlab.com), or under the strict profile. */
+function openToAnyone(config: Config): string | undefined {
+  const lists = "set ALLOWED_GITLAB_GROUPS or ALLOWED_GITLAB_USERS (or ALLOW_ANY_GITLAB_USER=true)";
+  if (isOpenToAnyGitLabComUser(config)) {
+    return `anyone with a gitlab.com account can sign in and use the protected MCP server: ${lists}`;
+  }
+  if (isStrictOpenToAnySelfManagedUser(config)) {
+    return `SECURITY_PROFILE=strict, yet every account of ${config.upstream.url.origin} can sign ` +
+      "in and use the protected MCP server (open sign-up, external and guest users included): " +
+      lists;
+  }
+  return undefined;
 }
 
 function weakJwtSecret({ jwtSecret }: Config): string | undefined {
