@@ -1,6 +1,6 @@
 /**
  * Weak settings start, with one warning each (issue 33 §1.9): a JWT_SECRET of fewer than 8
- * distinct characters, the redirect sign-in over a plain http: BASE_URL that is not loopback,
+ * distinct characters, a METRICS_TOKEN or INTROSPECTION_TOKENS token equal to a key, the redirect sign-in over a plain http: BASE_URL that is not loopback,
  * a DATABASE_URL on another host without sslmode, a RATE_LIMIT_EXEMPT or TRUST_PROXY range wider
  * than any one network's, and MACHINE_ACCESS_FILE clients without BASE_URL (private_key_jwt
  * refused).
@@ -11,7 +11,7 @@ import { loadConfig } from "../src/app/config.ts";
 import { weakSettings } from "../src/app/weak_settings.ts";
 import { TEST_SECRET } from "./_helpers.ts";
 import { writeAccessFile } from "./_machine_clients.ts";
-import { spawnService } from "./_service.ts";
+import { runAdminCli, spawnService } from "./_service.ts";
 
 const BASE = { GITLAB_CLIENT_ID: "app", JWT_SECRET: TEST_SECRET };
 
@@ -104,4 +104,52 @@ Deno.test("weak settings: the service starts and says so in one warning line", a
   } finally {
     await service.stop();
   }
+});
+
+Deno.test("weak settings: METRICS_TOKEN or an INTROSPECTION_TOKENS token equal to a key warns at start-up and in config check, never the value", async () => {
+  const key = "an-encryption-key-of-32-bytes-or-more!";
+  const caller = "a-resource-server-token-of-its-own-0123";
+  const env = {
+    ...BASE,
+    KV_PATH: ":memory:",
+    ENCRYPTION_KEY: key,
+    METRICS_TOKEN: TEST_SECRET,
+    INTROSPECTION_TOKENS: `${caller},${key}`,
+  };
+  const expected = [
+    /^METRICS_TOKEN holds the value of JWT_SECRET: every caller sending it as a bearer token/,
+    /^INTROSPECTION_TOKENS holds the value of ENCRYPTION_KEY: /,
+  ];
+  const service = await spawnService(env);
+  let logs: string[];
+  try {
+    logs = service.logs;
+  } finally {
+    await service.stop();
+  }
+  const logged = logs.filter((line) => line.includes("holds the value of"));
+  assert.deepEqual(logged.map((line) => JSON.parse(line).level), ["warn", "warn"]);
+  logged.forEach((line, index) => assert.match(JSON.parse(line).message, expected[index]));
+  const check = await runAdminCli(["config", "check"], env);
+  assert.equal(check.code, 0, check.stderr);
+  const said = check.stderr.split("\n").filter((line) => line.includes("holds the value of"));
+  said.forEach((line, index) =>
+    assert.match(line.replace("admin: warning: ", ""), expected[index])
+  );
+  assert.equal(said.length, 2, check.stderr);
+  for (const value of [key, TEST_SECRET, caller]) {
+    assert.ok(!logs.join("\n").includes(value) && !check.stderr.includes(value), "never a value");
+  }
+  assert.deepEqual(
+    warnings({ METRICS_TOKEN: `${TEST_SECRET}-other`, JWT_SECRET_PREVIOUS: `${TEST_SECRET}-old` }),
+    [],
+  );
+  assert.match(
+    warnings({
+      JWT_SECRET_PREVIOUS: `${TEST_SECRET}-old`,
+      INTROSPECTION_TOKENS: `${TEST_SECRET}-old`,
+    })
+      .join(),
+    /^INTROSPECTION_TOKENS holds the value of JWT_SECRET_PREVIOUS: /,
+  );
 });

@@ -28,12 +28,39 @@ export function startupWarnings(config: Config): string[] {
 export function weakSettings(config: Config): string[] {
   return [
     weakJwtSecret(config),
+    ...bearerTokensThatAreKeys(config),
     plainRedirectBaseUrl(config),
     unencryptedRemoteDatabase(config),
     sweepingRateLimitExemption(config),
     sweepingProxyTrust(config),
     machineClientsWithoutBaseUrl(config),
   ].filter((warning): warning is string => warning !== undefined);
+}
+
+/**
+ * A bearer token (sent by every scraper or resource server, over the wire, into their
+ * configuration) that is also a key: whoever holds it signs tokens or opens GitLab's tokens at
+ * rest. One line per token variable, naming the keys it equals, never a value.
+ */
+function bearerTokensThatAreKeys(config: Config): string[] {
+  const keys: [string, string | undefined][] = [
+    ["JWT_SECRET", config.jwtSecret],
+    ["JWT_SECRET_PREVIOUS", config.jwtSecretPrevious],
+    ["ENCRYPTION_KEY", config.encryptionKey],
+  ];
+  const tokens: [string, readonly string[]][] = [
+    ["METRICS_TOKEN", config.metricsToken === undefined ? [] : [config.metricsToken]],
+    ["INTROSPECTION_TOKENS", config.introspectionTokens ?? []],
+  ];
+  return tokens.flatMap(([name, values]) => {
+    const equal = keys.filter(([, key]) => key !== undefined && values.includes(key));
+    if (equal.length === 0) return [];
+    return [
+      `${name} holds the value of ${equal.map(([key]) => key).join(" and ")}: every caller ` +
+      "sending it as a bearer token holds a key that signs tokens or opens GitLab's tokens at " +
+      `rest; give ${name} a value of its own`,
+    ];
+  });
 }
 
 /** No allow-list where anyone can make an account (gitlab.com), or under the strict profile. */
