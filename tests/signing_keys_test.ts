@@ -61,6 +61,66 @@ Deno.test("signing keys: a missing, malformed, public-only or wrong-type key sto
   }
 });
 
+Deno.test("signing keys: a key marked for encryption, for other operations or another alg stops start-up (RFC 7517 §4.2–4.4)", async () => {
+  const [es] = await freshKeys("ES256", 1);
+  const [ed] = await freshKeys("EdDSA", 1);
+  const refused: [Record<string, string>, RegExp][] = [
+    [signingEnv("ES256", [{ ...es, use: "enc" } as typeof es]), /"ES256-0" has "use" "enc"/],
+    [
+      signingEnv("EdDSA", [{ ...ed, key_ops: ["verify"] } as typeof ed]),
+      /"EdDSA-0" has "key_ops" \["verify"\] without "sign"/,
+    ],
+    [
+      signingEnv("ES256", [{ ...es, key_ops: "sign" } as typeof es]),
+      /has "key_ops" "sign" without/,
+    ],
+    [
+      signingEnv("ES256", [{ ...es, alg: "ES384" } as typeof es]),
+      /^SIGNING_KEYS: key "ES256-0" has "alg" "ES384", but an ES256 key signs ES256/,
+    ],
+    [
+      signingEnv("EdDSA", [{ ...ed, alg: "ES256" } as typeof ed]),
+      /has "alg" "ES256", but an EdDSA/,
+    ],
+  ];
+  for (const [env, expected] of refused) {
+    const error = configError(env);
+    assert.match(error.message, expected, JSON.stringify(env));
+    for (const secret of [es.d, ed.d]) assert.ok(!error.message.includes(secret), "no d echoed");
+  }
+  // Marked for what the service does with it: accepted.
+  const marked = [
+    { ...es, use: "sig", key_ops: ["sign", "verify"], alg: "ES256" },
+    { ...ed, kid: "ed", alg: "Ed25519" },
+  ];
+  assert.equal(
+    loadConfig({ ...BASE_ENV, ...signingEnv("ES256", [marked[0]]) }).signingKeys?.length,
+    1,
+  );
+  assert.equal(
+    loadConfig({ ...BASE_ENV, ...signingEnv("EdDSA", [marked[1]]) }).signingKeys?.length,
+    1,
+  );
+  // The operator's check says it too, in one line, from a file as from the variable.
+  const path = await Deno.makeTempFile({ suffix: ".json" });
+  try {
+    await Deno.writeTextFile(path, JSON.stringify([{ ...es, use: "enc" }]));
+    const run = await runAdminCli(["config", "check"], {
+      ...BASE_ENV,
+      ACCESS_TOKEN_ALG: "ES256",
+      SIGNING_KEYS_FILE: path,
+    });
+    assert.equal(run.code, 1, run.stderr);
+    const problems = run.stderr.split("\n").filter((line) => /^admin: (?!warning)/.test(line));
+    assert.deepEqual(problems, [
+      'admin: SIGNING_KEYS_FILE: key "ES256-0" has "use" "enc"; a signing key has "use": "sig" or no "use"',
+    ]);
+    assert.ok(!run.stderr.includes(es.d), "no d echoed");
+  } finally {
+    await Deno.remove(path);
+  }
+});
+
 Deno.test("signing keys: SIGNING_KEYS_FILE holds the same array; both at once is refused", async () => {
   const keys = await freshKeys("EdDSA", 2);
   const path = await Deno.makeTempFile({ suffix: ".json" });

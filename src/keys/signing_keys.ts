@@ -118,6 +118,7 @@ function checkedKey(name: string, entry: unknown, index: number): PrivateSigning
   if (jwk.d === undefined) {
     throw new ConfigError(name, `${label} is a public key; a signing key needs its private "d"`);
   }
+  requireMarkedForSigning(name, label, jwk, algorithmOfKey(type));
   const members = type.kty === "EC" ? ["x", "y", "d"] : ["x", "d"];
   for (const member of members) {
     if (typeof jwk[member] !== "string") {
@@ -133,6 +134,56 @@ function checkedKey(name: string, entry: unknown, index: number): PrivateSigning
   };
   requireConsistent(name, label, key);
   return key;
+}
+
+/**
+ * The names RFC 9864 gives the same signatures, fully specified: a key marked with one is meant
+ * for what the service signs with it.
+ */
+const SAME_SIGNATURE: Record<AsymmetricAlgorithm, string[]> = { ES256: [], EdDSA: ["Ed25519"] };
+
+/**
+ * The members that say what a key is for (RFC 7517 §4.2–4.4), when present, must allow what the
+ * service does with it: sign tokens with `algorithm`. A key marked for encryption, for other
+ * operations or for another algorithm must not sign (and its holder meant it for something else).
+ */
+function requireMarkedForSigning(
+  name: string,
+  label: string,
+  jwk: Record<string, unknown>,
+  algorithm: AsymmetricAlgorithm,
+): void {
+  if (jwk.use !== undefined && jwk.use !== "sig") {
+    throw new ConfigError(
+      name,
+      `${label} has "use" ${quoted(jwk.use)}; a signing key has "use": "sig" or no "use"`,
+    );
+  }
+  const ops = jwk.key_ops;
+  const operations = Array.isArray(ops) && ops.every((op) => typeof op === "string");
+  if (ops !== undefined && (!operations || !ops.includes("sign"))) {
+    throw new ConfigError(
+      name,
+      `${label} has "key_ops" ${quoted(ops)} without "sign"; a signing key lists "sign" or has ` +
+        'no "key_ops"',
+    );
+  }
+  const alg = jwk.alg;
+  if (
+    alg !== undefined && alg !== algorithm && !SAME_SIGNATURE[algorithm].includes(alg as string)
+  ) {
+    throw new ConfigError(
+      name,
+      `${label} has "alg" ${quoted(alg)}, but an ${algorithm} key signs ${algorithm} ` +
+        `(ACCESS_TOKEN_ALG); remove "alg" or set it to "${algorithm}"`,
+    );
+  }
+}
+
+/** A member's value for a one-line error: JSON, cut short (it is the operator's, never "d"). */
+function quoted(value: unknown): string {
+  const text = JSON.stringify(value) ?? String(value);
+  return text.length > 40 ? `${text.slice(0, 40)}…` : text;
 }
 
 /** The private part must be a valid key whose public half is the `x` (and `y`) given. */
