@@ -369,6 +369,15 @@ Deno.test("docs/configuration.md's table matches CONFIG_VARIABLES", async (t) =>
     );
     assert.deepEqual(inReadme.toSorted(), inCode.toSorted());
   });
+  await t.step("these meanings read as the table's (others still differ in wording)", () => {
+    const rows = new Map(configurationRows(readme).map(([name, , meaning]) => [name, meaning]));
+    for (
+      const name of ["DATABASE_TIMEOUT_MS", "RATE_LIMIT_DEVICE", "RATE_LIMIT_MCP", "GITLAB_ISSUER"]
+    ) {
+      const variable = variables.find((entry) => entry.name === name);
+      assert.equal(variable?.meaning, rows.get(`\`${name}\``), name);
+    }
+  });
 });
 
 /** The body rows of the markdown table in docs/configuration.md's "## Configuration", as cells. */

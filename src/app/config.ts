@@ -133,13 +133,15 @@ const SERVICE_VARIABLES = {
       "RATE_LIMIT_DEVICE",
       "20/600",
       parseRateLimit,
-      "wrong user codes at `/device` per client IP ([device sign-in](#headless-clients-device-authorization))",
+      "wrong user codes at `/device` per client IP, five times that per /24 or /56 " +
+        "([device sign-in](mcp-clients.md#headless-clients-device-authorization))",
     ),
     mcp: variable(
       "RATE_LIMIT_MCP",
       "600/60",
       parseRateLimit,
-      "gateway: MCP messages / seconds per sign-in session, loopback too ([why](#abuse-limits))",
+      "gateway: MCP messages / seconds per sign-in session (per client for a machine client), " +
+        "loopback too ([why](security.md#abuse-limits))",
     ),
   } satisfies Readonly<Record<BucketLabel, ConfigVariable<RateLimit | undefined>>>,
   /** `exempt`: loopback clients are never limited; `limit`: they are, like everyone. */

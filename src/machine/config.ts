@@ -32,7 +32,8 @@ export const MACHINE_VARIABLES = {
     "GITLAB_ISSUER",
     undefined,
     urlWithoutTrailingSlash,
-    "CI jobs: the `iss` of GitLab's ID tokens, where GitLab's public URL differs",
+    "CI jobs: the `iss` of GitLab's ID tokens, where GitLab's public URL differs " +
+      "([CI jobs](gateway.md#gitlab-ci-jobs))",
     "`GITLAB_URL` without a trailing slash",
   ),
 } satisfies ConfigTable;

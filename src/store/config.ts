@@ -76,8 +76,8 @@ export const STORE_VARIABLES = {
     "DATABASE_TIMEOUT_MS",
     "5000",
     integerBetween(100, 600_000),
-    "ms a request may wait for the store (KV or PostgreSQL) in all, connecting and queueing " +
-      "included, before it is answered 503 with `Retry-After`",
+    "most time a request may wait for the store in all, then 503 with `Retry-After` " +
+      "([when the database hangs](operating.md#when-the-database-hangs-or-is-down))",
   ),
   /** Key for GitLab tokens at rest (AES-GCM); undefined: derived from JWT_SECRET with HKDF. */
   encryptionKey: secret(variable(
