@@ -1,7 +1,8 @@
 /**
  * Authenticated encryption of secrets at rest (upstream tokens, device codes) with AES-256-GCM.
- * Keys come from ENCRYPTION_KEY, or from JWT_SECRET through HKDF; a previous secret stays
- * readable so rotating one does not log everyone out.
+ * Keys come from ENCRYPTION_KEY, or from JWT_SECRET through HKDF; a previous secret
+ * (ENCRYPTION_KEY_PREVIOUS, JWT_SECRET_PREVIOUS) stays readable so rotating one does not log
+ * everyone out.
  */
 
 import { randomToken, sha256Base64Url } from "./crypto.ts";
@@ -69,21 +70,25 @@ export function createSecretBox(secrets: readonly string[]): SecretBox {
 /** The settings that key the box: ENCRYPTION_KEY, else the JWT secrets. */
 export interface SealingSettings {
   encryptionKey?: string;
+  encryptionKeyPrevious?: string;
   jwtSecret?: string;
   jwtSecretPrevious?: string;
 }
 
 /**
- * The secrets upstream tokens are sealed with: ENCRYPTION_KEY when set, else JWT_SECRET (and
- * JWT_SECRET_PREVIOUS, which still opens). Empty without either.
+ * The secrets upstream tokens are sealed with, the sealing one first: ENCRYPTION_KEY when set,
+ * else JWT_SECRET (with JWT_SECRET_PREVIOUS, which still opens); ENCRYPTION_KEY_PREVIOUS opens
+ * beside either, so a key is rotated, or set where one was derived from JWT_SECRET, without
+ * ending sessions. Empty without ENCRYPTION_KEY or JWT_SECRET.
  */
 export function sealingSecrets(
   settings: SealingSettings,
 ): string[] {
-  const { encryptionKey, jwtSecret, jwtSecretPrevious } = settings;
-  if (encryptionKey) return [encryptionKey];
+  const { encryptionKey, encryptionKeyPrevious, jwtSecret, jwtSecretPrevious } = settings;
+  const previous = encryptionKeyPrevious ? [encryptionKeyPrevious] : [];
+  if (encryptionKey) return [encryptionKey, ...previous];
   if (!jwtSecret) return [];
-  return [jwtSecret, ...(jwtSecretPrevious ? [jwtSecretPrevious] : [])];
+  return [jwtSecret, ...(jwtSecretPrevious ? [jwtSecretPrevious] : []), ...previous];
 }
 
 /** The box the service uses; without OAuth settings nothing secret is stored: a throwaway key. */

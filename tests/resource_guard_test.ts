@@ -72,6 +72,24 @@ Deno.test("guard: with ENCRYPTION_KEY it opens what the service sealed", async (
   }
 });
 
+Deno.test("guard: during a rotation, encryptionKeyPrevious opens what the service sealed with the old key", async () => {
+  const old = "encryption-key-that-is-at-least-32-bytes-long";
+  const t = await makeTestApp({ env: { ...PROTECTS_RESOURCE, ENCRYPTION_KEY: old } });
+  try {
+    const { access_token } = await issueTokens(t);
+    const encryptionKey = "the-new-encryption-key-at-least-32-bytes-long";
+    const rotated = guardFor(t, { encryptionKey, encryptionKeyPrevious: old });
+    const result = await rotated.authenticate(withToken(access_token));
+    assert.ok(!(result instanceof Response));
+    assert.equal(result.gitlabToken, "gl-access-0");
+    const newOnly = await guardFor(t, { encryptionKey }).authenticate(withToken(access_token));
+    assert.ok(newOnly instanceof Response, "the old key's session is gone without it");
+    await newOnly.body?.cancel();
+  } finally {
+    t.close();
+  }
+});
+
 Deno.test("guard: failures are ready responses pointing at the resource's metadata", async () => {
   const t = await makeTestApp({ env: PROTECTS_RESOURCE });
   try {

@@ -78,7 +78,8 @@ export async function runAdmin(
     output.out(`ENCRYPTION_KEY=${randomToken(32)}`);
     output.err(
       "# Set both for a new deployment. On a running one, a new JWT_SECRET goes with " +
-        "JWT_SECRET_PREVIOUS=<the old one>; a new ENCRYPTION_KEY makes stored sessions unreadable.",
+        "JWT_SECRET_PREVIOUS=<the old one>, a new ENCRYPTION_KEY with ENCRYPTION_KEY_PREVIOUS " +
+        "(docs/security.md: rotating ENCRYPTION_KEY); without it stored sessions are unreadable.",
     );
     return 0;
   }

@@ -55,7 +55,8 @@ export async function openAll(
     throw new AdminRefusal(
       `${unopened} of ${sessions.length} session(s) hold GitLab tokens sealed under a key this ` +
         "environment does not have; nothing was ended. Set the service's ENCRYPTION_KEY (or " +
-        "its JWT_SECRET, and JWT_SECRET_PREVIOUS during a rotation), or add " +
+        "its JWT_SECRET, and JWT_SECRET_PREVIOUS during a rotation) and ENCRYPTION_KEY_PREVIOUS " +
+        "if it has one, or add " +
         "--keep-gitlab-tokens to end the sessions and leave their GitLab tokens valid.",
     );
   }

@@ -77,6 +77,8 @@ export interface ResourceGuardOptions {
   jwtSecretPrevious?: string;
   /** ENCRYPTION_KEY, when the service has one (GitLab tokens at rest are sealed with it). */
   encryptionKey?: string;
+  /** ENCRYPTION_KEY_PREVIOUS, during a rotation of the service's: what it sealed still opens. */
+  encryptionKeyPrevious?: string;
   /** The service's base URL, which is the tokens' issuer, e.g. `https://auth.example.com`. */
   issuer: string;
   /** This resource as its protected resource metadata names it; default `{issuer}/mcp`. */
@@ -155,6 +157,9 @@ function createSharedSecretGuard(options: ResourceGuardOptions): ResourceGuard {
   }
   if (options.encryptionKey !== undefined) {
     option(parseSecret, "encryptionKey", options.encryptionKey);
+  }
+  if (options.encryptionKeyPrevious !== undefined) {
+    option(parseSecret, "encryptionKeyPrevious", options.encryptionKeyPrevious);
   }
   const jwtSecrets = [options.jwtSecret, ...optionalList(options.jwtSecretPrevious)];
   const deps: GuardDeps = {

@@ -87,6 +87,14 @@ export const STORE_VARIABLES = {
     `key (≥ ${MIN_SECRET_BYTES} bytes) for GitLab tokens at rest`,
     "derived from `JWT_SECRET`",
   )),
+  /** A retired key that still opens what it sealed; each record is resealed when next written. */
+  encryptionKeyPrevious: secret(variable(
+    "ENCRYPTION_KEY_PREVIOUS",
+    undefined,
+    parseSecret,
+    "the key before a rotation, or `JWT_SECRET` when it was derived: GitLab tokens sealed " +
+      "with it still open, and are resealed when next written",
+  )),
 } satisfies ConfigTable;
 
 /** What STORE_VARIABLES reads to. */
