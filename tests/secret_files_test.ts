@@ -47,6 +47,7 @@ Deno.test("every secret variable has its _FILE form in the variable table", () =
       "JWT_SECRET",
       "JWT_SECRET_PREVIOUS",
       "ENCRYPTION_KEY",
+      "ENCRYPTION_KEY_PREVIOUS",
       "GITLAB_CLIENT_SECRET",
       "DATABASE_URL",
       "METRICS_TOKEN",
