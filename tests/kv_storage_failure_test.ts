@@ -6,10 +6,13 @@
  *
  * Without privileges the file's size limit (RLIMIT_FSIZE, `ulimit -f`, with SIGXFSZ ignored)
  * stands in for the disk: SQLite meets EFBIG, an I/O error. A full tmpfs (mount needs root)
- * is the disk itself, and shows the service recovering once space is freed.
+ * is the disk itself, and shows the service recovering once space is freed. Another process
+ * holding the file's write lock (`BEGIN EXCLUSIVE`, as a `sqlite3` shell or a backup tool
+ * would) is the storage unavailable too.
  */
 
 import assert from "node:assert/strict";
+import { DatabaseSync } from "node:sqlite";
 import { TEST_SECRET } from "./_helpers.ts";
 import { runAdminCli, type ServiceProcess, spawnService } from "./_service.ts";
 
@@ -202,6 +205,39 @@ Deno.test("KV storage: a KV file moved away or replaced under the running servic
     assert.deepEqual(await readiness(service), replaced);
     await Deno.rename(`${kvPath}.moved`, kvPath);
     assert.equal((await readiness(service))[0], 200);
+  } finally {
+    await service.stop();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("KV storage: a KV file whose write lock another process holds past the retry budget answers 503 temporarily_unavailable with Retry-After; /readyz stays 200 (reads go on); writes go through once it is released", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "kv-locked-" });
+  const kvPath = `${dir}/kv.sqlite`;
+  // The deadline far off: the 503 is the lock's, not a request out of time.
+  const service = await spawnService({ ...serviceEnv(kvPath), DATABASE_TIMEOUT_MS: "30000" });
+  try {
+    assert.equal((await register(service, 0)).status, 201);
+    // This process holds it, as a `sqlite3` shell would: readers still read (WAL).
+    const holder = new DatabaseSync(kvPath);
+    holder.exec("BEGIN EXCLUSIVE");
+    try {
+      await assertStoreUnavailable(await register(service, 1));
+      assert.deepEqual(await readiness(service), [200, {
+        status: "ok",
+        checks: { kv: "ok", configuration: "ok" },
+      }]);
+      const logs = service.logs.join("\n");
+      assert.match(
+        logs,
+        /store unavailable.*KV file locked by another process for over 2000 ms: database is locked/,
+      );
+      assert.doesNotMatch(logs, /unhandled error|registration failed|\n\s+at /);
+    } finally {
+      holder.exec("ROLLBACK");
+      holder.close();
+    }
+    assert.equal((await register(service, 2)).status, 201);
   } finally {
     await service.stop();
     await Deno.remove(dir, { recursive: true });

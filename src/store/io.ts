@@ -1,13 +1,14 @@
 /**
  * How every record module reaches KV: reads through the group read, writes through the group
- * commit, "database is locked" retried, each bounded by the request's database deadline
+ * commit, "database is locked" retried (a lock held past the retries is the storage
+ * unavailable), each bounded by the request's database deadline
  * (deadline.ts), and expiry judged by the injected clock. Deno deletes
  * expired entries only some time after `expireIn`, so every read also checks the record's
  * `expiresAt`; `expireIn` only collects garbage.
  */
 
 import type { Clock } from "../clock.ts";
-import { backendOf, type StoreDatabase } from "./backend.ts";
+import { backendOf, type StoreDatabase, StoreUnavailableError } from "./backend.ts";
 import {
   AtomicWrite,
   createGroupCommit,
@@ -15,7 +16,7 @@ import {
   type PlannedWrite,
 } from "./group_commit.ts";
 import { createGroupRead } from "./group_read.ts";
-import { retryLocked } from "./locked_retry.ts";
+import { isLocked, LOCKED_RETRY_BUDGET_MS, retryLocked } from "./locked_retry.ts";
 import type { StoreDeadline } from "./deadline.ts";
 
 /** A record as read, with what is needed to change it atomically later. */
@@ -67,10 +68,10 @@ export function createStoreIo(
   observeCommit?: (ms: number) => void,
 ): StoreIo {
   const kv = backendOf(database);
-  const groupRead = createGroupRead((keys) => retryLocked(() => kv.getMany(keys)));
+  const groupRead = createGroupRead((keys) => lockedRetried(() => kv.getMany(keys)));
   const getMany = (keys: Deno.KvKey[]) => deadline.bound((caller) => groupRead(keys, caller));
   const groupCommit = createGroupCommit(
-    timed(observeCommit, (write) => retryLocked(() => kv.commit(write))),
+    timed(observeCommit, (write) => lockedRetried(() => kv.commit(write))),
   );
   const submit = (write: PlannedWrite) => deadline.bound((caller) => groupCommit(write, caller));
   return {
@@ -86,7 +87,7 @@ export function createStoreIo(
       boundPages(deadline, kv.list<T>({ prefix }, { batchSize: LIST_PAGE_SIZE })),
     listRange<T>(selector: Deno.KvListSelector, limit: number) {
       return deadline.bound(() =>
-        retryLocked(() => Array.fromAsync(kv.list<T>(selector, { limit })))
+        lockedRetried(() => Array.fromAsync(kv.list<T>(selector, { limit })))
       );
     },
     atomic: () => new AtomicWrite(submit),
@@ -98,6 +99,25 @@ export function createStoreIo(
     ttlUntil: (expiresAt) => expireInOf(expiresAt - clock.now()),
     isLive: (record) => clock.now() <= record.expiresAt,
   };
+}
+
+/**
+ * `operation`, tried again while SQLite says the database is locked. A lock held past the
+ * retries is held by another process for long (the operator's CLI in a long operation, a backup
+ * tool, a `sqlite3` shell in `BEGIN EXCLUSIVE`): the storage is unavailable, not the service
+ * failing, so it is StoreUnavailableError (503 with `Retry-After`); what met it was not applied.
+ */
+async function lockedRetried<T>(operation: () => Promise<T>): Promise<T> {
+  try {
+    return await retryLocked(operation);
+  } catch (error) {
+    if (!isLocked(error) || error instanceof StoreUnavailableError) throw error;
+    const message = error instanceof Error ? error.message : String(error);
+    throw new StoreUnavailableError(
+      `KV file locked by another process for over ${LOCKED_RETRY_BUDGET_MS} ms: ${message}`,
+      { cause: error },
+    );
+  }
 }
 
 /** Longest `expireIn` given to the store: ten years (its own limit is far above, but finite). */

@@ -33,6 +33,7 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-function isLocked(error: unknown): boolean {
+/** Whether `error` is SQLite's "database is locked" (or busy). */
+export function isLocked(error: unknown): boolean {
   return /database is locked|busy/i.test(String(error));
 }
