@@ -72,7 +72,7 @@ export function denoServeArgs(flags: string[] = []): string[] {
 export async function spawnService(
   env: Record<string, string>,
   args: string[] = RUN_START_ARGS,
-  { shellSetup }: { shellSetup?: string } = {},
+  { shellSetup, timeoutMs }: { shellSetup?: string; timeoutMs?: number } = {},
 ): Promise<ServiceProcess> {
   const [program, programArgs] = shellSetup === undefined
     ? [Deno.execPath(), args]
@@ -102,13 +102,18 @@ export async function spawnService(
     if (buffered) logs.push(buffered);
   };
   const readers = Promise.all([collect(child.stdout), collect(child.stderr)]);
+  // A start-up that hangs (reading a FIFO, say) fails the test rather than the whole run.
+  const hung = timeoutMs === undefined ? undefined : setTimeout(() => {
+    logs.push(`neither listening nor exited ${timeoutMs} ms after it started: SIGKILL`);
+    child.kill("SIGKILL");
+  }, timeoutMs);
   const status = child.status.then(async (s) => {
     // The exit can be seen before the last lines are read: the error names them.
     await readers;
     reject(new Error(`service exited with ${s.code} before listening:\n${logs.join("\n")}`));
     return s;
   });
-  const started = await listening;
+  const started = await listening.finally(() => clearTimeout(hung));
   return {
     url: started.url,
     listening: started,
@@ -153,12 +158,15 @@ export interface CommandRun {
 export async function runAdminCli(
   args: string[],
   env: Record<string, string>,
+  { timeoutMs }: { timeoutMs?: number } = {},
 ): Promise<CommandRun> {
   const { code, stdout, stderr } = await new Deno.Command(Deno.execPath(), {
     args: denoRunArgs(MAIN, ["admin", ...args]),
     env: { ...inheritedEnv(), ...env },
     clearEnv: true,
     stdin: "null",
+    // Past `timeoutMs` it is sent SIGTERM: a run that hangs fails with that exit code.
+    ...(timeoutMs === undefined ? {} : { signal: AbortSignal.timeout(timeoutMs) }),
   }).output();
   const decoder = new TextDecoder();
   return { code, stdout: decoder.decode(stdout), stderr: decoder.decode(stderr) };

@@ -6,6 +6,7 @@
 
 import { ConfigError } from "../config/variable.ts";
 import { unreadableReason } from "../config/unreadable.ts";
+import { readConfigurationFile } from "../config/bounded_read.ts";
 import {
   type CallPolicy,
   parseCallPolicy,
@@ -26,7 +27,7 @@ export interface PolicyFile {
 /** Reads and parses the policy file at `path`. Throws PolicyError naming the file. */
 export function readPolicyFile(
   path: string,
-  readText: (path: string) => string = Deno.readTextFileSync,
+  readText: (path: string) => string = readConfigurationFile,
 ): PolicyFile {
   let text: string;
   try {

@@ -8,6 +8,7 @@
 
 import type { Reload } from "../access/call_policy_file.ts";
 import { FILE_CHECK_MS, watchFile } from "../config/file_watch.ts";
+import { readConfigurationFileAsync } from "../config/bounded_read.ts";
 import { requireDistinctServerPaths } from "../servers/config.ts";
 import { DEFAULT_SERVER } from "../servers/file.ts";
 import { reloadableServersFile, type ServersReload } from "../servers/reload.ts";
@@ -61,12 +62,12 @@ export function followConfigFiles(
   const policy = watchFile(deps.callPolicy, (reload) => logPolicyReload(reload, logger), options);
   const served = watchFile(servers, (reload) => afterServersReload(reload, deps, logger), {
     ...options,
-    readText: withNamedFiles(Deno.readTextFile, () => serversPolicyFiles(deps.servers)),
+    readText: withNamedFiles(readConfigurationFileAsync, () => serversPolicyFiles(deps.servers)),
   });
   const machine = watchFile(deps.machineAccess, (reload) => logMachineReload(reload, logger), {
     ...options,
     readText: withNamedFiles(
-      Deno.readTextFile,
+      readConfigurationFileAsync,
       () => deps.machineAccess.current()?.tokenFiles ?? [],
     ),
   });

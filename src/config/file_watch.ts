@@ -12,6 +12,8 @@
  * Deploy has no file system events to wait for instead).
  */
 
+import { readConfigurationFileAsync } from "./bounded_read.ts";
+
 /** How often a file is read: a change is in force within this time and FILE_SETTLE_MS. */
 export const FILE_CHECK_MS = 5_000;
 /** How long after a change is first read it is read again, and applied if it held still. */
@@ -52,7 +54,7 @@ export function watchFile<R>(
     {},
 ): FileWatch<R> {
   const path = file.path();
-  const readText = options.readText ?? Deno.readTextFile;
+  const readText = options.readText ?? readConfigurationFileAsync;
   const read = async (): Promise<Seen | undefined> => {
     if (path === undefined) return undefined;
     try {

@@ -5,6 +5,7 @@
  * start-up with one line naming `NAME_FILE` and the path, never the content.
  */
 
+import { readSecretFile } from "./bounded_read.ts";
 import { unreadableReason } from "./unreadable.ts";
 import { ConfigError, type ConfigVariable, type Env } from "./variable.ts";
 
@@ -34,7 +35,7 @@ export function secretFileForms(
 export function withSecretFiles(
   env: Env,
   variables: readonly ConfigVariable<unknown>[],
-  readText: (path: string) => string = Deno.readTextFileSync,
+  readText: (path: string) => string = readSecretFile,
 ): Env {
   const resolved: Env = { ...env };
   for (const { name } of variables.filter((variable) => variable.secret)) {

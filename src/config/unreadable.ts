@@ -4,6 +4,8 @@
  * SIGNING_KEYS_FILE, the token and policy files they name).
  */
 
+import { RefusedFile } from "./bounded_read.ts";
+
 /**
  * The folder the container image may read configuration and secrets from (deploy/Dockerfile's
  * `--allow-read`; tests/deploy_container_test.ts holds the two together).
@@ -17,6 +19,7 @@ export const IMAGE_CONFIG_FOLDER = "/etc/gitlab-mcp-auth";
  */
 export function unreadableReason(error: unknown): string {
   if (!(error instanceof Error)) return "unreadable";
+  if (error instanceof RefusedFile) return error.message;
   if (!(error instanceof Deno.errors.NotCapable)) return error.name;
   const folder = Deno.permissions.querySync({ name: "read", path: IMAGE_CONFIG_FOLDER });
   return folder.state === "granted"

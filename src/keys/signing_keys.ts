@@ -9,6 +9,7 @@
 import { createPrivateKey, createPublicKey } from "node:crypto";
 import { ConfigError } from "../config/variable.ts";
 import { unreadableReason } from "../config/unreadable.ts";
+import { readSecretFile } from "../config/bounded_read.ts";
 
 /** The asymmetric algorithms access tokens may be signed with. */
 export type AsymmetricAlgorithm = "ES256" | "EdDSA";
@@ -88,7 +89,7 @@ export function parseSigningKeys(name: string, raw: string): PrivateSigningJwk[]
 export function parseSigningKeysFile(name: string, path: string): PrivateSigningJwk[] {
   let text: string;
   try {
-    text = Deno.readTextFileSync(path);
+    text = readSecretFile(path);
   } catch (error) {
     throw new ConfigError(name, `cannot read ${JSON.stringify(path)} (${unreadableReason(error)})`);
   }

@@ -18,6 +18,7 @@ import {
   readTopObject,
 } from "../config/structured_file.ts";
 import { unreadableReason } from "../config/unreadable.ts";
+import { READ_LIMITS, readConfigurationFile } from "../config/bounded_read.ts";
 import { crossingGlob, projectGlob } from "./globs.ts";
 import {
   type CiRule,
@@ -33,8 +34,8 @@ export class MachineAccessError extends Error {
   override name = "MachineAccessError";
 }
 
-/** Reads files: the access file and its rules' token files. */
-export type ReadText = (path: string) => string;
+/** Reads files: the access file and its rules' token files (at most `limit` bytes, if given). */
+export type ReadText = (path: string, limit?: number) => string;
 
 const GRANT_KEYS = ["servers", "tools", "gitlab_token_file"];
 const CI_KEYS = [
@@ -59,7 +60,7 @@ const GITLAB_ID = /^[1-9][0-9]{0,19}$/;
 const MAX_TOKEN = 4096;
 
 /** Reads and checks the access file at `path`; throws MachineAccessError. */
-export function readMachineAccess(path: string, readText: ReadText = Deno.readTextFileSync) {
+export function readMachineAccess(path: string, readText: ReadText = readConfigurationFile) {
   const fail = failingIn(path, (message) => new MachineAccessError(message));
   const root = readTopObject(path, readText, fail, ["ci", "clients"], "a `ci` or `clients` list");
   const context: Context = { fail, readText, folder: dirname(path), tokenFiles: [] };
@@ -163,7 +164,7 @@ function readToken(raw: unknown, where: string, context: Context): GitLabTokenSe
   context.tokenFiles.push(path);
   let text: string;
   try {
-    text = readText(path);
+    text = readText(path, READ_LIMITS.secret);
   } catch (error) {
     return fail(where, `cannot read ${path} (${unreadableReason(error)})`);
   }

@@ -12,6 +12,7 @@ import { type PolicyFile, readPolicyFile } from "../access/call_policy_file.ts";
 import { type AccessPolicy, parseAllowedGroups, parseAllowedUsers } from "../access/policy.ts";
 import { PolicyError } from "../access/call_policy.ts";
 import { ConfigError } from "../config/variable.ts";
+import { readConfigurationFile } from "../config/bounded_read.ts";
 import {
   type Fail,
   failingIn,
@@ -79,7 +80,7 @@ export function parseServersFile(variable: string, path: string): ServersFile {
 export function readServersFile(
   path: string,
   problem: (message: string) => Error,
-  readText: (path: string) => string = Deno.readTextFileSync,
+  readText: (path: string) => string = readConfigurationFile,
 ): ServersFile {
   const fail = failingIn(path, problem);
   const root = readTopObject(path, readText, fail, ["servers"], "a `servers` list");

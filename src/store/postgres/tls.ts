@@ -6,9 +6,9 @@
  * the URL, and the driver is given the TLS options they mean.
  */
 
-import { readFileSync } from "node:fs";
 import { checkServerIdentity, type PeerCertificate } from "node:tls";
 import type { TlsSettings } from "./tls_settings.ts";
+import { readConfigurationFile, RefusedFile } from "../../config/bounded_read.ts";
 
 /** The TLS options the driver takes (`ssl`): off, unverified, or node:tls options. */
 export type DriverSsl = false | "prefer" | "require" | {
@@ -54,9 +54,11 @@ export function driverSsl(settings: TlsSettings, hostname: string): DriverSsl {
 function readRootCert(path: string): string {
   let text: string;
   try {
-    text = readFileSync(path, "utf8");
+    text = readConfigurationFile(path);
   } catch (error) {
-    const code = (error as { code?: string }).code ?? "unreadable";
+    const code = error instanceof RefusedFile
+      ? error.message
+      : (error as { code?: string }).code ?? "unreadable";
     throw new Error(`sslrootcert ${path} cannot be read (${code})`);
   }
   if (!text.includes("-----BEGIN CERTIFICATE-----")) {
