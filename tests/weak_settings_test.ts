@@ -152,4 +152,9 @@ Deno.test("weak settings: METRICS_TOKEN or an INTROSPECTION_TOKENS token equal t
       .join(),
     /^INTROSPECTION_TOKENS holds the value of JWT_SECRET_PREVIOUS: /,
   );
+  assert.match(
+    warnings({ ENCRYPTION_KEY_PREVIOUS: `${TEST_SECRET}-old`, METRICS_TOKEN: `${TEST_SECRET}-old` })
+      .join(),
+    /^METRICS_TOKEN holds the value of ENCRYPTION_KEY_PREVIOUS: /,
+  );
 });

@@ -47,6 +47,7 @@ function bearerTokensThatAreKeys(config: Config): string[] {
     ["JWT_SECRET", config.jwtSecret],
     ["JWT_SECRET_PREVIOUS", config.jwtSecretPrevious],
     ["ENCRYPTION_KEY", config.encryptionKey],
+    ["ENCRYPTION_KEY_PREVIOUS", config.encryptionKeyPrevious],
   ];
   const tokens: [string, readonly string[]][] = [
     ["METRICS_TOKEN", config.metricsToken === undefined ? [] : [config.metricsToken]],
