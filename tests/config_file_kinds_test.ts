@@ -137,3 +137,16 @@ Deno.test(
       }
     }),
 );
+
+Deno.test("admin config check --connect: a DATABASE_URL's sslrootcert naming a FIFO is one problem, without hanging", () =>
+  withDir(async (dir) => {
+    const fifo = await mkfifo(`${dir}/root.crt`);
+    const run = await runAdminCli(["config", "check", "--connect"], {
+      GITLAB_CLIENT_ID: "app",
+      JWT_SECRET: TEST_SECRET,
+      // Nothing listens there: the certificate is read before connecting.
+      DATABASE_URL: `postgres://auth:pw@127.0.0.1:1/auth?sslmode=verify-full&sslrootcert=${fifo}`,
+    }, { timeoutMs: HANG_MS });
+    assert.equal(run.code, 1, `exit ${run.code} (143: it hung): ${run.stderr}`);
+    assert.match(run.stderr, /sslrootcert .*root\.crt cannot be read \(not a regular file\)/);
+  }));
