@@ -37,15 +37,21 @@ async function tokenFor(t: TestApp, resource: string): Promise<string> {
   return (await response.json()).access_token;
 }
 
-/** A running app following a servers file listing `a` and `b`, with a token for `b`. */
+/**
+ * A running app following a servers file listing `a` and `b`, with a token for `b`; the watch
+ * reads files with `readText` when given.
+ */
 async function withServersFile(
   fn: (rig: {
     file: string;
+    /** The MCP server's URL, which `a` and `b` have. */
+    mcpUrl: string;
     check: () => Promise<void>;
     postToB: () => Promise<number>;
     lines: Record<string, unknown>[];
     serversFileLines: () => Record<string, unknown>[];
   }) => Promise<void>,
+  readText?: (path: string) => Promise<string>,
 ) {
   const mcp = startScripted(() => Response.json({ jsonrpc: "2.0", id: 1, result: {} }));
   const dir = await Deno.makeTempDir();
@@ -57,7 +63,7 @@ async function withServersFile(
     logger: createLogger((line) => lines.push(JSON.parse(line))),
   });
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, t.app);
-  const files = followConfigFiles(t.deps, t.deps.logger, {});
+  const files = followConfigFiles(t.deps, t.deps.logger, { readText });
   try {
     const token = await tokenFor(t, `${TEST_BASE}/mcp/b`);
     const postToB = async () => {
@@ -70,7 +76,7 @@ async function withServersFile(
     };
     const serversFileLines = () =>
       lines.filter((line) => String(line.message).startsWith("MCP_SERVERS_FILE"));
-    await fn({ file, check: files.check, postToB, lines, serversFileLines });
+    await fn({ file, mcpUrl: mcp.url, check: files.check, postToB, lines, serversFileLines });
   } finally {
     files.stop();
     await server.shutdown();
@@ -105,6 +111,37 @@ Deno.test("file reload: a servers file caught half-written (valid YAML cut short
     assert.equal(reloaded.added, "c");
     assert.equal(reloaded.removed, undefined, "b was never removed");
   }));
+
+Deno.test("file reload: what is applied is the text that held still, not the file read again after it, when a write may have landed", () => {
+  /** Runs once after the watch's next read of the file, before the read returns. */
+  let afterRead: ((path: string) => Promise<void>) | undefined;
+  const readText = async (path: string) => {
+    const text = await Deno.readTextFile(path);
+    const then = afterRead;
+    afterRead = undefined;
+    await then?.(path);
+    return text;
+  };
+  return withServersFile(async ({ file, mcpUrl, check, postToB, serversFileLines }) => {
+    const whole = serversYaml(mcpUrl, ["a", "b", "c"]);
+    await Deno.writeTextFile(file, whole);
+    await check();
+    // The next save starts right after the read that finds the file held still: the file is
+    // truncated and holds server a's entry alone when the reload would read it again.
+    afterRead = (path) => Deno.writeTextFile(path, whole.slice(0, whole.indexOf("  - name: b")));
+    await check();
+    const [reloaded, ...more] = serversFileLines();
+    assert.deepEqual(more, []);
+    assert.equal(reloaded.message, "MCP_SERVERS_FILE reloaded");
+    assert.equal(reloaded.added, "c", "the text that held still is applied");
+    assert.equal(reloaded.removed, undefined, "the cut file read after it is not");
+    assert.equal(await postToB(), 200);
+    // The cut file is a change like any other: not applied before it holds still.
+    await check();
+    assert.equal(serversFileLines().length, 1);
+    assert.equal(await postToB(), 200);
+  }, readText);
+});
 
 Deno.test("file reload: a removed servers file keeps the servers in force and says so in one error line", () =>
   withServersFile(async ({ file, check, postToB, serversFileLines }) => {

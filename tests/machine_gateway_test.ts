@@ -316,6 +316,38 @@ Deno.test("machine gateway: a changed access file or token file is followed with
   }
 });
 
+Deno.test("machine gateway: a token file is applied as it held still, not as read again after a later write", async () => {
+  const m = await machineGateway();
+  const tokenPath = `${m.dir}/ci-bot.token`;
+  /** Runs once after the watch's next read of the token file, before that read returns. */
+  let afterTokenRead: (() => Promise<void>) | undefined;
+  const readText = async (path: string) => {
+    const text = await Deno.readTextFile(path);
+    const then = path === tokenPath ? afterTokenRead : undefined;
+    if (then) afterTokenRead = undefined;
+    await then?.();
+    return text;
+  };
+  const files = followConfigFiles(m.gateway.t.deps, m.gateway.t.deps.logger, { readText });
+  const ciBotToken = () => m.gateway.t.deps.machineAccess.current()?.ci[0].gitlabToken?.reveal();
+  try {
+    await Deno.writeTextFile(tokenPath, "glpat-rotated\n");
+    await files.check();
+    // A writer truncates the file right after the read that finds it held still.
+    afterTokenRead = () => Deno.writeTextFile(tokenPath, "");
+    await files.check();
+    assert.equal(ciBotToken(), "glpat-rotated", "the token that held still is in force");
+    assert.equal(
+      m.gateway.lines.filter((line) => String(line.message).startsWith("MACHINE_ACCESS")).at(-1)
+        ?.message,
+      "MACHINE_ACCESS_FILE reloaded",
+    );
+  } finally {
+    files.stop();
+    await m.close();
+  }
+});
+
 Deno.test("machine gateway: the rule in force decides every call; a broken reload changes nothing", async () => {
   const m = await machineGateway();
   const path = `${m.dir}/access.yaml`;

@@ -148,3 +148,31 @@ Deno.test("policy watch: a check reads asynchronously, one at a time, and is not
     await map.remove();
   }
 });
+
+Deno.test("policy watch: the policy applied is the text that held still, not the file read again after a later write", async () => {
+  const map = await configMap(ALLOW);
+  try {
+    const holder = createCallPolicyHolder(readPolicyFile(map.path), () => {});
+    const reloads: Reload["kind"][] = [];
+    /** Runs once after the watch's next read, before that read returns. */
+    let afterRead: (() => Promise<void>) | undefined;
+    const readText = async (path: string) => {
+      const text = await Deno.readTextFile(path);
+      const then = afterRead;
+      afterRead = undefined;
+      await then?.();
+      return text;
+    };
+    const watch = watchFile(holder, (reload) => reloads.push(reload.kind), { readText });
+    await map.publish(DENY);
+    await watch.check();
+    // The next update lands right after the read that finds DENY held still.
+    afterRead = () => map.publish(ALLOW);
+    await watch.check();
+    assert.deepEqual(reloads, ["reloaded"]);
+    assert.equal(holder.current()?.defaultEffect, "deny");
+    watch.stop();
+  } finally {
+    await map.remove();
+  }
+});

@@ -66,10 +66,11 @@ export interface CallPolicyHolder {
   /** MCP_POLICY_FILE's path; undefined when it is unset. */
   path(): string | undefined;
   /**
-   * Reads the file again; a file that cannot be used (a role the provider does not declare
-   * included) keeps the policy in force.
+   * Reads the file again (through `readText` when given: the text a watch saw hold still); a
+   * file that cannot be used (a role the provider does not declare included) keeps the policy
+   * in force.
    */
-  reload(): Reload;
+  reload(readText?: (path: string) => string): Reload;
   /**
    * The groups named beside this policy whose memberships are learnt too (the MCP servers' own
    * `policy_file`s and lists).
@@ -115,11 +116,11 @@ export function createCallPolicyHolder(
         roles,
       );
     },
-    reload() {
+    reload(settled) {
       if (inForce === undefined) return { kind: "none" };
       const { path } = inForce;
       try {
-        const next = readPolicyFile(path, readText);
+        const next = readPolicyFile(path, settled ?? readText);
         const unknownRole = unknownRoleIn(next.policy, roles);
         if (unknownRole) throw new PolicyError(`${path}: ${unknownRole}`);
         check(next.policy);

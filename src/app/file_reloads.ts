@@ -8,7 +8,6 @@
 
 import type { Reload } from "../access/call_policy_file.ts";
 import { FILE_CHECK_MS, watchFile } from "../config/file_watch.ts";
-import { readConfigurationFileAsync } from "../config/bounded_read.ts";
 import { requireDistinctServerPaths } from "../servers/config.ts";
 import { DEFAULT_SERVER } from "../servers/file.ts";
 import { reloadableServersFile, type ServersReload } from "../servers/reload.ts";
@@ -27,9 +26,13 @@ export interface FollowedFiles {
   stop(): void;
 }
 
-/** How the files are followed: the poll interval (none: only `check` reads them). */
+/**
+ * How the files are followed: the poll interval (none: only `check` reads them), and how a
+ * file is read (tests put theirs in).
+ */
 export interface FollowOptions {
   everyMs?: number;
+  readText?: (path: string) => Promise<string>;
 }
 
 /** Whether any file is there to follow (without one, SIGHUP keeps its default meaning). */
@@ -60,16 +63,14 @@ export function followConfigFiles(
     },
   });
   const policy = watchFile(deps.callPolicy, (reload) => logPolicyReload(reload, logger), options);
+  // A change to a file they name (as in force) reloads them too.
   const served = watchFile(servers, (reload) => afterServersReload(reload, deps, logger), {
     ...options,
-    readText: withNamedFiles(readConfigurationFileAsync, () => serversPolicyFiles(deps.servers)),
+    namedFiles: () => serversPolicyFiles(deps.servers),
   });
   const machine = watchFile(deps.machineAccess, (reload) => logMachineReload(reload, logger), {
     ...options,
-    readText: withNamedFiles(
-      readConfigurationFileAsync,
-      () => deps.machineAccess.current()?.tokenFiles ?? [],
-    ),
+    namedFiles: () => deps.machineAccess.current()?.tokenFiles ?? [],
   });
   const watches = [policy, served, machine];
   return {
@@ -82,20 +83,6 @@ export function followConfigFiles(
       await Promise.all(watches.map((watch) => watch.check()));
     },
     stop: () => watches.forEach((watch) => watch.stop()),
-  };
-}
-
-/**
- * A file's text followed by the text of the files it names (`named()`, as in force): a change to
- * one of those reloads the file (which reads them again), as a change to the file does.
- */
-function withNamedFiles(
-  readText: (path: string) => Promise<string>,
-  named: () => readonly string[],
-): (path: string) => Promise<string> {
-  return async (path) => {
-    const texts = named().map((namedPath) => readText(namedPath).catch(() => ""));
-    return [await readText(path), ...await Promise.all(texts)].join("\0");
   };
 }
 

@@ -65,6 +65,14 @@ export async function readBoundedText(path: string, limit: number): Promise<stri
   }
 }
 
+/**
+ * Refuses `text`, read whole under a larger bound (a followed file's, config/file_watch.ts), as
+ * reading it at `limit` would have (a token file a configuration file names, say).
+ */
+export function requireTextWithin(text: string, limit: number): void {
+  if (new TextEncoder().encode(text).length > limit) throw tooLarge(limit);
+}
+
 function requireSmallRegularFile(info: Deno.FileInfo, limit: number): void {
   if (!info.isFile) throw new RefusedFile("not a regular file");
   if (info.size > limit) throw tooLarge(limit);

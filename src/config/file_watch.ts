@@ -12,7 +12,11 @@
  * Deploy has no file system events to wait for instead).
  */
 
-import { readConfigurationFileAsync } from "./bounded_read.ts";
+import {
+  readConfigurationFile,
+  readConfigurationFileAsync,
+  requireTextWithin,
+} from "./bounded_read.ts";
 
 /** How often a file is read: a change is in force within this time and FILE_SETTLE_MS. */
 export const FILE_CHECK_MS = 5_000;
@@ -21,13 +25,29 @@ export const FILE_SETTLE_MS = 1_000;
 
 /** What a read finds where the file was (removed, or not readable). */
 const GONE = Symbol("gone");
-type Seen = string | typeof GONE;
+
+/**
+ * One read of a file and of the files it names: what two reads are compared by (GONE when the
+ * file itself could not be read), and each file's text or why it could not be read, so that a
+ * reload parses exactly what held still rather than reading the files a third time, when a
+ * write may have landed since.
+ */
+interface Snapshot {
+  key: string | typeof GONE;
+  files: Map<string, { text: string } | { error: unknown }>;
+}
+
+/** Reads a file as a watch found it, at most `limit` bytes (a reader's own bound) if given. */
+export type SettledRead = (path: string, limit?: number) => string;
 
 /** A file that can be read again: its path (undefined: none configured), and the reload. */
 export interface ReloadableFile<R> {
   path(): string | undefined;
-  /** Reads the file again and applies it, or keeps what is in force; says which. */
-  reload(): R;
+  /**
+   * Reads the file again and applies it, or keeps what is in force; says which. `readText`,
+   * when given, answers for the files as the watch read them (and reads any other).
+   */
+  reload(readText?: SettledRead): R;
 }
 
 /**
@@ -41,6 +61,15 @@ export interface FileWatch<R> {
   stop(): void;
 }
 
+/** How a watch reads: its timers, and the reads (tests put theirs in). */
+export interface WatchOptions {
+  everyMs?: number;
+  settleMs?: number;
+  readText?: (path: string) => Promise<string>;
+  /** The files the watched one names (as in force): a change to one reloads it too. */
+  namedFiles?: () => readonly string[];
+}
+
 /**
  * Watches `file`; each changed content is reloaded once, after it held still for a second read,
  * and its outcome reported (a broken or removed file is reported once, not at every check, and
@@ -50,43 +79,43 @@ export interface FileWatch<R> {
 export function watchFile<R>(
   file: ReloadableFile<R>,
   onReload: (reload: R) => void,
-  options: { everyMs?: number; settleMs?: number; readText?: (path: string) => Promise<string> } =
-    {},
+  options: WatchOptions = {},
 ): FileWatch<R> {
   const path = file.path();
   const readText = options.readText ?? readConfigurationFileAsync;
-  const read = async (): Promise<Seen | undefined> => {
+  const read = async (): Promise<Snapshot | undefined> => {
     if (path === undefined) return undefined;
-    try {
-      return await readText(path);
-    } catch {
-      // Missing mid-swap, or removed: only a second read that still finds nothing says which.
-      return GONE;
-    }
+    const paths = [path, ...options.namedFiles?.() ?? []];
+    const found = await Promise.all(paths.map((named) => readOne(readText, named)));
+    const files = new Map(paths.map((named, index) => [named, found[index]]));
+    // Missing mid-swap, or removed: only a second read that still finds nothing says which.
+    if ("error" in found[0]) return { key: GONE, files };
+    const key = found.map((seen) => "text" in seen ? seen.text : "").join("\0");
+    return { key, files };
   };
   /** The content in force: read at the start, or by the last reload. */
   let seen = read();
   /** A changed content read once, waiting for the second read that applies it. */
-  let pending: Seen | undefined;
+  let pending: Snapshot | undefined;
   let checking: Promise<void> | undefined;
   let settling: ReturnType<typeof setTimeout> | undefined;
   const compare = async () => {
     const inForce = seen;
-    const text = await read();
+    const now = await read();
     // A reload while this read ran applied the file as it is now: the next check compares.
-    if (text === undefined || seen !== inForce) return;
-    if (text === await inForce) {
+    if (now === undefined || seen !== inForce) return;
+    if (now.key === (await inForce)?.key) {
       pending = undefined;
       return;
     }
-    if (text !== pending) {
-      pending = text;
+    if (now.key !== pending?.key) {
+      pending = now;
       settleLater();
       return;
     }
     pending = undefined;
-    seen = Promise.resolve(text);
-    onReload(file.reload());
+    seen = Promise.resolve(now);
+    onReload(file.reload(settledReader(now)));
   };
   const check = () => checking ??= compare().finally(() => checking = undefined);
   const timer = path !== undefined && options.everyMs !== undefined
@@ -114,5 +143,31 @@ export function watchFile<R>(
       clearInterval(timer);
       clearTimeout(settling);
     },
+  };
+}
+
+/** One file's text, or why it could not be read. */
+async function readOne(
+  readText: (path: string) => Promise<string>,
+  path: string,
+): Promise<{ text: string } | { error: unknown }> {
+  try {
+    return { text: await readText(path) };
+  } catch (error) {
+    return { error };
+  }
+}
+
+/**
+ * Reads the files of `snapshot` as it found them, within the reader's `limit` (a token file's is
+ * smaller than the watch's), and any other from disk.
+ */
+function settledReader(snapshot: Snapshot): SettledRead {
+  return (path, limit) => {
+    const seen = snapshot.files.get(path);
+    if (seen === undefined) return readConfigurationFile(path, limit);
+    if ("error" in seen) throw seen.error;
+    if (limit !== undefined) requireTextWithin(seen.text, limit);
+    return seen.text;
   };
 }

@@ -20,8 +20,11 @@ export interface MachineAccessHolder {
   current(): MachineAccess | undefined;
   /** MACHINE_ACCESS_FILE's path; undefined when it is unset. */
   path(): string | undefined;
-  /** Reads the file (and its token files) again. */
-  reload(): MachineReload;
+  /**
+   * Reads the file (and its token files) again, through `readText` when given (the texts a watch
+   * saw hold still).
+   */
+  reload(readText?: ReadText): MachineReload;
 }
 
 /** Refuses rules naming a server not in `known` (`default` is the one at /mcp). */
@@ -69,11 +72,11 @@ export function createMachineAccessHolder(
   return {
     current: () => inForce,
     path: () => inForce?.path,
-    reload() {
+    reload(settled) {
       if (inForce === undefined) return { kind: "none" };
       const { path } = inForce;
       try {
-        const next = readMachineAccess(path, readText);
+        const next = readMachineAccess(path, settled ?? readText);
         requireKnownServers(next, knownServers());
         requireBaseUrlForCi(next, baseUrl);
         inForce = next;

@@ -43,9 +43,16 @@ export interface ServersReloadDeps {
   readText?: (path: string) => string;
 }
 
-/** The servers file as a reloadable file (see config/file_watch.ts). */
+/**
+ * The servers file as a reloadable file (see config/file_watch.ts): `readText`, when given,
+ * answers for the files as the watch saw them hold still.
+ */
 export function reloadableServersFile(deps: ServersReloadDeps) {
-  return { path: () => deps.path, reload: () => reloadServers(deps) };
+  return {
+    path: () => deps.path,
+    reload: (readText?: (path: string) => string) =>
+      reloadServers(readText ? { ...deps, readText } : deps),
+  };
 }
 
 /** Reads the file again and serves what it lists, or keeps the servers in force. */
