@@ -348,6 +348,25 @@ Deno.test("machine gateway: a token file is applied as it held still, not as rea
   }
 });
 
+Deno.test("machine gateway: a followed token file past 64 KiB is refused as at start-up, though the watch reads up to 4 MiB", async () => {
+  const m = await machineGateway();
+  const files = followConfigFiles(m.gateway.t.deps, m.gateway.t.deps.logger, {});
+  const ciBotToken = () => m.gateway.t.deps.machineAccess.current()?.ci[0].gitlabToken?.reveal();
+  try {
+    await files.check();
+    await Deno.writeTextFile(`${m.dir}/ci-bot.token`, "x".repeat(65 * 1024));
+    await files.check();
+    await files.check();
+    const line = m.gateway.lines.findLast((l) => String(l.message).startsWith("MACHINE_ACCESS"));
+    assert.equal(line?.level, "error");
+    assert.match(String(line?.message), /ci-bot\.token.*larger than 64 KiB/);
+    assert.equal(ciBotToken(), "glpat-ci-bot", "the token in force stays");
+  } finally {
+    files.stop();
+    await m.close();
+  }
+});
+
 Deno.test("machine gateway: the rule in force decides every call; a broken reload changes nothing", async () => {
   const m = await machineGateway();
   const path = `${m.dir}/access.yaml`;

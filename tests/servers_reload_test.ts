@@ -301,6 +301,8 @@ Deno.test("servers reload: a server the file adds at MCP_RESOURCE_URL's path is 
     return response.status === 200 ? (await response.json()).resource : response.status;
   };
   try {
+    // The watch's first read done (a check waits for it): a write before it ends is its start.
+    await files.check();
     await Deno.writeTextFile(
       file,
       serversYaml({ a: "http://127.0.0.1:9/mcp", docs: "http://127.0.0.1:9/docs" }),
