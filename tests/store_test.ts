@@ -4,6 +4,7 @@ import { sha256Base64Url } from "../src/crypto.ts";
 import { type RecordKind, recordsOf, sessionKey } from "../src/store/keys.ts";
 import type { CodeRecord, FlowRecord, SessionRecord } from "../src/store/records.ts";
 import { newSessionToken } from "../src/store/session_tokens.ts";
+import { idleDayOf } from "../src/store/idle_sessions.ts";
 import { createSecretBox, type SecretBox } from "../src/secret_box.ts";
 import { createStore, type Store } from "../src/store/mod.ts";
 import {
@@ -254,8 +255,11 @@ Deno.test("store: authorization codes", async (t) => {
         const updated = { ...rotated, mcpTokenExpiry: clock.now() + 3600_000 };
         assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), true);
         assert.equal(await store.getCode(code), null);
-        assert.deepEqual((await store.getSession(session.id))!.value, updated);
+        // Redeemed, it is indexed under the day it expires in, for the idle sweep.
+        const idleDay = idleDayOf(updated.expiresAt);
+        assert.deepEqual((await store.getSession(session.id))!.value, { ...updated, idleDay });
         assert.deepEqual(await keysUnder(kv, "session"), [sessionKey(session.id)]);
+        assert.deepEqual(await keysUnder(kv, "idle"), [["idle", idleDay, session.id]]);
         assert.equal((await findSessionByRefreshToken(store, token))!.value.id, session.id);
         // The same read cannot redeem twice.
         assert.equal(await store.redeemCode(codeEntry, sessionEntry, updated), false);

@@ -2,11 +2,11 @@
  * Sign-ins whose code expired unredeemed, and device flows that expired holding a GitLab token,
  * are swept where sign-ins complete, and also here once a minute: on an idle service no sign-in
  * completes, and their GitLab tokens would otherwise wait unrevoked until the store drops them.
- * Every instance sweeps the same store; each record is taken by one of them (the store's atomic
- * take), so a token is revoked once.
+ * Sessions that expired idle are swept only here. Every instance sweeps the same store; each
+ * record is taken by one of them (the store's atomic take), so a token is revoked once.
  */
 
-import { sweepAbandonedSignIns } from "../session/end.ts";
+import { sweepAbandonedSignIns, sweepIdleSessions } from "../session/end.ts";
 import type { AppDeps } from "./context.ts";
 
 /** How often an instance sweeps. */
@@ -26,10 +26,9 @@ export function sweepPeriodically(
   const tick = async () => {
     if (!deps.oauth) return;
     const { store, logger, verifiedTokens } = deps;
-    await sweepAbandonedSignIns(
-      { store, logger, verifiedTokens, upstream: deps.oauth.upstream },
-      { sweep: "periodic" },
-    );
+    const endDeps = { store, logger, verifiedTokens, upstream: deps.oauth.upstream };
+    await sweepAbandonedSignIns(endDeps, { sweep: "periodic" });
+    await sweepIdleSessions(endDeps, { sweep: "periodic" });
   };
   const timer = everyMs === undefined ? undefined : setInterval(() => void tick(), everyMs);
   if (timer !== undefined) Deno.unrefTimer(timer);

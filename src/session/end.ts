@@ -1,7 +1,7 @@
 /**
  * Ending sessions: the record goes, its MCP session bindings too, and the GitLab token it held
- * is revoked, best effort (a GitLab that does not answer must not keep a session alive). Also the sweep of sign-ins whose
- * code expired unredeemed.
+ * is revoked, best effort (a GitLab that does not answer must not keep a session alive). Also the sweeps of sign-ins whose
+ * code expired unredeemed, and of sessions that expired idle.
  *
  * @see RFC 7009 §2, RFC 9700 §4.14.2
  */
@@ -15,6 +15,12 @@ import { endSessionAsItIsNow } from "./life.ts";
 
 /** At most this many abandoned sign-ins are revoked per sweep (their revocations run in parallel). */
 const SWEEP_LIMIT = 5;
+
+/**
+ * At most this many idle sessions are ended per sweep (in parallel): once a minute, 28,800 a
+ * day, a pace GitLab's rate limits take.
+ */
+const IDLE_SWEEP_LIMIT = 20;
 
 /** What ending a session needs. */
 export interface EndDeps {
@@ -140,5 +146,24 @@ async function sweepStrandedTokens(deps: EndDeps, fields: LogFields): Promise<vo
   await Promise.all(stranded.map((tokens) => {
     deps.logger.info("device flow expired holding a GitLab token: revoking it", fields);
     return revokeUpstreamTokens(deps, tokens, fields);
+  }));
+}
+
+/**
+ * Ends sessions that expired idle (SESSION_IDLE_TTL without a refresh), a few per call: their
+ * MCP session bindings go and their GitLab tokens are revoked (best effort), which nobody else
+ * would do. Never throws.
+ */
+export async function sweepIdleSessions(deps: EndDeps, fields: LogFields): Promise<void> {
+  let idle;
+  try {
+    idle = await deps.store.takeIdleSessions(IDLE_SWEEP_LIMIT);
+  } catch (error) {
+    deps.logger.warn("sweep of idle sessions failed", { ...fields, error: String(error) });
+    return;
+  }
+  await Promise.all(idle.map((session) => {
+    deps.logger.info("idle session ended", { ...fields, sessionId: session.id });
+    return afterSessionEnded(deps, session, fields);
   }));
 }

@@ -9,7 +9,8 @@
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
  * | ["unredeemed", expiresAt, session]  | UnredeemedSignIn  | until swept (GC: a week)      |
  * | ["stranded", expiresAt, sha256(flow_state)] | StrandedTokens | until swept (GC: a week)  |
- * | ["session", session id]             | SessionRecord     | inactivity lifetime           |
+ * | ["session", session id]             | SessionRecord     | inactivity lifetime (+ a week once indexed) |
+ * | ["idle", day of expiry, session id] | IdleSessionEntry  | until swept (GC: a week after its day) |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
  * | ["rate", bucket, ip, window]        | request count     | the window                    |
@@ -42,6 +43,7 @@ export const RECORD_KINDS = [
   "unredeemed",
   "stranded",
   "session",
+  "idle",
   "lease",
   "client",
   "rate",
@@ -129,6 +131,19 @@ export function userCodeHash(userCode: string): string {
 /** The key of a session. */
 export function sessionKey(id: string): Deno.KvKey {
   return ["session", id];
+}
+
+/**
+ * The key of a session's entry in the idle index: ordered by the day its inactivity expiry falls
+ * in (`day`: whole days since the epoch), so the sessions whose day ended are a key range.
+ */
+export function idleSessionKey(day: number, sessionId: string): Deno.KvKey {
+  return ["idle", day, sessionId];
+}
+
+/** The range of idle index entries whose day ended before `day` began. */
+export function idleSessionRange(day: number): Deno.KvListSelector {
+  return { start: ["idle"], end: ["idle", day] };
 }
 
 /** The key of a lease on `kind`/`id`. */

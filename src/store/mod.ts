@@ -4,8 +4,9 @@
  * and every read and write goes through `io.ts` (group read, group commit, lock retries).
  *
  * There is no refresh-token index: a refresh token names its session (session_tokens.ts) and
- * the session keeps the token's hash, so a refresh reads and writes one key. Every key touched
- * costs SQLite a page or two, which is what grows with the number of sessions.
+ * the session keeps the token's hash, so a refresh reads and writes one key (and, the first time
+ * in a day, moves the session's idle index entry: idle_sessions.ts). Every key touched costs
+ * SQLite a page or two, which is what grows with the number of sessions.
  *
  * Every single-use or rotating transition is one atomic commit guarded by the versionstamps it
  * read.
@@ -26,6 +27,7 @@ import {
   type DeviceAuthorizationStore,
 } from "./device_authorizations.ts";
 import { createFlowStore, type FlowStore } from "./flows.ts";
+import { createIdleSessionStore, type IdleSessionStore } from "./idle_sessions.ts";
 import { createStoreIo } from "./io.ts";
 import { createStoreDeadline } from "./deadline.ts";
 import { type AssertionIdStore, createAssertionIdStore } from "./assertion_ids.ts";
@@ -75,7 +77,8 @@ export interface Store
     UpstreamPauseStore,
     PollBudgetStore,
     RepeatStore,
-    UnredeemedStore {
+    UnredeemedStore,
+    IdleSessionStore {
   /**
    * Health checks: throws when the database cannot be read; `replaced` when its KV file is no
    * longer at KV_PATH (deleted, or another file moved there); `read_only` when it refuses writes
@@ -131,6 +134,7 @@ export function createStore(
     ...createPollBudgetStore(io),
     ...createRepeatStore(io, secrets),
     ...createUnredeemedStore(io),
+    ...createIdleSessionStore(io),
     async ping() {
       await io.read(leaseKey("health", "ping"));
       if (await io.replaced()) return "replaced";

@@ -167,6 +167,11 @@ export interface StrandedTokens {
   sealedUpstreamTokens: string;
 }
 
+/** A session's entry in the idle index (the key names it; see src/store/idle_sessions.ts). */
+export interface IdleSessionEntry {
+  sessionId: string;
+}
+
 export interface UnredeemedSignIn {
   sessionId: string;
   /** The session's `sealedUpstreamTokens`. */
@@ -203,6 +208,12 @@ export interface SessionRecord {
   updatedAt: number;
   /** Epoch ms after which the session is forgotten (inactivity lifetime, renewed on refresh). */
   expiresAt: number;
+  /**
+   * The day (whole days since the epoch) of the idle index entry that has the session's GitLab
+   * token revoked once it expired (src/store/idle_sessions.ts); absent: not indexed (before its
+   * code is redeemed, or stored before the index existed), and KV drops it at its expiry.
+   */
+  idleDay?: number;
   /**
    * When ALLOWED_GITLAB_GROUPS or ALLOWED_GITLAB_USERS is set: what admitted the session and its
    * user's access level per listed group, from the sign-in and then each re-check. Absent in

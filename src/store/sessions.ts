@@ -8,6 +8,7 @@
 import type { SecretBox } from "../secret_box.ts";
 import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
+import { withIdleIndex, withoutIdleIndex } from "./idle_sessions.ts";
 import { sessionKey } from "./keys.ts";
 import { sessionFromStored, type SessionRecord, type UpstreamTokenPair } from "./records.ts";
 import { sessionIdOf } from "./session_tokens.ts";
@@ -149,9 +150,8 @@ export function createSessionRecords(io: StoreIo, secrets: SecretBox): SessionRe
         },
       }
       : session;
-    op.set(sessionKey(updated.id), await resealedIfRetired(value), {
-      expireIn: io.ttlUntil(updated.expiresAt),
-    });
+    const indexed = withIdleIndex(io, op, previous.value, await resealedIfRetired(value));
+    op.set(sessionKey(updated.id), indexed.value, { expireIn: indexed.expireIn });
   }
 
   return {
@@ -176,19 +176,22 @@ export function createSessionRecords(io: StoreIo, secrets: SecretBox): SessionRe
       const response = grace && await secrets.open(grace.sealedResponse).catch(() => null);
       if (typeof response !== "string") return { kind: "unusable" };
       const { previousRefresh: _taken, ...rest } = session.value;
-      const op = io.atomic().check(session)
-        .set(session.key, await resealedIfRetired(rest), { expireIn: io.ttlUntil(rest.expiresAt) });
+      const op = io.atomic().check(session);
+      const indexed = withIdleIndex(io, op, session.value, await resealedIfRetired(rest));
+      op.set(session.key, indexed.value, { expireIn: indexed.expireIn });
       return await io.commit(op) ? { kind: "taken", response } : { kind: "conflict" };
     },
 
     async saveSession(session, updated) {
-      const stored = await resealedIfRetired(updated);
-      const result = await io.atomic().check(session)
-        .set(session.key, stored, { expireIn: io.ttlUntil(updated.expiresAt) })
-        .commit();
-      return result.ok
-        ? { key: session.key, value: stored, versionstamp: result.versionstamp }
-        : null;
+      const op = io.atomic().check(session);
+      const { value, expireIn } = withIdleIndex(
+        io,
+        op,
+        session.value,
+        await resealedIfRetired(updated),
+      );
+      const result = await op.set(session.key, value, { expireIn }).commit();
+      return result.ok ? { key: session.key, value, versionstamp: result.versionstamp } : null;
     },
 
     async deleteSession(id) {
@@ -197,7 +200,9 @@ export function createSessionRecords(io: StoreIo, secrets: SecretBox): SessionRe
     },
 
     deleteSessionIfUnchanged(session) {
-      return io.commit(io.atomic().check(session).delete(session.key));
+      return io.commit(
+        withoutIdleIndex(io.atomic().check(session).delete(session.key), session.value),
+      );
     },
 
     sealUpstreamTokens({ accessToken, refreshToken }) {
