@@ -17,7 +17,7 @@ export const SESSION_VARIABLES = {
     "SESSION_IDLE_TTL",
     String(30 * 86_400),
     integerBetween(60, 86_400 * 3650),
-    "a session unused this long is forgotten; every refresh renews it",
+    "a session unused this long is forgotten and its GitLab token revoked; every refresh renews it",
     "`2592000` (30 days)",
   ),
   /** `client`: `aud` is the client id (the spec); `resource`: the MCP server's URL (RFC 9068). */
