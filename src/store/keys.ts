@@ -9,7 +9,7 @@
  * | ["code", sha256(code)]              | CodeRecord        | 10 minutes                    |
  * | ["unredeemed", expiresAt, session]  | UnredeemedSignIn  | until swept (GC: a week)      |
  * | ["stranded", expiresAt, sha256(flow_state)] | StrandedTokens | until swept (GC: a week)  |
- * | ["session", session id]             | SessionRecord     | inactivity lifetime (+ a week once indexed) |
+ * | ["session", session id]             | SessionRecord     | inactivity lifetime (+ 8 days once indexed) |
  * | ["idle", day of expiry, session id] | IdleSessionEntry  | until swept (GC: a week after its day) |
  * | ["lease", kind, id]                 | { expiresAt }     | a few seconds                 |
  * | ["client", client id]               | ClientRecord      | 1 day unused, 30 after use    |
