@@ -86,6 +86,9 @@ async function withServersFile(
   }
 }
 
+/** Reads in a row, each finding another content, after which the watch says it waits (~10 s). */
+const UNSETTLED_READS = 10;
+
 function serversYaml(url: string, names: string[]): string {
   return `servers:\n${names.map((name) => `  - name: ${name}\n    url: ${url}\n`).join("")}`;
 }
@@ -110,6 +113,37 @@ Deno.test("file reload: a servers file caught half-written (valid YAML cut short
     assert.equal(reloaded.message, "MCP_SERVERS_FILE reloaded");
     assert.equal(reloaded.added, "c");
     assert.equal(reloaded.removed, undefined, "b was never removed");
+  }));
+
+Deno.test("file reload: a servers file that changes at every read is not applied, and says so in one warning; it is once it holds still", () =>
+  withServersFile(async ({ file, mcpUrl, check, postToB, serversFileLines }) => {
+    const whole = serversYaml(mcpUrl, ["a", "b", "c"]);
+    // A writer that rewrites the file more often than the watch reads it (a generated header
+    // with the time, an autosave while typing): no two reads find the same content.
+    for (let read = 1; read <= UNSETTLED_READS; read++) {
+      await Deno.writeTextFile(file, `# written ${read}\n${whole}`);
+      await check();
+      const lines = serversFileLines();
+      if (read < UNSETTLED_READS) assert.deepEqual(lines, [], `nothing said at read ${read}`);
+    }
+    const [unsettled, ...more] = serversFileLines();
+    assert.deepEqual(more, []);
+    assert.equal(unsettled.level, "warn");
+    assert.match(
+      String(unsettled.message),
+      /^MCP_SERVERS_FILE not reloaded: it \(or a file it names\) changed at each of the last 10 reads/,
+    );
+    assert.equal(await postToB(), 200, "the servers in force stay");
+    for (let read = 1; read <= UNSETTLED_READS; read++) {
+      await Deno.writeTextFile(file, `# written again ${read}\n${whole}`);
+      await check();
+    }
+    assert.equal(serversFileLines().length, 1, "one warning while it goes on changing");
+    await check();
+    const [, reloaded, ...after] = serversFileLines();
+    assert.deepEqual(after, []);
+    assert.equal(reloaded.message, "MCP_SERVERS_FILE reloaded", "applied once it held still");
+    assert.equal(reloaded.added, "c");
   }));
 
 Deno.test("file reload: what is applied is the text that held still, not the file read again after it, when a write may have landed", () => {

@@ -7,7 +7,7 @@
  */
 
 import type { Reload } from "../access/call_policy_file.ts";
-import { FILE_CHECK_MS, watchFile } from "../config/file_watch.ts";
+import { FILE_CHECK_MS, UNSETTLED_READS, watchFile } from "../config/file_watch.ts";
 import { requireDistinctServerPaths } from "../servers/config.ts";
 import { DEFAULT_SERVER } from "../servers/file.ts";
 import { reloadableServersFile, type ServersReload } from "../servers/reload.ts";
@@ -62,15 +62,20 @@ export function followConfigFiles(
       }
     },
   });
-  const policy = watchFile(deps.callPolicy, (reload) => logPolicyReload(reload, logger), options);
+  const policy = watchFile(deps.callPolicy, (reload) => logPolicyReload(reload, logger), {
+    ...options,
+    onUnsettled: () => logUnsettled("MCP_POLICY_FILE", logger),
+  });
   // A change to a file they name (as in force) reloads them too.
   const served = watchFile(servers, (reload) => afterServersReload(reload, deps, logger), {
     ...options,
     namedFiles: () => serversPolicyFiles(deps.servers),
+    onUnsettled: () => logUnsettled("MCP_SERVERS_FILE", logger),
   });
   const machine = watchFile(deps.machineAccess, (reload) => logMachineReload(reload, logger), {
     ...options,
     namedFiles: () => deps.machineAccess.current()?.tokenFiles ?? [],
+    onUnsettled: () => logUnsettled("MACHINE_ACCESS_FILE", logger),
   });
   const watches = [policy, served, machine];
   return {
@@ -89,6 +94,15 @@ export function followConfigFiles(
 /** The policy files the servers in force name (`policy_file`). */
 function serversPolicyFiles(servers: AppDeps["servers"]): string[] {
   return servers.names().flatMap((name) => servers.named(name)?.entry?.policy?.path ?? []);
+}
+
+/** A followed file that changed at every read: not applied, which would otherwise go unsaid. */
+function logUnsettled(variable: string, logger: Logger): void {
+  logger.warn(
+    `${variable} not reloaded: it (or a file it names) changed at each of the last ` +
+      `${UNSETTLED_READS} reads; it is applied once a read a second later finds it unchanged, ` +
+      "and what is in force stays until then",
+  );
 }
 
 function logPolicyReload(reload: Reload, logger: Logger): void {

@@ -23,6 +23,13 @@ export const FILE_CHECK_MS = 5_000;
 /** How long after a change is first read it is read again, and applied if it held still. */
 export const FILE_SETTLE_MS = 1_000;
 
+/**
+ * Reads in a row that each find another content (about ten seconds, the documented time) after
+ * which the watch says the file is not applied: one rewritten more often than it is read (a
+ * generated header with the time, an autosave while typing) never holds still.
+ */
+export const UNSETTLED_READS = 10;
+
 /** What a read finds where the file was (removed, or not readable). */
 const GONE = Symbol("gone");
 
@@ -68,6 +75,8 @@ export interface WatchOptions {
   readText?: (path: string) => Promise<string>;
   /** The files the watched one names (as in force): a change to one reloads it too. */
   namedFiles?: () => readonly string[];
+  /** Called once when UNSETTLED_READS reads in a row each found another content. */
+  onUnsettled?: () => void;
 }
 
 /**
@@ -97,6 +106,8 @@ export function watchFile<R>(
   let seen = read();
   /** A changed content read once, waiting for the second read that applies it. */
   let pending: Snapshot | undefined;
+  /** Reads in a row, up to the last, that each found a content other than the one before. */
+  let unsettledReads = 0;
   let checking: Promise<void> | undefined;
   let settling: ReturnType<typeof setTimeout> | undefined;
   const compare = async () => {
@@ -106,14 +117,17 @@ export function watchFile<R>(
     if (now === undefined || seen !== inForce) return;
     if (now.key === (await inForce)?.key) {
       pending = undefined;
+      unsettledReads = 0;
       return;
     }
     if (now.key !== pending?.key) {
       pending = now;
+      if (++unsettledReads === UNSETTLED_READS) options.onUnsettled?.();
       settleLater();
       return;
     }
     pending = undefined;
+    unsettledReads = 0;
     seen = Promise.resolve(now);
     onReload(file.reload(settledReader(now)));
   };
@@ -136,6 +150,7 @@ export function watchFile<R>(
     check,
     reload() {
       pending = undefined;
+      unsettledReads = 0;
       seen = read();
       return file.reload();
     },
