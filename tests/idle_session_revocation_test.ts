@@ -11,7 +11,10 @@ import { createAppDeps } from "../src/app/deps.ts";
 import { sweepPeriodically } from "../src/app/periodic_sweep.ts";
 import { silentLogger } from "../src/logger.ts";
 import { loadTemplates } from "../src/pages/mod.ts";
+import { denoKvBackend, type KvBackend, StoreUnavailableError } from "../src/store/backend.ts";
+import type { PlannedWrite } from "../src/store/group_commit.ts";
 import { recordsOf } from "../src/store/keys.ts";
+import { sessionIdOf } from "../src/store/session_tokens.ts";
 import type { StoreDatabase } from "../src/store/mod.ts";
 import type { SessionRecord } from "../src/store/records.ts";
 import {
@@ -193,3 +196,56 @@ for (const kind of STORE_KINDS) {
     },
   });
 }
+
+/**
+ * A database whose commits deleting the session `failing.id` names fail as a storage failure
+ * does (503), while every other commit goes through.
+ */
+function failingSessionDeletes(
+  kv: Deno.Kv,
+  failing: { id?: string },
+): KvBackend {
+  const backend = denoKvBackend(kv);
+  const deletesFailing = (write: PlannedWrite) =>
+    write.mutations.some((mutation) =>
+      mutation.type === "delete" && mutation.key[0] === "session" &&
+      mutation.key[1] === failing.id
+    );
+  return {
+    ...backend,
+    commit(write) {
+      if (deletesFailing(write)) {
+        return Promise.reject(new StoreUnavailableError("KV storage unavailable: disk I/O error"));
+      }
+      return backend.commit(write);
+    },
+  };
+}
+
+Deno.test("idle sessions: a sweep whose take of one session fails still revokes the GitLab tokens of those it deleted", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const failing: { id?: string } = {};
+  const t = await makeTestAppOn(failingSessionDeletes(kv, failing));
+  try {
+    const tokens = ["gl-1", "gl-2", "gl-3"];
+    const signedIn = [];
+    for (const token of tokens) signedIn.push(await signIn(t, token));
+    failing.id = sessionIdOf(signedIn[1].refresh_token) ?? undefined;
+
+    t.clock.advance(IDLE_TTL_MS + DAY_MS);
+    await sweepOnce(t);
+    // The two sessions deleted have had their GitLab tokens revoked: their index entries are
+    // gone, so no later sweep would find them again.
+    assert.deepEqual(t.upstream.revokedTokens.sort(), ["gl-1", "gl-3"]);
+    assert.equal((await recordsOf(kv, "session")).length, 1, "the one not taken is kept");
+    assert.equal((await recordsOf(kv, "idle")).length, 1, "with its entry, for the next sweep");
+
+    failing.id = undefined;
+    await sweepOnce(t);
+    assert.deepEqual(t.upstream.revokedTokens.sort(), tokens);
+    assert.equal((await recordsOf(kv, "session")).length, 0);
+  } finally {
+    t.close();
+    kv.close();
+  }
+});

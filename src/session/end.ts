@@ -162,7 +162,10 @@ export async function sweepIdleSessions(deps: EndDeps, fields: LogFields): Promi
     deps.logger.warn("sweep of idle sessions failed", { ...fields, error: String(error) });
     return;
   }
-  await Promise.all(idle.map((session) => {
+  for (const error of idle.errors) {
+    deps.logger.warn("sweep of an idle session failed", { ...fields, error: String(error) });
+  }
+  await Promise.all(idle.sessions.map((session) => {
     deps.logger.info("idle session ended", { ...fields, sessionId: session.id });
     return afterSessionEnded(deps, session, fields);
   }));

@@ -65,14 +65,22 @@ export function withoutIdleIndex(op: AtomicWrite, session: SessionRecord): Atomi
     : op.delete(idleSessionKey(session.idleDay, session.id));
 }
 
+/** What one call of takeIdleSessions took, and the errors of the takes that failed. */
+export interface IdleSessionsTaken {
+  sessions: SessionRecord[];
+  /** One per entry not taken for an error (the database): left for the next sweep. */
+  errors: unknown[];
+}
+
 /** The idle session operations of the store. */
 export interface IdleSessionStore {
   /**
    * Deletes up to `limit` sessions that expired idle, each with its index entry, and answers
    * those this call deleted (a concurrent sweep gets the others), with the GitLab tokens they
-   * held. Entries whose session ended otherwise are dropped on the way.
+   * held, even when taking others failed: a session deleted and not answered would keep its
+   * GitLab token, its entry gone. Entries whose session ended otherwise are dropped on the way.
    */
-  takeIdleSessions(limit: number): Promise<SessionRecord[]>;
+  takeIdleSessions(limit: number): Promise<IdleSessionsTaken>;
 }
 
 /** Idle sessions over the shared KV access. */
@@ -93,8 +101,13 @@ export function createIdleSessionStore(io: StoreIo): IdleSessionStore {
     async takeIdleSessions(limit) {
       const range = idleSessionRange(idleDayOf(io.clock.now()));
       const entries = await io.listRange<IdleSessionEntry>(range, limit);
-      const taken = await Promise.all(entries.map(take));
-      return taken.filter((session) => session !== null);
+      const taken = await Promise.allSettled(entries.map(take));
+      return {
+        sessions: taken.flatMap((one) =>
+          one.status === "fulfilled" && one.value !== null ? [one.value] : []
+        ),
+        errors: taken.flatMap((one) => one.status === "rejected" ? [one.reason] : []),
+      };
     },
   };
 }
