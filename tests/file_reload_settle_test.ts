@@ -146,6 +146,20 @@ Deno.test("file reload: a servers file that changes at every read is not applied
     assert.equal(reloaded.added, "c");
   }));
 
+Deno.test("file reload: each read of a small followed file holds about its size, not the 4 MiB a file may have", () =>
+  withServersFile(async ({ check, postToB }) => {
+    const before = Deno.memoryUsage().external;
+    let most = 0;
+    // Half a minute of checks at the timer's pace; a buffer of the bound per read held 4 MiB
+    // each until the next garbage collection (an idle service's RSS swung by tens of MiB).
+    for (let read = 0; read < 6; read++) {
+      await check();
+      most = Math.max(most, Deno.memoryUsage().external - before);
+    }
+    assert.ok(most < 1024 * 1024, `${most} bytes held by reads of a file of a few hundred`);
+    assert.equal(await postToB(), 200);
+  }));
+
 Deno.test("file reload: what is applied is the text that held still, not the file read again after it, when a write may have landed", () => {
   /** Runs once after the watch's next read of the file, before the read returns. */
   let afterRead: ((path: string) => Promise<void>) | undefined;

@@ -31,15 +31,17 @@ const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
  * Deno throws when it cannot be read.
  */
 export function readBoundedTextSync(path: string, limit: number): string {
-  requireSmallRegularFile(Deno.statSync(path), limit);
+  const info = Deno.statSync(path);
+  requireSmallRegularFile(info, limit);
   const file = Deno.openSync(path);
   try {
-    const buffer = new Uint8Array(limit + 1);
+    let buffer = new Uint8Array(firstBufferSize(info, limit));
     let filled = 0;
     while (filled < buffer.length) {
       const read = file.readSync(buffer.subarray(filled));
       if (read === null) break;
       filled += read;
+      if (filled === buffer.length) buffer = grown(buffer, limit);
     }
     return decoder.decode(withinLimit(buffer, filled, limit));
   } finally {
@@ -49,15 +51,17 @@ export function readBoundedTextSync(path: string, limit: number): string {
 
 /** readBoundedTextSync without blocking the event loop (the reloads' reads). */
 export async function readBoundedText(path: string, limit: number): Promise<string> {
-  requireSmallRegularFile(await Deno.stat(path), limit);
+  const info = await Deno.stat(path);
+  requireSmallRegularFile(info, limit);
   const file = await Deno.open(path);
   try {
-    const buffer = new Uint8Array(limit + 1);
+    let buffer = new Uint8Array(firstBufferSize(info, limit));
     let filled = 0;
     while (filled < buffer.length) {
       const read = await file.read(buffer.subarray(filled));
       if (read === null) break;
       filled += read;
+      if (filled === buffer.length) buffer = grown(buffer, limit);
     }
     return decoder.decode(withinLimit(buffer, filled, limit));
   } finally {
@@ -76,6 +80,23 @@ export function requireTextWithin(text: string, limit: number): void {
 function requireSmallRegularFile(info: Deno.FileInfo, limit: number): void {
   if (!info.isFile) throw new RefusedFile("not a regular file");
   if (info.size > limit) throw tooLarge(limit);
+}
+
+/**
+ * The file's size as its stat saw it and one byte more, to find its end in one buffer: a buffer
+ * of the bound at every read (a followed file's 4 MiB, every few seconds) was memory held for
+ * nothing until the next garbage collection.
+ */
+function firstBufferSize(info: Deno.FileInfo, limit: number): number {
+  return Math.min(info.size, limit) + 1;
+}
+
+/** `buffer` filled by a file that grew since its stat: room up to one byte past the bound. */
+function grown(buffer: Uint8Array<ArrayBuffer>, limit: number): Uint8Array<ArrayBuffer> {
+  if (buffer.length > limit) return buffer;
+  const larger = new Uint8Array(Math.min(buffer.length * 2, limit + 1));
+  larger.set(buffer);
+  return larger;
 }
 
 /** The bytes read, unless more than `limit` were there (a file that grew since its stat). */
