@@ -8,14 +8,25 @@
  */
 
 import assert from "node:assert/strict";
+import { RENEWAL_LEASE } from "../src/session/renewal_lease.ts";
 import { UPSTREAM_REFRESH_BUFFER_MS } from "../src/session/upstream_refresh.ts";
+import { denoKvBackend, type KvBackend, StoreUnavailableError } from "../src/store/backend.ts";
+import type { PlannedWrite } from "../src/store/group_commit.ts";
+import type { StoreDatabase } from "../src/store/mod.ts";
 import { sessionIdOf } from "../src/store/session_tokens.ts";
 import { echo, mcpRequest, startScripted } from "./_gateway.ts";
-import { issueTokens, makeTestApp, refresh, TEST_BASE, type TestApp } from "./_helpers.ts";
+import {
+  issueTokens,
+  makeTestApp,
+  makeTestAppOn,
+  refresh,
+  TEST_BASE,
+  type TestApp,
+} from "./_helpers.ts";
 
 const MINUTE = 60_000;
 
-function revoke(t: TestApp, token: string): Promise<Response> {
+function revoke(t: TestApp<StoreDatabase>, token: string): Promise<Response> {
   return t.app(
     new Request(`${TEST_BASE}/revoke`, { method: "POST", body: new URLSearchParams({ token }) }),
   );
@@ -32,7 +43,7 @@ interface Racer {
  * The holder of `racer`'s refresh token refreshes it over HTTP just before each of the store's
  * checked deletes of a session, so every one of them finds the session changed.
  */
-function refreshBeforeEveryCheckedDelete(t: TestApp, racer: Racer): void {
+function refreshBeforeEveryCheckedDelete(t: TestApp<StoreDatabase>, racer: Racer): void {
   const checkedDelete = t.store.deleteSessionIfUnchanged.bind(t.store);
   t.store.deleteSessionIfUnchanged = async (session) => {
     const response = await refresh(t, racer.refreshToken);
@@ -148,5 +159,53 @@ Deno.test("revoke race: a GitLab renewal in flight at the last attempt is waited
     assert.deepEqual(t.upstream.revokedTokens, ["gl-access-renewed"], "no GitLab token left live");
   } finally {
     t.close();
+  }
+});
+
+/** A database whose commits releasing a renewal lease fail as a storage failure does (503). */
+function failingLeaseReleases(kv: Deno.Kv): KvBackend {
+  const backend = denoKvBackend(kv);
+  const releasesLease = (write: PlannedWrite) =>
+    write.mutations.some((mutation) =>
+      mutation.type === "delete" && mutation.key[0] === "lease" &&
+      mutation.key[1] === RENEWAL_LEASE
+    );
+  return {
+    ...backend,
+    commit(write) {
+      if (releasesLease(write)) {
+        return Promise.reject(new StoreUnavailableError("KV storage unavailable: disk I/O error"));
+      }
+      return backend.commit(write);
+    },
+  };
+}
+
+Deno.test("revoke race: a renewal lease the last attempt cannot release leaves the session ended and its GitLab token revoked, not a 503", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const t = await makeTestAppOn(failingLeaseReleases(kv));
+  try {
+    const { refresh_token } = await issueTokens(t);
+    const sessionId = sessionIdOf(refresh_token) ?? "";
+    const session = await t.store.getSession(sessionId);
+    assert.ok(session);
+    const gitlab = await t.store.openUpstreamTokens(session.value);
+    const racer: Racer = { refreshToken: refresh_token, accessTokens: [], refreshes: 0 };
+    refreshBeforeEveryCheckedDelete(t, racer);
+
+    const revoked = await revoke(t, refresh_token);
+
+    assert.equal(revoked.status, 200, await revoked.clone().text());
+    await revoked.body?.cancel();
+    assert.equal(await t.store.getSession(sessionId), null, "the session is ended");
+    // The lease expires on its own; the session deleted must not keep its GitLab token.
+    assert.deepEqual(
+      t.upstream.revokedTokens,
+      [gitlab?.accessToken],
+      "its GitLab token is revoked",
+    );
+  } finally {
+    t.close();
+    kv.close();
   }
 });
