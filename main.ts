@@ -29,7 +29,7 @@ import { ignoredVariables } from "./src/app/config_check.ts";
 import { inForce } from "./src/app/in_force.ts";
 import { createAppDeps } from "./src/app/deps.ts";
 import { mcpClientFor } from "./src/gateway/mcp_client/for_url.ts";
-import { createClientMetadataFetcher, namesHttpsProxy } from "./src/client_metadata/fetcher.ts";
+import { createClientMetadataFetcher, httpsProxyFor } from "./src/client_metadata/fetcher.ts";
 import { createLogger, type Logger } from "./src/logger.ts";
 import { loadTemplates } from "./src/pages/mod.ts";
 import type { StoreDatabase } from "./src/store/mod.ts";
@@ -99,7 +99,7 @@ export async function composeService(
     // And whether a metadata document is fetched from its checked address or through the proxy.
     clientMetadataFetcher: createClientMetadataFetcher({
       allowPrivate: config.clientMetadataAllowPrivate,
-      viaProxy: namesHttpsProxy(env),
+      viaProxy: httpsProxyFor(env),
     }),
     metricsWorkers,
   });

@@ -10,6 +10,8 @@
 import assert from "node:assert/strict";
 import {
   createClientMetadataFetcher,
+  type FetcherOptions,
+  httpsProxyFor,
   type ResolveAddresses,
 } from "../src/client_metadata/fetcher.ts";
 import { assertError, authorize, makeTestApp, TEST_REDIRECT, type TestApp } from "./_helpers.ts";
@@ -37,6 +39,7 @@ interface Rig {
 async function withRebinding(
   fn: (rig: Rig) => Promise<void>,
   certificateFor: string[] = ["localhost"],
+  options: Pick<FetcherOptions, "viaProxy"> = {},
 ): Promise<void> {
   const { caPem, certPem, keyPem } = await generateCertificates({ ips: [], dns: certificateFor });
   const hits = { published: 0, internal: 0 };
@@ -69,6 +72,7 @@ async function withRebinding(
     // In this test the published loopback address stands for a public one.
     isAllowedAddress: (address) => address === PUBLISHED,
     timeoutMs: 1000,
+    ...options,
   });
   const t = await makeTestApp({ clientMetadataFetcher: fetcher });
   try {
@@ -87,6 +91,23 @@ Deno.test("cimd pinned: the document comes from the address the guard checked, n
     assert.match(html, /<bdi>Published<\/bdi>/);
     assert.deepEqual(hits, { published: 1, internal: 0 });
   }));
+
+Deno.test("cimd pinned: a host NO_PROXY exempts from HTTPS_PROXY is fetched from the checked address too, as fetch would connect to it itself", () => {
+  const proxy = { HTTPS_PROXY: "http://127.0.0.1:9", NO_PROXY: "intranet.example, localhost" };
+  const viaProxy = httpsProxyFor(proxy);
+  assert.equal(viaProxy(new URL("https://client.example/doc.json")), true, "others go through it");
+  return withRebinding(
+    async ({ t, clientId, hits }) => {
+      const response = await authorize(t, { client_id: clientId });
+      const html = await response.text();
+      assert.equal(response.status, 200, html);
+      assert.match(html, /<bdi>Published<\/bdi>/);
+      assert.deepEqual(hits, { published: 1, internal: 0 });
+    },
+    ["localhost"],
+    { viaProxy },
+  );
+});
 
 Deno.test("cimd pinned: the certificate is still verified for the name", () =>
   withRebinding(async ({ t, clientId, hits }) => {

@@ -6,8 +6,8 @@
  * public, checked before connecting, and connected to at one of the addresses checked
  * (pinned_request.ts), never at what the name answers to a second lookup (DNS rebinding).
  *
- * Where the runtime sends https through a proxy (HTTPS_PROXY, ALL_PROXY), the proxy connects,
- * not this process: the document is fetched through it with `fetch`, after the same check, and
+ * Where the runtime sends https through a proxy (HTTPS_PROXY, ALL_PROXY; a host NO_PROXY does
+ * not exempt), the proxy connects, not this process: the document is fetched through it with `fetch`, after the same check, and
  * which address the proxy reaches is the proxy's to restrict. docs/mcp-clients.md "Client ID
  * Metadata Documents" says so.
  *
@@ -50,10 +50,10 @@ export interface FetcherOptions {
   /** An HTTP client with other trusted CAs (tests); default Deno's. */
   httpClient?: Deno.HttpClient;
   /**
-   * The runtime's `fetch` sends https through a proxy (HTTPS_PROXY or ALL_PROXY is set): the
-   * guarded fetch goes through it too, rather than connecting to the checked address itself.
+   * Whether the runtime's `fetch` sends a request for this URL through a proxy (`httpsProxyFor`):
+   * the guarded fetch goes through it too, rather than connecting to the checked address itself.
    */
-  viaProxy?: boolean;
+  viaProxy?: (url: URL) => boolean;
   /** Root certificates the guarded (pinned) fetch trusts instead of the bundled ones (tests). */
   caCerts?: string[];
   /** Which resolved addresses may be connected to; default public unicast only (tests). */
@@ -88,7 +88,7 @@ export function createClientMetadataFetcher(options: FetcherOptions): ClientMeta
         const addresses = options.allowPrivate
           ? undefined
           : await requirePublicHost(url.hostname, resolve, signal, isAllowed);
-        const response = addresses === undefined || options.viaProxy
+        const response = addresses === undefined || options.viaProxy?.(url)
           ? await fetch(url, {
             method: "GET",
             headers: { Accept: "application/json" },
@@ -112,9 +112,27 @@ export function createClientMetadataFetcher(options: FetcherOptions): ClientMeta
 /** The variables that send Deno's `fetch` to a proxy for an `https:` URL. */
 const HTTPS_PROXY_VARIABLES = ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"];
 
-/** Whether `env` sends the runtime's https requests through a proxy (see `viaProxy`). */
-export function namesHttpsProxy(env: Readonly<Record<string, string | undefined>>): boolean {
-  return HTTPS_PROXY_VARIABLES.some((name) => (env[name] ?? "").trim() !== "");
+/**
+ * Whether `env` sends the runtime's https request for a URL through a proxy (see `viaProxy`): a
+ * proxy variable is set and NO_PROXY does not exempt the URL's host, read as Deno reads it. A
+ * host it exempts is connected to by `fetch` itself, after a lookup of its own: the pinned fetch
+ * is the one that keeps to the checked addresses there.
+ */
+export function httpsProxyFor(
+  env: Readonly<Record<string, string | undefined>>,
+): (url: URL) => boolean {
+  if (!HTTPS_PROXY_VARIABLES.some((name) => (env[name] ?? "").trim() !== "")) return () => false;
+  // NO_PROXY when set, even empty, else no_proxy; entries split on commas, trimmed.
+  const exempt = (env.NO_PROXY ?? env.no_proxy ?? "").split(",").map((entry) => entry.trim())
+    .filter((entry) => entry !== "");
+  return (url) => !exempt.some((entry) => exempts(entry, url.hostname));
+}
+
+/** `*`, the host itself, or a domain the host is in (`example.com` or `.example.com`). */
+function exempts(entry: string, host: string): boolean {
+  if (entry === "*") return true;
+  const domain = entry.replace(/^\./, "");
+  return host === domain || host.endsWith(`.${domain}`);
 }
 
 function resolveWithDeno(
