@@ -112,6 +112,27 @@ Deno.test("idle sessions: a refresh within the day its expiry falls in writes th
     assert.equal(moved[0].key[1], Number(entry.key[1]) + 1);
   }));
 
+Deno.test("idle sessions: a session renewed by an instance that keeps no index (a rolling upgrade) is not taken by the sweep of its old day", () =>
+  withApp(async (t) => {
+    let token = (await signIn(t, "gl-upgrade")).refresh_token;
+    // An older instance refreshes it late in its idle life: its expiry moves, its entry does not.
+    t.clock.advance(IDLE_TTL_MS - 1000);
+    const [stored] = await recordsOf<SessionRecord>(t.kv, "session");
+    const renewed = { ...stored.value, expiresAt: t.clock.now() + IDLE_TTL_MS };
+    await t.kv.set(stored.key, renewed);
+
+    t.clock.advance(DAY_MS + 2000);
+    await sweepOnce(t);
+    assert.deepEqual(t.upstream.revokedTokens, [], "a live session keeps its GitLab token");
+    assert.equal((await recordsOf(t.kv, "session")).length, 1);
+    assert.deepEqual(await recordsOf(t.kv, "idle"), [], "its stale entry is dropped");
+    token = await refreshed(t, token);
+    const [entry] = await recordsOf(t.kv, "idle");
+    assert.ok(entry, "its next write indexes it again");
+    const [session] = await recordsOf<SessionRecord>(t.kv, "session");
+    assert.equal(entry.key[1], session.value.idleDay);
+  }));
+
 /** The indexed session made as a session stored before the index: no entry, no `idleDay`. */
 async function storedAsBefore(t: TestApp): Promise<void> {
   const sessions = await recordsOf<SessionRecord>(t.kv, "session");

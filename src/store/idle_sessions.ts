@@ -88,8 +88,10 @@ export function createIdleSessionStore(io: StoreIo): IdleSessionStore {
   async function take(entry: Versioned<IdleSessionEntry>): Promise<SessionRecord | null> {
     const day = entry.key[1];
     const stored = await io.read<SessionRecord>(sessionKey(entry.value.sessionId));
-    if (!stored || stored.value.idleDay !== day) {
-      // Ended otherwise (signed out, revoked), or moved on: only the entry is left to drop.
+    if (!stored || stored.value.idleDay !== day || io.isLive(stored.value)) {
+      // Ended otherwise (signed out, revoked), or moved on: only the entry is left to drop. So
+      // too for a session still live: renewed by an instance that keeps no index (a rolling
+      // upgrade), its next write indexes it again, under its own day.
       await io.commit(io.atomic().check(entry).delete(entry.key));
       return null;
     }
