@@ -8,11 +8,14 @@ import assert from "node:assert/strict";
 import { sweepAbandonedSignIns } from "../src/session/end.ts";
 import { CODE_TTL_MS } from "../src/session/life.ts";
 import { sessionIdOf } from "../src/store/session_tokens.ts";
+import { denoKvBackend, type KvBackend, StoreUnavailableError } from "../src/store/backend.ts";
+import type { StoreDatabase } from "../src/store/mod.ts";
 import {
   assertError,
   countRecords,
   exchange,
   issueCode,
+  makeTestAppOn,
   poll,
   refresh,
   startFlow,
@@ -23,7 +26,10 @@ import {
 import { spawnService } from "./_service.ts";
 
 /** Completes a sign-in whose GitLab access token is `gitlabToken`; returns its code. */
-async function signInWithGitLabToken(t: TestApp, gitlabToken: string): Promise<string> {
+async function signInWithGitLabToken(
+  t: TestApp<StoreDatabase>,
+  gitlabToken: string,
+): Promise<string> {
   const flowState = await startFlow(t);
   t.upstream.approve({ accessToken: gitlabToken, refreshToken: `${gitlabToken}-refresh` });
   const body = await (await poll(t, flowState)).json();
@@ -77,6 +83,43 @@ Deno.test("unredeemed code: parallel sweeps revoke each abandoned GitLab token e
     assert.equal(await countRecords(t.kv, "unredeemed"), 0);
     assert.equal(await countRecords(t.kv, "session"), 0);
   }));
+
+Deno.test("unredeemed code: a sweep whose take of one sign-in fails still revokes the GitLab tokens of those it deleted", async () => {
+  const kv = await Deno.openKv(":memory:");
+  const failing: { sessionId?: string } = {};
+  const backend = denoKvBackend(kv);
+  const t = await makeTestAppOn<KvBackend>({
+    ...backend,
+    commit(write) {
+      const deletesFailing = write.mutations.some((mutation) =>
+        mutation.type === "delete" && mutation.key[0] === "session" &&
+        mutation.key[1] === failing.sessionId
+      );
+      return deletesFailing
+        ? Promise.reject(new StoreUnavailableError("KV storage unavailable: disk I/O error"))
+        : backend.commit(write);
+    },
+  });
+  try {
+    const abandoned = ["gl-1", "gl-2", "gl-3"];
+    const codes = [];
+    for (const token of abandoned) codes.push(await signInWithGitLabToken(t, token));
+    failing.sessionId = sessionIdOf(codes[1]) ?? undefined;
+    t.clock.advance(CODE_TTL_MS + 1);
+    const { store, logger, verifiedTokens } = t.deps;
+    const deps = { store, logger, verifiedTokens, upstream: t.upstream };
+    await sweepAbandonedSignIns(deps, {});
+    // The two taken are deleted: no later sweep would find them, so they are revoked now.
+    assert.deepEqual(t.upstream.revokedTokens.sort(), ["gl-1", "gl-3"]);
+    assert.equal(await countRecords(kv, "unredeemed"), 1, "the one not taken waits");
+    failing.sessionId = undefined;
+    await sweepAbandonedSignIns(deps, {});
+    assert.deepEqual(t.upstream.revokedTokens.sort(), abandoned);
+  } finally {
+    t.close();
+    kv.close();
+  }
+});
 
 Deno.test("unredeemed code: a sweep that fails does not fail the sign-in that ran it", () =>
   withApp(async (t) => {

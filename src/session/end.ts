@@ -9,6 +9,7 @@
 import type { LogFields, Logger } from "../logger.ts";
 import { redact } from "../logger.ts";
 import type { Store, Versioned } from "../store/mod.ts";
+import type { Taken } from "../store/takes.ts";
 import type { SessionRecord, UpstreamTokenPair } from "../store/records.ts";
 import type { Upstream } from "../upstream/types.ts";
 import { endSessionAsItIsNow } from "./life.ts";
@@ -124,7 +125,8 @@ export async function sweepAbandonedSignIns(deps: EndDeps, fields: LogFields): P
     deps.logger.warn("sweep of unredeemed sign-ins failed", { ...fields, error: String(error) });
     return;
   }
-  await Promise.all(abandoned.map((signIn) => {
+  logFailedTakes(deps, abandoned, "sweep of an unredeemed sign-in failed", fields);
+  await Promise.all(abandoned.taken.map((signIn) => {
     deps.logger.info("unredeemed sign-in ended", { ...fields, sessionId: signIn.sessionId });
     return revokeUpstreamTokens(deps, signIn, { ...fields, sessionId: signIn.sessionId });
   }));
@@ -143,7 +145,8 @@ async function sweepStrandedTokens(deps: EndDeps, fields: LogFields): Promise<vo
     deps.logger.warn("sweep of abandoned device flows failed", { ...fields, error: String(error) });
     return;
   }
-  await Promise.all(stranded.map((tokens) => {
+  logFailedTakes(deps, stranded, "sweep of an abandoned device flow failed", fields);
+  await Promise.all(stranded.taken.map((tokens) => {
     deps.logger.info("device flow expired holding a GitLab token: revoking it", fields);
     return revokeUpstreamTokens(deps, tokens, fields);
   }));
@@ -162,11 +165,19 @@ export async function sweepIdleSessions(deps: EndDeps, fields: LogFields): Promi
     deps.logger.warn("sweep of idle sessions failed", { ...fields, error: String(error) });
     return;
   }
-  for (const error of idle.errors) {
-    deps.logger.warn("sweep of an idle session failed", { ...fields, error: String(error) });
-  }
-  await Promise.all(idle.sessions.map((session) => {
+  logFailedTakes(deps, idle, "sweep of an idle session failed", fields);
+  await Promise.all(idle.taken.map((session) => {
     deps.logger.info("idle session ended", { ...fields, sessionId: session.id });
     return afterSessionEnded(deps, session, fields);
   }));
+}
+
+/** One warning per take the database failed: its record is left for the next sweep. */
+function logFailedTakes(
+  deps: Pick<EndDeps, "logger">,
+  { errors }: Taken<unknown>,
+  message: string,
+  fields: LogFields,
+): void {
+  for (const error of errors) deps.logger.warn(message, { ...fields, error: String(error) });
 }

@@ -12,6 +12,7 @@ import type { AtomicWrite } from "./group_commit.ts";
 import type { StoreIo, Versioned } from "./io.ts";
 import { idleSessionKey, idleSessionRange, sessionKey } from "./keys.ts";
 import { type IdleSessionEntry, sessionFromStored, type SessionRecord } from "./records.ts";
+import { takeEach, type Taken } from "./takes.ts";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -65,13 +66,6 @@ export function withoutIdleIndex(op: AtomicWrite, session: SessionRecord): Atomi
     : op.delete(idleSessionKey(session.idleDay, session.id));
 }
 
-/** What one call of takeIdleSessions took, and the errors of the takes that failed. */
-export interface IdleSessionsTaken {
-  sessions: SessionRecord[];
-  /** One per entry not taken for an error (the database): left for the next sweep. */
-  errors: unknown[];
-}
-
 /** The idle session operations of the store. */
 export interface IdleSessionStore {
   /**
@@ -80,7 +74,7 @@ export interface IdleSessionStore {
    * held, even when taking others failed: a session deleted and not answered would keep its
    * GitLab token, its entry gone. Entries whose session ended otherwise are dropped on the way.
    */
-  takeIdleSessions(limit: number): Promise<IdleSessionsTaken>;
+  takeIdleSessions(limit: number): Promise<Taken<SessionRecord>>;
 }
 
 /** Idle sessions over the shared KV access. */
@@ -102,14 +96,7 @@ export function createIdleSessionStore(io: StoreIo): IdleSessionStore {
   return {
     async takeIdleSessions(limit) {
       const range = idleSessionRange(idleDayOf(io.clock.now()));
-      const entries = await io.listRange<IdleSessionEntry>(range, limit);
-      const taken = await Promise.allSettled(entries.map(take));
-      return {
-        sessions: taken.flatMap((one) =>
-          one.status === "fulfilled" && one.value !== null ? [one.value] : []
-        ),
-        errors: taken.flatMap((one) => one.status === "rejected" ? [one.reason] : []),
-      };
+      return takeEach(await io.listRange<IdleSessionEntry>(range, limit), take);
     },
   };
 }

@@ -9,6 +9,7 @@
 import type { StoreIo, Versioned } from "./io.ts";
 import { abandonedSignInRange, sessionKey, strandedTokensRange } from "./keys.ts";
 import type { StrandedTokens, UnredeemedSignIn } from "./records.ts";
+import { takeEach, type Taken } from "./takes.ts";
 
 /**
  * How long an abandoned sign-in waits for a sweep before KV collects it unrevoked (GitLab
@@ -20,14 +21,14 @@ export const UNREDEEMED_KEEP_MS = 7 * 24 * 60 * 60 * 1000;
 export interface UnredeemedStore {
   /**
    * Deletes up to `limit` sign-ins whose code expired unredeemed, and their sessions; answers
-   * those this call deleted (a concurrent sweep gets the others).
+   * those this call deleted (a concurrent sweep gets the others), even when taking others failed.
    */
-  takeAbandonedSignIns(limit: number): Promise<UnredeemedSignIn[]>;
+  takeAbandonedSignIns(limit: number): Promise<Taken<UnredeemedSignIn>>;
   /**
    * Deletes up to `limit` tokens of device flows that expired before completing; answers those
-   * this call deleted.
+   * this call deleted, even when taking others failed.
    */
-  takeStrandedTokens(limit: number): Promise<StrandedTokens[]>;
+  takeStrandedTokens(limit: number): Promise<Taken<StrandedTokens>>;
 }
 
 /** Unredeemed sign-ins over the shared KV access. */
@@ -41,19 +42,15 @@ export function createUnredeemedStore(io: StoreIo): UnredeemedStore {
   return {
     async takeAbandonedSignIns(limit) {
       const range = abandonedSignInRange(io.clock.now());
-      const entries = await io.listRange<UnredeemedSignIn>(range, limit);
-      const taken = await Promise.all(entries.map(take));
-      return taken.filter((signIn) => signIn !== null);
+      return takeEach(await io.listRange<UnredeemedSignIn>(range, limit), take);
     },
     async takeStrandedTokens(limit) {
       const range = strandedTokensRange(io.clock.now());
-      const entries = await io.listRange<StrandedTokens>(range, limit);
-      const taken = await Promise.all(
-        entries.map(async (entry) =>
-          await io.commit(io.atomic().check(entry).delete(entry.key)) ? entry.value : null
-        ),
+      return takeEach(
+        await io.listRange<StrandedTokens>(range, limit),
+        async (entry) =>
+          await io.commit(io.atomic().check(entry).delete(entry.key)) ? entry.value : null,
       );
-      return taken.filter((tokens) => tokens !== null);
     },
   };
 }
