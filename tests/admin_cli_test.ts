@@ -484,6 +484,9 @@ Deno.test("admin: keys generate prints two fresh secrets the service accepts", a
   assert.equal(config.encryptionKey, values[0].ENCRYPTION_KEY);
   assert.notEqual(values[0].JWT_SECRET, values[0].ENCRYPTION_KEY);
   assert.notEqual(values[0].JWT_SECRET, values[1].JWT_SECRET, "fresh each time");
+  // The rotation it advises is the one that keeps sessions on several instances (security.md).
+  assert.match(runs[0].stderr, /rotate each in two steps/);
+  assert.match(runs[0].stderr, /rotating JWT_SECRET, rotating ENCRYPTION_KEY/);
 });
 
 Deno.test("admin: lists print what a hostile client registered or sent as plain text, never a terminal control", () =>

@@ -77,9 +77,10 @@ export async function runAdmin(
     output.out(`JWT_SECRET=${randomToken(32)}`);
     output.out(`ENCRYPTION_KEY=${randomToken(32)}`);
     output.err(
-      "# Set both for a new deployment. On a running one, a new JWT_SECRET goes with " +
-        "JWT_SECRET_PREVIOUS=<the old one>, a new ENCRYPTION_KEY with ENCRYPTION_KEY_PREVIOUS " +
-        "(docs/security.md: rotating ENCRYPTION_KEY); without it stored sessions are unreadable.",
+      "# Set both for a new deployment. On a running one, rotate each in two steps, each on " +
+        "every instance before the next: the new value as JWT_SECRET_PREVIOUS (or " +
+        "ENCRYPTION_KEY_PREVIOUS), then swapped with the old one (docs/security.md: rotating " +
+        "JWT_SECRET, rotating ENCRYPTION_KEY); in one step, sessions end.",
     );
     return 0;
   }
